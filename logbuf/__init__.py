@@ -1,0 +1,1 @@
+"""logbuf: Aeron-style log buffers in shared memory, from Python."""

@@ -1,0 +1,161 @@
+"""Counters in shared memory: allocate, label, read and free (Agrona's CountersManager/Reader shape).
+
+Allocation claims a record by CAS on its record state, so several processes may allocate
+(standalone logs); a media driver allocates from its conductor alone. Values are read and
+written through :class:`logbuf._native.Position` (acquire loads, release stores).
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from logbuf import _native
+from logbuf import counters_descriptor as cd
+
+_I32 = struct.Struct("=i")
+_I64 = struct.Struct("=q")
+
+
+@dataclass(frozen=True, slots=True)
+class CounterInfo:
+    """One allocated counter as read from shared memory."""
+
+    counter_id: int
+    type_id: int
+    value: int
+    label: str
+    key: bytes
+    registration_id: int
+    owner_id: int
+    reference_id: int
+
+
+class CountersReader:
+    """Reads counters from a metadata buffer and a values buffer (never writes)."""
+
+    def __init__(self, metadata: memoryview, values: memoryview) -> None:
+        cd.check_values_length(len(values))
+        if len(metadata) < (len(values) // cd.COUNTER_LENGTH) * cd.METADATA_LENGTH:
+            raise ValueError(
+                f"counters metadata of {len(metadata)} bytes is too short for {len(values) // cd.COUNTER_LENGTH} counters"
+            )
+        self.metadata = metadata
+        self.values = values
+        self.max_counter_id = len(values) // cd.COUNTER_LENGTH - 1
+
+    def _check_id(self, counter_id: int) -> None:
+        if not 0 <= counter_id <= self.max_counter_id:
+            raise ValueError(f"counter_id={counter_id} is outside 0..{self.max_counter_id}")
+
+    def state(self, counter_id: int) -> int:
+        self._check_id(counter_id)
+        return _native.get_int32_volatile(self.metadata, cd.metadata_offset(counter_id) + cd.RECORD_STATE_OFFSET)
+
+    def type_id(self, counter_id: int) -> int:
+        self._check_id(counter_id)
+        return int(_I32.unpack_from(self.metadata, cd.metadata_offset(counter_id) + cd.TYPE_ID_OFFSET)[0])
+
+    def value(self, counter_id: int) -> int:
+        self._check_id(counter_id)
+        return _native.get_int64_volatile(self.values, cd.values_offset(counter_id))
+
+    def label(self, counter_id: int) -> str:
+        self._check_id(counter_id)
+        base = cd.metadata_offset(counter_id)
+        length = _I32.unpack_from(self.metadata, base + cd.LABEL_LENGTH_OFFSET)[0]
+        length = max(0, min(length, cd.MAX_LABEL_LENGTH))
+        return bytes(self.metadata[base + cd.LABEL_OFFSET : base + cd.LABEL_OFFSET + length]).decode("utf-8", "replace")
+
+    def key(self, counter_id: int) -> bytes:
+        self._check_id(counter_id)
+        base = cd.metadata_offset(counter_id) + cd.KEY_OFFSET
+        return bytes(self.metadata[base : base + cd.MAX_KEY_LENGTH])
+
+    def owner_id(self, counter_id: int) -> int:
+        self._check_id(counter_id)
+        return int(_I64.unpack_from(self.values, cd.values_offset(counter_id) + cd.OWNER_ID_OFFSET)[0])
+
+    def info(self, counter_id: int) -> CounterInfo:
+        base = cd.values_offset(counter_id)
+        reg, owner, ref = struct.unpack_from("=qqq", self.values, base + cd.REGISTRATION_ID_OFFSET)
+        return CounterInfo(
+            counter_id, self.type_id(counter_id), self.value(counter_id), self.label(counter_id),
+            self.key(counter_id), reg, owner, ref,
+        )
+
+    def __iter__(self) -> Iterator[CounterInfo]:
+        """Allocated counters, in id order; stops at the first never-used record."""
+        for counter_id in range(self.max_counter_id + 1):
+            state = self.state(counter_id)
+            if state == cd.RECORD_UNUSED:
+                return
+            if state == cd.RECORD_ALLOCATED:
+                yield self.info(counter_id)
+
+    def position(self, counter_id: int) -> _native.Position:
+        """A :class:`Position` over a counter's value (for readers and its single writer)."""
+        self._check_id(counter_id)
+        return _native.Position(self.values, cd.values_offset(counter_id))
+
+
+class CountersManager(CountersReader):
+    """Allocates and frees counters; safe across processes (records are claimed by CAS)."""
+
+    def __init__(self, metadata: memoryview, values: memoryview, *, free_to_reuse_timeout_ms: int = 0) -> None:
+        super().__init__(metadata, values)
+        self.free_to_reuse_timeout_ms = free_to_reuse_timeout_ms
+
+    def allocate(
+        self,
+        label: str,
+        type_id: int = 0,
+        key: bytes = b"",
+        *,
+        registration_id: int = 0,
+        owner_id: int = 0,
+        reference_id: int = 0,
+        initial_value: int = 0,
+    ) -> int:
+        """Claim a free record and describe it; returns the counter id."""
+        encoded = label.encode("utf-8")[: cd.MAX_LABEL_LENGTH]
+        if len(key) > cd.MAX_KEY_LENGTH:
+            raise ValueError(f"counter key of {len(key)} bytes exceeds {cd.MAX_KEY_LENGTH}")
+        now_ms = int(time.time() * 1000)
+        for counter_id in range(self.max_counter_id + 1):
+            meta = cd.metadata_offset(counter_id)
+            state = _native.get_int32_volatile(self.metadata, meta + cd.RECORD_STATE_OFFSET)
+            if state == cd.RECORD_ALLOCATED:
+                continue
+            if state == cd.RECORD_RECLAIMED:
+                deadline = _native.get_int64_volatile(self.metadata, meta + cd.FREE_FOR_REUSE_DEADLINE_OFFSET)
+                if deadline > now_ms:
+                    continue
+            # A claiming writer parks the record at state 2 while it fills it in.
+            if not _native.compare_and_set_int32(self.metadata, meta + cd.RECORD_STATE_OFFSET, state, 2):
+                continue
+            value = cd.values_offset(counter_id)
+            struct.pack_into("=qqqq", self.values, value, initial_value, registration_id, owner_id, reference_id)
+            struct.pack_into("=i", self.metadata, meta + cd.TYPE_ID_OFFSET, type_id)
+            struct.pack_into("=q", self.metadata, meta + cd.FREE_FOR_REUSE_DEADLINE_OFFSET, cd.NOT_FREE_TO_REUSE)
+            self.metadata[meta + cd.KEY_OFFSET : meta + cd.KEY_OFFSET + cd.MAX_KEY_LENGTH] = key.ljust(cd.MAX_KEY_LENGTH, b"\0")
+            struct.pack_into("=i", self.metadata, meta + cd.LABEL_LENGTH_OFFSET, len(encoded))
+            self.metadata[meta + cd.LABEL_OFFSET : meta + cd.LABEL_OFFSET + len(encoded)] = encoded
+            _native.put_int64_ordered(self.values, value, initial_value)
+            _native.put_int32_ordered(self.metadata, meta + cd.RECORD_STATE_OFFSET, cd.RECORD_ALLOCATED)
+            return counter_id
+        raise MemoryError(f"no counter records left (capacity {self.max_counter_id + 1}) for {label!r}")
+
+    def free(self, counter_id: int) -> None:
+        """Release a counter; its record may be reused after the free-to-reuse timeout."""
+        self._check_id(counter_id)
+        meta = cd.metadata_offset(counter_id)
+        deadline = int(time.time() * 1000) + self.free_to_reuse_timeout_ms
+        struct.pack_into("=q", self.metadata, meta + cd.FREE_FOR_REUSE_DEADLINE_OFFSET, deadline)
+        _native.put_int32_ordered(self.metadata, meta + cd.RECORD_STATE_OFFSET, cd.RECORD_RECLAIMED)
+
+    def set_value(self, counter_id: int, value: int) -> None:
+        self._check_id(counter_id)
+        _native.put_int64_ordered(self.values, cd.values_offset(counter_id), value)

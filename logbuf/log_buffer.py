@@ -1,0 +1,171 @@
+"""LogBuffers: one stream's log (3 terms + metadata) in a mapped shared-memory segment."""
+
+from __future__ import annotations
+
+import struct
+
+from logbuf import _native
+from logbuf import data_header_descriptor as dh
+from logbuf import log_buffer_descriptor as lbd
+from logbuf.shm import OWNER_ONLY, Segment
+
+_MAX_INT64 = (1 << 63) - 1
+
+
+class LogBuffers:
+    """A log buffer mapped in this process. Create it once, open it from any process.
+
+    ``view`` is the native :class:`~logbuf._native.LogView` that publications and images use.
+    """
+
+    def __init__(self, segment: Segment) -> None:
+        self.segment = segment
+        self.view = _native.LogView(segment.buffer)
+        self.term_length: int = self.view.term_length
+        self.mtu_length: int = self.view.mtu_length
+        self.initial_term_id: int = self.view.initial_term_id
+        self.position_bits_to_shift: int = self.view.position_bits_to_shift
+        meta = self.view.metadata()
+        self.page_size: int = struct.unpack_from("=i", meta, lbd.LOG_PAGE_SIZE_OFFSET)[0]
+        self.correlation_id: int = struct.unpack_from("=q", meta, lbd.LOG_CORRELATION_ID_OFFSET)[0]
+        self.term_window_length: int = struct.unpack_from("=i", meta, lbd.LOG_PUBLICATION_WINDOW_LENGTH_OFFSET)[0]
+        (_, _, _, _, _, self.session_id, self.stream_id, _, _) = dh.HEADER.unpack_from(
+            meta, lbd.LOG_DEFAULT_FRAME_HEADER_OFFSET
+        )
+        meta.release()
+
+    @property
+    def name(self) -> str:
+        return self.segment.name
+
+    @classmethod
+    def create(
+        cls,
+        name: str,
+        *,
+        term_length: int = 16 * 1024 * 1024,
+        mtu_length: int = dh.DEFAULT_MTU_LENGTH,
+        session_id: int = 0,
+        stream_id: int = 0,
+        initial_term_id: int = 0,
+        correlation_id: int = 0,
+        page_size: int = lbd.PAGE_MIN_SIZE,
+        term_window_length: int = 0,
+        mode: int = OWNER_ONLY,
+    ) -> "LogBuffers":
+        """Create and initialise a new log; fails if ``name`` exists."""
+        lbd.check_term_length(term_length)
+        lbd.check_page_size(page_size)
+        dh.check_mtu_length(mtu_length, term_length)
+        for field, value in (("session_id", session_id), ("stream_id", stream_id), ("initial_term_id", initial_term_id)):
+            if not -(1 << 31) <= value < (1 << 31):
+                raise lbd.LogBufferError(f"{field}={value} is not a 32-bit signed integer")
+        if term_window_length and not mtu_length <= term_window_length <= term_length // 2:
+            raise lbd.LogBufferError(
+                f"term_window_length={term_window_length} must be within mtu_length..term_length/2 ({term_length // 2})"
+            )
+        segment = Segment.create(name, lbd.compute_log_length(term_length, page_size), mode=mode)
+        meta_off = lbd.metadata_offset(term_length)
+        buf = segment.buffer
+        struct.pack_into(
+            "=qiiiiiii", buf, meta_off + lbd.LOG_CORRELATION_ID_OFFSET,
+            correlation_id, initial_term_id, dh.HEADER_LENGTH, mtu_length, term_length, page_size,
+            term_window_length or term_length // 2, 0,
+        )
+        dh.HEADER.pack_into(
+            buf, meta_off + lbd.LOG_DEFAULT_FRAME_HEADER_OFFSET,
+            0, dh.CURRENT_VERSION, dh.UNFRAGMENTED, dh.HDR_TYPE_DATA, 0, session_id, stream_id, initial_term_id, 0,
+        )
+        struct.pack_into("=q", buf, meta_off + lbd.LOG_END_OF_STREAM_POSITION_OFFSET, _MAX_INT64)
+        for index in range(1, lbd.PARTITION_COUNT):
+            struct.pack_into("=q", buf, meta_off + 8 * index, lbd.pack_tail(initial_term_id - lbd.PARTITION_COUNT + index, 0))
+        _native.put_int32_ordered(buf, meta_off + lbd.LOG_ACTIVE_TERM_COUNT_OFFSET, 0)
+        _native.put_int64_ordered(buf, meta_off + lbd.TERM_TAIL_COUNTERS_OFFSET, lbd.pack_tail(initial_term_id, 0))
+        return cls(segment)
+
+    @classmethod
+    def open(cls, name: str) -> "LogBuffers":
+        """Map an existing log by name."""
+        segment = Segment.open(name)
+        try:
+            return cls(segment)
+        except ValueError as e:
+            segment.close()
+            raise lbd.LogBufferError(f"shared memory {name!r} is not a valid log buffer: {e}") from e
+
+    # -- metadata accessors ------------------------------------------------------------------------
+    def metadata(self) -> memoryview:
+        """Writable view of the metadata section (release it when done)."""
+        return self.view.metadata()
+
+    def term_buffer(self, index: int) -> memoryview:
+        """Writable view of term partition ``index``."""
+        return self.view.term_buffer(index)
+
+    def active_term_count(self) -> int:
+        with self.metadata() as meta:
+            return lbd.active_term_count_volatile(meta)
+
+    def raw_tail(self, index: int) -> int:
+        with self.metadata() as meta:
+            return lbd.raw_tail_volatile(meta, index)
+
+    def tail_position(self) -> int:
+        """Position of the active term's tail (where the next claim starts)."""
+        with self.metadata() as meta:
+            count = lbd.active_term_count_volatile(meta)
+            raw = lbd.raw_tail_volatile(meta, lbd.index_by_term_count(count))
+        return lbd.compute_position(
+            lbd.term_id(raw), lbd.term_offset(raw, self.term_length), self.position_bits_to_shift, self.initial_term_id
+        )
+
+    def is_connected(self) -> bool:
+        with self.metadata() as meta:
+            return lbd.is_connected_volatile(meta)
+
+    def set_connected(self, connected: bool) -> None:
+        with self.metadata() as meta:
+            _native.put_int32_ordered(meta, lbd.LOG_IS_CONNECTED_OFFSET, 1 if connected else 0)
+
+    def end_of_stream_position(self) -> int:
+        with self.metadata() as meta:
+            return lbd.end_of_stream_position_volatile(meta)
+
+    def set_end_of_stream_position(self, position: int) -> None:
+        with self.metadata() as meta:
+            _native.put_int64_ordered(meta, lbd.LOG_END_OF_STREAM_POSITION_OFFSET, position)
+
+    def clean(self, from_position: int, to_position: int) -> int:
+        """Zero the log between two positions (wrapping through the partitions); returns bytes zeroed."""
+        cleaned = 0
+        position = from_position
+        mask = self.term_length - 1
+        while position < to_position:
+            index = lbd.index_by_position(position, self.position_bits_to_shift)
+            offset = position & mask
+            length = min(self.term_length - offset, to_position - position)
+            with self.term_buffer(index) as term:
+                _native.term_clean(term, offset, length)
+            position += length
+            cleaned += length
+        return cleaned
+
+    def close(self) -> None:
+        """Unmap (publications and images over this log must be closed first)."""
+        self.view.close()
+        self.segment.close()
+
+    def unlink(self) -> None:
+        Segment.unlink(self.segment.name)
+
+    def __enter__(self) -> "LogBuffers":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (
+            f"LogBuffers(name={self.name!r}, term_length={self.term_length}, mtu_length={self.mtu_length}, "
+            f"session_id={self.session_id}, stream_id={self.stream_id}, initial_term_id={self.initial_term_id})"
+        )

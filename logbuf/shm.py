@@ -1,0 +1,88 @@
+"""POSIX shared memory segments (posix_ipc), mmap'd, with names checked up front."""
+
+from __future__ import annotations
+
+import mmap
+import os
+import re
+from typing import Final
+
+from logbuf.errors import ConfigurationError
+
+import posix_ipc
+
+NAME_PATTERN: Final[re.Pattern[str]] = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
+OWNER_ONLY: Final[int] = 0o600
+OWNER_AND_GROUP: Final[int] = 0o660
+
+
+class ShmError(ConfigurationError):
+    """A shared-memory name or segment is invalid or missing; the message names it."""
+
+
+def check_name(name: str) -> str:
+    """A segment name: 1-200 characters of letters, digits, '.', '_' or '-' (no slashes)."""
+    if not isinstance(name, str) or not NAME_PATTERN.match(name):
+        raise ShmError(
+            f"shared memory name={name!r} is invalid: use 1-200 letters, digits, '.', '_' or '-' (no '/')"
+        )
+    return "/" + name
+
+
+class Segment:
+    """A mapped shared-memory segment. ``buffer`` is the mmap; ``close()`` unmaps it."""
+
+    def __init__(self, name: str, mm: mmap.mmap, created: bool) -> None:
+        self.name = name
+        self.buffer = mm
+        self.created = created
+
+    @property
+    def length(self) -> int:
+        return len(self.buffer)
+
+    @classmethod
+    def create(cls, name: str, length: int, *, mode: int = OWNER_ONLY, exclusive: bool = True) -> "Segment":
+        path = check_name(name)
+        if length <= 0:
+            raise ShmError(f"segment length={length} must be positive")
+        flags = posix_ipc.O_CREX if exclusive else posix_ipc.O_CREAT
+        try:
+            shm = posix_ipc.SharedMemory(path, flags, mode=mode, size=length)
+        except posix_ipc.ExistentialError as e:
+            raise ShmError(f"shared memory {name!r} already exists") from e
+        try:
+            mm = mmap.mmap(shm.fd, length)
+        finally:
+            shm.close_fd()
+        return cls(name, mm, True)
+
+    @classmethod
+    def open(cls, name: str) -> "Segment":
+        path = check_name(name)
+        try:
+            shm = posix_ipc.SharedMemory(path)
+        except posix_ipc.ExistentialError as e:
+            raise ShmError(f"shared memory {name!r} does not exist") from e
+        try:
+            size = os.fstat(shm.fd).st_size
+            if size == 0:
+                raise ShmError(f"shared memory {name!r} is empty")
+            mm = mmap.mmap(shm.fd, size)
+        finally:
+            shm.close_fd()
+        return cls(name, mm, False)
+
+    def close(self) -> None:
+        """Unmap (views handed out must have been released first)."""
+        if not self.buffer.closed:
+            self.buffer.close()
+
+    @staticmethod
+    def unlink(name: str) -> bool:
+        """Remove the segment's name; mappings stay valid until unmapped. False if it did not exist."""
+        try:
+            posix_ipc.unlink_shared_memory(check_name(name))
+            return True
+        except posix_ipc.ExistentialError:
+            return False
