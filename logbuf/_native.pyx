@@ -33,6 +33,10 @@ run the same code paths with the buffers already resolved to pointers, so that o
 from cpython.buffer cimport PyBUF_SIMPLE, PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
 from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.string cimport memcpy, memset
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.mem cimport PyMem_Calloc, PyMem_Free
+from cpython.object cimport PyObject
+from cpython.sequence cimport PySequence_Fast, PySequence_Fast_GET_SIZE, PySequence_Fast_ITEMS
 
 import sys
 
@@ -1095,61 +1099,57 @@ cdef class PublicationCore:
         """
         if self._closed:
             return CLOSED
-        cdef Py_ssize_t n = len(messages)
+        cdef object seq = PySequence_Fast(messages, "offer_batch expects a sequence of bytes-like messages")
+        cdef Py_ssize_t n = PySequence_Fast_GET_SIZE(seq)
         if n == 0:
             return self._tail_position()
         if n > 65536:
             raise ValueError(f"batch of {n} messages exceeds the 65536-message batch limit")
-        cdef Py_buffer views[256]
-        cdef const char *srcs_small[256]
-        cdef int32_t lengths_small[256]
-        cdef Py_buffer *vs = views
+        cdef PyObject **items = PySequence_Fast_ITEMS(seq)
+        cdef const char *srcs_small[128]
+        cdef int32_t lengths_small[128]
         cdef const char **srcs = srcs_small
         cdef int32_t *lengths = lengths_small
-        cdef list held = None
-        cdef Py_ssize_t i, acquired = 0
-        cdef int64_t total = 0, result
+        cdef Py_buffer *views = NULL
+        cdef uint8_t *held = NULL
         cdef bytes scratch
-        if n > 256:
-            # Large batches: resolve each message through a held memoryview.
-            held = [memoryview(m) for m in messages]
-            scratch = bytes(n * (sizeof(char *) + sizeof(int32_t)))
-            srcs = <const char **><char *>scratch
-            lengths = <int32_t *>(<char *>scratch + n * sizeof(char *))
+        cdef Py_ssize_t i
+        cdef int64_t total = 0, result
+        cdef PyObject *item
+        if n > 128:
+            scratch = PyBytes_FromStringAndSize(NULL, n * (sizeof(char *) + sizeof(int32_t)))
+            srcs = <const char **>PyBytes_AS_STRING(scratch)
+            lengths = <int32_t *>(PyBytes_AS_STRING(scratch) + n * sizeof(char *))
+        try:
             for i in range(n):
-                PyObject_GetBuffer(held[i], &views[0], PyBUF_SIMPLE)
-                srcs[i] = <const char *>views[0].buf
-                lengths[i] = <int32_t>views[0].len
-                PyBuffer_Release(&views[0])
-                if held[i].nbytes != views[0].len or not held[i].c_contiguous:
-                    raise ValueError(f"message {i} is not a contiguous bytes-like object")
+                item = items[i]
+                if PyBytes_CheckExact(<object>item):
+                    srcs[i] = PyBytes_AS_STRING(<object>item)
+                    lengths[i] = <int32_t>PyBytes_GET_SIZE(<object>item)
+                else:
+                    # Other bytes-likes: hold their buffers until the batch is written.
+                    if views == NULL:
+                        views = <Py_buffer *>PyMem_Calloc(n, sizeof(Py_buffer) + 1)
+                        if views == NULL:
+                            raise MemoryError()
+                        held = <uint8_t *>(views + n)
+                    PyObject_GetBuffer(<object>item, &views[i], PyBUF_SIMPLE)
+                    held[i] = 1
+                    srcs[i] = <const char *>views[i].buf
+                    lengths[i] = <int32_t>views[i].len
                 if lengths[i] > self.max_payload_length:
                     raise ValueError(f"message {i} length={lengths[i]} exceeds max_payload_length="
                                      f"{self.max_payload_length}; batch messages are not fragmented")
                 total += _align(lengths[i] + HEADER_LENGTH)
-        else:
-            try:
-                for i in range(n):
-                    PyObject_GetBuffer(messages[i], &vs[i], PyBUF_SIMPLE)
-                    acquired += 1
-                    srcs[i] = <const char *>vs[i].buf
-                    lengths[i] = <int32_t>vs[i].len
-                    if lengths[i] > self.max_payload_length:
-                        raise ValueError(f"message {i} length={lengths[i]} exceeds max_payload_length="
-                                         f"{self.max_payload_length}; batch messages are not fragmented")
-                    total += _align(lengths[i] + HEADER_LENGTH)
-            except BaseException:
-                for i in range(acquired):
-                    PyBuffer_Release(&vs[i])
-                raise
-        try:
             if total > self.max_message_length:
                 raise ValueError(f"batch framed length={total} exceeds max_message_length={self.max_message_length}")
             result = self._offer(NULL, 0, reserved_value, <int32_t>n, srcs, lengths, <int32_t>total)
         finally:
-            if held is None:
-                for i in range(acquired):
-                    PyBuffer_Release(&vs[i])
+            if views != NULL:
+                for i in range(n):
+                    if held[i]:
+                        PyBuffer_Release(&views[i])
+                PyMem_Free(views)
         return result
 
     def try_claim(self, int32_t length, BufferClaim claim) -> int:

@@ -73,6 +73,39 @@ class Segment:
             shm.close_fd()
         return cls(name, mm, False)
 
+    @classmethod
+    def create_file(cls, path: str, length: int, *, mode: int = OWNER_ONLY) -> "Segment":
+        """Create a new file (normally under /dev/shm, a tmpfs) of ``length`` bytes and map it."""
+        if length <= 0:
+            raise ShmError(f"segment length={length} must be positive")
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, mode)
+        except FileExistsError as e:
+            raise ShmError(f"file {path!r} already exists") from e
+        try:
+            os.fchmod(fd, mode)  # not subject to the umask
+            os.ftruncate(fd, length)
+            mm = mmap.mmap(fd, length)
+        finally:
+            os.close(fd)
+        return cls(path, mm, True)
+
+    @classmethod
+    def open_file(cls, path: str, *, writable: bool = True) -> "Segment":
+        """Map an existing file in full."""
+        try:
+            fd = os.open(path, os.O_RDWR if writable else os.O_RDONLY)
+        except FileNotFoundError as e:
+            raise ShmError(f"file {path!r} does not exist") from e
+        try:
+            size = os.fstat(fd).st_size
+            if size == 0:
+                raise ShmError(f"file {path!r} is empty")
+            mm = mmap.mmap(fd, size, access=mmap.ACCESS_WRITE if writable else mmap.ACCESS_READ)
+        finally:
+            os.close(fd)
+        return cls(path, mm, False)
+
     def close(self) -> None:
         """Unmap (views handed out must have been released first)."""
         if not self.buffer.closed:
