@@ -1,0 +1,25 @@
+"""logbuf's client API: connect to a media driver, publish and subscribe through shared memory."""
+
+from client.aeron import Aeron, Context, Image, Publication, Subscription
+from logbuf.errors import ClosedError, DriverTimeoutError, LogbufError, RegistrationError
+from logbuf.fragment_assembler import ControlledFragmentAssembler, FragmentAssembler
+from logbuf.image import ControlledPollAction, Header
+from logbuf.publication import BufferClaim, OfferResult
+
+__all__ = [
+    "Aeron",
+    "BufferClaim",
+    "ClosedError",
+    "Context",
+    "ControlledFragmentAssembler",
+    "ControlledPollAction",
+    "DriverTimeoutError",
+    "FragmentAssembler",
+    "Header",
+    "Image",
+    "LogbufError",
+    "OfferResult",
+    "Publication",
+    "RegistrationError",
+    "Subscription",
+]

@@ -13,3 +13,27 @@ class LogbufError(Exception):
 
 class ConfigurationError(LogbufError, ValueError):
     """A setting or argument is invalid; the message names it and its value."""
+
+
+class ClosedError(LogbufError):
+    """The client, publication or subscription is closed."""
+
+
+class DriverTimeoutError(LogbufError):
+    """The media driver did not answer or stopped heartbeating within the driver timeout."""
+
+
+class RegistrationError(LogbufError):
+    """The media driver rejected a command: ``error_code`` (an ErrorCode) and its message."""
+
+    def __init__(self, correlation_id: int, error_code: int, message: str) -> None:
+        from logbuf.command_descriptor import ErrorCode
+
+        try:
+            code_name = ErrorCode(error_code).name
+        except ValueError:
+            code_name = str(error_code)
+        super().__init__(f"{code_name}: {message} (correlation_id={correlation_id})")
+        self.correlation_id = correlation_id
+        self.error_code = error_code
+        self.driver_message = message

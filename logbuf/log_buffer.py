@@ -10,6 +10,61 @@ from logbuf import log_buffer_descriptor as lbd
 from logbuf.shm import OWNER_ONLY, Segment
 
 _MAX_INT64 = (1 << 63) - 1
+DEFAULT_TERM_LENGTH = 16 * 1024 * 1024
+
+
+def check_params(
+    *,
+    term_length: int = DEFAULT_TERM_LENGTH,
+    mtu_length: int = dh.DEFAULT_MTU_LENGTH,
+    session_id: int = 0,
+    stream_id: int = 0,
+    initial_term_id: int = 0,
+    correlation_id: int = 0,
+    page_size: int = lbd.PAGE_MIN_SIZE,
+    term_window_length: int = 0,
+) -> None:
+    """Validate log parameters; errors name the parameter and value."""
+    lbd.check_term_length(term_length)
+    lbd.check_page_size(page_size)
+    dh.check_mtu_length(mtu_length, term_length)
+    for field, value in (("session_id", session_id), ("stream_id", stream_id), ("initial_term_id", initial_term_id)):
+        if not -(1 << 31) <= value < (1 << 31):
+            raise lbd.LogBufferError(f"{field}={value} is not a 32-bit signed integer")
+    if term_window_length and not mtu_length <= term_window_length <= term_length // 2:
+        raise lbd.LogBufferError(
+            f"term_window_length={term_window_length} must be within mtu_length..term_length/2 ({term_length // 2})"
+        )
+
+
+def _initialise(
+    buf: object,
+    *,
+    term_length: int = DEFAULT_TERM_LENGTH,
+    mtu_length: int = dh.DEFAULT_MTU_LENGTH,
+    session_id: int = 0,
+    stream_id: int = 0,
+    initial_term_id: int = 0,
+    correlation_id: int = 0,
+    page_size: int = lbd.PAGE_MIN_SIZE,
+    term_window_length: int = 0,
+) -> None:
+    """Write a new log's metadata: tails, term count, parameters, default header; EOS = max."""
+    meta_off = lbd.metadata_offset(term_length)
+    struct.pack_into(
+        "=qiiiiiii", buf, meta_off + lbd.LOG_CORRELATION_ID_OFFSET,
+        correlation_id, initial_term_id, dh.HEADER_LENGTH, mtu_length, term_length, page_size,
+        term_window_length or term_length // 2, 0,
+    )
+    dh.HEADER.pack_into(
+        buf, meta_off + lbd.LOG_DEFAULT_FRAME_HEADER_OFFSET,
+        0, dh.CURRENT_VERSION, dh.UNFRAGMENTED, dh.HDR_TYPE_DATA, 0, session_id, stream_id, initial_term_id, 0,
+    )
+    struct.pack_into("=q", buf, meta_off + lbd.LOG_END_OF_STREAM_POSITION_OFFSET, _MAX_INT64)
+    for index in range(1, lbd.PARTITION_COUNT):
+        struct.pack_into("=q", buf, meta_off + 8 * index, lbd.pack_tail(initial_term_id - lbd.PARTITION_COUNT + index, 0))
+    _native.put_int32_ordered(buf, meta_off + lbd.LOG_ACTIVE_TERM_COUNT_OFFSET, 0)
+    _native.put_int64_ordered(buf, meta_off + lbd.TERM_TAIL_COUNTERS_OFFSET, lbd.pack_tail(initial_term_id, 0))
 
 
 class LogBuffers:
@@ -39,49 +94,52 @@ class LogBuffers:
         return self.segment.name
 
     @classmethod
-    def create(
-        cls,
-        name: str,
-        *,
-        term_length: int = 16 * 1024 * 1024,
-        mtu_length: int = dh.DEFAULT_MTU_LENGTH,
-        session_id: int = 0,
-        stream_id: int = 0,
-        initial_term_id: int = 0,
-        correlation_id: int = 0,
-        page_size: int = lbd.PAGE_MIN_SIZE,
-        term_window_length: int = 0,
-        mode: int = OWNER_ONLY,
-    ) -> "LogBuffers":
-        """Create and initialise a new log; fails if ``name`` exists."""
-        lbd.check_term_length(term_length)
-        lbd.check_page_size(page_size)
-        dh.check_mtu_length(mtu_length, term_length)
-        for field, value in (("session_id", session_id), ("stream_id", stream_id), ("initial_term_id", initial_term_id)):
-            if not -(1 << 31) <= value < (1 << 31):
-                raise lbd.LogBufferError(f"{field}={value} is not a 32-bit signed integer")
-        if term_window_length and not mtu_length <= term_window_length <= term_length // 2:
-            raise lbd.LogBufferError(
-                f"term_window_length={term_window_length} must be within mtu_length..term_length/2 ({term_length // 2})"
-            )
-        segment = Segment.create(name, lbd.compute_log_length(term_length, page_size), mode=mode)
-        meta_off = lbd.metadata_offset(term_length)
-        buf = segment.buffer
-        struct.pack_into(
-            "=qiiiiiii", buf, meta_off + lbd.LOG_CORRELATION_ID_OFFSET,
-            correlation_id, initial_term_id, dh.HEADER_LENGTH, mtu_length, term_length, page_size,
-            term_window_length or term_length // 2, 0,
-        )
-        dh.HEADER.pack_into(
-            buf, meta_off + lbd.LOG_DEFAULT_FRAME_HEADER_OFFSET,
-            0, dh.CURRENT_VERSION, dh.UNFRAGMENTED, dh.HDR_TYPE_DATA, 0, session_id, stream_id, initial_term_id, 0,
-        )
-        struct.pack_into("=q", buf, meta_off + lbd.LOG_END_OF_STREAM_POSITION_OFFSET, _MAX_INT64)
-        for index in range(1, lbd.PARTITION_COUNT):
-            struct.pack_into("=q", buf, meta_off + 8 * index, lbd.pack_tail(initial_term_id - lbd.PARTITION_COUNT + index, 0))
-        _native.put_int32_ordered(buf, meta_off + lbd.LOG_ACTIVE_TERM_COUNT_OFFSET, 0)
-        _native.put_int64_ordered(buf, meta_off + lbd.TERM_TAIL_COUNTERS_OFFSET, lbd.pack_tail(initial_term_id, 0))
+    def create(cls, name: str, *, mode: int = OWNER_ONLY, **params: int) -> "LogBuffers":
+        """Create and initialise a new log in POSIX shared memory; fails if ``name`` exists.
+
+        ``params``: term_length, mtu_length, session_id, stream_id, initial_term_id, correlation_id,
+        page_size, term_window_length (see :func:`check_params`).
+        """
+        check_params(**params)
+        segment = Segment.create(name, lbd.compute_log_length(params.get("term_length", DEFAULT_TERM_LENGTH),
+                                                             params.get("page_size", lbd.PAGE_MIN_SIZE)), mode=mode)
+        _initialise(segment.buffer, **params)
         return cls(segment)
+
+    @classmethod
+    def create_file(cls, path: str, *, mode: int = OWNER_ONLY, **params: int) -> "LogBuffers":
+        """Create and initialise a new log as a file (a media driver's logs, under /dev/shm)."""
+        check_params(**params)
+        segment = Segment.create_file(path, lbd.compute_log_length(params.get("term_length", DEFAULT_TERM_LENGTH),
+                                                                  params.get("page_size", lbd.PAGE_MIN_SIZE)),
+                                      mode=mode)
+        _initialise(segment.buffer, **params)
+        return cls(segment)
+
+    @classmethod
+    def open_file(cls, path: str) -> "LogBuffers":
+        """Map an existing log file."""
+        segment = Segment.open_file(path)
+        try:
+            return cls(segment)
+        except ValueError as e:
+            segment.close()
+            raise lbd.LogBufferError(f"file {path!r} is not a valid log buffer: {e}") from e
+
+    def seek_to(self, term_id: int, term_offset: int) -> None:
+        """Start a fresh log at ``term_id``/``term_offset`` (channel init-term-id/term-id/term-offset)."""
+        if term_offset % dh.FRAME_ALIGNMENT or not 0 <= term_offset <= self.term_length:
+            raise lbd.LogBufferError(f"term_offset={term_offset} must be a multiple of 32 within the term")
+        count = lbd._int32(term_id - self.initial_term_id)
+        if count < 0:
+            raise lbd.LogBufferError(f"term_id={term_id} is before initial_term_id={self.initial_term_id}")
+        index = lbd.index_by_term_count(count)
+        with self.metadata() as meta:
+            for k in (1, 2):
+                other = (index + k) % lbd.PARTITION_COUNT
+                struct.pack_into("=q", meta, 8 * other, lbd.pack_tail(term_id + k - lbd.PARTITION_COUNT, 0))
+            struct.pack_into("=q", meta, 8 * index, lbd.pack_tail(term_id, term_offset))
+            _native.put_int32_ordered(meta, lbd.LOG_ACTIVE_TERM_COUNT_OFFSET, count)
 
     @classmethod
     def open(cls, name: str) -> "LogBuffers":

@@ -93,8 +93,8 @@ class StreamLog:
         if max_subscribers < 1:
             raise ValueError(f"max_subscribers={max_subscribers} must be at least 1")
         log = LogBuffers.create(
-            name, term_length=term_length, mtu_length=mtu_length, session_id=session_id, stream_id=stream_id,
-            initial_term_id=initial_term_id, term_window_length=term_window_length, mode=mode,
+            name, mode=mode, term_length=term_length, mtu_length=mtu_length, session_id=session_id,
+            stream_id=stream_id, initial_term_id=initial_term_id, term_window_length=term_window_length,
         )
         try:
             records = max_subscribers + 3

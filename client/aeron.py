@@ -1,0 +1,601 @@
+"""The client API: ``Aeron.connect()`` then publications and subscriptions through a media driver.
+
+Theory of operation
+-------------------
+Commands go to the driver through the CnC's to-driver ring buffer, each with a fresh
+correlation id; responses and image events come back on the to-clients broadcast buffer. The
+client conductor (:class:`ClientConductor`) owns all of that: it is driven by the caller's thread
+while a command awaits its response, and by a small background thread otherwise (keepalives
+every ``keepalive_interval``, image events, the driver-liveness check, closing lingering
+resources). One re-entrant lock serialises them.
+
+The data path never touches the conductor: ``Publication.offer`` and ``Image.poll`` are native
+calls on the mapped log and the position counters in the CnC.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from logbuf import command_descriptor as cmd
+from logbuf import counters_descriptor as cd
+from logbuf.broadcast import CopyBroadcastReceiver
+from logbuf.cnc import CncFile, cnc_driver_heartbeat_ms
+from logbuf.errors import ClosedError, ConfigurationError, DriverTimeoutError, RegistrationError
+from logbuf.image import Image as _Image
+from logbuf.log_buffer import LogBuffers
+from logbuf.publication import Publication as _Publication
+from logbuf.ring_buffer import ManyToOneRingBuffer
+from logbuf.shm import ShmError
+
+from driver.context import resolve_dir
+
+__all__ = ["Aeron", "Context", "Image", "Publication", "Subscription"]
+
+RESOURCE_LINGER_NS = 3_000_000_000
+"""Closed images and logs stay mapped this long: a poll still running on another thread is safe."""
+
+
+@dataclass
+class Context:
+    """Client settings. ``dir``: where the driver lives (default ``LOGBUF_DIR`` or /dev/shm/logbuf-<user>)."""
+
+    dir: str = ""
+    driver_timeout_ms: int = 10_000
+    keepalive_interval_ms: int = 500
+    error_handler: Callable[[BaseException], None] | None = None
+    on_available_image: Callable[["Image"], None] | None = None
+    on_unavailable_image: Callable[["Image"], None] | None = None
+    use_conductor_thread: bool = True
+
+    def conclude(self) -> "Context":
+        self.dir = resolve_dir(self.dir or None)
+        if self.driver_timeout_ms <= 0:
+            raise ConfigurationError(f"driver_timeout_ms={self.driver_timeout_ms} must be positive")
+        if self.keepalive_interval_ms <= 0:
+            raise ConfigurationError(f"keepalive_interval_ms={self.keepalive_interval_ms} must be positive")
+        return self
+
+
+class Publication(_Publication):
+    """A publication registered with the media driver (concurrent or exclusive)."""
+
+    channel: str
+    registration_id: int
+    _conductor: "ClientConductor"
+    _log_buffers: LogBuffers
+
+    def close(self) -> None:
+        """Remove the publication from the driver; further offers return CLOSED."""
+        if self.is_closed:
+            return
+        super().close()
+        self._conductor.release_publication(self)
+
+
+class Image(_Image):
+    """One publisher's stream as seen by a subscription."""
+
+    correlation_id: int
+    subscription: "Subscription"
+    source_identity: str
+    _log_buffers: LogBuffers
+    _log_file_name: str
+
+
+class Subscription:
+    """Receives from every image (publisher session) matching its channel and stream id."""
+
+    def __init__(self, conductor: "ClientConductor", registration_id: int, channel: str, stream_id: int,
+                 on_available_image: Callable[[Image], None] | None,
+                 on_unavailable_image: Callable[[Image], None] | None) -> None:
+        self._conductor = conductor
+        self.registration_id = registration_id
+        self.channel = channel
+        self.stream_id = stream_id
+        self.on_available_image = on_available_image
+        self.on_unavailable_image = on_unavailable_image
+        self._images: tuple[Image, ...] = ()
+        self._round_robin = 0
+        self._closed = False
+
+    @property
+    def images(self) -> tuple[Image, ...]:
+        """The images now connected (a snapshot; the list is replaced, never mutated)."""
+        return self._images
+
+    @property
+    def image_count(self) -> int:
+        return len(self._images)
+
+    @property
+    def is_connected(self) -> bool:
+        return any(not image.is_closed for image in self._images)
+
+    @property
+    def is_closed(self) -> bool:
+        return self._closed
+
+    def image_by_session_id(self, session_id: int) -> Image | None:
+        for image in self._images:
+            if image.session_id == session_id:
+                return image
+        return None
+
+    def poll(self, handler: Callable[[memoryview, Any], Any], fragment_limit: int) -> int:
+        """Poll images round-robin for up to ``fragment_limit`` fragments in all."""
+        images = self._images
+        count = len(images)
+        if count == 1:
+            return images[0].poll(handler, fragment_limit)
+        if count == 0:
+            return 0
+        start = self._round_robin = (self._round_robin + 1) % count
+        fragments = 0
+        for i in range(count):
+            fragments += images[(start + i) % count].poll(handler, fragment_limit - fragments)
+            if fragments >= fragment_limit:
+                break
+        return fragments
+
+    def controlled_poll(self, handler: Callable[[memoryview, Any], Any], fragment_limit: int) -> int:
+        images = self._images
+        count = len(images)
+        if count == 0:
+            return 0
+        start = self._round_robin = (self._round_robin + 1) % count
+        fragments = 0
+        for i in range(count):
+            fragments += images[(start + i) % count].controlled_poll(handler, fragment_limit - fragments)
+            if fragments >= fragment_limit:
+                break
+        return fragments
+
+    def block_poll(self, handler: Callable[[memoryview, int, int, int], Any], block_length_limit: int) -> int:
+        """Block-poll each image once; returns the bytes consumed."""
+        consumed = 0
+        for image in self._images:
+            consumed += image.block_poll(handler, block_length_limit)
+        return consumed
+
+    def _add_image(self, image: Image) -> None:
+        self._images = self._images + (image,)
+
+    def _remove_image(self, correlation_id: int) -> Image | None:
+        for image in self._images:
+            if image.correlation_id == correlation_id:
+                self._images = tuple(i for i in self._images if i is not image)
+                return image
+        return None
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._conductor.release_subscription(self)
+
+    def __enter__(self) -> "Subscription":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"Subscription(registration_id={self.registration_id}, channel={self.channel!r}, "
+                f"stream_id={self.stream_id}, images={len(self._images)})")
+
+
+@dataclass
+class _Pending:
+    correlation_id: int
+    response: tuple[int, Any] | None = None
+
+
+@dataclass
+class _MappedLog:
+    log: LogBuffers
+    ref_count: int = 0
+    linger_until_ns: int = 0
+    users: list[Any] = field(default_factory=list)
+
+
+class ClientConductor:
+    """The client's side of the driver conversation (see the module docstring)."""
+
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self.cnc = _await_cnc(ctx)
+        self.to_driver = ManyToOneRingBuffer(self.cnc.to_driver)
+        self.to_clients = CopyBroadcastReceiver(self.cnc.to_clients)
+        self.client_id = self.to_driver.next_correlation_id()
+        self._lock = threading.RLock()
+        self._pending: dict[int, _Pending] = {}
+        self._subscriptions: dict[int, Subscription] = {}
+        self._publications: dict[int, Publication] = {}
+        self._logs: dict[str, _MappedLog] = {}
+        self._lingering: list[tuple[int, Any]] = []
+        self._closed = False
+        self._driver_error: DriverTimeoutError | None = None
+        self._next_keepalive_ns = 0
+        self._log = structlog.get_logger().bind(role="client", client_id=self.client_id)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._send(cmd.CLIENT_KEEPALIVE, cmd.CorrelatedCommand(self.client_id, 0).encode())
+        if ctx.use_conductor_thread:
+            self._thread = threading.Thread(target=self._run, name=f"logbuf-client-{self.client_id}", daemon=True)
+            self._thread.start()
+
+    # -- duty cycle ----------------------------------------------------------------------------------------
+    def _run(self) -> None:
+        while not self._stop.wait(0.01):
+            try:
+                self.do_work()
+            except Exception as e:  # the conductor thread must not die silently
+                self._handle_error(e)
+
+    def do_work(self) -> int:
+        with self._lock:
+            if self._closed:
+                return 0
+            work = self.to_clients.receive(self._on_response)
+            now_ns = time.monotonic_ns()
+            if now_ns >= self._next_keepalive_ns:
+                self._next_keepalive_ns = now_ns + self.ctx.keepalive_interval_ms * 1_000_000
+                self._check_driver()
+                if self._driver_error is None:
+                    self._send(cmd.CLIENT_KEEPALIVE, cmd.CorrelatedCommand(self.client_id, 0).encode())
+                self._close_lingering(now_ns)
+            return work
+
+    def _check_driver(self) -> None:
+        if self._driver_error is not None:
+            return
+        age_ms = time.time_ns() // 1_000_000 - cnc_driver_heartbeat_ms(self.cnc)
+        if age_ms > self.ctx.driver_timeout_ms:
+            self._driver_error = DriverTimeoutError(
+                f"media driver in {self.ctx.dir} has not heartbeated for {age_ms} ms "
+                f"(driver_timeout_ms={self.ctx.driver_timeout_ms})"
+            )
+            self._log.error("client.driver_timeout", age_ms=age_ms)
+            self._force_close_resources()
+            self._handle_error(self._driver_error)
+
+    def _handle_error(self, error: BaseException) -> None:
+        if self.ctx.error_handler is not None:
+            self.ctx.error_handler(error)
+
+    def _ensure_usable(self) -> None:
+        if self._driver_error is not None:
+            raise self._driver_error
+        if self._closed:
+            raise ClosedError("client is closed")
+
+    # -- commands -----------------------------------------------------------------------------------------
+    def _send(self, msg_type_id: int, payload: bytes) -> None:
+        deadline = time.monotonic() + self.ctx.driver_timeout_ms / 1000
+        while not self.to_driver.write(msg_type_id, payload):
+            if time.monotonic() > deadline:
+                raise DriverTimeoutError(f"command ring full for {self.ctx.driver_timeout_ms} ms: driver not consuming")
+            time.sleep(0.001)
+
+    def _await(self, correlation_id: int, msg_type_id: int, payload: bytes) -> tuple[int, Any]:
+        pending = self._pending[correlation_id] = _Pending(correlation_id)
+        try:
+            self._send(msg_type_id, payload)
+            deadline = time.monotonic() + self.ctx.driver_timeout_ms / 1000
+            while pending.response is None:
+                self.do_work()
+                if pending.response is not None:
+                    break
+                self._ensure_usable()
+                if time.monotonic() > deadline:
+                    raise DriverTimeoutError(
+                        f"no response from the media driver in {self.ctx.dir} within "
+                        f"{self.ctx.driver_timeout_ms} ms for {cmd.COMMAND_NAMES.get(msg_type_id, msg_type_id)}"
+                    )
+                time.sleep(0.0002)
+        finally:
+            self._pending.pop(correlation_id, None)
+        type_id, response = pending.response
+        if type_id == cmd.ON_ERROR:
+            raise RegistrationError(correlation_id, response.error_code, response.message)
+        return type_id, response
+
+    def _on_response(self, msg_type_id: int, payload: bytes) -> None:
+        if msg_type_id == cmd.ON_ERROR:
+            error = cmd.ErrorResponse.decode(payload)
+            self._complete(error.offending_correlation_id, msg_type_id, error)
+        elif msg_type_id in (cmd.ON_PUBLICATION_READY, cmd.ON_EXCLUSIVE_PUBLICATION_READY):
+            ready = cmd.PublicationReady.decode(payload)
+            self._complete(ready.correlation_id, msg_type_id, ready)
+        elif msg_type_id == cmd.ON_SUBSCRIPTION_READY:
+            sub_ready = cmd.SubscriptionReady.decode(payload)
+            self._complete(sub_ready.correlation_id, msg_type_id, sub_ready)
+        elif msg_type_id == cmd.ON_OPERATION_SUCCESS:
+            success = cmd.OperationSuccess.decode(payload)
+            self._complete(success.correlation_id, msg_type_id, success)
+        elif msg_type_id == cmd.ON_AVAILABLE_IMAGE:
+            self._on_available_image(cmd.ImageReady.decode(payload))
+        elif msg_type_id == cmd.ON_UNAVAILABLE_IMAGE:
+            self._on_unavailable_image(cmd.ImageMessage.decode(payload))
+        elif msg_type_id == cmd.ON_CLIENT_TIMEOUT:
+            if cmd.ClientTimeout.decode(payload).client_id == self.client_id:
+                self._log.error("client.timed_out_by_driver")
+                self._force_close_resources()
+                self._closed = True
+                self._handle_error(ClosedError("the media driver timed this client out"))
+
+    def _complete(self, correlation_id: int, msg_type_id: int, response: Any) -> None:
+        pending = self._pending.get(correlation_id)
+        if pending is not None:
+            pending.response = (msg_type_id, response)
+
+    # -- logs -----------------------------------------------------------------------------------------------
+    def _map_log(self, path: str) -> LogBuffers:
+        mapped = self._logs.get(path)
+        if mapped is None:
+            try:
+                mapped = self._logs[path] = _MappedLog(LogBuffers.open_file(path))
+            except ShmError as e:
+                raise RegistrationError(0, cmd.ErrorCode.GENERIC_ERROR, f"cannot map log {path}: {e}") from e
+        mapped.ref_count += 1
+        return mapped.log
+
+    def _unmap_log(self, path: str) -> None:
+        mapped = self._logs.get(path)
+        if mapped is not None:
+            mapped.ref_count -= 1
+            if mapped.ref_count <= 0:
+                del self._logs[path]
+                self._linger(mapped.log)
+
+    def _linger(self, resource: Any) -> None:
+        self._lingering.append((time.monotonic_ns() + RESOURCE_LINGER_NS, resource))
+
+    def _close_lingering(self, now_ns: int) -> None:
+        keep = []
+        for deadline, resource in self._lingering:
+            if now_ns < deadline:
+                keep.append((deadline, resource))
+                continue
+            try:
+                resource.close()
+            except BufferError:  # a view handed to a handler is still alive: try again later
+                keep.append((now_ns + RESOURCE_LINGER_NS, resource))
+        self._lingering = keep
+
+    # -- publications -------------------------------------------------------------------------------------
+    def add_publication(self, channel: str, stream_id: int, *, exclusive: bool) -> Publication:
+        with self._lock:
+            self._ensure_usable()
+            correlation_id = self.to_driver.next_correlation_id()
+            command = cmd.PublicationCommand(self.client_id, correlation_id, stream_id, channel)
+            _, ready = self._await(
+                correlation_id, cmd.ADD_EXCLUSIVE_PUBLICATION if exclusive else cmd.ADD_PUBLICATION, command.encode()
+            )
+            log = self._map_log(ready.log_file_name)
+            publication = Publication(log.view, self.cnc.counters_values,
+                                      cd.values_offset(ready.position_limit_counter_id), exclusive, None)
+            publication.channel = channel
+            publication.registration_id = correlation_id
+            publication._conductor = self
+            publication._log_buffers = log
+            publication._log_file_name = ready.log_file_name  # type: ignore[attr-defined]
+            self._publications[correlation_id] = publication
+            self._log.info("client.publication_added", registration_id=correlation_id, channel=channel,
+                           stream_id=stream_id, session_id=ready.session_id, exclusive=exclusive)
+            return publication
+
+    def release_publication(self, publication: Publication) -> None:
+        with self._lock:
+            if self._publications.pop(publication.registration_id, None) is None:
+                return
+            self._unmap_log(publication._log_file_name)  # type: ignore[attr-defined]
+            if self._closed or self._driver_error is not None:
+                return
+            correlation_id = self.to_driver.next_correlation_id()
+            command = cmd.RemoveCommand(self.client_id, correlation_id, publication.registration_id)
+            self._await(correlation_id, cmd.REMOVE_PUBLICATION, command.encode())
+
+    # -- subscriptions ------------------------------------------------------------------------------------
+    def add_subscription(self, channel: str, stream_id: int,
+                         on_available_image: Callable[[Image], None] | None,
+                         on_unavailable_image: Callable[[Image], None] | None) -> Subscription:
+        with self._lock:
+            self._ensure_usable()
+            correlation_id = self.to_driver.next_correlation_id()
+            subscription = Subscription(
+                self, correlation_id, channel, stream_id,
+                on_available_image or self.ctx.on_available_image,
+                on_unavailable_image or self.ctx.on_unavailable_image,
+            )
+            # Registered before the command goes out: image events may follow the ready response at once.
+            self._subscriptions[correlation_id] = subscription
+            command = cmd.SubscriptionCommand(self.client_id, correlation_id, -1, stream_id, channel)
+            try:
+                self._await(correlation_id, cmd.ADD_SUBSCRIPTION, command.encode())
+            except BaseException:
+                self._subscriptions.pop(correlation_id, None)
+                raise
+            self._log.info("client.subscription_added", registration_id=correlation_id, channel=channel,
+                           stream_id=stream_id)
+            return subscription
+
+    def release_subscription(self, subscription: Subscription) -> None:
+        with self._lock:
+            if self._subscriptions.pop(subscription.registration_id, None) is None:
+                return
+            for image in subscription.images:
+                subscription._remove_image(image.correlation_id)
+                self._retire_image(image)
+            if self._closed or self._driver_error is not None:
+                return
+            correlation_id = self.to_driver.next_correlation_id()
+            command = cmd.RemoveCommand(self.client_id, correlation_id, subscription.registration_id)
+            self._await(correlation_id, cmd.REMOVE_SUBSCRIPTION, command.encode())
+
+    def _on_available_image(self, event: cmd.ImageReady) -> None:
+        subscription = self._subscriptions.get(event.subscription_registration_id)
+        if subscription is None or subscription.is_closed:
+            return
+        log = self._map_log(event.log_file_name)
+        image = Image(log.view, self.cnc.counters_values, cd.values_offset(event.subscriber_position_id))
+        image.correlation_id = event.correlation_id
+        image.subscription = subscription
+        image.source_identity = event.source_identity
+        image._log_buffers = log
+        image._log_file_name = event.log_file_name
+        subscription._add_image(image)
+        if subscription.on_available_image is not None:
+            try:
+                subscription.on_available_image(image)
+            except Exception as e:
+                self._handle_error(e)
+
+    def _on_unavailable_image(self, event: cmd.ImageMessage) -> None:
+        subscription = self._subscriptions.get(event.subscription_registration_id)
+        if subscription is None:
+            return
+        image = subscription._remove_image(event.correlation_id)
+        if image is None:
+            return
+        if subscription.on_unavailable_image is not None:
+            try:
+                subscription.on_unavailable_image(image)
+            except Exception as e:
+                self._handle_error(e)
+        self._retire_image(image)
+
+    def _retire_image(self, image: Image) -> None:
+        """Images close after a linger, so a poll in flight on another thread stays safe."""
+        self._linger(image)
+        self._unmap_log(image._log_file_name)
+
+    # -- closing --------------------------------------------------------------------------------------------
+    def _force_close_resources(self) -> None:
+        for publication in list(self._publications.values()):
+            _Publication.close(publication)
+        for subscription in list(self._subscriptions.values()):
+            subscription._closed = True
+            for image in subscription.images:
+                subscription._remove_image(image.correlation_id)
+                self._linger(image)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            if self._driver_error is None:
+                for publication in list(self._publications.values()):
+                    publication.close()
+                for subscription in list(self._subscriptions.values()):
+                    subscription.close()
+                try:
+                    self._send(cmd.CLIENT_CLOSE, cmd.CorrelatedCommand(self.client_id, 0).encode())
+                except DriverTimeoutError:
+                    pass
+            else:
+                self._force_close_resources()
+            self._closed = True
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(2)
+        for _, resource in self._lingering:
+            try:
+                resource.close()
+            except BufferError:
+                pass
+        self._lingering.clear()
+        for mapped in self._logs.values():
+            try:
+                mapped.log.close()
+            except BufferError:
+                pass
+        self._logs.clear()
+        self._log.info("client.closed")
+
+
+def _await_cnc(ctx: Context) -> CncFile:
+    """Map the driver's CnC, waiting up to the driver timeout for an active driver."""
+    deadline = time.monotonic() + ctx.driver_timeout_ms / 1000
+    last_error: Exception | None = None
+    while True:
+        try:
+            cnc = CncFile.open(ctx.dir)
+            age_ms = time.time_ns() // 1_000_000 - cnc_driver_heartbeat_ms(cnc)
+            if age_ms <= ctx.driver_timeout_ms:
+                return cnc
+            cnc.close()
+            last_error = DriverTimeoutError(f"media driver in {ctx.dir} is not alive (heartbeat {age_ms} ms old)")
+        except (ShmError, ValueError, OSError) as e:
+            last_error = e
+        if time.monotonic() > deadline:
+            raise DriverTimeoutError(
+                f"no active media driver found in {ctx.dir} within {ctx.driver_timeout_ms} ms: {last_error}"
+            )
+        time.sleep(0.01)
+
+
+class Aeron:
+    """A connection to a media driver (context manager).
+
+        with Aeron.connect() as aeron:
+            pub = aeron.add_publication("aeron:ipc", 10)
+            sub = aeron.add_subscription("aeron:ipc", 10)
+    """
+
+    def __init__(self, ctx: Context) -> None:
+        self.context = ctx
+        self._conductor = ClientConductor(ctx)
+
+    @classmethod
+    def connect(cls, context: Context | None = None) -> "Aeron":
+        """Map the driver's CnC (waiting up to the driver timeout) and start the client conductor."""
+        return cls((context or Context()).conclude())
+
+    @property
+    def client_id(self) -> int:
+        return self._conductor.client_id
+
+    @property
+    def is_closed(self) -> bool:
+        return self._conductor._closed
+
+    @property
+    def cnc(self) -> CncFile:
+        return self._conductor.cnc
+
+    def add_publication(self, channel: str, stream_id: int) -> Publication:
+        """A concurrent publication (shared with other publishers of the same channel and stream)."""
+        return self._conductor.add_publication(channel, stream_id, exclusive=False)
+
+    def add_exclusive_publication(self, channel: str, stream_id: int) -> Publication:
+        """A publication with its own session, for a single writer thread."""
+        return self._conductor.add_publication(channel, stream_id, exclusive=True)
+
+    def add_subscription(self, channel: str, stream_id: int,
+                         on_available_image: Callable[[Image], None] | None = None,
+                         on_unavailable_image: Callable[[Image], None] | None = None) -> Subscription:
+        return self._conductor.add_subscription(channel, stream_id, on_available_image, on_unavailable_image)
+
+    def do_work(self) -> int:
+        """Run one client-conductor duty cycle (when ``use_conductor_thread`` is off)."""
+        return self._conductor.do_work()
+
+    def close(self) -> None:
+        self._conductor.close()
+
+    def __enter__(self) -> "Aeron":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Aeron(client_id={self.client_id}, dir={self.context.dir!r})"

@@ -1,0 +1,389 @@
+"""The driver conductor: reads client commands, owns publications, subscriptions and clients.
+
+Duty cycle (:meth:`DriverConductor.do_work`): drain up to a batch of commands from the to-driver
+ring; move every IPC publication's limit (clean, then publish); every ``timer_interval``:
+heartbeat into the CnC, time out silent clients, retire drained publications, sample positions.
+
+Errors from a command are answered with ON_ERROR to the client, counted in the ERRORS counter
+and recorded in the distinct error log; the conductor carries on with the next command.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import structlog
+
+from logbuf import command_descriptor as cmd
+from logbuf import counters_descriptor as cd
+from logbuf.channel_uri import ChannelUri, InvalidChannelError
+from logbuf.command_descriptor import ErrorCode, MalformedCommandError
+from logbuf.counters import CountersManager
+from logbuf.log_buffer import LogBuffers
+from logbuf import log_buffer_descriptor as lbd
+
+from driver.context import DriverContext
+from driver.ipc_publication import IpcPublication, PublicationState
+from driver.system_counters import SystemCounterId, SystemCounters
+
+RESERVED_SESSION_ID_LOW = -1
+RESERVED_SESSION_ID_HIGH = 1000
+
+
+class CommandError(Exception):
+    """A command the driver rejects: sent back to the client as ON_ERROR."""
+
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass
+class ClientSession:
+    client_id: int
+    last_keepalive_ns: int
+    heartbeat_counter_id: int
+    publication_links: dict[int, IpcPublication] = field(default_factory=dict)
+    subscription_ids: set[int] = field(default_factory=set)
+
+
+@dataclass
+class SubscriptionLink:
+    registration_id: int
+    client_id: int
+    stream_id: int
+    channel: str
+    canonical: str
+
+
+class DriverConductor:
+    """Agent owning the driver's state; everything else talks to it through the CnC."""
+
+    role_name = "conductor"
+
+    def __init__(
+        self,
+        ctx: DriverContext,
+        *,
+        to_driver: object,
+        to_clients: object,
+        counters: CountersManager,
+        system_counters: SystemCounters,
+        error_log: object,
+        clock_ns: Callable[[], int] = time.monotonic_ns,
+        epoch_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
+        on_terminate: Callable[[], None] | None = None,
+    ) -> None:
+        self.ctx = ctx
+        self.to_driver = to_driver
+        self.to_clients = to_clients
+        self.counters = counters
+        self.system_counters = system_counters
+        self.error_log = error_log
+        self.clock_ns = clock_ns
+        self.epoch_ms = epoch_ms
+        self.on_terminate = on_terminate
+        self.clients: dict[int, ClientSession] = {}
+        self.publications: list[IpcPublication] = []
+        self.subscriptions: dict[int, SubscriptionLink] = {}
+        self._next_session_id = random.randint(RESERVED_SESSION_ID_HIGH + 1, 1 << 30)
+        self._next_timer_ns = 0
+        self._publications_dir = os.path.join(ctx.dir, "publications")
+        self._log = structlog.get_logger().bind(role=self.role_name)
+        self._handlers: dict[int, Callable[[memoryview], None]] = {
+            cmd.ADD_PUBLICATION: lambda b: self._on_add_publication(b, exclusive=False),
+            cmd.ADD_EXCLUSIVE_PUBLICATION: lambda b: self._on_add_publication(b, exclusive=True),
+            cmd.REMOVE_PUBLICATION: self._on_remove_publication,
+            cmd.ADD_SUBSCRIPTION: self._on_add_subscription,
+            cmd.REMOVE_SUBSCRIPTION: self._on_remove_subscription,
+            cmd.CLIENT_KEEPALIVE: self._on_client_keepalive,
+            cmd.CLIENT_CLOSE: self._on_client_close,
+            cmd.TERMINATE_DRIVER: self._on_terminate_driver,
+        }
+
+    # -- agent ------------------------------------------------------------------------------------------
+    def on_start(self) -> None:
+        os.makedirs(self._publications_dir, mode=self.ctx.dir_mode, exist_ok=True)
+        self._heartbeat()
+
+    def do_work(self) -> int:
+        work = self.to_driver.read(self._on_command, 64)  # type: ignore[attr-defined]
+        for publication in self.publications:
+            work += publication.update_publisher_limit()
+        now_ns = self.clock_ns()
+        if now_ns >= self._next_timer_ns:
+            self._next_timer_ns = now_ns + self.ctx.timer_interval
+            work += self._on_timer(now_ns)
+        return work
+
+    def on_close(self) -> None:
+        for publication in self.publications:
+            publication.close()
+        self.publications.clear()
+
+    # -- command dispatch --------------------------------------------------------------------------------
+    def _on_command(self, msg_type_id: int, buffer: memoryview) -> None:
+        self.system_counters.increment(SystemCounterId.COMMANDS_RECEIVED)
+        correlation_id = 0
+        client_id = 0
+        try:
+            if len(buffer) >= cmd.CORRELATED_LENGTH:
+                client_id, correlation_id = cmd.CORRELATED.unpack_from(buffer, 0)
+            handler = self._handlers.get(msg_type_id)
+            if handler is None:
+                raise CommandError(ErrorCode.UNKNOWN_COMMAND_TYPE_ID, f"unknown command type id 0x{msg_type_id:x}")
+            handler(buffer)
+        except CommandError as e:
+            self._on_error(correlation_id, e.code, str(e), e)
+        except MalformedCommandError as e:
+            self._on_error(correlation_id, ErrorCode.MALFORMED_COMMAND, str(e), e)
+        except InvalidChannelError as e:
+            self._on_error(correlation_id, ErrorCode.INVALID_CHANNEL, str(e), e)
+        except Exception as e:  # never let one command take the driver down
+            self._on_error(correlation_id, ErrorCode.GENERIC_ERROR, f"{type(e).__name__}: {e}", e)
+
+    def _on_error(self, correlation_id: int, code: ErrorCode, message: str, error: BaseException) -> None:
+        self.system_counters.increment(SystemCounterId.ERRORS)
+        self.error_log.record(f"{code.name}: {message}")  # type: ignore[attr-defined]
+        self._transmit(cmd.ON_ERROR, cmd.ErrorResponse(correlation_id, int(code), message).encode())
+
+    def _transmit(self, msg_type_id: int, payload: bytes) -> None:
+        self.to_clients.transmit(msg_type_id, payload)  # type: ignore[attr-defined]
+
+    def _client(self, client_id: int) -> ClientSession:
+        """The client's session, created (with its heartbeat counter) on its first command."""
+        session = self.clients.get(client_id)
+        now_ns = self.clock_ns()
+        if session is None:
+            counter_id = self.counters.allocate(
+                f"client-heartbeat: id={client_id}", cd.CLIENT_HEARTBEAT_TYPE_ID,
+                registration_id=client_id, owner_id=client_id, initial_value=self.epoch_ms(),
+            )
+            session = self.clients[client_id] = ClientSession(client_id, now_ns, counter_id)
+            self.system_counters.set(SystemCounterId.ACTIVE_CLIENTS, len(self.clients))
+            self._log.info("client.connected", client_id=client_id)
+        session.last_keepalive_ns = now_ns
+        self.counters.set_value(session.heartbeat_counter_id, self.epoch_ms())
+        return session
+
+    # -- channels -----------------------------------------------------------------------------------------
+    @staticmethod
+    def _parse_channel(channel: str) -> ChannelUri:
+        uri = ChannelUri.parse(channel)
+        if uri.media != "ipc":
+            raise CommandError(ErrorCode.INVALID_CHANNEL,
+                               f"channel media {uri.media!r} is not supported by this driver yet: {channel}")
+        if uri.prefix:
+            raise CommandError(ErrorCode.INVALID_CHANNEL, f"channel prefix {uri.prefix!r} is not supported: {channel}")
+        return uri
+
+    @staticmethod
+    def _check_stream_id(stream_id: int) -> None:
+        if not -(1 << 31) <= stream_id < (1 << 31):
+            raise CommandError(ErrorCode.MALFORMED_COMMAND, f"stream_id={stream_id} is not a 32-bit integer")
+
+    def _allocate_session_id(self) -> int:
+        session_id = self._next_session_id
+        self._next_session_id += 1
+        if self._next_session_id >= (1 << 31) - 1:
+            self._next_session_id = RESERVED_SESSION_ID_HIGH + 1
+        return session_id
+
+    # -- publications ----------------------------------------------------------------------------------
+    def _on_add_publication(self, buffer: memoryview, *, exclusive: bool) -> None:
+        command = cmd.PublicationCommand.decode(buffer)
+        session = self._client(command.client_id)
+        uri = self._parse_channel(command.channel)
+        self._check_stream_id(command.stream_id)
+        canonical = uri.canonical_form()
+        publication = None
+        if not exclusive and uri.session_id() is None:
+            for candidate in self.publications:
+                if (not candidate.exclusive and candidate.state is PublicationState.ACTIVE
+                        and candidate.stream_id == command.stream_id and candidate.channel == canonical):
+                    publication = candidate
+                    publication.ref_count += 1
+                    break
+        if publication is None:
+            publication = self._new_ipc_publication(command.correlation_id, command.stream_id, uri, exclusive)
+        session.publication_links[command.correlation_id] = publication
+        ready = cmd.PublicationReady(
+            command.correlation_id, publication.registration_id, publication.session_id, publication.stream_id,
+            publication.publisher_limit_id, -1, publication.log_file_name,
+        )
+        self._transmit(cmd.ON_EXCLUSIVE_PUBLICATION_READY if exclusive else cmd.ON_PUBLICATION_READY, ready.encode())
+
+    def _new_ipc_publication(self, registration_id: int, stream_id: int, uri: ChannelUri, exclusive: bool) -> IpcPublication:
+        term_length = uri.term_length() or self.ctx.ipc_term_length
+        mtu = uri.mtu() or self.ctx.mtu
+        session_id = uri.session_id()
+        if session_id is None:
+            session_id = self._allocate_session_id()
+        initial = uri.initial_position()
+        initial_term_id = initial[0] if initial else random.randint(-(1 << 31), (1 << 31) - 1)
+        linger = uri.linger_ns() or self.ctx.publication_linger_timeout
+        canonical = uri.canonical_form()
+        path = os.path.join(self._publications_dir, f"{registration_id}.logbuffer")
+        try:
+            log = LogBuffers.create_file(
+                path, mode=self.ctx.file_mode, term_length=term_length, mtu_length=mtu, session_id=session_id,
+                stream_id=stream_id, initial_term_id=initial_term_id, correlation_id=registration_id,
+                term_window_length=min(self.ctx.ipc_term_window_length, term_length // 2),
+            )
+        except OSError as e:
+            raise CommandError(ErrorCode.STORAGE_SPACE, f"cannot create log {path}: {e}") from e
+        if initial:
+            log.seek_to(initial[1], initial[2])
+        label = cd.stream_label("{}", registration_id, session_id, stream_id, canonical)
+        key = cd.STREAM_KEY.pack(registration_id, session_id, stream_id, 0)
+        start = log.tail_position()
+        limit_id = self.counters.allocate(label.format("pub-lmt"), cd.PUBLISHER_LIMIT_TYPE_ID, key,
+                                          registration_id=registration_id, initial_value=start)
+        pos_id = self.counters.allocate(label.format("pub-pos (sampled)"), cd.PUBLISHER_POSITION_TYPE_ID, key,
+                                        registration_id=registration_id, initial_value=start)
+        publication = IpcPublication(
+            registration_id=registration_id, session_id=session_id, stream_id=stream_id, channel=canonical,
+            exclusive=exclusive, log=log, log_file_name=path, publisher_limit_id=limit_id,
+            publisher_limit=self.counters.position(limit_id), publisher_position_id=pos_id,
+            counters=self.counters, linger_timeout_ns=linger, clean_position=start,
+        )
+        self.publications.append(publication)
+        self.system_counters.set(SystemCounterId.ACTIVE_PUBLICATIONS, len(self.publications))
+        self._log.info("publication.added", registration_id=registration_id, session_id=session_id,
+                       stream_id=stream_id, channel=canonical, exclusive=exclusive, term_length=term_length)
+        for link in self.subscriptions.values():
+            if link.stream_id == stream_id and link.canonical == canonical:
+                self._link_subscriber(publication, link)
+        return publication
+
+    def _on_remove_publication(self, buffer: memoryview) -> None:
+        command = cmd.RemoveCommand.decode(buffer)
+        session = self._client(command.client_id)
+        publication = session.publication_links.pop(command.registration_id, None)
+        if publication is None:
+            raise CommandError(ErrorCode.UNKNOWN_PUBLICATION,
+                               f"unknown publication registration_id={command.registration_id}")
+        publication.decrement_ref(self.clock_ns())
+        self._transmit(cmd.ON_OPERATION_SUCCESS, cmd.OperationSuccess(command.correlation_id).encode())
+
+    # -- subscriptions ----------------------------------------------------------------------------------
+    def _on_add_subscription(self, buffer: memoryview) -> None:
+        command = cmd.SubscriptionCommand.decode(buffer)
+        session = self._client(command.client_id)
+        uri = self._parse_channel(command.channel)
+        self._check_stream_id(command.stream_id)
+        link = SubscriptionLink(command.correlation_id, command.client_id, command.stream_id, command.channel,
+                                uri.canonical_form())
+        self.subscriptions[link.registration_id] = link
+        session.subscription_ids.add(link.registration_id)
+        self._transmit(cmd.ON_SUBSCRIPTION_READY, cmd.SubscriptionReady(command.correlation_id, -1).encode())
+        self._log.info("subscription.added", registration_id=link.registration_id, stream_id=link.stream_id,
+                       channel=link.channel, client_id=link.client_id)
+        for publication in self.publications:
+            if (publication.state is PublicationState.ACTIVE and publication.stream_id == link.stream_id
+                    and publication.channel == link.canonical):
+                self._link_subscriber(publication, link)
+
+    def _link_subscriber(self, publication: IpcPublication, link: SubscriptionLink) -> None:
+        sub = publication.add_subscriber(link.registration_id, link.client_id, link.channel)
+        publication.update_publisher_limit()
+        image = cmd.ImageReady(
+            publication.registration_id, publication.session_id, publication.stream_id, link.registration_id,
+            sub.counter_id, publication.log_file_name, "aeron:ipc",
+        )
+        self._transmit(cmd.ON_AVAILABLE_IMAGE, image.encode())
+        self._count_images()
+        self._log.info("image.available", registration_id=publication.registration_id,
+                       session_id=publication.session_id, stream_id=publication.stream_id,
+                       subscription_id=link.registration_id, join_position=sub.join_position)
+
+    def _unlink_subscriber(self, publication: IpcPublication, subscription_id: int, notify: bool = True) -> None:
+        sub = publication.remove_subscriber(subscription_id)
+        if sub is not None and notify:
+            link = self.subscriptions.get(subscription_id)
+            message = cmd.ImageMessage(publication.registration_id, subscription_id, publication.stream_id,
+                                       link.channel if link else publication.channel)
+            self._transmit(cmd.ON_UNAVAILABLE_IMAGE, message.encode())
+            self._log.info("image.unavailable", registration_id=publication.registration_id,
+                           session_id=publication.session_id, subscription_id=subscription_id)
+        self._count_images()
+
+    def _count_images(self) -> None:
+        self.system_counters.set(SystemCounterId.ACTIVE_IMAGES, sum(len(p.subscribers) for p in self.publications))
+
+    def _on_remove_subscription(self, buffer: memoryview) -> None:
+        command = cmd.RemoveCommand.decode(buffer)
+        session = self._client(command.client_id)
+        if command.registration_id not in session.subscription_ids:
+            raise CommandError(ErrorCode.UNKNOWN_SUBSCRIPTION,
+                               f"unknown subscription registration_id={command.registration_id}")
+        self._remove_subscription(session, command.registration_id, notify=False)
+        self._transmit(cmd.ON_OPERATION_SUCCESS, cmd.OperationSuccess(command.correlation_id).encode())
+
+    def _remove_subscription(self, session: ClientSession, registration_id: int, *, notify: bool) -> None:
+        session.subscription_ids.discard(registration_id)
+        for publication in self.publications:
+            if registration_id in publication.subscribers:
+                self._unlink_subscriber(publication, registration_id, notify=notify)
+        self.subscriptions.pop(registration_id, None)
+        self._log.info("subscription.removed", registration_id=registration_id, client_id=session.client_id)
+
+    # -- clients ---------------------------------------------------------------------------------------
+    def _on_client_keepalive(self, buffer: memoryview) -> None:
+        command = cmd.CorrelatedCommand.decode(buffer)
+        self._client(command.client_id)
+
+    def _on_client_close(self, buffer: memoryview) -> None:
+        command = cmd.CorrelatedCommand.decode(buffer)
+        session = self.clients.get(command.client_id)
+        if session is not None:
+            self._remove_client(session, reason="closed")
+
+    def _on_terminate_driver(self, buffer: memoryview) -> None:
+        command = cmd.CorrelatedCommand.decode(buffer)
+        self._log.info("driver.terminate_requested", client_id=command.client_id)
+        if self.on_terminate is not None:
+            self.on_terminate()
+
+    def _remove_client(self, session: ClientSession, *, reason: str) -> None:
+        now_ns = self.clock_ns()
+        for publication in session.publication_links.values():
+            publication.decrement_ref(now_ns)
+        session.publication_links.clear()
+        for registration_id in list(session.subscription_ids):
+            self._remove_subscription(session, registration_id, notify=False)
+        self.counters.free(session.heartbeat_counter_id)
+        del self.clients[session.client_id]
+        self.system_counters.set(SystemCounterId.ACTIVE_CLIENTS, len(self.clients))
+        self._log.info("client.removed", client_id=session.client_id, reason=reason)
+
+    # -- timers -----------------------------------------------------------------------------------------
+    def _heartbeat(self) -> None:
+        self.to_driver.set_consumer_heartbeat_time(self.epoch_ms())  # type: ignore[attr-defined]
+
+    def _on_timer(self, now_ns: int) -> int:
+        work = 0
+        self._heartbeat()
+        for session in list(self.clients.values()):
+            if now_ns > session.last_keepalive_ns + self.ctx.client_liveness_timeout:
+                self.system_counters.increment(SystemCounterId.CLIENT_TIMEOUTS)
+                self._transmit(cmd.ON_CLIENT_TIMEOUT, cmd.ClientTimeout(session.client_id).encode())
+                self._remove_client(session, reason="timeout")
+                work += 1
+        for publication in list(self.publications):
+            publication.sample_publisher_position()
+            publication.on_time_event(now_ns)
+            if publication.state is PublicationState.DONE:
+                for subscription_id in list(publication.subscribers):
+                    self._unlink_subscriber(publication, subscription_id)
+                publication.close()
+                self.publications.remove(publication)
+                self.system_counters.set(SystemCounterId.ACTIVE_PUBLICATIONS, len(self.publications))
+                self._log.info("publication.removed", registration_id=publication.registration_id,
+                               session_id=publication.session_id, stream_id=publication.stream_id)
+                work += 1
+        return work

@@ -1,0 +1,175 @@
+"""The media driver's one configuration: every setting with its CLI flag, environment name,
+default and trade-off, gathered in :class:`DriverContext` and validated once by ``conclude()``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from typing import Any, Final
+
+from logbuf import data_header_descriptor as dh
+from logbuf import log_buffer_descriptor as lbd
+from logbuf.agent import IDLE_STRATEGIES
+from logbuf.errors import ConfigurationError
+
+ENV_PREFIX: Final[str] = "LOGBUF_"
+
+
+def default_dir() -> str:
+    """``/dev/shm/logbuf-<user>`` where /dev/shm exists, else ``<tmp>/logbuf-<user>``."""
+    base = "/dev/shm" if os.path.isdir("/dev/shm") else os.environ.get("TMPDIR", "/tmp")
+    return os.path.join(base, f"logbuf-{getpass.getuser()}")
+
+
+def resolve_dir(explicit: str | None = None, env: Mapping[str, str] | None = None) -> str:
+    """Where a driver lives: the explicit value, else ``LOGBUF_DIR``, else :func:`default_dir`."""
+    env = os.environ if env is None else env
+    return explicit or env.get(ENV_PREFIX + "DIR") or default_dir()
+
+
+def _size(text: str) -> int:
+    """Sizes accept k/m/g suffixes (powers of 1024)."""
+    t = text.strip().lower()
+    mult = {"k": 1024, "m": 1024**2, "g": 1024**3}.get(t[-1:], 1)
+    return int(t[:-1] if mult != 1 else t) * mult
+
+
+def _duration_ns(text: str) -> int:
+    """Durations accept ns/us/ms/s suffixes; a bare number is nanoseconds."""
+    t = text.strip().lower()
+    for suffix, mult in (("ns", 1), ("us", 1_000), ("ms", 1_000_000), ("s", 1_000_000_000)):
+        if t.endswith(suffix):
+            return int(float(t[: -len(suffix)]) * mult)
+    return int(t)
+
+
+def _bool(text: str) -> bool:
+    t = text.strip().lower()
+    if t in ("1", "true", "yes", "on"):
+        return True
+    if t in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"{text!r} is not a boolean (true/false)")
+
+
+_PARSERS = {"size": _size, "duration": _duration_ns, "bool": _bool, "str": str, "int": int}
+
+
+def setting(default: Any, kind: str, doc: str) -> Any:
+    """A field with its kind (how to parse text) and the line on its trade-off."""
+    return field(default=default, metadata={"kind": kind, "doc": doc})
+
+
+@dataclass
+class DriverContext:
+    """Media driver settings. CLI ``--term-length``/env ``LOGBUF_TERM_LENGTH`` for field ``term_length``, etc."""
+
+    dir: str = setting("", "str", "Where the CnC and logs live (default /dev/shm/logbuf-<user>); clients use the same.")
+    ipc_term_length: int = setting(64 * 1024 * 1024, "size",
+                                   "Term length of IPC logs: larger absorbs bursts, costs 3x in shared memory.")
+    term_length: int = setting(16 * 1024 * 1024, "size", "Term length of network logs (UDP).")
+    mtu: int = setting(dh.DEFAULT_MTU_LENGTH, "size", "Largest frame: larger means fewer fragments for big messages.")
+    ipc_term_window_length: int = setting(0, "size",
+                                          "How far publishers may run ahead of the slowest subscriber (0 = term/2).")
+    client_liveness_timeout: int = setting(10_000_000_000, "duration",
+                                           "A client silent this long is timed out and its resources reclaimed.")
+    driver_timeout: int = setting(10_000_000_000, "duration",
+                                  "Clients give up on a driver whose heartbeat is older than this.")
+    publication_linger_timeout: int = setting(5_000_000_000, "duration",
+                                              "How long a closed publication's log stays for subscribers to drain.")
+    timer_interval: int = setting(100_000_000, "duration",
+                                  "How often the conductor heartbeats and checks timeouts.")
+    idle_strategy: str = setting("backoff", "str", "Conductor idle strategy: backoff (default), sleep, yield, spin.")
+    to_driver_buffer_length: int = setting(1024 * 1024, "size", "Command ring capacity (power of 2).")
+    to_clients_buffer_length: int = setting(1024 * 1024, "size", "Response broadcast capacity (power of 2).")
+    counters_buffer_length: int = setting(1024 * 1024, "size", "Counter values buffer (128 bytes per counter).")
+    error_buffer_length: int = setting(1024 * 1024, "size", "Distinct error log length.")
+    group_access: bool = setting(False, "bool", "Create files group-readable/writable (0660) instead of owner-only.")
+    dir_delete_on_shutdown: bool = setting(True, "bool", "Remove the driver directory on clean shutdown.")
+
+    def conclude(self) -> "DriverContext":
+        """Validate everything once; errors name the setting and its value."""
+        self.dir = resolve_dir(self.dir or None)
+        if not os.path.isabs(self.dir):
+            raise ConfigurationError(f"dir={self.dir!r} must be an absolute path")
+        for name in ("ipc_term_length", "term_length"):
+            try:
+                lbd.check_term_length(getattr(self, name))
+            except lbd.LogBufferError as e:
+                raise ConfigurationError(f"{name}: {e}") from None
+        try:
+            dh.check_mtu_length(self.mtu, min(self.ipc_term_length, self.term_length))
+        except ValueError as e:
+            raise ConfigurationError(f"mtu: {e}") from None
+        if self.ipc_term_window_length and not self.mtu <= self.ipc_term_window_length <= self.ipc_term_length // 2:
+            raise ConfigurationError(
+                f"ipc_term_window_length={self.ipc_term_window_length} must be within mtu..ipc_term_length/2"
+            )
+        for name in ("client_liveness_timeout", "driver_timeout", "publication_linger_timeout", "timer_interval"):
+            if getattr(self, name) <= 0:
+                raise ConfigurationError(f"{name}={getattr(self, name)} must be a positive duration")
+        if self.idle_strategy not in IDLE_STRATEGIES:
+            raise ConfigurationError(f"idle_strategy={self.idle_strategy!r} is not one of {sorted(IDLE_STRATEGIES)}")
+        for name in ("to_driver_buffer_length", "to_clients_buffer_length"):
+            value = getattr(self, name)
+            if value < 4096 or value & (value - 1):
+                raise ConfigurationError(f"{name}={value} must be a power of 2 >= 4096")
+        if self.counters_buffer_length < 128 * 64 or self.counters_buffer_length % 128:
+            raise ConfigurationError(
+                f"counters_buffer_length={self.counters_buffer_length} must be a multiple of 128, at least 8192"
+            )
+        if self.error_buffer_length < 4096:
+            raise ConfigurationError(f"error_buffer_length={self.error_buffer_length} must be at least 4096")
+        return self
+
+    @property
+    def file_mode(self) -> int:
+        return 0o660 if self.group_access else 0o600
+
+    @property
+    def dir_mode(self) -> int:
+        return 0o770 if self.group_access else 0o700
+
+    # -- construction from the environment and the command line -----------------------------------------
+    @classmethod
+    def from_sources(cls, argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> "DriverContext":
+        """Defaults, overridden by ``LOGBUF_*`` environment variables, overridden by CLI flags."""
+        env = os.environ if env is None else env
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            key = ENV_PREFIX + f.name.upper()
+            if key in env:
+                values[f.name] = cls._parse(f.name, f.metadata["kind"], env[key], source=key)
+        parser = cls.argument_parser()
+        args = parser.parse_args(argv)
+        for f in fields(cls):
+            text = getattr(args, f.name)
+            if text is not None:
+                values[f.name] = cls._parse(f.name, f.metadata["kind"], text, source="--" + f.name.replace("_", "-"))
+        return cls(**values)
+
+    @staticmethod
+    def _parse(name: str, kind: str, text: str, *, source: str) -> Any:
+        try:
+            return _PARSERS[kind](text)
+        except (ValueError, IndexError) as e:
+            raise ConfigurationError(f"{source}={text!r} is not a valid {kind} for {name}: {e}") from None
+
+    @classmethod
+    def argument_parser(cls) -> argparse.ArgumentParser:
+        parser = argparse.ArgumentParser(
+            prog="mediadriver",
+            description="logbuf media driver: owns shared-memory logs and counters for local clients.",
+            epilog="Every flag also reads from LOGBUF_<NAME> (e.g. LOGBUF_DIR, LOGBUF_IPC_TERM_LENGTH).",
+        )
+        for f in fields(cls):
+            parser.add_argument("--" + f.name.replace("_", "-"), dest=f.name, default=None,
+                                help=f"{f.metadata['doc']} (default: {f.default!r})")
+        return parser
+
+    def summary(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}

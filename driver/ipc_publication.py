@@ -1,0 +1,143 @@
+"""An IPC publication as the driver sees it: one log shared by its publishers and subscribers.
+
+Lifecycle (transitions happen only in :meth:`IpcPublication.on_time_event` and the
+``remove_*`` calls)::
+
+    ACTIVE --last publisher removed--> DRAINING --subscribers reached EOS or linger--> DONE
+
+The conductor calls :meth:`update_publisher_limit` every duty cycle: it cleans the log more than
+a term behind the slowest subscriber, then publishes ``min(subscriber positions) + window`` as the
+publisher limit (see :mod:`logbuf.flow_control`).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from enum import Enum
+
+from logbuf import _native
+from logbuf import counters_descriptor as cd
+from logbuf.counters import CountersManager
+from logbuf.flow_control import compute_limit_and_clean
+from logbuf.log_buffer import LogBuffers
+
+
+class PublicationState(Enum):
+    ACTIVE = "active"
+    DRAINING = "draining"
+    DONE = "done"
+
+
+@dataclass
+class SubscriberPosition:
+    subscription_registration_id: int
+    client_id: int
+    counter_id: int
+    position: _native.Position
+    join_position: int
+
+
+@dataclass
+class IpcPublication:
+    registration_id: int
+    session_id: int
+    stream_id: int
+    channel: str
+    exclusive: bool
+    log: LogBuffers
+    log_file_name: str
+    publisher_limit_id: int
+    publisher_limit: _native.Position
+    publisher_position_id: int
+    counters: CountersManager
+    linger_timeout_ns: int
+    ref_count: int = 1
+    state: PublicationState = PublicationState.ACTIVE
+    clean_position: int = 0
+    draining_deadline_ns: int = 0
+    subscribers: dict[int, SubscriberPosition] = field(default_factory=dict)
+
+    @property
+    def term_window_length(self) -> int:
+        return self.log.term_window_length
+
+    def tail_position(self) -> int:
+        return self.log.tail_position()
+
+    # -- subscribers ------------------------------------------------------------------------------
+    def add_subscriber(self, subscription_registration_id: int, client_id: int, channel: str) -> SubscriberPosition:
+        """A subscriber joins at the current tail, with its own sub-pos counter."""
+        join = self.tail_position()
+        label = cd.stream_label("sub-pos", subscription_registration_id, self.session_id, self.stream_id, channel)
+        key = cd.STREAM_KEY.pack(subscription_registration_id, self.session_id, self.stream_id, 0)
+        counter_id = self.counters.allocate(
+            f"{label} @{join}", cd.SUBSCRIBER_POSITION_TYPE_ID, key,
+            registration_id=subscription_registration_id, owner_id=client_id, initial_value=join,
+        )
+        sub = SubscriberPosition(subscription_registration_id, client_id, counter_id,
+                                 self.counters.position(counter_id), join)
+        self.subscribers[subscription_registration_id] = sub
+        self.log.set_connected(True)
+        return sub
+
+    def remove_subscriber(self, subscription_registration_id: int) -> SubscriberPosition | None:
+        sub = self.subscribers.pop(subscription_registration_id, None)
+        if sub is not None:
+            sub.position.close()
+            self.counters.free(sub.counter_id)
+            if not self.subscribers:
+                self.log.set_connected(False)
+        return sub
+
+    # -- duty cycle ----------------------------------------------------------------------------------
+    def update_publisher_limit(self) -> int:
+        """Clean and raise the limit; returns 1 if the limit moved."""
+        if self.state is PublicationState.DONE:
+            return 0
+        current = self.publisher_limit.get_volatile()
+        positions = [s.position.get_volatile() for s in self.subscribers.values()]
+        if not positions:
+            # Nobody reads: pin the limit to the tail so offers see NOT_CONNECTED.
+            return 0
+        update = compute_limit_and_clean(
+            positions, current_limit=current, clean_position=self.clean_position,
+            term_length=self.log.term_length, term_window_length=self.term_window_length,
+        )
+        if update.clean_to > update.clean_from:
+            self.log.clean(update.clean_from, update.clean_to)
+            self.clean_position = update.clean_to
+        if update.limit != current:
+            self.publisher_limit.set_ordered(update.limit)
+            return 1
+        return 0
+
+    def sample_publisher_position(self) -> None:
+        self.counters.set_value(self.publisher_position_id, self.tail_position())
+
+    def decrement_ref(self, now_ns: int) -> None:
+        self.ref_count -= 1
+        if self.ref_count <= 0 and self.state is PublicationState.ACTIVE:
+            self.state = PublicationState.DRAINING
+            self.draining_deadline_ns = now_ns + self.linger_timeout_ns
+            self.log.set_end_of_stream_position(self.tail_position())
+
+    def on_time_event(self, now_ns: int) -> None:
+        if self.state is PublicationState.DRAINING:
+            eos = self.log.end_of_stream_position()
+            drained = all(s.position.get_volatile() >= eos for s in self.subscribers.values())
+            if drained or now_ns >= self.draining_deadline_ns:
+                self.state = PublicationState.DONE
+
+    def close(self) -> None:
+        """Free counters, unmap and delete the log file."""
+        for sub_id in list(self.subscribers):
+            self.remove_subscriber(sub_id)
+        self.publisher_limit.close()
+        self.counters.free(self.publisher_limit_id)
+        self.counters.free(self.publisher_position_id)
+        self.log.close()
+        try:
+            os.unlink(self.log_file_name)
+        except FileNotFoundError:
+            pass

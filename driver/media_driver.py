@@ -1,0 +1,147 @@
+"""MediaDriver: prepares the driver directory and CnC, then runs the conductor agent.
+
+Start-up: refuse a directory whose CnC shows a live driver (fresh heartbeat, live pid); take
+over a stale one (remove its files). Shut-down: close agents, remove the directory if set to.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import threading
+import time
+from types import FrameType
+
+import structlog
+
+from logbuf.agent import AgentRunner, idle_strategy_from_name
+from logbuf.broadcast import BroadcastTransmitter
+from logbuf.cnc import CncFile, is_driver_active
+from logbuf.counters import CountersManager
+from logbuf.error_log import DistinctErrorLog
+from logbuf.errors import LogbufError
+from logbuf.ring_buffer import ManyToOneRingBuffer
+
+from driver.conductor import DriverConductor
+from driver.context import DriverContext
+from driver.system_counters import SystemCounterId, SystemCounters
+
+COUNTER_FREE_TO_REUSE_TIMEOUT_MS = 1_000
+
+
+class ActiveDriverError(LogbufError):
+    """Another driver is alive in the directory."""
+
+
+class MediaDriver:
+    """One media driver: ``MediaDriver.launch(ctx)`` then ``run()`` (blocking) or ``start()`` (thread)."""
+
+    def __init__(self, ctx: DriverContext) -> None:
+        self.ctx = ctx
+        self.cnc = CncFile.create(
+            ctx.dir,
+            to_driver_capacity=ctx.to_driver_buffer_length,
+            to_clients_capacity=ctx.to_clients_buffer_length,
+            counters_values_length=ctx.counters_buffer_length,
+            error_log_length=ctx.error_buffer_length,
+            client_liveness_timeout_ns=ctx.client_liveness_timeout,
+            mode=ctx.file_mode,
+        )
+        self.counters = CountersManager(
+            self.cnc.counters_metadata, self.cnc.counters_values,
+            free_to_reuse_timeout_ms=COUNTER_FREE_TO_REUSE_TIMEOUT_MS,
+        )
+        self.system_counters = SystemCounters(self.counters)
+        self.error_log = DistinctErrorLog(self.cnc.error_log)
+        self.conductor = DriverConductor(
+            ctx,
+            to_driver=ManyToOneRingBuffer(self.cnc.to_driver),
+            to_clients=BroadcastTransmitter(self.cnc.to_clients),
+            counters=self.counters,
+            system_counters=self.system_counters,
+            error_log=self.error_log,
+            on_terminate=self.request_stop,
+        )
+        self.runner = AgentRunner(
+            self.conductor,
+            idle_strategy_from_name(ctx.idle_strategy),
+            error_handler=self._on_agent_error,
+            max_cycle_ns_recorder=lambda ns: self.system_counters.propose_max(SystemCounterId.CONDUCTOR_MAX_CYCLE_TIME, ns),
+        )
+        self._log = structlog.get_logger().bind(role="driver", dir=ctx.dir)
+        self._closed = False
+
+    @classmethod
+    def launch(cls, ctx: DriverContext | None = None) -> "MediaDriver":
+        """Validate settings, prepare the directory (refusing a live driver), create the CnC."""
+        ctx = (ctx or DriverContext()).conclude()
+        prepare_directory(ctx)
+        driver = cls(ctx)
+        driver._log.info("driver.started", pid=os.getpid(), **ctx.summary())
+        return driver
+
+    def _on_agent_error(self, error: BaseException) -> None:
+        self.system_counters.increment(SystemCounterId.ERRORS)
+        self.error_log.record(error)
+        self._log.error("driver.agent_error", error=repr(error))
+
+    def request_stop(self) -> None:
+        self.runner.close(timeout_s=0)
+
+    def run(self) -> None:
+        """Run the conductor on this thread until :meth:`request_stop` (or a signal via :func:`main`)."""
+        self.runner.run()
+
+    def start(self) -> threading.Thread:
+        return self.runner.start()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self.runner.close()
+        self._log.info("driver.stopped")
+        self.cnc.close()
+        if self.ctx.dir_delete_on_shutdown:
+            shutil.rmtree(self.ctx.dir, ignore_errors=True)
+
+    def __enter__(self) -> "MediaDriver":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def prepare_directory(ctx: DriverContext) -> None:
+    """Create the driver directory; refuse a live driver there; clear a stale one."""
+    log = structlog.get_logger().bind(role="driver", dir=ctx.dir)
+    if os.path.isdir(ctx.dir):
+        timeout_ms = ctx.driver_timeout // 1_000_000
+        if is_driver_active(ctx.dir, timeout_ms):
+            raise ActiveDriverError(f"an active media driver is already running in {ctx.dir} "
+                                    f"(its heartbeat is fresher than driver_timeout={timeout_ms} ms)")
+        log.warning("driver.stale_directory_taken_over")
+        shutil.rmtree(ctx.dir)
+    os.makedirs(ctx.dir, mode=ctx.dir_mode)
+    os.chmod(ctx.dir, ctx.dir_mode)
+
+
+def install_signal_handlers(driver: MediaDriver) -> None:
+    """SIGINT/SIGTERM stop the duty cycle; the driver then closes cleanly."""
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        driver.request_stop()
+
+    signal.signal(signal.SIGINT, handler)
+    signal.signal(signal.SIGTERM, handler)
+
+
+def wait_for_driver(directory: str, timeout_s: float = 10.0, heartbeat_timeout_ms: int = 10_000) -> None:
+    """Block until a driver in ``directory`` is active (for scripts and tests)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if is_driver_active(directory, heartbeat_timeout_ms):
+            return
+        time.sleep(0.01)
+    raise TimeoutError(f"no active media driver in {directory} after {timeout_s} s")

@@ -1,0 +1,196 @@
+"""Agents and their runner: a ``do_work()`` duty cycle driven by an idle strategy.
+
+An agent does a bounded amount of work per call and returns how much it did; the runner calls
+it in a loop and lets the idle strategy back off when it returns 0. On 2 cores under the GIL,
+backing off matters more than spinning: a conductor that sleeps when idle leaves the core to
+the application's publishers and subscribers.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+import structlog
+
+from logbuf.errors import ConfigurationError
+
+__all__ = [
+    "Agent",
+    "AgentRunner",
+    "BackoffIdleStrategy",
+    "BusySpinIdleStrategy",
+    "IdleStrategy",
+    "NoOpIdleStrategy",
+    "SleepingIdleStrategy",
+    "YieldingIdleStrategy",
+    "idle_strategy_from_name",
+]
+
+
+class Agent(Protocol):
+    """A unit of work run by an :class:`AgentRunner`."""
+
+    role_name: str
+
+    def on_start(self) -> None: ...
+
+    def do_work(self) -> int: ...
+
+    def on_close(self) -> None: ...
+
+
+class IdleStrategy(Protocol):
+    def idle(self, work_count: int) -> None: ...
+
+    def reset(self) -> None: ...
+
+
+class NoOpIdleStrategy:
+    """Never idles (for tests that step agents by hand)."""
+
+    def idle(self, work_count: int) -> None:
+        pass
+
+    def reset(self) -> None:
+        pass
+
+
+class BusySpinIdleStrategy(NoOpIdleStrategy):
+    """Spins: lowest latency, a whole core."""
+
+
+class YieldingIdleStrategy:
+    """Gives up the core with sched_yield when idle."""
+
+    def idle(self, work_count: int) -> None:
+        if work_count <= 0:
+            os.sched_yield()
+
+    def reset(self) -> None:
+        pass
+
+
+class SleepingIdleStrategy:
+    """Sleeps a fixed period when idle."""
+
+    def __init__(self, sleep_ns: int = 1_000_000) -> None:
+        self.sleep_s = sleep_ns / 1e9
+
+    def idle(self, work_count: int) -> None:
+        if work_count <= 0:
+            time.sleep(self.sleep_s)
+
+    def reset(self) -> None:
+        pass
+
+
+class BackoffIdleStrategy:
+    """Spin, then yield, then sleep with exponential back-off up to ``max_park_ns`` (Agrona's shape)."""
+
+    def __init__(self, max_spins: int = 10, max_yields: int = 20, min_park_ns: int = 1_000, max_park_ns: int = 1_000_000):
+        if not 0 < min_park_ns <= max_park_ns:
+            raise ConfigurationError(f"min_park_ns={min_park_ns} must be > 0 and <= max_park_ns={max_park_ns}")
+        self.max_spins = max_spins
+        self.max_yields = max_yields
+        self.min_park_ns = min_park_ns
+        self.max_park_ns = max_park_ns
+        self._spins = 0
+        self._yields = 0
+        self._park_ns = min_park_ns
+
+    def idle(self, work_count: int) -> None:
+        if work_count > 0:
+            self.reset()
+            return
+        if self._spins < self.max_spins:
+            self._spins += 1
+        elif self._yields < self.max_yields:
+            self._yields += 1
+            os.sched_yield()
+        else:
+            time.sleep(self._park_ns / 1e9)
+            self._park_ns = min(self._park_ns * 2, self.max_park_ns)
+
+    def reset(self) -> None:
+        self._spins = 0
+        self._yields = 0
+        self._park_ns = self.min_park_ns
+
+
+IDLE_STRATEGIES: dict[str, Callable[[], IdleStrategy]] = {
+    "backoff": BackoffIdleStrategy,
+    "sleep": SleepingIdleStrategy,
+    "yield": YieldingIdleStrategy,
+    "spin": BusySpinIdleStrategy,
+    "noop": NoOpIdleStrategy,
+}
+
+
+def idle_strategy_from_name(name: str) -> IdleStrategy:
+    """``backoff`` (default), ``sleep``, ``yield``, ``spin`` or ``noop``."""
+    try:
+        return IDLE_STRATEGIES[name]()
+    except KeyError:
+        raise ConfigurationError(f"idle strategy {name!r} is not one of {sorted(IDLE_STRATEGIES)}") from None
+
+
+class AgentRunner:
+    """Runs one agent's duty cycle until closed, on the calling thread (:meth:`run`) or its own (:meth:`start`)."""
+
+    def __init__(
+        self,
+        agent: Agent,
+        idle_strategy: IdleStrategy,
+        error_handler: Callable[[BaseException], None] | None = None,
+        max_cycle_ns_recorder: Callable[[int], None] | None = None,
+    ) -> None:
+        self.agent = agent
+        self.idle_strategy = idle_strategy
+        self.error_handler = error_handler
+        self.max_cycle_ns_recorder = max_cycle_ns_recorder
+        self._running = threading.Event()
+        self._running.set()
+        self._thread: threading.Thread | None = None
+        self._log = structlog.get_logger().bind(role=agent.role_name)
+
+    @property
+    def is_running(self) -> bool:
+        return self._running.is_set()
+
+    def start(self) -> threading.Thread:
+        """Run the agent on a new daemon thread named after its role."""
+        self._thread = threading.Thread(target=self.run, name=self.agent.role_name, daemon=True)
+        self._thread.start()
+        return self._thread
+
+    def run(self) -> None:
+        agent, idle = self.agent, self.idle_strategy
+        recorder = self.max_cycle_ns_recorder
+        agent.on_start()
+        self._log.info("agent.started")
+        try:
+            while self._running.is_set():
+                start = time.perf_counter_ns()
+                try:
+                    work = agent.do_work()
+                except Exception as e:  # an agent error is reported and the duty cycle goes on
+                    work = 1
+                    if self.error_handler is None:
+                        raise
+                    self.error_handler(e)
+                if recorder is not None:
+                    recorder(time.perf_counter_ns() - start)
+                idle.idle(work)
+        finally:
+            agent.on_close()
+            self._log.info("agent.closed")
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        """Stop the duty cycle; waits for the agent's thread if it has one."""
+        self._running.clear()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout_s)

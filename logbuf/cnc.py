@@ -1,0 +1,195 @@
+"""CncFile: create (driver) and open (clients, tools) ``<dir>/cnc.dat``; driver liveness checks.
+
+The creator sizes the file, fills the header, sets the to-driver ring's consumer heartbeat to the
+start time and only then release-stores the version: an opener that reads version 0 (or finds the
+file empty or short) knows the driver is still initialising and may retry
+(:class:`CncNotReadyError`). Layout in :mod:`logbuf.cnc_descriptor`.
+
+Views: ``to_driver``, ``to_clients``, ``counters_metadata``, ``counters_values`` and ``error_log``
+are memoryviews into the mapping. :meth:`CncFile.close` releases them and unmaps; views derived
+from them (slices, ``Position`` counters) must be gone by then or it raises ``BufferError``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from logbuf import _native
+from logbuf import cnc_descriptor as cnd
+from logbuf import ring_buffer_descriptor as rd
+from logbuf.shm import OWNER_ONLY, Segment, ShmError
+
+
+class CncError(ShmError):
+    """The CnC file is missing, not ready, incompatible or corrupt; the message says which."""
+
+
+class CncNotReadyError(CncError):
+    """The CnC file exists but its creator has not finished initialising it: retry shortly."""
+
+
+class CncVersionError(CncError):
+    """The CnC file was written by a driver with a different major version."""
+
+
+class CncFile:
+    """A mapped CnC file. Use :meth:`create` (the driver) or :meth:`open` (everyone else)."""
+
+    def __init__(self, path: str, segment: Segment) -> None:
+        self.path = path
+        self._segment = segment
+        self._base = memoryview(segment.buffer)
+        base = self._base
+        self.version: int = _native.get_int32_volatile(base, cnd.CNC_VERSION_FIELD_OFFSET)
+        (
+            to_driver_length,
+            to_clients_length,
+            metadata_length,
+            values_length,
+            error_log_length,
+            self.client_liveness_timeout_ns,
+            self.start_timestamp_ms,
+            self.pid,
+        ) = cnd.HEADER_LENGTHS.unpack_from(base, cnd.TO_DRIVER_BUFFER_LENGTH_FIELD_OFFSET)
+        expected = cnd.file_length(to_driver_length, to_clients_length, metadata_length, values_length, error_log_length)
+        if min(to_driver_length, to_clients_length, metadata_length, values_length, error_log_length) <= 0 or (
+            expected != len(base)
+        ):
+            base.release()
+            raise CncError(
+                f"CnC file {path} is corrupt: header buffer lengths ({to_driver_length}, {to_clients_length},"
+                f" {metadata_length}, {values_length}, {error_log_length}) add up to {expected} bytes,"
+                f" the file has {len(base)}"
+            )
+        offset = cnd.END_OF_METADATA_OFFSET
+        views = []
+        for length in (to_driver_length, to_clients_length, metadata_length, values_length, error_log_length):
+            views.append(base[offset : offset + length])
+            offset += length
+        self.to_driver, self.to_clients, self.counters_metadata, self.counters_values, self.error_log = views
+
+    @classmethod
+    def create(
+        cls,
+        directory: str,
+        *,
+        to_driver_capacity: int = cnd.DEFAULT_TO_DRIVER_CAPACITY,
+        to_clients_capacity: int = cnd.DEFAULT_TO_CLIENTS_CAPACITY,
+        counters_values_length: int = cnd.DEFAULT_COUNTERS_VALUES_LENGTH,
+        error_log_length: int = cnd.DEFAULT_ERROR_LOG_LENGTH,
+        client_liveness_timeout_ns: int = cnd.DEFAULT_CLIENT_LIVENESS_TIMEOUT_NS,
+        mode: int = OWNER_ONLY,
+    ) -> "CncFile":
+        """Create ``<directory>/cnc.dat`` (the directory is created if missing; the file must not exist)."""
+        cnd.check_lengths(to_driver_capacity, to_clients_capacity, counters_values_length, error_log_length)
+        if client_liveness_timeout_ns <= 0:
+            raise ValueError(f"client_liveness_timeout_ns={client_liveness_timeout_ns} must be positive")
+        lengths = (
+            cnd.to_driver_buffer_length(to_driver_capacity),
+            cnd.to_clients_buffer_length(to_clients_capacity),
+            cnd.counters_metadata_length(counters_values_length),
+            counters_values_length,
+            error_log_length,
+        )
+        os.makedirs(directory, exist_ok=True)
+        path = cnc_path(directory)
+        segment = Segment.create_file(path, cnd.file_length(*lengths), mode=mode)
+        start_ms = time.time_ns() // 1_000_000
+        buffer = segment.buffer
+        cnd.HEADER_LENGTHS.pack_into(
+            buffer, cnd.TO_DRIVER_BUFFER_LENGTH_FIELD_OFFSET, *lengths, client_liveness_timeout_ns, start_ms, os.getpid()
+        )
+        heartbeat_offset = cnd.END_OF_METADATA_OFFSET + to_driver_capacity + rd.CONSUMER_HEARTBEAT_OFFSET
+        _native.put_int64_ordered(buffer, heartbeat_offset, start_ms)
+        _native.put_int32_ordered(buffer, cnd.CNC_VERSION_FIELD_OFFSET, cnd.CNC_VERSION)
+        return cls(path, segment)
+
+    @classmethod
+    def open(cls, directory: str) -> "CncFile":
+        """Map an existing, initialised CnC file of a compatible version.
+
+        Raises :class:`CncError` if there is no file, :class:`CncNotReadyError` while it is being
+        initialised, :class:`CncVersionError` for another major version.
+        """
+        path = cnc_path(directory)
+        if not os.path.exists(path):
+            raise CncError(f"no CnC file at {path}: is a media driver running with dir={directory}?")
+        try:
+            segment = Segment.open_file(path)
+        except ShmError as e:
+            if os.path.exists(path):  # empty: created, not yet sized
+                raise CncNotReadyError(f"CnC file {path} is being initialised (empty)") from e
+            raise CncError(f"no CnC file at {path}: is a media driver running with dir={directory}?") from e
+        try:
+            if segment.length < cnd.END_OF_METADATA_OFFSET:
+                raise CncNotReadyError(f"CnC file {path} is being initialised ({segment.length} bytes)")
+            version = _native.get_int32_volatile(segment.buffer, cnd.CNC_VERSION_FIELD_OFFSET)
+            if version == 0:
+                raise CncNotReadyError(f"CnC file {path} is being initialised (version 0)")
+            check_version(version, path)
+            return cls(path, segment)
+        except BaseException:
+            segment.close()
+            raise
+
+    def close(self) -> None:
+        """Release the views and unmap (``BufferError`` if views derived from them are still alive)."""
+        for view in (self.to_driver, self.to_clients, self.counters_metadata, self.counters_values, self.error_log):
+            view.release()
+        self._base.release()
+        try:
+            self._segment.close()
+        except BufferError as e:
+            raise BufferError(f"cannot unmap {self.path}: a view into it is still in use ({e})") from e
+
+    def __enter__(self) -> "CncFile":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"CncFile({self.path!r}, version={cnd.version_string(self.version)}, pid={self.pid})"
+
+
+def cnc_path(directory: str) -> str:
+    return os.path.join(directory, cnd.CNC_FILE)
+
+
+def check_version(version: int, path: str = cnd.CNC_FILE) -> None:
+    """Accept only the major version this code was built for."""
+    if cnd.major_version(version) != cnd.major_version(cnd.CNC_VERSION):
+        raise CncVersionError(
+            f"CnC version not compatible: {path} has version {cnd.version_string(version)} ({version}),"
+            f" this client expects {cnd.version_string(cnd.CNC_VERSION)} ({cnd.CNC_VERSION})"
+        )
+
+
+def cnc_driver_heartbeat_ms(cnc: CncFile) -> int:
+    """The driver's last heartbeat, epoch ms: the to-driver ring buffer's consumer heartbeat."""
+    capacity = len(cnc.to_driver) - rd.TRAILER_LENGTH
+    return _native.get_int64_volatile(cnc.to_driver, capacity + rd.CONSUMER_HEARTBEAT_OFFSET)
+
+
+def is_driver_active(directory: str, timeout_ms: int, now_ms: int | None = None) -> bool:
+    """Is there a compatible CnC in ``directory`` whose driver heartbeat is at most ``timeout_ms`` old?
+
+    A CnC still being initialised is waited for, up to ``timeout_ms`` (as Aeron does).
+    """
+    deadline = time.monotonic() + timeout_ms / 1000
+    while True:
+        try:
+            cnc = CncFile.open(directory)
+            break
+        except CncNotReadyError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.001)
+        except CncError:
+            return False
+    try:
+        now = time.time_ns() // 1_000_000 if now_ms is None else now_ms
+        return now - cnc_driver_heartbeat_ms(cnc) <= timeout_ms
+    finally:
+        cnc.close()

@@ -1,0 +1,124 @@
+"""DistinctErrorLog: one record per distinct error, with a count and first/last times (Agrona's).
+
+The log lives in shared memory (the CnC's error-log buffer), so another process can read it
+while the writer runs or after it has crashed (:func:`read_error_log`). A distinct error is one
+text: for an exception, its type, message and traceback (causes included) as
+``traceback.format_exception`` prints them; for a string, the string. The first observation
+appends a record (complete, count 1, then its length published with a release store); later
+ones add 1 to the count atomically and release-store the last-observation time.
+
+Writers: any number of threads in **one** process (a lock guards appending; the next free offset
+is known only to that process). Readers: any process, any time.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from logbuf import _native
+from logbuf import error_log_descriptor as ed
+from logbuf.ring_buffer import byte_view
+
+
+def epoch_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def error_text(error: BaseException | str) -> str:
+    """The text recorded for ``error`` (and what makes two observations the same error)."""
+    if isinstance(error, str):
+        return error
+    return "".join(traceback.format_exception(error))
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorObservation:
+    """One distinct error as read from the log."""
+
+    count: int
+    first_observation_ms: int
+    last_observation_ms: int
+    text: str
+
+
+class DistinctErrorLog:
+    """Records errors into ``buffer``; thread-safe within one process."""
+
+    def __init__(self, buffer: memoryview, clock_ms: Callable[[], int] = epoch_ms) -> None:
+        view = byte_view(buffer)
+        ed.check_buffer_length(len(view))
+        _native.get_int64_volatile(view, 0)  # raises if the buffer is not 8-byte aligned
+        self.buffer = view
+        self.clock_ms = clock_ms
+        self._lock = threading.Lock()
+        self._offsets: dict[str, int] = {}
+        self._next_offset = 0
+        self._resume()
+
+    def _resume(self) -> None:
+        """Index the records already in the buffer (a log reopened by the process that wrote it)."""
+        offset = 0
+        capacity = len(self.buffer)
+        while offset + ed.ENCODED_ERROR_OFFSET <= capacity:
+            length = _native.get_int32_volatile(self.buffer, offset + ed.LENGTH_OFFSET)
+            if length < ed.ENCODED_ERROR_OFFSET or offset + length > capacity:
+                break
+            text = bytes(self.buffer[offset + ed.ENCODED_ERROR_OFFSET : offset + length]).decode("utf-8", "replace")
+            self._offsets.setdefault(text, offset)
+            offset += ed.align(length)
+        self._next_offset = offset
+
+    def record(self, error: BaseException | str) -> bool:
+        """Record one observation of ``error``; False if the log has no room for a new distinct error."""
+        timestamp_ms = self.clock_ms()
+        text = error_text(error)
+        with self._lock:
+            offset = self._offsets.get(text)
+            if offset is None:
+                return self._append(text, timestamp_ms)
+        _native.get_and_add_int32(self.buffer, offset + ed.OBSERVATION_COUNT_OFFSET, 1)
+        _native.put_int64_ordered(self.buffer, offset + ed.LAST_OBSERVATION_TIMESTAMP_OFFSET, timestamp_ms)
+        return True
+
+    def _append(self, text: str, timestamp_ms: int) -> bool:
+        encoded = text.encode("utf-8", "replace")
+        length = ed.ENCODED_ERROR_OFFSET + len(encoded)
+        offset = self._next_offset
+        if offset + length > len(self.buffer):
+            return False
+        buffer = self.buffer
+        start = offset + ed.ENCODED_ERROR_OFFSET
+        buffer[start : start + len(encoded)] = encoded
+        ed.RECORD_HEADER.pack_into(buffer, offset, 0, 1, timestamp_ms, timestamp_ms)
+        _native.put_int32_ordered(buffer, offset + ed.LENGTH_OFFSET, length)
+        self._offsets[text] = offset
+        self._next_offset = ed.align(offset + length)
+        return True
+
+    @property
+    def distinct_count(self) -> int:
+        return len(self._offsets)
+
+
+def read_error_log(buffer: memoryview, since_ms: int = 0) -> list[ErrorObservation]:
+    """Every distinct error whose last observation is at or after ``since_ms``, oldest record first."""
+    view = byte_view(buffer)
+    capacity = len(view)
+    observations: list[ErrorObservation] = []
+    offset = 0
+    while offset + ed.ENCODED_ERROR_OFFSET <= capacity:
+        length = _native.get_int32_volatile(view, offset + ed.LENGTH_OFFSET)
+        if length < ed.ENCODED_ERROR_OFFSET or offset + length > capacity:
+            break  # 0: the end; anything else invalid: stop rather than misread
+        last_ms = _native.get_int64_volatile(view, offset + ed.LAST_OBSERVATION_TIMESTAMP_OFFSET)
+        if last_ms >= since_ms:
+            count = _native.get_int32_volatile(view, offset + ed.OBSERVATION_COUNT_OFFSET)
+            first_ms = ed.RECORD_HEADER.unpack_from(view, offset)[3]
+            text = bytes(view[offset + ed.ENCODED_ERROR_OFFSET : offset + length]).decode("utf-8", "replace")
+            observations.append(ErrorObservation(count, first_ms, last_ms, text))
+        offset += ed.align(length)
+    return observations
