@@ -212,7 +212,7 @@ class ClientConductor:
         self.ctx = ctx
         self.cnc = _await_cnc(ctx)
         self.to_driver = ManyToOneRingBuffer(self.cnc.to_driver)
-        self.to_clients = CopyBroadcastReceiver(self.cnc.to_clients)
+        self.to_clients = CopyBroadcastReceiver(self.cnc.to_clients, raise_on_lap=False)
         self.client_id = self.to_driver.next_correlation_id()
         self._lock = threading.RLock()
         self._pending: dict[int, _Pending] = {}

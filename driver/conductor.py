@@ -117,7 +117,7 @@ class DriverConductor:
         now_ns = self.clock_ns()
         if now_ns >= self._next_timer_ns:
             self._next_timer_ns = now_ns + self.ctx.timer_interval
-            work += self._on_timer(now_ns)
+            work += self._on_timer(now_ns)  # counts only what changed: a heartbeat alone is no work
         return work
 
     def on_close(self) -> None:

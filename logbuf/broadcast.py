@@ -68,7 +68,7 @@ class BroadcastTransmitter:
         bd.RECORD_HEADER.pack_into(buffer, record_offset, record_length, msg_type_id)
         start = record_offset + bd.HEADER_LENGTH
         buffer[start : start + length] = src
-        bd.COUNTER.pack_into(buffer, capacity + bd.LATEST_COUNTER_OFFSET, current_tail)
+        bd.latest_ordered(buffer, capacity, current_tail)
         bd.tail_ordered(buffer, capacity, current_tail + aligned_length)
 
 

@@ -41,6 +41,7 @@ TYPE_OFFSET: Final[int] = LENGTH_OFFSET + 4
 HEADER_LENGTH: Final[int] = TYPE_OFFSET + 4
 RECORD_ALIGNMENT: Final[int] = HEADER_LENGTH
 PADDING_MSG_TYPE_ID: Final[int] = -1
+MAX_MSG_TYPE_ID: Final[int] = (1 << 31) - 1
 RECORD_HEADER: Final[struct.Struct] = struct.Struct("<ii")
 """length, msg_type_id."""
 
@@ -49,8 +50,6 @@ TAIL_INTENT_COUNTER_OFFSET: Final[int] = 0
 TAIL_COUNTER_OFFSET: Final[int] = TAIL_INTENT_COUNTER_OFFSET + 8
 LATEST_COUNTER_OFFSET: Final[int] = TAIL_COUNTER_OFFSET + 8
 TRAILER_LENGTH: Final[int] = 128
-
-COUNTER: Final[struct.Struct] = struct.Struct("<q")
 
 
 def align(value: int, alignment: int = RECORD_ALIGNMENT) -> int:
@@ -73,8 +72,8 @@ def max_msg_length(capacity: int) -> int:
 
 
 def check_msg_type_id(msg_type_id: int) -> None:
-    if msg_type_id < 1:
-        raise ValueError(f"msg_type_id={msg_type_id} must be >= 1 (-1 is padding, 0 is reserved)")
+    if not 1 <= msg_type_id <= MAX_MSG_TYPE_ID:
+        raise ValueError(f"msg_type_id={msg_type_id} must be >= 1 and <= {MAX_MSG_TYPE_ID} (-1 is padding, 0 is reserved)")
 
 
 def check_msg_length(length: int, max_length: int) -> None:
@@ -110,6 +109,11 @@ def tail_volatile(buffer: memoryview, capacity: int) -> int:
 def tail_ordered(buffer: memoryview, capacity: int, value: int) -> None:
     """Publish a complete record: everything written before is visible first."""
     _native.put_int64_ordered(buffer, capacity + TAIL_COUNTER_OFFSET, value)
+
+
+def latest_ordered(buffer: memoryview, capacity: int, value: int) -> None:
+    """Store where the newest record starts (single 8-byte store: receivers never see it torn)."""
+    _native.put_int64_ordered(buffer, capacity + LATEST_COUNTER_OFFSET, value)
 
 
 def latest_volatile(buffer: memoryview, capacity: int) -> int:

@@ -53,14 +53,15 @@ class CncFile:
             self.pid,
         ) = cnd.HEADER_LENGTHS.unpack_from(base, cnd.TO_DRIVER_BUFFER_LENGTH_FIELD_OFFSET)
         expected = cnd.file_length(to_driver_length, to_clients_length, metadata_length, values_length, error_log_length)
+        file_length = len(base)
         if min(to_driver_length, to_clients_length, metadata_length, values_length, error_log_length) <= 0 or (
-            expected != len(base)
+            expected != file_length
         ):
             base.release()
             raise CncError(
                 f"CnC file {path} is corrupt: header buffer lengths ({to_driver_length}, {to_clients_length},"
                 f" {metadata_length}, {values_length}, {error_log_length}) add up to {expected} bytes,"
-                f" the file has {len(base)}"
+                f" the file has {file_length}"
             )
         offset = cnd.END_OF_METADATA_OFFSET
         views = []
@@ -94,6 +95,8 @@ class CncFile:
         )
         os.makedirs(directory, exist_ok=True)
         path = cnc_path(directory)
+        if os.path.exists(path):
+            raise CncError(f"CnC file {path} already exists: a driver uses (or used) dir={directory}")
         segment = Segment.create_file(path, cnd.file_length(*lengths), mode=mode)
         start_ms = time.time_ns() // 1_000_000
         buffer = segment.buffer
@@ -135,12 +138,12 @@ class CncFile:
 
     def close(self) -> None:
         """Release the views and unmap (``BufferError`` if views derived from them are still alive)."""
-        for view in (self.to_driver, self.to_clients, self.counters_metadata, self.counters_values, self.error_log):
-            view.release()
-        self._base.release()
         try:
+            for view in (self.to_driver, self.to_clients, self.counters_metadata, self.counters_values, self.error_log):
+                view.release()
+            self._base.release()
             self._segment.close()
-        except BufferError as e:
+        except BufferError as e:  # close what holds the views (e.g. Position counters), then retry
             raise BufferError(f"cannot unmap {self.path}: a view into it is still in use ({e})") from e
 
     def __enter__(self) -> "CncFile":

@@ -48,6 +48,7 @@ TYPE_OFFSET: Final[int] = LENGTH_OFFSET + 4
 HEADER_LENGTH: Final[int] = TYPE_OFFSET + 4
 ALIGNMENT: Final[int] = HEADER_LENGTH
 PADDING_MSG_TYPE_ID: Final[int] = -1
+MAX_MSG_TYPE_ID: Final[int] = (1 << 31) - 1
 RECORD_HEADER: Final[struct.Struct] = struct.Struct("<ii")
 """length, msg_type_id."""
 MSG_TYPE_ID: Final[struct.Struct] = struct.Struct("<i")
@@ -82,8 +83,8 @@ def check_capacity(buffer_length: int) -> int:
 
 
 def check_msg_type_id(msg_type_id: int) -> None:
-    if msg_type_id < 1:
-        raise ValueError(f"msg_type_id={msg_type_id} must be >= 1 (-1 is padding, 0 is reserved)")
+    if not 1 <= msg_type_id <= MAX_MSG_TYPE_ID:
+        raise ValueError(f"msg_type_id={msg_type_id} must be >= 1 and <= {MAX_MSG_TYPE_ID} (-1 is padding, 0 is reserved)")
 
 
 def check_msg_length(length: int, max_msg_length: int) -> None:
