@@ -518,6 +518,10 @@ class ClientConductor:
             except BufferError:
                 pass
         self._logs.clear()
+        try:
+            self.cnc.close()
+        except BufferError:  # a view handed to user code is still alive: the mapping goes with the process
+            pass
         self._log.info("client.closed")
 
 

@@ -1342,7 +1342,7 @@ cdef class ImageCore:
                 header.frame_offset = frame_offset
                 handler(view[frame_offset + HEADER_LENGTH:frame_offset + frame_length], header)
         finally:
-            if offset != term_offset:
+            if offset != term_offset and self._pos != NULL:  # NULL: closed from a handler
                 lb_store_release_i64(self._pos, position + (offset - term_offset))
         return fragments
 
@@ -1388,11 +1388,12 @@ cdef class ImageCore:
                 elif act == ACTION_COMMIT:
                     initial_position += offset - initial_offset
                     initial_offset = offset
-                    lb_store_release_i64(self._pos, initial_position)
+                    if self._pos != NULL:
+                        lb_store_release_i64(self._pos, initial_position)
                 elif act != ACTION_CONTINUE:
                     raise ValueError(f"controlled poll handler returned {action!r}; expected ABORT, BREAK, COMMIT or CONTINUE")
         finally:
-            if offset != initial_offset:
+            if offset != initial_offset and self._pos != NULL:
                 lb_store_release_i64(self._pos, initial_position + (offset - initial_offset))
         return fragments
 
@@ -1421,5 +1422,6 @@ cdef class ImageCore:
                         (<int32_t *>(term + term_offset + SESSION_ID_OFFSET))[0],
                         (<int32_t *>(term + term_offset + TERM_ID_OFFSET))[0])
             finally:
-                lb_store_release_i64(self._pos, position + length)
+                if self._pos != NULL:
+                    lb_store_release_i64(self._pos, position + length)
         return length
