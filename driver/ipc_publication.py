@@ -92,7 +92,11 @@ class IpcPublication:
 
     # -- duty cycle ----------------------------------------------------------------------------------
     def update_publisher_limit(self) -> int:
-        """Clean and raise the limit; returns 1 if the limit moved."""
+        """Clean and raise the limit; returns 1 only if the publisher was pressing on its old limit.
+
+        A limit that moves while publishers are far from it is no urgent work: the conductor may
+        then back off instead of spinning beside the application on a small machine.
+        """
         if self.state is PublicationState.DONE:
             return 0
         current = self.publisher_limit.get_volatile()
@@ -109,7 +113,7 @@ class IpcPublication:
             self.clean_position = update.clean_to
         if update.limit != current:
             self.publisher_limit.set_ordered(update.limit)
-            return 1
+            return 1 if current - self.tail_position() < self.term_window_length // 4 else 0
         return 0
 
     def sample_publisher_position(self) -> None:

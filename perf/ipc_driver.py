@@ -30,6 +30,13 @@ RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "i
 SEQ = struct.Struct("<q")
 
 
+def quiet() -> None:
+    """Benchmarks log lifecycle at warning level only (children are fresh spawned interpreters)."""
+    from logbuf.logging_config import configure_logging
+
+    configure_logging("warning")
+
+
 def cpu_seconds(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
@@ -38,6 +45,7 @@ def cpu_seconds(pid: int) -> float:
 
 # -- logbuf children -----------------------------------------------------------------------------------
 def lb_publisher(directory: str, size: int, seconds: float, batch: int, out: Any) -> None:
+    quiet()
     from client import Aeron, Context
 
     with Aeron.connect(Context(dir=directory)) as aeron:
@@ -59,13 +67,14 @@ def lb_publisher(directory: str, size: int, seconds: float, batch: int, out: Any
                 for _ in range(1000):
                     if offer(message) > 0:
                         sent += 1
-        while pub.offer(b"END!" + bytes(max(0, size - 4))) < 0:
+        while pub.offer(b"END!" + bytes(size)) < 0:  # the one message longer than `size`
             pass
         out.put(("sent", sent))
         time.sleep(0.5)
 
 
-def lb_subscriber(directory: str, batch: int, out: Any) -> None:
+def lb_subscriber(directory: str, size: int, batch: int, out: Any) -> None:
+    quiet()
     import numpy as np
 
     from client import Aeron, Context
@@ -82,15 +91,15 @@ def lb_subscriber(directory: str, batch: int, out: Any) -> None:
 
         def on_fragment(buffer: memoryview, header: Any) -> None:
             nonlocal received, done
-            if buffer[:4] == b"END!":
-                done = True
-            else:
+            if len(buffer) == size:
                 received += 1
+            else:
+                done = True
 
         def on_block(block: memoryview, term_offset: int, session_id: int, term_id: int) -> None:
             nonlocal received, done
             n = frame_index(block, offsets, lengths)
-            if n and block[offsets[n - 1]:offsets[n - 1] + 4] == b"END!":
+            if n and lengths[n - 1] != size:
                 done = True
                 n -= 1
             received += n
@@ -106,7 +115,7 @@ def lb_subscriber(directory: str, batch: int, out: Any) -> None:
 def lb_throughput(directory: str, size: int, seconds: float, batch: int) -> dict[str, Any]:
     ctx = mp.get_context("spawn")
     q: Any = ctx.Queue()
-    sub = ctx.Process(target=lb_subscriber, args=(directory, batch, q))
+    sub = ctx.Process(target=lb_subscriber, args=(directory, size, batch, q))
     sub.start()
     assert q.get(timeout=30)[0] == "ready"
     pub = ctx.Process(target=lb_publisher, args=(directory, size, seconds, batch, q))
@@ -194,6 +203,7 @@ def zmq_throughput(size: int, seconds: float) -> dict[str, Any]:
 
 # -- latency -----------------------------------------------------------------------------------------
 def lb_ponger(directory: str, count: int) -> None:
+    quiet()
     from client import Aeron, Context
 
     with Aeron.connect(Context(dir=directory)) as aeron:
@@ -294,6 +304,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pings", type=int, default=50_000, help="round trips per latency case")
     parser.add_argument("--quick", action="store_true", help="1 s per case, 10,000 round trips")
     args = parser.parse_args(argv)
+    quiet()
     if args.quick:
         args.seconds, args.pings = 1.0, 10_000
     directory = f"/dev/shm/logbuf-perf-{uuid.uuid4().hex[:8]}"
