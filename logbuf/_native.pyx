@@ -91,6 +91,7 @@ cdef enum: ADMIN_ACTION = -3
 cdef enum: CLOSED = -4
 cdef enum: MAX_POSITION_EXCEEDED = -5
 cdef enum: TERM_APPEND_FAILED = -2  # term appender: the claim tripped the end of the term
+cdef enum: TRIPPED = -1002  # publication: the claim tripped the term, which was padded and rotated; retry
 
 # Controlled poll actions; mirrored by logbuf.image.ControlledPollAction.
 cdef enum: ACTION_ABORT = 1
@@ -838,6 +839,13 @@ cdef class BufferClaim:
         return False
 
 
+cdef struct _Claimed:
+    char *term
+    int32_t term_offset
+    int32_t term_id
+    int64_t begin
+
+
 cdef class PublicationCore:
     """Concurrent or exclusive publication over a mapped log, limited by a publisher-limit position.
 
@@ -965,17 +973,65 @@ cdef class PublicationCore:
         return limit
 
     # -- appending -----------------------------------------------------------------------------
+    cdef int64_t _claim_space(self, int32_t claim_length, int32_t length, _Claimed *out) except? -9:
+        """Claim ``claim_length`` bytes at the tail: 0 with ``out`` filled, a negative OfferResult,
+        or TRIPPED after padding the rest of the term and rotating (the caller retries).
+
+        Concurrent: one get-and-add on the raw tail. Exclusive: the tail is ours; publish it with a
+        release store (Aeron's ExclusiveTermAppender publishes it before writing the frame).
+        """
+        cdef int32_t term_count, index, term_offset, term_id
+        cdef int64_t raw_tail, position, begin
+        cdef char *tail_addr
+        if self.exclusive:
+            term_offset = self._term_offset
+            term_id = self._term_id
+            index = self._active_index
+            begin = self._term_begin_position
+            term_count = <int32_t>(term_id - self.initial_term_id)
+        else:
+            term_count = lb_load_acquire_i32(self._meta + ACTIVE_TERM_COUNT_OFFSET)
+            index = term_count % PARTITION_COUNT
+            raw_tail = lb_load_acquire_i64(self._meta + TAIL_COUNTERS_OFFSET + 8 * index)
+            term_id = <int32_t>(raw_tail >> 32)
+            term_offset = <int32_t>min(<int64_t>(<uint32_t>raw_tail), <int64_t>self.term_length)
+            if term_count != <int32_t>(term_id - self.initial_term_id):
+                return ADMIN_ACTION
+            begin = (<int64_t>term_count) << self._shift
+        position = begin + term_offset
+        if position >= self._limit_for(position):
+            return self._back_pressure_status(position, length)
+        tail_addr = self._meta + TAIL_COUNTERS_OFFSET + 8 * index
+        if self.exclusive:
+            lb_store_release_i64(tail_addr, ((<int64_t>term_id) << 32) | (term_offset + claim_length))
+        else:
+            raw_tail = lb_get_and_add_i64(tail_addr, claim_length)
+            term_offset = <int32_t>(<int64_t>(<uint32_t>raw_tail))
+            term_id = <int32_t>(raw_tail >> 32)
+            begin = (<int64_t>(<int32_t>(term_id - self.initial_term_id))) << self._shift
+        out.term = self._log.terms[index]
+        out.term_offset = term_offset
+        out.term_id = term_id
+        out.begin = begin
+        if <int64_t>term_offset + claim_length > self.term_length:
+            _handle_end_of_log(out.term, term_offset, self.term_length, term_id, self._vft, self.session_id,
+                               self.stream_id)
+            if begin + self.term_length >= self._max_possible_position:
+                return MAX_POSITION_EXCEEDED
+            if self.exclusive:
+                self._exclusive_rotate()
+            else:
+                _rotate_log(self._meta, term_count, term_id)
+            return TRIPPED
+        if self.exclusive:
+            self._term_offset = term_offset + claim_length
+        return 0
+
     cdef int64_t _append(self, const char *src, int32_t length, int64_t reserved_value, int32_t batch_count,
                          const char **srcs, const int32_t *lengths, int32_t aligned_total) except? -9:
-        """One attempt to append (single message, or ``batch_count`` small messages) at the tail.
-
-        Returns the new position, a negative OfferResult, or TERM_APPEND_FAILED - 1000 after a
-        trip (the log was rotated; retry).
-        """
-        cdef int32_t term_count, index, term_offset, term_id, resulting, i
-        cdef int64_t raw_tail, position, limit, begin
-        cdef char *term
-        cdef char *tail_addr
+        """One attempt to append (one message, or ``batch_count`` small ones): the new position,
+        a negative OfferResult, or TRIPPED."""
+        cdef _Claimed c
         cdef int32_t claim_length
         if batch_count > 0:
             claim_length = aligned_total
@@ -983,58 +1039,11 @@ cdef class PublicationCore:
             claim_length = _align(length + HEADER_LENGTH)
         else:
             claim_length = _fragmented_length(length, self.max_payload_length)
-
-        if self.exclusive:
-            term_offset = self._term_offset
-            term_id = self._term_id
-            index = self._active_index
-            begin = self._term_begin_position
-            position = begin + term_offset
-            limit = self._limit_for(position)
-            if position >= limit:
-                return self._back_pressure_status(position, length)
-            term = self._log.terms[index]
-            tail_addr = self._meta + TAIL_COUNTERS_OFFSET + 8 * index
-            if term_offset + claim_length > self.term_length:
-                lb_store_release_i64(tail_addr, ((<int64_t>term_id) << 32) | (term_offset + claim_length))
-                _handle_end_of_log(term, term_offset, self.term_length, term_id, self._vft, self.session_id,
-                                   self.stream_id)
-                if begin + self.term_length >= self._max_possible_position:
-                    return MAX_POSITION_EXCEEDED
-                self._exclusive_rotate()
-                return TERM_APPEND_FAILED - 1000
-            resulting = self._write(term, term_offset, term_id, src, length, reserved_value, batch_count, srcs, lengths)
-            self._term_offset = resulting
-            lb_store_release_i64(tail_addr, ((<int64_t>term_id) << 32) | resulting)
-            return begin + resulting
-
-        term_count = lb_load_acquire_i32(self._meta + ACTIVE_TERM_COUNT_OFFSET)
-        index = term_count % PARTITION_COUNT
-        tail_addr = self._meta + TAIL_COUNTERS_OFFSET + 8 * index
-        raw_tail = lb_load_acquire_i64(tail_addr)
-        term_id = <int32_t>(raw_tail >> 32)
-        term_offset = <int32_t>min(<int64_t>(<uint32_t>raw_tail), <int64_t>self.term_length)
-        begin = (<int64_t>(<int32_t>(term_id - self.initial_term_id))) << self._shift
-        if term_count != <int32_t>(term_id - self.initial_term_id):
-            return ADMIN_ACTION
-        position = begin + term_offset
-        limit = self._limit_for(position)
-        if position >= limit:
-            return self._back_pressure_status(position, length)
-        term = self._log.terms[index]
-        raw_tail = lb_get_and_add_i64(tail_addr, claim_length)
-        term_offset = <int32_t>(<int64_t>(<uint32_t>raw_tail))
-        term_id = <int32_t>(raw_tail >> 32)
-        if <int64_t>term_offset + claim_length > self.term_length:
-            _handle_end_of_log(term, term_offset, self.term_length, term_id, self._vft, self.session_id, self.stream_id)
-            begin = (<int64_t>(<int32_t>(term_id - self.initial_term_id))) << self._shift
-            if begin + self.term_length >= self._max_possible_position:
-                return MAX_POSITION_EXCEEDED
-            _rotate_log(self._meta, term_count, term_id)
-            return TERM_APPEND_FAILED - 1000
-        resulting = self._write(term, term_offset, term_id, src, length, reserved_value, batch_count, srcs, lengths)
-        begin = (<int64_t>(<int32_t>(term_id - self.initial_term_id))) << self._shift
-        return begin + resulting
+        cdef int64_t result = self._claim_space(claim_length, length, &c)
+        if result != 0:
+            return result
+        return c.begin + self._write(c.term, c.term_offset, c.term_id, src, length, reserved_value, batch_count,
+                                     srcs, lengths)
 
     cdef inline int32_t _write(self, char *term, int32_t term_offset, int32_t term_id, const char *src,
                                int32_t length, int64_t reserved_value, int32_t batch_count,
@@ -1070,7 +1079,7 @@ cdef class PublicationCore:
         # A trip pads and rotates; the retry then lands in the fresh term (ADMIN_ACTION if it races).
         for attempt in range(3):
             result = self._append(src, length, reserved_value, batch_count, srcs, lengths, aligned_total)
-            if result != TERM_APPEND_FAILED - 1000:
+            if result != TRIPPED:
                 return result
         return ADMIN_ACTION
 
@@ -1164,72 +1173,25 @@ cdef class PublicationCore:
         cdef int attempt
         for attempt in range(3):
             result = self._claim(length, claim)
-            if result != TERM_APPEND_FAILED - 1000:
+            if result != TRIPPED:
                 return result
         return ADMIN_ACTION
 
     cdef int64_t _claim(self, int32_t length, BufferClaim claim) except? -9:
         cdef int32_t frame_length = length + HEADER_LENGTH
         cdef int32_t aligned = _align(frame_length)
-        cdef int32_t term_count, index, term_offset, term_id
-        cdef int64_t raw_tail, position, limit, begin
-        cdef char *term
-        cdef char *tail_addr
-        if self.exclusive:
-            term_offset = self._term_offset
-            term_id = self._term_id
-            index = self._active_index
-            begin = self._term_begin_position
-            position = begin + term_offset
-            limit = self._limit_for(position)
-            if position >= limit:
-                return self._back_pressure_status(position, length)
-            term = self._log.terms[index]
-            tail_addr = self._meta + TAIL_COUNTERS_OFFSET + 8 * index
-            if term_offset + aligned > self.term_length:
-                lb_store_release_i64(tail_addr, ((<int64_t>term_id) << 32) | (term_offset + aligned))
-                _handle_end_of_log(term, term_offset, self.term_length, term_id, self._vft, self.session_id,
-                                   self.stream_id)
-                if begin + self.term_length >= self._max_possible_position:
-                    return MAX_POSITION_EXCEEDED
-                self._exclusive_rotate()
-                return TERM_APPEND_FAILED - 1000
-            self._term_offset = term_offset + aligned
-            lb_store_release_i64(tail_addr, ((<int64_t>term_id) << 32) | (term_offset + aligned))
-        else:
-            term_count = lb_load_acquire_i32(self._meta + ACTIVE_TERM_COUNT_OFFSET)
-            index = term_count % PARTITION_COUNT
-            tail_addr = self._meta + TAIL_COUNTERS_OFFSET + 8 * index
-            raw_tail = lb_load_acquire_i64(tail_addr)
-            term_id = <int32_t>(raw_tail >> 32)
-            term_offset = <int32_t>min(<int64_t>(<uint32_t>raw_tail), <int64_t>self.term_length)
-            if term_count != <int32_t>(term_id - self.initial_term_id):
-                return ADMIN_ACTION
-            begin = (<int64_t>(<int32_t>(term_id - self.initial_term_id))) << self._shift
-            position = begin + term_offset
-            limit = self._limit_for(position)
-            if position >= limit:
-                return self._back_pressure_status(position, length)
-            term = self._log.terms[index]
-            raw_tail = lb_get_and_add_i64(tail_addr, aligned)
-            term_offset = <int32_t>(<int64_t>(<uint32_t>raw_tail))
-            term_id = <int32_t>(raw_tail >> 32)
-            begin = (<int64_t>(<int32_t>(term_id - self.initial_term_id))) << self._shift
-            if <int64_t>term_offset + aligned > self.term_length:
-                _handle_end_of_log(term, term_offset, self.term_length, term_id, self._vft, self.session_id,
-                                   self.stream_id)
-                if begin + self.term_length >= self._max_possible_position:
-                    return MAX_POSITION_EXCEEDED
-                _rotate_log(self._meta, term_count, term_id)
-                return TERM_APPEND_FAILED - 1000
-        _header_write(term, term_offset, frame_length, term_id, self._vft, self.session_id, self.stream_id)
-        (<int64_t *>(term + term_offset + RESERVED_VALUE_OFFSET))[0] = 0
-        claim._frame = term + term_offset
+        cdef _Claimed c
+        cdef int64_t result = self._claim_space(aligned, length, &c)
+        if result != 0:
+            return result
+        _header_write(c.term, c.term_offset, frame_length, c.term_id, self._vft, self.session_id, self.stream_id)
+        (<int64_t *>(c.term + c.term_offset + RESERVED_VALUE_OFFSET))[0] = 0
+        claim._frame = c.term + c.term_offset
         claim._frame_length = frame_length
         claim._log = self._log
-        cdef Py_ssize_t start = (term - self._log.base) + term_offset + HEADER_LENGTH
+        cdef Py_ssize_t start = (c.term - self._log.base) + c.term_offset + HEADER_LENGTH
         claim._view = self._log._mem[start:start + length]
-        return begin + term_offset + aligned
+        return c.begin + c.term_offset + aligned
 
 
 # ---------------------------------------------------------------------------------------------

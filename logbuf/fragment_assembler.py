@@ -36,33 +36,53 @@ class _Builder:
         self.active = False
 
 
-class FragmentAssembler:
+class _Assembler:
+    """Per-session builders shared by both assemblers."""
+
+    def __init__(self) -> None:
+        self._builders: dict[int, _Builder] = {}
+
+    def _begin(self, buffer: memoryview, header: Header) -> None:
+        builder = self._builders.get(header.session_id)
+        if builder is None:
+            builder = self._builders[header.session_id] = _Builder()
+        builder.reset()
+        builder.data += buffer
+        builder.active = True
+        builder.next_term_offset = header.term_offset + dh.align(header.frame_length)
+
+    def _continuing(self, header: Header) -> _Builder | None:
+        """The session's builder if this fragment follows on from the last one (a gap drops it)."""
+        builder = self._builders.get(header.session_id)
+        if builder is None or not builder.active:
+            return None
+        if header.term_offset != builder.next_term_offset:
+            builder.reset()
+            return None
+        return builder
+
+    def free_session(self, session_id: int) -> None:
+        """Forget a session's partial message (its image went away)."""
+        self._builders.pop(session_id, None)
+
+
+class FragmentAssembler(_Assembler):
     """Wrap a handler so it sees whole messages: ``image.poll(FragmentAssembler(handler), 10)``."""
 
     def __init__(self, delegate: FragmentHandler) -> None:
+        super().__init__()
         self.delegate = delegate
-        self._builders: dict[int, _Builder] = {}
 
     def __call__(self, buffer: memoryview, header: Header) -> None:
         flags = header.flags
         if flags & dh.UNFRAGMENTED == dh.UNFRAGMENTED:
             self.delegate(buffer, header)
             return
-        session_id = header.session_id
         if flags & dh.BEGIN_FLAG:
-            builder = self._builders.get(session_id)
-            if builder is None:
-                builder = self._builders[session_id] = _Builder()
-            builder.reset()
-            builder.data += buffer
-            builder.active = True
-            builder.next_term_offset = header.term_offset + dh.align(header.frame_length)
+            self._begin(buffer, header)
             return
-        builder = self._builders.get(session_id)
-        if builder is None or not builder.active:
-            return
-        if header.term_offset != builder.next_term_offset:
-            builder.reset()
+        builder = self._continuing(header)
+        if builder is None:
             return
         builder.data += buffer
         if flags & dh.END_FLAG:
@@ -75,12 +95,8 @@ class FragmentAssembler:
         else:
             builder.next_term_offset = header.term_offset + dh.align(header.frame_length)
 
-    def free_session(self, session_id: int) -> None:
-        """Forget a session's partial message (its image went away)."""
-        self._builders.pop(session_id, None)
 
-
-class ControlledFragmentAssembler:
+class ControlledFragmentAssembler(_Assembler):
     """The controlled-poll counterpart: the delegate returns a :class:`ControlledPollAction`.
 
     If the delegate ABORTs a completed message, the final fragment is taken back out of the
@@ -88,29 +104,19 @@ class ControlledFragmentAssembler:
     """
 
     def __init__(self, delegate: Callable[[memoryview, Header], ControlledPollAction | int | None]) -> None:
+        super().__init__()
         self.delegate = delegate
-        self._builders: dict[int, _Builder] = {}
 
     def __call__(self, buffer: memoryview, header: Header) -> int:
         flags = header.flags
         if flags & dh.UNFRAGMENTED == dh.UNFRAGMENTED:
             action = self.delegate(buffer, header)
             return ControlledPollAction.CONTINUE if action is None else int(action)
-        session_id = header.session_id
         if flags & dh.BEGIN_FLAG:
-            builder = self._builders.get(session_id)
-            if builder is None:
-                builder = self._builders[session_id] = _Builder()
-            builder.reset()
-            builder.data += buffer
-            builder.active = True
-            builder.next_term_offset = header.term_offset + dh.align(header.frame_length)
+            self._begin(buffer, header)
             return ControlledPollAction.CONTINUE
-        builder = self._builders.get(session_id)
-        if builder is None or not builder.active:
-            return ControlledPollAction.CONTINUE
-        if header.term_offset != builder.next_term_offset:
-            builder.reset()
+        builder = self._continuing(header)
+        if builder is None:
             return ControlledPollAction.CONTINUE
         before = len(builder.data)
         builder.data += buffer
@@ -131,6 +137,3 @@ class ControlledFragmentAssembler:
         else:
             builder.reset()
         return result
-
-    def free_session(self, session_id: int) -> None:
-        self._builders.pop(session_id, None)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import mmap
 import struct
+from dataclasses import dataclass
 
 from logbuf import _native
 from logbuf import data_header_descriptor as dh
@@ -13,58 +15,56 @@ _MAX_INT64 = (1 << 63) - 1
 DEFAULT_TERM_LENGTH = 16 * 1024 * 1024
 
 
-def check_params(
-    *,
-    term_length: int = DEFAULT_TERM_LENGTH,
-    mtu_length: int = dh.DEFAULT_MTU_LENGTH,
-    session_id: int = 0,
-    stream_id: int = 0,
-    initial_term_id: int = 0,
-    correlation_id: int = 0,
-    page_size: int = lbd.PAGE_MIN_SIZE,
-    term_window_length: int = 0,
-) -> None:
-    """Validate log parameters; errors name the parameter and value."""
-    lbd.check_term_length(term_length)
-    lbd.check_page_size(page_size)
-    dh.check_mtu_length(mtu_length, term_length)
-    for field, value in (("session_id", session_id), ("stream_id", stream_id), ("initial_term_id", initial_term_id)):
-        if not -(1 << 31) <= value < (1 << 31):
-            raise lbd.LogBufferError(f"{field}={value} is not a 32-bit signed integer")
-    if term_window_length and not mtu_length <= term_window_length <= term_length // 2:
-        raise lbd.LogBufferError(
-            f"term_window_length={term_window_length} must be within mtu_length..term_length/2 ({term_length // 2})"
+@dataclass(frozen=True)
+class LogParams:
+    """A new log's parameters; :meth:`check` validates them, naming the parameter and value."""
+
+    term_length: int = DEFAULT_TERM_LENGTH
+    mtu_length: int = dh.DEFAULT_MTU_LENGTH
+    session_id: int = 0
+    stream_id: int = 0
+    initial_term_id: int = 0
+    correlation_id: int = 0
+    page_size: int = lbd.PAGE_MIN_SIZE
+    term_window_length: int = 0
+
+    def check(self) -> "LogParams":
+        lbd.check_term_length(self.term_length)
+        lbd.check_page_size(self.page_size)
+        dh.check_mtu_length(self.mtu_length, self.term_length)
+        for field in ("session_id", "stream_id", "initial_term_id"):
+            value = getattr(self, field)
+            if not -(1 << 31) <= value < (1 << 31):
+                raise lbd.LogBufferError(f"{field}={value} is not a 32-bit signed integer")
+        window = self.term_window_length
+        if window and not self.mtu_length <= window <= self.term_length // 2:
+            raise lbd.LogBufferError(
+                f"term_window_length={window} must be within mtu_length..term_length/2 ({self.term_length // 2})"
+            )
+        return self
+
+    @property
+    def log_length(self) -> int:
+        return lbd.compute_log_length(self.term_length, self.page_size)
+
+    def initialise(self, buf: mmap.mmap) -> None:
+        """Write a new log's metadata: tails, term count, parameters, default header; EOS = max."""
+        meta_off = lbd.metadata_offset(self.term_length)
+        struct.pack_into(
+            "=qiiiiiii", buf, meta_off + lbd.LOG_CORRELATION_ID_OFFSET,
+            self.correlation_id, self.initial_term_id, dh.HEADER_LENGTH, self.mtu_length, self.term_length,
+            self.page_size, self.term_window_length or self.term_length // 2, 0,
         )
-
-
-def _initialise(
-    buf: object,
-    *,
-    term_length: int = DEFAULT_TERM_LENGTH,
-    mtu_length: int = dh.DEFAULT_MTU_LENGTH,
-    session_id: int = 0,
-    stream_id: int = 0,
-    initial_term_id: int = 0,
-    correlation_id: int = 0,
-    page_size: int = lbd.PAGE_MIN_SIZE,
-    term_window_length: int = 0,
-) -> None:
-    """Write a new log's metadata: tails, term count, parameters, default header; EOS = max."""
-    meta_off = lbd.metadata_offset(term_length)
-    struct.pack_into(
-        "=qiiiiiii", buf, meta_off + lbd.LOG_CORRELATION_ID_OFFSET,
-        correlation_id, initial_term_id, dh.HEADER_LENGTH, mtu_length, term_length, page_size,
-        term_window_length or term_length // 2, 0,
-    )
-    dh.HEADER.pack_into(
-        buf, meta_off + lbd.LOG_DEFAULT_FRAME_HEADER_OFFSET,
-        0, dh.CURRENT_VERSION, dh.UNFRAGMENTED, dh.HDR_TYPE_DATA, 0, session_id, stream_id, initial_term_id, 0,
-    )
-    struct.pack_into("=q", buf, meta_off + lbd.LOG_END_OF_STREAM_POSITION_OFFSET, _MAX_INT64)
-    for index in range(1, lbd.PARTITION_COUNT):
-        struct.pack_into("=q", buf, meta_off + 8 * index, lbd.pack_tail(initial_term_id - lbd.PARTITION_COUNT + index, 0))
-    _native.put_int32_ordered(buf, meta_off + lbd.LOG_ACTIVE_TERM_COUNT_OFFSET, 0)
-    _native.put_int64_ordered(buf, meta_off + lbd.TERM_TAIL_COUNTERS_OFFSET, lbd.pack_tail(initial_term_id, 0))
+        dh.HEADER.pack_into(
+            buf, meta_off + lbd.LOG_DEFAULT_FRAME_HEADER_OFFSET, 0, dh.CURRENT_VERSION, dh.UNFRAGMENTED,
+            dh.HDR_TYPE_DATA, 0, self.session_id, self.stream_id, self.initial_term_id, 0,
+        )
+        struct.pack_into("=q", buf, meta_off + lbd.LOG_END_OF_STREAM_POSITION_OFFSET, _MAX_INT64)
+        for index in range(1, lbd.PARTITION_COUNT):
+            tail = lbd.pack_tail(self.initial_term_id - lbd.PARTITION_COUNT + index, 0)
+            struct.pack_into("=q", buf, meta_off + 8 * index, tail)
+        _native.put_int32_ordered(buf, meta_off + lbd.LOG_ACTIVE_TERM_COUNT_OFFSET, 0)
+        _native.put_int64_ordered(buf, meta_off + lbd.TERM_TAIL_COUNTERS_OFFSET, lbd.pack_tail(self.initial_term_id, 0))
 
 
 class LogBuffers:
@@ -97,23 +97,19 @@ class LogBuffers:
     def create(cls, name: str, *, mode: int = OWNER_ONLY, **params: int) -> "LogBuffers":
         """Create and initialise a new log in POSIX shared memory; fails if ``name`` exists.
 
-        ``params``: term_length, mtu_length, session_id, stream_id, initial_term_id, correlation_id,
-        page_size, term_window_length (see :func:`check_params`).
+        ``params``: the fields of :class:`LogParams`.
         """
-        check_params(**params)
-        segment = Segment.create(name, lbd.compute_log_length(params.get("term_length", DEFAULT_TERM_LENGTH),
-                                                             params.get("page_size", lbd.PAGE_MIN_SIZE)), mode=mode)
-        _initialise(segment.buffer, **params)
+        log_params = LogParams(**params).check()
+        segment = Segment.create(name, log_params.log_length, mode=mode)
+        log_params.initialise(segment.buffer)
         return cls(segment)
 
     @classmethod
     def create_file(cls, path: str, *, mode: int = OWNER_ONLY, **params: int) -> "LogBuffers":
         """Create and initialise a new log as a file (a media driver's logs, under /dev/shm)."""
-        check_params(**params)
-        segment = Segment.create_file(path, lbd.compute_log_length(params.get("term_length", DEFAULT_TERM_LENGTH),
-                                                                  params.get("page_size", lbd.PAGE_MIN_SIZE)),
-                                      mode=mode)
-        _initialise(segment.buffer, **params)
+        log_params = LogParams(**params).check()
+        segment = Segment.create_file(path, log_params.log_length, mode=mode)
+        log_params.initialise(segment.buffer)
         return cls(segment)
 
     @classmethod
