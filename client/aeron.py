@@ -491,17 +491,12 @@ class ClientConductor:
         with self._lock:
             if self._closed:
                 return
+            # As Aeron's client: close everything locally and tell the driver once, without waiting
+            # (it releases all of this client's resources on CLIENT_CLOSE, or on its liveness timeout
+            # if the command never arrives), so closing never blocks on a dead driver.
+            self._force_close_resources()
             if self._driver_error is None:
-                for publication in list(self._publications.values()):
-                    publication.close()
-                for subscription in list(self._subscriptions.values()):
-                    subscription.close()
-                try:
-                    self._send(cmd.CLIENT_CLOSE, cmd.CorrelatedCommand(self.client_id, 0).encode())
-                except DriverTimeoutError:
-                    pass
-            else:
-                self._force_close_resources()
+                self.to_driver.write(cmd.CLIENT_CLOSE, cmd.CorrelatedCommand(self.client_id, 0).encode())
             self._closed = True
         self._stop.set()
         if self._thread is not None and self._thread is not threading.current_thread():

@@ -1,0 +1,423 @@
+"""``logbuf-stat``: where every stream stands, read from a media driver's shared memory.
+
+Like AeronStat, it only reads: the CnC file's counters and distinct-error log, and the publication
+log files' metadata and frames (for message rates). It never sends the driver a command, so it
+works beside a busy driver and on the files a dead driver left behind (it then says so).
+
+    logbuf-stat                      # live view (rich), refreshed every second, Ctrl-C to stop
+    logbuf-stat --once --json        # one snapshot for scripts (rates measured over --interval)
+    logbuf-stat --prometheus 9464    # serve the counters as Prometheus metrics, plus the live view
+
+Per stream (a publication's session id and stream id): publisher position and limit, bytes/s from
+how far the position moved, msgs/s from the messages (BEGIN frames) found in the frames written
+since the last sample, and each subscriber's lag behind the publisher; the slowest is marked.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from logbuf import _native
+from logbuf import counters_descriptor as cd
+from logbuf import data_header_descriptor as dh
+from logbuf.cnc import CncError, CncFile, cnc_driver_heartbeat_ms
+from logbuf.counters import CounterInfo, CountersReader
+from logbuf.error_log import read_error_log
+from logbuf.log_buffer import LogBuffers
+from logbuf.logging_config import configure_logging
+
+PUBLICATIONS_DIR = "publications"
+DEFAULT_ALIVE_TIMEOUT_MS = 5_000
+MAX_SCAN_BYTES = 1 << 20
+"""Frames scanned per stream per sample to estimate messages per byte."""
+
+__all__ = ["StatReader", "Snapshot", "StreamStat", "SubscriberStat", "main"]
+
+
+@dataclass(slots=True)
+class SubscriberStat:
+    counter_id: int
+    registration_id: int
+    client_id: int
+    position: int
+    lag: int
+    slowest: bool = False
+
+
+@dataclass(slots=True)
+class StreamStat:
+    registration_id: int
+    session_id: int
+    stream_id: int
+    channel: str
+    publisher_position: int
+    publisher_limit: int
+    msgs_per_s: float | None
+    bytes_per_s: float | None
+    subscribers: list[SubscriberStat] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class CounterStat:
+    id: int
+    type_id: int
+    label: str
+    value: int
+
+
+@dataclass(slots=True)
+class ErrorStat:
+    count: int
+    first_ms: int
+    last_ms: int
+    text: str
+
+
+@dataclass(slots=True)
+class Snapshot:
+    dir: str
+    alive: bool
+    driver_pid: int
+    heartbeat_age_ms: int
+    time_ms: int
+    streams: list[StreamStat]
+    counters: list[CounterStat]
+    errors: list[ErrorStat]
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def count_messages(log: LogBuffers, start: int, end: int, max_bytes: int = MAX_SCAN_BYTES) -> tuple[int, int]:
+    """Messages (frames with the BEGIN flag) in ``[start, ...)``, scanning at most ``max_bytes``.
+
+    ``start`` must be a frame boundary (a tail position is). Returns (messages, bytes scanned); the
+    caller scales. Stops at the first frame not yet committed.
+    """
+    term_length = log.term_length
+    messages = scanned = 0
+    position = start
+    end = min(end, start + max_bytes)
+    while position < end:
+        term_count = position // term_length
+        offset = position % term_length
+        length = min(end - position, term_length - offset)
+        term = log.term_buffer(term_count % 3)
+        block = term[offset : offset + length]
+        offsets = np.empty(length // dh.HEADER_LENGTH + 1, dtype=np.int32)
+        lengths = np.empty_like(offsets)
+        n = _native.frame_index(block, offsets, lengths)
+        if n:
+            flags = np.frombuffer(block, dtype=np.uint8)[offsets[:n] - dh.HEADER_LENGTH + dh.FLAGS_FIELD_OFFSET]
+            messages += int(np.count_nonzero(flags & dh.BEGIN_FLAG))
+        block.release()
+        term.release()
+        scanned += length
+        position += length
+    return messages, scanned
+
+
+def _sample_start(prev: int, now: int, term_length: int) -> int:
+    """A frame boundary at or after ``prev`` whose data is still intact at ``now``.
+
+    Frames at ``prev`` survive while the tail is within the next term; further back, the start of
+    the tail's own term (or the one before, when the tail has barely entered it) is a boundary.
+    """
+    term_start = now - now % term_length
+    if now - prev <= term_length:
+        return prev
+    return term_start if now - term_start >= min(term_length, MAX_SCAN_BYTES) // 2 else term_start - term_length
+
+
+class StatReader:
+    """Samples a driver directory; keeps the previous sample to compute rates."""
+
+    def __init__(self, directory: str, *, alive_timeout_ms: int = DEFAULT_ALIVE_TIMEOUT_MS) -> None:
+        self.dir = directory
+        self.alive_timeout_ms = alive_timeout_ms
+        self.cnc = CncFile.open(directory)
+        self.counters = CountersReader(self.cnc.counters_metadata, self.cnc.counters_values)
+        self._logs: dict[int, LogBuffers | None] = {}
+        self._previous: dict[int, tuple[float, int]] = {}  # pub registration id -> (monotonic s, position)
+
+    def close(self) -> None:
+        for log in self._logs.values():
+            if log is not None:
+                log.close()
+        self._logs.clear()
+        self.cnc.close()
+
+    def __enter__(self) -> "StatReader":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _log(self, registration_id: int) -> LogBuffers | None:
+        if registration_id not in self._logs:
+            path = os.path.join(self.dir, PUBLICATIONS_DIR, f"{registration_id}.logbuffer")
+            try:
+                self._logs[registration_id] = LogBuffers.open_file(path)
+            except (OSError, ValueError):
+                self._logs[registration_id] = None  # gone (driver cleaned up): counters only
+        return self._logs[registration_id]
+
+    def sample(self) -> Snapshot:
+        now_ms = time.time_ns() // 1_000_000
+        heartbeat_age = now_ms - cnc_driver_heartbeat_ms(self.cnc)
+        infos = list(self.counters)
+        streams = self._streams(infos)
+        return Snapshot(
+            dir=self.dir,
+            alive=heartbeat_age <= self.alive_timeout_ms,
+            driver_pid=self.cnc.pid,
+            heartbeat_age_ms=heartbeat_age,
+            time_ms=now_ms,
+            streams=streams,
+            counters=[CounterStat(i.counter_id, i.type_id, i.label, i.value) for i in infos],
+            errors=[ErrorStat(e.count, e.first_observation_ms, e.last_observation_ms, e.text)
+                    for e in sorted(read_error_log(self.cnc.error_log), key=lambda e: -e.last_observation_ms)],
+        )
+
+    def _streams(self, infos: Iterable[CounterInfo]) -> list[StreamStat]:
+        limits: dict[tuple[int, int], CounterInfo] = {}
+        positions: dict[tuple[int, int], CounterInfo] = {}
+        subscribers: dict[tuple[int, int], list[CounterInfo]] = {}
+        for info in infos:
+            if info.type_id not in (cd.PUBLISHER_LIMIT_TYPE_ID, cd.PUBLISHER_POSITION_TYPE_ID,
+                                    cd.SUBSCRIBER_POSITION_TYPE_ID):
+                continue
+            _, session_id, stream_id, _ = cd.STREAM_KEY.unpack_from(info.key)
+            key = (session_id, stream_id)
+            if info.type_id == cd.PUBLISHER_LIMIT_TYPE_ID:
+                limits[key] = info
+            elif info.type_id == cd.PUBLISHER_POSITION_TYPE_ID:
+                positions[key] = info
+            else:
+                subscribers.setdefault(key, []).append(info)
+        now = time.monotonic()
+        streams = []
+        live = set()
+        for key, limit in sorted(limits.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+            registration_id = limit.registration_id
+            live.add(registration_id)
+            log = self._log(registration_id)
+            position = log.tail_position() if log is not None else positions[key].value if key in positions else 0
+            msgs_per_s = bytes_per_s = None
+            previous = self._previous.get(registration_id)
+            if previous is not None and now > previous[0]:
+                elapsed = now - previous[0]
+                moved = max(0, position - previous[1])
+                bytes_per_s = moved / elapsed
+                if moved == 0:
+                    msgs_per_s = 0.0
+                elif log is not None:
+                    start = _sample_start(previous[1], position, log.term_length)
+                    messages, scanned = count_messages(log, start, position)
+                    msgs_per_s = messages / scanned * moved / elapsed if scanned else 0.0
+            self._previous[registration_id] = (now, position)
+            channel = limit.label.split(" ", 4)[4] if limit.label.count(" ") >= 4 else ""
+            stream = StreamStat(registration_id, key[0], key[1], channel, position, limit.value,
+                                msgs_per_s, bytes_per_s)
+            for sub in subscribers.get(key, []):
+                stream.subscribers.append(SubscriberStat(sub.counter_id, sub.registration_id, sub.owner_id,
+                                                         sub.value, max(0, position - sub.value)))
+            if stream.subscribers:
+                min(stream.subscribers, key=lambda s: s.position).slowest = True
+            streams.append(stream)
+        for registration_id in [r for r in self._logs if r not in live]:
+            log = self._logs.pop(registration_id)
+            if log is not None:
+                log.close()
+            self._previous.pop(registration_id, None)
+        return streams
+
+
+# -- output ------------------------------------------------------------------------------------------
+def _rate(value: float | None, unit: str = "") -> str:
+    if value is None:
+        return "-"
+    for scale, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if value >= scale:
+            return f"{value / scale:.2f} {suffix}{unit}"
+    return f"{value:.0f} {unit}".rstrip()
+
+
+def render(snapshot: Snapshot) -> Any:
+    """A rich renderable of a snapshot."""
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    state = Text("alive", style="bold green") if snapshot.alive else Text("NOT ALIVE", style="bold red")
+    title = Text.assemble("driver ", state, f"  pid {snapshot.driver_pid}  heartbeat {snapshot.heartbeat_age_ms} ms ago"
+                          f"  dir {snapshot.dir}")
+    streams = Table(title="streams", expand=True, padding=(0, 0))
+    for name, justify in (("stream", "right"), ("session", "right"), ("channel", "left"), ("position", "right"),
+                          ("limit", "right"), ("msgs/s", "right"), ("bytes/s", "right")):
+        streams.add_column(name, justify=justify, no_wrap=True,  # type: ignore[arg-type]
+                           min_width=13 if name in ("position", "limit") else None)
+    subscribers = Table(title="subscribers (slowest of a stream in red)", expand=True)
+    for name in ("stream", "session", "subscription", "client", "position", "lag"):
+        subscribers.add_column(name, justify="right", no_wrap=True)
+    for s in snapshot.streams:
+        streams.add_row(str(s.stream_id), str(s.session_id), s.channel, f"{s.publisher_position:,}",
+                        f"{s.publisher_limit:,}", _rate(s.msgs_per_s), _rate(s.bytes_per_s, "B"))
+        for sub in s.subscribers:
+            style = "bold red" if sub.slowest and len(s.subscribers) > 1 and sub.lag > 0 else None
+            subscribers.add_row(str(s.stream_id), str(s.session_id), str(sub.registration_id), str(sub.client_id),
+                                f"{sub.position:,}", f"{sub.lag:,}", style=style)
+    counters = Table(title="system counters", expand=True)
+    counters.add_column("id", justify="right")
+    counters.add_column("label")
+    counters.add_column("value", justify="right")
+    for c in snapshot.counters:
+        if c.type_id == cd.SYSTEM_COUNTER_TYPE_ID:
+            counters.add_row(str(c.id), c.label, f"{c.value:,}")
+    parts: list[Any] = [title, streams, subscribers, counters]
+    if snapshot.errors:
+        errors = Table(title="distinct errors (most recent first)", expand=True)
+        errors.add_column("count", justify="right")
+        errors.add_column("last seen")
+        errors.add_column("error")
+        for e in snapshot.errors[:5]:
+            errors.add_row(str(e.count), time.strftime("%H:%M:%S", time.localtime(e.last_ms / 1000)), e.text)
+        parts.append(errors)
+    return Group(*parts)
+
+
+def serve_prometheus(directory: str, port: int, *, alive_timeout_ms: int = DEFAULT_ALIVE_TIMEOUT_MS) -> Any:
+    """Serve the driver's counters at ``http://0.0.0.0:port/metrics``; returns (server, reader).
+
+    Scrapes run on the server's thread with a reader of their own.
+    """
+    reader = StatReader(directory, alive_timeout_ms=alive_timeout_ms)
+    lock = threading.Lock()
+    from prometheus_client import CollectorRegistry, start_http_server
+    from prometheus_client.core import GaugeMetricFamily
+    from prometheus_client.registry import Collector
+
+    class DriverCollector(Collector):
+        def collect(self) -> Iterable[Any]:
+            with lock:
+                snap = reader.sample()
+            alive = GaugeMetricFamily("logbuf_driver_alive", "1 while the driver heartbeats", labels=["dir"])
+            alive.add_metric([snap.dir], 1.0 if snap.alive else 0.0)
+            yield alive
+            system = GaugeMetricFamily("logbuf_system_counter", "The driver's system counters", labels=["id", "label"])
+            for c in snap.counters:
+                if c.type_id == cd.SYSTEM_COUNTER_TYPE_ID:
+                    system.add_metric([str(c.id), c.label], float(c.value))
+            yield system
+            labels = ["stream_id", "session_id", "channel"]
+            pub = GaugeMetricFamily("logbuf_publisher_position_bytes", "Publisher position", labels=labels)
+            lmt = GaugeMetricFamily("logbuf_publisher_limit_bytes", "Publisher limit", labels=labels)
+            sub = GaugeMetricFamily("logbuf_subscriber_position_bytes", "Subscriber position",
+                                    labels=[*labels, "registration_id"])
+            lag = GaugeMetricFamily("logbuf_subscriber_lag_bytes", "Subscriber lag behind the publisher",
+                                    labels=[*labels, "registration_id"])
+            for s in snap.streams:
+                values = [str(s.stream_id), str(s.session_id), s.channel]
+                pub.add_metric(values, float(s.publisher_position))
+                lmt.add_metric(values, float(s.publisher_limit))
+                for p in s.subscribers:
+                    sub.add_metric([*values, str(p.registration_id)], float(p.position))
+                    lag.add_metric([*values, str(p.registration_id)], float(p.lag))
+            yield from (pub, lmt, sub, lag)
+            errors = GaugeMetricFamily("logbuf_distinct_errors", "Distinct errors in the driver's error log")
+            errors.add_metric([], float(len(snap.errors)))
+            yield errors
+
+    registry = CollectorRegistry()
+    registry.register(DriverCollector())
+    server, _thread = start_http_server(port, registry=registry)
+    return server, reader
+
+
+# -- entry point -------------------------------------------------------------------------------------
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="logbuf-stat", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dir", help="driver directory (default: LOGBUF_DIR, else /dev/shm/logbuf-<user>)")
+    parser.add_argument("--once", action="store_true", help="print one snapshot and exit")
+    parser.add_argument("--json", action="store_true", help="JSON output (with --once: one object; else one per line)")
+    parser.add_argument("--interval", type=float, default=1.0, help="seconds between samples (default 1)")
+    parser.add_argument("--duration", type=float, default=None, help="stop after this many seconds")
+    parser.add_argument("--prometheus", type=int, metavar="PORT", default=None, help="serve /metrics on PORT")
+    parser.add_argument("--alive-timeout-ms", type=int, default=DEFAULT_ALIVE_TIMEOUT_MS,
+                        help="heartbeat age beyond which the driver is reported not alive")
+    args = parser.parse_args(argv)
+    if args.interval <= 0:
+        parser.error(f"--interval={args.interval} must be positive")
+    if args.duration is not None and args.duration < 0:
+        parser.error(f"--duration={args.duration} must not be negative")
+    if args.prometheus is not None and not 0 <= args.prometheus <= 65535:
+        parser.error(f"--prometheus={args.prometheus} is not a TCP port")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    configure_logging("warning")
+    from driver.context import resolve_dir
+
+    directory = resolve_dir(args.dir)
+    try:
+        reader = StatReader(directory, alive_timeout_ms=args.alive_timeout_ms)
+    except CncError as e:
+        print(f"logbuf-stat: {e}", file=sys.stderr)
+        return 2
+    prometheus: tuple[Any, StatReader] | None = None
+    try:
+        if args.once:
+            reader.sample()  # the baseline for rates
+            time.sleep(args.interval)
+            snapshot = reader.sample()
+            if args.json:
+                print(json.dumps(snapshot.to_json()))
+            else:
+                from rich.console import Console
+
+                Console().print(render(snapshot))
+            return 0
+        if args.prometheus is not None:
+            prometheus = serve_prometheus(directory, args.prometheus, alive_timeout_ms=args.alive_timeout_ms)
+        return _run_live(reader, args)
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        if prometheus is not None:
+            prometheus[0].shutdown()
+            prometheus[1].close()
+        reader.close()
+
+
+def _run_live(reader: StatReader, args: argparse.Namespace) -> int:
+    deadline = None if args.duration is None else time.monotonic() + args.duration
+    if args.json:
+        while deadline is None or time.monotonic() < deadline:
+            print(json.dumps(reader.sample().to_json()), flush=True)
+            time.sleep(args.interval)
+        return 0
+    from rich.live import Live
+
+    with Live(render(reader.sample()), refresh_per_second=4, screen=False) as live:
+        while deadline is None or time.monotonic() < deadline:
+            time.sleep(min(args.interval, max(0.0, deadline - time.monotonic()) if deadline else args.interval))
+            live.update(render(reader.sample()))
+    if not live.console.is_terminal:
+        live.console.line()  # the final render ends without a newline when not on a terminal
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

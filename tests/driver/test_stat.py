@@ -1,0 +1,152 @@
+"""logbuf-stat against a real driver: rates, lag, the slowest consumer, Prometheus, a dead driver."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+from client import Aeron, Context, OfferResult
+from client.stat import StatReader
+from logbuf import data_header_descriptor as dh
+
+from tests.driver.conftest import DriverProcess, unique_dir
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _stat(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "client.stat", *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=ROOT)
+
+
+def _publish(pub, count: int, size: int) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + 10
+    sent = 0
+    while sent < count:
+        result = pub.offer(bytes(size))
+        if result > 0:
+            sent += 1
+        else:
+            assert result in (OfferResult.BACK_PRESSURED, OfferResult.ADMIN_ACTION), OfferResult(result).name
+            assert time.monotonic() < deadline, "publisher stuck"
+
+
+def test_rates_lag_and_the_slowest_subscriber(media_driver: DriverProcess) -> None:
+    with Aeron.connect(Context(dir=media_driver.dir)) as aeron:
+        pub = aeron.add_publication("aeron:ipc", 31)
+        fast = aeron.add_subscription("aeron:ipc", 31)
+        slow = aeron.add_subscription("aeron:ipc", 31)
+        deadline = time.monotonic() + 10
+        while not (pub.is_connected and fast.images and slow.images):
+            assert time.monotonic() < deadline, "not connected"
+            time.sleep(0.01)
+        with StatReader(media_driver.dir) as reader:
+            first = reader.sample()
+            [stream] = [s for s in first.streams if s.stream_id == 31]
+            assert stream.msgs_per_s is None  # no baseline yet
+            start = stream.publisher_position
+            _publish(pub, 1000, 100)
+            while fast.poll(lambda b, h: None, 100) > 0:
+                pass
+            snap = reader.sample()
+        [stream] = [s for s in snap.streams if s.stream_id == 31]
+        frame = (dh.HEADER_LENGTH + 100 + 31) // 32 * 32
+        assert stream.publisher_position == start + 1000 * frame
+        assert stream.channel == "aeron:ipc"
+        assert stream.msgs_per_s is not None and stream.bytes_per_s is not None
+        # every frame since the baseline was scanned: the message rate is exact relative to the byte rate
+        assert abs(stream.msgs_per_s / stream.bytes_per_s - 1 / frame) < 1e-9
+        lags = sorted(s.lag for s in stream.subscribers)
+        assert lags == [0, 1000 * frame]
+        [slowest] = [s for s in stream.subscribers if s.slowest]
+        assert slowest.lag == 1000 * frame
+        assert snap.alive and snap.driver_pid == media_driver.proc.pid  # type: ignore[union-attr]
+
+
+def test_once_json_prometheus_and_live_view(media_driver: DriverProcess) -> None:
+    with Aeron.connect(Context(dir=media_driver.dir)) as aeron:
+        pub = aeron.add_publication("aeron:ipc", 32)
+        sub = aeron.add_subscription("aeron:ipc", 32)
+        deadline = time.monotonic() + 10
+        while not (pub.is_connected and sub.images):
+            assert time.monotonic() < deadline, "not connected"
+            time.sleep(0.01)
+        _publish(pub, 10, 64)  # unread: lag 10 frames of 96 bytes
+
+        once = _stat("--dir", media_driver.dir, "--once", "--json", "--interval", "0.1")
+        assert once.returncode == 0, once.stderr
+        snapshot = json.loads(once.stdout)
+        [stream] = [s for s in snapshot["streams"] if s["stream_id"] == 32]
+        assert [s["lag"] for s in stream["subscribers"]] == [960]
+        assert any(c["label"] == "Active publications" and c["value"] == 1 for c in snapshot["counters"])
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        server = subprocess.Popen([sys.executable, "-m", "client.stat", "--dir", media_driver.dir, "--json",
+                                   "--prometheus", str(port), "--duration", "20"], cwd=ROOT,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            body = ""
+            deadline = time.monotonic() + 15
+            while "logbuf_subscriber_lag_bytes" not in body:
+                assert time.monotonic() < deadline, "no /metrics"
+                try:
+                    body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read().decode()
+                except OSError:
+                    time.sleep(0.1)
+            lines = body.splitlines()
+            assert "logbuf_driver_alive{dir=\"%s\"} 1.0" % media_driver.dir in lines
+            [lag] = [line for line in lines if line.startswith("logbuf_subscriber_lag_bytes{")]
+            assert 'stream_id="32"' in lag and lag.endswith(" 960.0")
+            assert any(line.startswith('logbuf_system_counter{id="') and 'label="Active clients"' in line
+                       for line in lines)
+        finally:
+            server.kill()
+            server.communicate(timeout=10)
+
+    live = _stat("--dir", media_driver.dir, "--duration", "0.5", "--interval", "0.2")
+    assert live.returncode == 0, live.stderr
+    assert "streams" in live.stdout and "system counters" in live.stdout and "alive" in live.stdout
+
+
+def test_dead_driver_is_reported_not_alive_with_what_it_left() -> None:
+    driver = DriverProcess(unique_dir(), ["--ipc-term-length", "64k", "--dir-delete-on-shutdown", "false"]).start()
+    try:
+        aeron = Aeron.connect(Context(dir=driver.dir, driver_timeout_ms=60_000))
+        pub = aeron.add_publication("aeron:ipc", 33)
+        aeron.add_subscription("aeron:ipc", 33)
+        deadline = time.monotonic() + 10
+        while not pub.is_connected:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        assert pub.offer(b"left behind") > 0
+        driver.kill()
+        time.sleep(0.6)  # past the alive timeout given below
+        out = _stat("--dir", driver.dir, "--once", "--json", "--interval", "0.1", "--alive-timeout-ms", "500")
+        assert out.returncode == 0, out.stderr
+        snapshot = json.loads(out.stdout)
+        assert snapshot["alive"] is False and snapshot["heartbeat_age_ms"] > 500
+        [stream] = [s for s in snapshot["streams"] if s["stream_id"] == 33]
+        assert stream["publisher_position"] == 64  # one 43-byte frame, aligned
+        live = _stat("--dir", driver.dir, "--once", "--interval", "0.1", "--alive-timeout-ms", "500")
+        assert "NOT ALIVE" in live.stdout
+        aeron.close()
+    finally:
+        driver.kill()
+        shutil.rmtree(driver.dir, ignore_errors=True)
+
+
+def test_missing_directory_and_bad_arguments_name_the_problem() -> None:
+    missing = unique_dir()
+    out = _stat("--dir", missing, "--once")
+    assert out.returncode == 2
+    assert f"no CnC file at {missing}/cnc.dat" in out.stderr
+    bad = _stat("--dir", missing, "--interval", "0")
+    assert bad.returncode == 2 and "--interval=0.0 must be positive" in bad.stderr
