@@ -17,6 +17,7 @@ The media driver (``driver``) replaces this with the same pieces owned by one pr
 from __future__ import annotations
 
 import os
+import struct
 import time
 from typing import Any
 
@@ -34,6 +35,8 @@ CLEAN_POSITION_COUNTER_ID = 1
 FLOW_CONTROL_LOCK_COUNTER_ID = 2
 DEFAULT_MAX_SUBSCRIBERS = 61  # 64 counter records in all
 LIVENESS_CHECK_INTERVAL_S = 0.1
+_I32 = struct.Struct("=i")
+_I64 = struct.Struct("=q")
 
 __all__ = ["StreamLog"]
 
@@ -188,19 +191,35 @@ class StreamLog:
 
     # -- flow control ------------------------------------------------------------------------------
     def subscriber_positions(self) -> dict[int, int]:
-        """Live subscribers' positions by counter id (dead owners' counters are reclaimed)."""
+        """Live subscribers' positions by counter id (dead owners' counters are reclaimed).
+
+        On the publisher's back-pressure path: reads each record's state and type id straight
+        from shared memory (no labels decoded) and checks owners' pids only every
+        ``LIVENESS_CHECK_INTERVAL_S``.
+        """
         now = time.monotonic()
         check = now - self._last_liveness_check >= LIVENESS_CHECK_INTERVAL_S
         if check:
             self._last_liveness_check = now
+        metadata, values = self._metadata, self._values
+        get_int32, get_int64 = _native.get_int32_volatile, _native.get_int64_volatile
         positions = {}
-        for info in self.counters:
-            if info.type_id != cd.SUBSCRIBER_POSITION_TYPE_ID:
+        for counter_id in range(self.counters.max_counter_id + 1):
+            meta = cd.metadata_offset(counter_id)
+            state = get_int32(metadata, meta + cd.RECORD_STATE_OFFSET)
+            if state == cd.RECORD_UNUSED:
+                break
+            if state != cd.RECORD_ALLOCATED or _I32.unpack_from(metadata, meta + cd.TYPE_ID_OFFSET)[0] != (
+                cd.SUBSCRIBER_POSITION_TYPE_ID
+            ):
                 continue
-            if check and info.owner_id != self._pid and not _pid_alive(info.owner_id):
-                self.counters.free(info.counter_id)
-                continue
-            positions[info.counter_id] = info.value
+            value = cd.values_offset(counter_id)
+            if check:
+                owner = _I64.unpack_from(values, value + cd.OWNER_ID_OFFSET)[0]
+                if owner != self._pid and not _pid_alive(owner):
+                    self.counters.free(counter_id)
+                    continue
+            positions[counter_id] = get_int64(values, value)
         return positions
 
     def update_publisher_limit(self) -> bool:

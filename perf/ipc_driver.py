@@ -11,36 +11,16 @@ perf/results/ipc_driver.json.
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing as mp
-import os
-import platform
 import shutil
-import struct
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from typing import Any
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "ipc_driver.json")
-SEQ = struct.Struct("<q")
-
-
-def quiet() -> None:
-    """Benchmarks log lifecycle at warning level only (children are fresh spawned interpreters)."""
-    from logbuf.logging_config import configure_logging
-
-    configure_logging("warning")
-
-
-def cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+from _common import (collect, cpu_seconds, new_results, percentiles, print_latency, print_throughput, quiet,
+                     write_results, zmq_latency, zmq_throughput)
 
 
 # -- logbuf children -----------------------------------------------------------------------------------
@@ -120,85 +100,12 @@ def lb_throughput(directory: str, size: int, seconds: float, batch: int) -> dict
     assert q.get(timeout=30)[0] == "ready"
     pub = ctx.Process(target=lb_publisher, args=(directory, size, seconds, batch, q))
     pub.start()
-    results: dict[str, float] = {}
-    while len(results) < 3:
-        key, value = q.get(timeout=seconds + 60)
-        results[key] = value
+    results = collect(q, 3, seconds + 60)
     pub.join(30)
     sub.join(30)
     rate = results["received"] / results["elapsed"]
     return {"size": size, "batch": batch, "sent": results["sent"], "received": results["received"],
             "lost": results["sent"] - results["received"], "msgs_per_s": rate, "mb_per_s": rate * size / 1e6}
-
-
-# -- pyzmq peer ---------------------------------------------------------------------------------------
-def zmq_publisher(endpoint: str, size: int, seconds: float, out: Any) -> None:
-    import zmq
-
-    ctx = zmq.Context()
-    sock = ctx.socket(zmq.PUB)
-    sock.setsockopt(zmq.SNDHWM, 100_000)
-    sock.bind(endpoint)
-    time.sleep(1.0)  # slow joiner
-    message = bytes(size)
-    sent = 0
-    deadline = time.perf_counter() + seconds
-    while time.perf_counter() < deadline:
-        for _ in range(1000):
-            sock.send(message, copy=False)
-            sent += 1
-    time.sleep(0.2)
-    for _ in range(20):
-        sock.send(b"END!")
-        time.sleep(0.01)
-    out.put(("sent", sent))
-    sock.close(linger=1000)
-    ctx.term()
-
-
-def zmq_subscriber(endpoint: str, out: Any) -> None:
-    import zmq
-
-    ctx = zmq.Context()
-    sock = ctx.socket(zmq.SUB)
-    sock.setsockopt(zmq.RCVHWM, 100_000)
-    sock.connect(endpoint)
-    sock.setsockopt(zmq.SUBSCRIBE, b"")
-    out.put(("ready", 0))
-    received = 0
-    start = 0.0
-    while True:
-        message = sock.recv(copy=False)
-        if not start:
-            start = time.perf_counter()
-        if bytes(message.buffer[:4]) == b"END!":
-            break
-        received += 1
-    out.put(("received", received))
-    out.put(("elapsed", time.perf_counter() - start))
-    sock.close()
-    ctx.term()
-
-
-def zmq_throughput(size: int, seconds: float) -> dict[str, Any]:
-    endpoint = f"ipc://{tempfile.gettempdir()}/lbperf-{uuid.uuid4().hex[:8]}"
-    ctx = mp.get_context("spawn")
-    q: Any = ctx.Queue()
-    sub = ctx.Process(target=zmq_subscriber, args=(endpoint, q))
-    sub.start()
-    assert q.get(timeout=30)[0] == "ready"
-    pub = ctx.Process(target=zmq_publisher, args=(endpoint, size, seconds, q))
-    pub.start()
-    results: dict[str, float] = {}
-    while len(results) < 3:
-        key, value = q.get(timeout=seconds + 60)
-        results[key] = value
-    pub.join(30)
-    sub.join(30)
-    rate = results["received"] / results["elapsed"]
-    return {"size": size, "sent": results["sent"], "received": results["received"],
-            "loss_pct": 100.0 * (results["sent"] - results["received"]) / max(1, results["sent"]),
-            "msgs_per_s": rate, "mb_per_s": rate * size / 1e6}
 
 
 # -- latency -----------------------------------------------------------------------------------------
@@ -255,48 +162,6 @@ def lb_latency(directory: str, count: int) -> dict[str, float]:
     return percentiles(rtts)
 
 
-def zmq_ponger(endpoint: str, count: int) -> None:
-    import zmq
-
-    ctx = zmq.Context()
-    sock = ctx.socket(zmq.PAIR)
-    sock.connect(endpoint)
-    for _ in range(count):
-        sock.send(sock.recv())
-    sock.close()
-    ctx.term()
-
-
-def zmq_latency(count: int) -> dict[str, float]:
-    import zmq
-
-    endpoint = f"ipc://{tempfile.gettempdir()}/lbperf-{uuid.uuid4().hex[:8]}"
-    ctx = zmq.Context()
-    sock = ctx.socket(zmq.PAIR)
-    sock.bind(endpoint)
-    proc = mp.get_context("spawn").Process(target=zmq_ponger, args=(endpoint, count))
-    proc.start()
-    message = bytes(32)
-    rtts = []
-    perf = time.perf_counter_ns
-    for _ in range(count):
-        start = perf()
-        sock.send(message)
-        sock.recv()
-        rtts.append(perf() - start)
-    proc.join(30)
-    sock.close()
-    ctx.term()
-    return percentiles(rtts)
-
-
-def percentiles(rtts_ns: list[int]) -> dict[str, float]:
-    rtts_ns.sort()
-    n = len(rtts_ns)
-    return {"p50_us": rtts_ns[n // 2] / 1e3, "p99_us": rtts_ns[int(n * 0.99)] / 1e3, "max_us": rtts_ns[-1] / 1e3,
-            "count": n}
-
-
 # -- main --------------------------------------------------------------------------------------------
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -309,11 +174,7 @@ def main(argv: list[str] | None = None) -> int:
         args.seconds, args.pings = 1.0, 10_000
     directory = f"/dev/shm/logbuf-perf-{uuid.uuid4().hex[:8]}"
     driver = subprocess.Popen([sys.executable, "-m", "driver.main", "--dir", directory], stderr=subprocess.DEVNULL)
-    results: dict[str, Any] = {
-        "benchmark": "ipc_driver", "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "machine": {"nproc": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
-        "params": {"seconds": args.seconds, "pings": args.pings}, "cases": [],
-    }
+    results = new_results("ipc_driver", seconds=args.seconds, pings=args.pings)
     try:
         from driver.media_driver import wait_for_driver
 
@@ -333,25 +194,18 @@ def main(argv: list[str] | None = None) -> int:
             if zq:
                 case["ratio_msgs"] = lb["msgs_per_s"] / zq["msgs_per_s"]
             results["cases"].append(case)
-            print(f"{case['case']:<28} logbuf {lb['msgs_per_s'] / 1e6:6.2f} M msgs/s {lb['mb_per_s']:8.1f} MB/s "
-                  f"lost {lb['lost']}  driver CPU {lb['driver_cpu_pct']:.1f}%"
-                  + (f" | pyzmq {zq['msgs_per_s'] / 1e6:5.2f} M msgs/s loss {zq['loss_pct']:.1f}%"
-                     f" | ratio {case['ratio_msgs']:.1f}x" if zq else ""))
+            print_throughput(case)
         lb_lat = lb_latency(directory, args.pings)
         zq_lat = zmq_latency(args.pings)
-        results["cases"].append({"case": "ping-pong 32 B", "logbuf": lb_lat, "pyzmq": zq_lat,
-                                 "ratio_p50": zq_lat["p50_us"] / lb_lat["p50_us"]})
-        print(f"ping-pong 32 B: logbuf p50 {lb_lat['p50_us']:.1f} us p99 {lb_lat['p99_us']:.1f} us "
-              f"max {lb_lat['max_us']:.0f} us | pyzmq p50 {zq_lat['p50_us']:.1f} us p99 {zq_lat['p99_us']:.1f} us "
-              f"| pyzmq/logbuf p50 {zq_lat['p50_us'] / lb_lat['p50_us']:.1f}x")
+        case = {"case": "ping-pong 32 B", "logbuf": lb_lat, "pyzmq": zq_lat,
+                "ratio_p50": zq_lat["p50_us"] / lb_lat["p50_us"]}
+        results["cases"].append(case)
+        print_latency(case)
     finally:
         driver.terminate()
         driver.wait(10)
         shutil.rmtree(directory, ignore_errors=True)
-    os.makedirs(os.path.dirname(RESULTS), exist_ok=True)
-    with open(RESULTS, "w") as f:
-        json.dump(results, f, indent=2)
-    print(f"wrote {RESULTS}")
+    write_results(results)
     return 0
 
 

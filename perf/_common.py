@@ -1,0 +1,185 @@
+"""Shared pieces of the perf/ benchmarks: the pyzmq peer, percentiles, CPU sampling, results files.
+
+The benchmarks run as scripts (``python perf/<name>.py``); this module sits beside them on sys.path
+and spawned children import it from there.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import os
+import platform
+import sys
+import tempfile
+import time
+import uuid
+from typing import Any
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+RESULTS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+
+
+def quiet() -> None:
+    """Benchmarks log lifecycle at warning level only (children are fresh spawned interpreters)."""
+    from logbuf.logging_config import configure_logging
+
+    configure_logging("warning")
+
+
+def cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def new_results(benchmark: str, **params: Any) -> dict[str, Any]:
+    return {
+        "benchmark": benchmark, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "machine": {"nproc": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
+        "params": params, "cases": [],
+    }
+
+
+def write_results(results: dict[str, Any]) -> str:
+    os.makedirs(RESULTS_DIR, exist_ok=True)
+    path = os.path.join(RESULTS_DIR, f"{results['benchmark']}.json")
+    with open(path, "w") as f:
+        json.dump(results, f, indent=2)
+    print(f"wrote {path}")
+    return path
+
+
+def percentiles(rtts_ns: list[int]) -> dict[str, float]:
+    rtts_ns.sort()
+    n = len(rtts_ns)
+    return {"p50_us": rtts_ns[n // 2] / 1e3, "p99_us": rtts_ns[int(n * 0.99)] / 1e3, "max_us": rtts_ns[-1] / 1e3,
+            "count": n}
+
+
+def collect(q: Any, keys: int, timeout_s: float) -> dict[str, float]:
+    """Read ``keys`` (name, value) pairs from a queue of child reports."""
+    results: dict[str, float] = {}
+    while len(results) < keys:
+        key, value = q.get(timeout=timeout_s)
+        results[key] = value
+    return results
+
+
+def print_throughput(case: dict[str, Any]) -> None:
+    lb, zq = case["logbuf"], case.get("pyzmq")
+    extra = f"  driver CPU {lb['driver_cpu_pct']:.1f}%" if "driver_cpu_pct" in lb else ""
+    print(f"{case['case']:<28} logbuf {lb['msgs_per_s'] / 1e6:6.2f} M msgs/s {lb['mb_per_s']:8.1f} MB/s "
+          f"lost {lb['lost']}{extra}"
+          + (f" | pyzmq {zq['msgs_per_s'] / 1e6:5.2f} M msgs/s loss {zq['loss_pct']:.1f}%"
+             f" | ratio {case['ratio_msgs']:.1f}x" if zq else ""))
+
+
+def print_latency(case: dict[str, Any]) -> None:
+    lb, zq = case["logbuf"], case["pyzmq"]
+    print(f"{case['case']}: logbuf p50 {lb['p50_us']:.1f} us p99 {lb['p99_us']:.1f} us max {lb['max_us']:.0f} us"
+          f" | pyzmq p50 {zq['p50_us']:.1f} us p99 {zq['p99_us']:.1f} us | pyzmq/logbuf p50 {case['ratio_p50']:.1f}x")
+
+
+# -- pyzmq peer ---------------------------------------------------------------------------------------
+def zmq_publisher(endpoint: str, size: int, seconds: float, out: Any) -> None:
+    import zmq
+
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.PUB)
+    sock.setsockopt(zmq.SNDHWM, 100_000)
+    sock.bind(endpoint)
+    time.sleep(1.0)  # slow joiner
+    message = bytes(size)
+    sent = 0
+    deadline = time.perf_counter() + seconds
+    while time.perf_counter() < deadline:
+        for _ in range(1000):
+            sock.send(message, copy=False)
+            sent += 1
+    time.sleep(0.2)
+    for _ in range(20):
+        sock.send(b"END!")
+        time.sleep(0.01)
+    out.put(("sent", sent))
+    sock.close(linger=1000)
+    ctx.term()
+
+
+def zmq_subscriber(endpoint: str, out: Any) -> None:
+    import zmq
+
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.SUB)
+    sock.setsockopt(zmq.RCVHWM, 100_000)
+    sock.connect(endpoint)
+    sock.setsockopt(zmq.SUBSCRIBE, b"")
+    out.put(("ready", 0))
+    received = 0
+    start = 0.0
+    while True:
+        message = sock.recv(copy=False)
+        if not start:
+            start = time.perf_counter()
+        if bytes(message.buffer[:4]) == b"END!":
+            break
+        received += 1
+    out.put(("received", received))
+    out.put(("elapsed", time.perf_counter() - start))
+    sock.close()
+    ctx.term()
+
+
+def zmq_throughput(size: int, seconds: float) -> dict[str, Any]:
+    endpoint = f"ipc://{tempfile.gettempdir()}/lbperf-{uuid.uuid4().hex[:8]}"
+    ctx = mp.get_context("spawn")
+    q: Any = ctx.Queue()
+    sub = ctx.Process(target=zmq_subscriber, args=(endpoint, q))
+    sub.start()
+    assert q.get(timeout=30)[0] == "ready"
+    pub = ctx.Process(target=zmq_publisher, args=(endpoint, size, seconds, q))
+    pub.start()
+    results = collect(q, 3, seconds + 60)
+    pub.join(30)
+    sub.join(30)
+    rate = results["received"] / results["elapsed"]
+    return {"size": size, "sent": results["sent"], "received": results["received"],
+            "loss_pct": 100.0 * (results["sent"] - results["received"]) / max(1, results["sent"]),
+            "msgs_per_s": rate, "mb_per_s": rate * size / 1e6}
+
+
+def zmq_ponger(endpoint: str, count: int) -> None:
+    import zmq
+
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.PAIR)
+    sock.connect(endpoint)
+    for _ in range(count):
+        sock.send(sock.recv())
+    sock.close()
+    ctx.term()
+
+
+def zmq_latency(count: int) -> dict[str, float]:
+    import zmq
+
+    endpoint = f"ipc://{tempfile.gettempdir()}/lbperf-{uuid.uuid4().hex[:8]}"
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.PAIR)
+    sock.bind(endpoint)
+    proc = mp.get_context("spawn").Process(target=zmq_ponger, args=(endpoint, count))
+    proc.start()
+    message = bytes(32)
+    rtts = []
+    perf = time.perf_counter_ns
+    for _ in range(count):
+        start = perf()
+        sock.send(message)
+        sock.recv()
+        rtts.append(perf() - start)
+    proc.join(30)
+    sock.close()
+    ctx.term()
+    return percentiles(rtts)
