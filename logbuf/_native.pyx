@@ -137,7 +137,7 @@ cdef inline int32_t _align(int32_t value) noexcept nogil:
 cdef inline char *_address(Py_buffer *view, object buffer, Py_ssize_t offset, Py_ssize_t size, bint writable) except NULL:
     cdef int flags = PyBUF_WRITABLE if writable else PyBUF_SIMPLE
     PyObject_GetBuffer(buffer, view, flags)
-    if offset < 0 or offset + size > view.len:
+    if offset < 0 or offset > view.len - size:  # not offset + size: that can overflow
         PyBuffer_Release(view)
         raise ValueError(f"offset={offset} is out of bounds for a {size}-byte access in a buffer of {view.len} bytes")
     cdef char *p = <char *>view.buf + offset
@@ -450,7 +450,7 @@ def term_scan_for_availability(term_buffer, int32_t term_offset, int32_t max_len
 def term_clean(buffer, Py_ssize_t offset, Py_ssize_t length) -> None:
     """Zero ``length`` bytes from ``offset``: all but the first 8 plainly, then those 8 with release."""
     cdef _Buf b = _Buf(buffer, True)
-    if offset < 0 or length < 0 or offset + length > b.view.len or offset % 8 != 0:
+    if offset < 0 or length < 0 or length > b.view.len - offset or offset % 8 != 0:
         raise ValueError(f"clean range offset={offset} length={length} is outside the {b.view.len}-byte buffer or misaligned")
     cdef char *p = <char *>b.view.buf + offset
     if length > 8:
@@ -557,41 +557,47 @@ cdef class Header:
     cdef int32_t _initial_term_id
     cdef int32_t _shift
 
+    cdef inline const char *_frame(self) except NULL:
+        if self._term == NULL:
+            raise ValueError("this Header is not bound to a frame: a header is valid only during the handler call"
+                             " (use header.snapshot() there to keep its fields)")
+        return self._term + self.frame_offset
+
     @property
     def frame_length(self) -> int:
-        return (<int32_t *>(self._term + self.frame_offset))[0]
+        return (<int32_t *>(self._frame()))[0]
 
     @property
     def version(self) -> int:
-        return (<uint8_t *>(self._term + self.frame_offset + 4))[0]
+        return (<uint8_t *>(self._frame() + 4))[0]
 
     @property
     def flags(self) -> int:
-        return (<uint8_t *>(self._term + self.frame_offset + FLAGS_OFFSET))[0]
+        return (<uint8_t *>(self._frame() + FLAGS_OFFSET))[0]
 
     @property
     def type(self) -> int:
-        return (<uint16_t *>(self._term + self.frame_offset + TYPE_OFFSET))[0]
+        return (<uint16_t *>(self._frame() + TYPE_OFFSET))[0]
 
     @property
     def term_offset(self) -> int:
-        return (<int32_t *>(self._term + self.frame_offset + TERM_OFFSET_OFFSET))[0]
+        return (<int32_t *>(self._frame() + TERM_OFFSET_OFFSET))[0]
 
     @property
     def session_id(self) -> int:
-        return (<int32_t *>(self._term + self.frame_offset + SESSION_ID_OFFSET))[0]
+        return (<int32_t *>(self._frame() + SESSION_ID_OFFSET))[0]
 
     @property
     def stream_id(self) -> int:
-        return (<int32_t *>(self._term + self.frame_offset + STREAM_ID_OFFSET))[0]
+        return (<int32_t *>(self._frame() + STREAM_ID_OFFSET))[0]
 
     @property
     def term_id(self) -> int:
-        return (<int32_t *>(self._term + self.frame_offset + TERM_ID_OFFSET))[0]
+        return (<int32_t *>(self._frame() + TERM_ID_OFFSET))[0]
 
     @property
     def reserved_value(self) -> int:
-        return (<int64_t *>(self._term + self.frame_offset + RESERVED_VALUE_OFFSET))[0]
+        return (<int64_t *>(self._frame() + RESERVED_VALUE_OFFSET))[0]
 
     @property
     def initial_term_id(self) -> int:
@@ -599,8 +605,8 @@ cdef class Header:
 
     @property
     def position(self) -> int:
-        cdef int32_t term_id = (<int32_t *>(self._term + self.frame_offset + TERM_ID_OFFSET))[0]
-        cdef int32_t frame_length = (<int32_t *>(self._term + self.frame_offset))[0]
+        cdef int32_t term_id = (<int32_t *>(self._frame() + TERM_ID_OFFSET))[0]
+        cdef int32_t frame_length = (<int32_t *>(self._frame()))[0]
         cdef int64_t begin = (<int64_t>(<int32_t>(term_id - self._initial_term_id))) << self._shift
         return begin + _align(self.frame_offset + frame_length)
 

@@ -1,0 +1,15 @@
+"""Settings for the whole test run."""
+
+from __future__ import annotations
+
+import warnings
+
+# On a failing example Hypothesis imports libcst (to suggest a patch), whose import warns
+# (mypy_extensions.TypedDict); with filterwarnings=error that turns the failure report into a
+# pytest INTERNALERROR. Import it once here with that warning silenced.
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", DeprecationWarning)
+    try:
+        import hypothesis.extra._patching  # noqa: F401
+    except ImportError:  # pragma: no cover - libcst not installed: nothing to pre-import
+        pass
