@@ -111,7 +111,7 @@ class DriverConductor:
         self._heartbeat()
 
     def do_work(self) -> int:
-        work = self.to_driver.read(self._on_command, 64)  # type: ignore[attr-defined]
+        work: int = self.to_driver.read(self._on_command, 64)  # type: ignore[attr-defined]
         for publication in self.publications:
             work += publication.update_publisher_limit()
         now_ns = self.clock_ns()

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import getpass
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, Final
 
@@ -56,7 +56,7 @@ def _bool(text: str) -> bool:
     raise ValueError(f"{text!r} is not a boolean (true/false)")
 
 
-_PARSERS = {"size": _size, "duration": _duration_ns, "bool": _bool, "str": str, "int": int}
+_PARSERS: dict[str, Callable[[str], Any]] = {"size": _size, "duration": _duration_ns, "bool": _bool, "str": str, "int": int}
 
 
 def setting(default: Any, kind: str, doc: str) -> Any:

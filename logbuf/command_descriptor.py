@@ -70,9 +70,10 @@ COMMAND_NAMES: Final[dict[int, str]] = {
 
 
 class ErrorCode(IntEnum):
-    """Aeron's error codes carried by ON_ERROR."""
+    """Aeron's error codes carried by ON_ERROR (values as in Aeron's ErrorCode)."""
 
-    GENERIC_ERROR = 0
+    UNKNOWN_CODE_VALUE = -1
+    UNUSED = 0
     INVALID_CHANNEL = 1
     UNKNOWN_SUBSCRIPTION = 2
     UNKNOWN_PUBLICATION = 3
@@ -83,7 +84,10 @@ class ErrorCode(IntEnum):
     NOT_SUPPORTED = 8
     UNKNOWN_HOST = 9
     RESOURCE_TEMPORARILY_UNAVAILABLE = 10
-    STORAGE_SPACE = 11
+    GENERIC_ERROR = 11
+    STORAGE_SPACE = 12
+    IMAGE_REJECTED = 13
+    PUBLICATION_REVOKED = 14
 
 
 CORRELATED: Final[struct.Struct] = struct.Struct("<qq")
@@ -241,7 +245,7 @@ class PublicationReady:
     def decode(cls, buffer: bytes | memoryview) -> "PublicationReady":
         fields = _fixed(PUBLICATION_READY_FIXED, buffer, "publication ready")
         name, _end = _string(buffer, PUBLICATION_READY_FIXED.size - 4, "publication ready log file name")
-        return cls(*fields[:6], name)
+        return cls(fields[0], fields[1], fields[2], fields[3], fields[4], fields[5], name)
 
 
 @dataclass(frozen=True, slots=True)
@@ -270,7 +274,7 @@ class ImageReady:
         fields = _fixed(AVAILABLE_IMAGE_FIXED, buffer, "available image")
         name, end = _string(buffer, AVAILABLE_IMAGE_FIXED.size - 4, "available image log file name")
         source, _end = _string(buffer, end, "available image source identity")
-        return cls(*fields[:5], name, source)
+        return cls(fields[0], fields[1], fields[2], fields[3], fields[4], name, source)
 
 
 @dataclass(frozen=True, slots=True)
@@ -291,7 +295,7 @@ class ImageMessage:
     def decode(cls, buffer: bytes | memoryview) -> "ImageMessage":
         fields = _fixed(UNAVAILABLE_IMAGE_FIXED, buffer, "unavailable image")
         channel, _end = _string(buffer, UNAVAILABLE_IMAGE_FIXED.size - 4, "unavailable image channel")
-        return cls(*fields[:3], channel)
+        return cls(fields[0], fields[1], fields[2], channel)
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,11 +37,14 @@ A heartbeat is a DATA header alone with ``frame_length == 0``.
 from __future__ import annotations
 
 import struct
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from logbuf.errors import LogbufError
 
 from logbuf import _native
+
+if TYPE_CHECKING:
+    from typing_extensions import Buffer
 
 # -- field offsets --------------------------------------------------------------------------
 FRAME_LENGTH_FIELD_OFFSET: Final[int] = 0
@@ -166,11 +169,11 @@ def check_frame(buffer: bytes | bytearray | memoryview, *, exact: bool = True) -
             raise FrameError(f"{n - HEADER_LENGTH} trailing bytes after a padding header")
 
 
-def frame_length_volatile(buffer: object, frame_offset: int) -> int:
+def frame_length_volatile(buffer: Buffer, frame_offset: int) -> int:
     """Acquire-load of a frame's length: what a reader sees once the writer committed."""
     return _native.get_int32_volatile(buffer, frame_offset + FRAME_LENGTH_FIELD_OFFSET)
 
 
-def frame_length_ordered(buffer: object, frame_offset: int, frame_length: int) -> None:
+def frame_length_ordered(buffer: Buffer, frame_offset: int, frame_length: int) -> None:
     """Release-store of a frame's length: commits everything written before it."""
     _native.put_int32_ordered(buffer, frame_offset + FRAME_LENGTH_FIELD_OFFSET, frame_length)

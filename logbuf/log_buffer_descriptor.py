@@ -40,11 +40,14 @@ subtraction done in 32 bits so term ids may wrap.
 from __future__ import annotations
 
 import struct
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from logbuf.errors import ConfigurationError
 
 from logbuf import _native
+
+if TYPE_CHECKING:
+    from typing_extensions import Buffer
 
 PARTITION_COUNT: Final[int] = 3
 
@@ -201,31 +204,31 @@ def max_possible_position(term_length: int) -> int:
     return term_length * (1 << 31)
 
 
-def get_and_add_raw_tail(metadata: object, partition_index: int, delta: int) -> int:
+def get_and_add_raw_tail(metadata: Buffer, partition_index: int, delta: int) -> int:
     """Atomically add ``delta`` to a partition's raw tail, returning the previous raw tail."""
     return _native.get_and_add_int64(metadata, TERM_TAIL_COUNTERS_OFFSET + 8 * partition_index, delta)
 
 
-def raw_tail_volatile(metadata: object, partition_index: int) -> int:
+def raw_tail_volatile(metadata: Buffer, partition_index: int) -> int:
     """Acquire-load of a partition's raw tail."""
     return _native.get_int64_volatile(metadata, TERM_TAIL_COUNTERS_OFFSET + 8 * partition_index)
 
 
-def active_term_count_volatile(metadata: object) -> int:
+def active_term_count_volatile(metadata: Buffer) -> int:
     """Acquire-load of the active term count."""
     return _native.get_int32_volatile(metadata, LOG_ACTIVE_TERM_COUNT_OFFSET)
 
 
-def cas_active_term_count(metadata: object, expected: int, update: int) -> bool:
+def cas_active_term_count(metadata: Buffer, expected: int, update: int) -> bool:
     """Advance the active term count if it is still ``expected``: exactly one rotator wins."""
     return _native.compare_and_set_int32(metadata, LOG_ACTIVE_TERM_COUNT_OFFSET, expected, update)
 
 
-def is_connected_volatile(metadata: object) -> bool:
+def is_connected_volatile(metadata: Buffer) -> bool:
     """Acquire-load of the is-connected flag."""
     return _native.get_int32_volatile(metadata, LOG_IS_CONNECTED_OFFSET) == 1
 
 
-def end_of_stream_position_volatile(metadata: object) -> int:
+def end_of_stream_position_volatile(metadata: Buffer) -> int:
     """Acquire-load of the end-of-stream position (max int64 while the stream is open)."""
     return _native.get_int64_volatile(metadata, LOG_END_OF_STREAM_POSITION_OFFSET)

@@ -190,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
             lb = lb_throughput(directory, size, args.seconds, batch)
             lb["driver_cpu_pct"] = 100 * (cpu_seconds(driver.pid) - c0) / (time.monotonic() - t0)
             zq = zmq_throughput(size, args.seconds) if batch == 1 else None
-            case = {"case": f"throughput {size} B {'batch' if batch > 1 else 'offer'}", "logbuf": lb, "pyzmq": zq}
+            case: dict[str, Any] = {"case": f"throughput {size} B {'batch' if batch > 1 else 'offer'}", "logbuf": lb, "pyzmq": zq}
             if zq:
                 case["ratio_msgs"] = lb["msgs_per_s"] / zq["msgs_per_s"]
             results["cases"].append(case)

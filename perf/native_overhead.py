@@ -36,6 +36,14 @@ def per_call_ns(fn: Callable[[], Any], calls: int) -> float:
     return best
 
 
+def cas_plain(i64: struct.Struct, buf: mmap.mmap, off: int) -> bool:
+    """What a compare-and-set looks like without atomics (and without its guarantee)."""
+    if i64.unpack_from(buf, off)[0] != 0:
+        return False
+    i64.pack_into(buf, off, 0)
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--calls", type=int, default=2_000_000)
@@ -56,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         ("get_and_add_int64", lambda: _native.get_and_add_int64(buf, off, 1),
          lambda: i64.pack_into(buf, off, i64.unpack_from(buf, off)[0] + 1)),
         ("compare_and_set_int64", lambda: _native.compare_and_set_int64(buf, off, 0, 0),
-         lambda: i64.unpack_from(buf, off)[0] == 0 and i64.pack_into(buf, off, 0)),
+         lambda: cas_plain(i64, buf, off)),
         ("get_and_add_int32", lambda: _native.get_and_add_int32(buf, off, 1),
          lambda: i32.pack_into(buf, off, i32.unpack_from(buf, off)[0] + 1)),
     ]
