@@ -21,7 +21,7 @@ from logbuf import log_buffer_descriptor as lbd
 from logbuf import standalone
 
 SPEC_DIR = pathlib.Path(__file__).resolve().parent.parent / "protocol_spec"
-CONSTANT_CELL = re.compile(r"^`(\w+)\.([A-Z][A-Z0-9_]*)`$")
+CONSTANT_CELL = re.compile(r"^`([\w.]+)\.([A-Z][A-Z0-9_]*)`$")
 CELL_SPLIT = re.compile(r"(?<!\\)\|")
 NUMBER_COLUMNS = ("offset", "value")
 

@@ -1,0 +1,63 @@
+"""Wire frames of the UDP transport: one descriptor module per frame type, and a datagram codec.
+
+Byte-compatible with Aeron's transport protocol version 0. Every module here is sans-IO and
+pure: bytes in, frozen dataclasses out (``decode``), and back (``encode``/``encode_into``).
+Decoders raise :class:`MalformedFrameError` naming what is wrong; the datagram dispatcher
+(:mod:`logbuf.protocol.codec`) turns that into a reason string the receiver counts and drops.
+
+Modules: :mod:`~logbuf.protocol.frame_header` (the common 8-byte header and the type codes),
+:mod:`~logbuf.protocol.data` (DATA, PAD, heartbeat; the header layout itself lives in
+:mod:`logbuf.data_header_descriptor`), :mod:`~logbuf.protocol.setup`,
+:mod:`~logbuf.protocol.status` (status messages), :mod:`~logbuf.protocol.nak`,
+:mod:`~logbuf.protocol.rttm`, :mod:`~logbuf.protocol.error_frame`,
+:mod:`~logbuf.protocol.resolution`, :mod:`~logbuf.protocol.response_setup`,
+:mod:`~logbuf.protocol.codec`.
+"""
+
+from __future__ import annotations
+
+from logbuf.data_header_descriptor import FrameError
+
+
+class MalformedFrameError(FrameError):
+    """Bytes that do not decode as a frame; ``reason`` says why, naming the field and value.
+
+    A ``ValueError`` (through :class:`logbuf.data_header_descriptor.FrameError`). Raised by the
+    per-frame ``decode`` functions and by ``decode_datagram(..., strict=True)``; the receiver
+    path uses :func:`logbuf.protocol.codec.classify` instead and never sees it.
+    """
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+# Imported after MalformedFrameError: the frame modules import it from this package.
+from logbuf.protocol.codec import Frame, classify, decode_datagram, encode_datagram  # noqa: E402
+from logbuf.protocol.data import DataFrame, HeartbeatFrame, PadFrame  # noqa: E402
+from logbuf.protocol.error_frame import ErrorFrame  # noqa: E402
+from logbuf.protocol.nak import NakFrame  # noqa: E402
+from logbuf.protocol.resolution import ResolutionEntry, ResolutionFrame  # noqa: E402
+from logbuf.protocol.response_setup import ResponseSetupFrame  # noqa: E402
+from logbuf.protocol.rttm import RttMeasurementFrame  # noqa: E402
+from logbuf.protocol.setup import SetupFrame  # noqa: E402
+from logbuf.protocol.status import StatusMessageFrame  # noqa: E402
+
+__all__ = [
+    "DataFrame",
+    "ErrorFrame",
+    "Frame",
+    "HeartbeatFrame",
+    "MalformedFrameError",
+    "NakFrame",
+    "PadFrame",
+    "ResolutionEntry",
+    "ResolutionFrame",
+    "ResponseSetupFrame",
+    "RttMeasurementFrame",
+    "SetupFrame",
+    "StatusMessageFrame",
+    "classify",
+    "decode_datagram",
+    "encode_datagram",
+]

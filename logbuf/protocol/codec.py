@@ -1,0 +1,109 @@
+"""Datagram codec: bytes from a socket in, frames out, dispatching on the ``type`` field.
+
+This is the receiver's and sender's one entry point for parsing. Bad network input is counted
+and dropped, never raised: :func:`decode_datagram` returns ``[]`` for an invalid datagram
+(``strict=True`` raises :class:`MalformedFrameError` instead), and :func:`classify` gives the
+reason string for the one being dropped. Rules:
+
+- at least the 8-byte common header, version 0, a known type;
+- DATA/PAD (types 1 and 0): one or more frames, see :mod:`logbuf.protocol.data`;
+- every other type: exactly one frame, and the datagram is exactly ``frame_length`` long
+  (Aeron never sends trailing bytes after a control frame, so they mean corruption).
+
+Types Aeron defines that logbuf does not speak (ATS 0x08-0x0A, EXT 0xFFFF) are invalid here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Final, TypeAlias
+
+from logbuf.protocol import MalformedFrameError
+from logbuf.protocol import data, error_frame, nak, resolution, response_setup, rttm, setup, status
+from logbuf.protocol.data import DataFrame, HeartbeatFrame, PadFrame
+from logbuf.protocol.error_frame import ErrorFrame
+from logbuf.protocol.frame_header import (
+    COMMON_HEADER,
+    COMMON_HEADER_LENGTH,
+    CURRENT_VERSION,
+    HDR_TYPE_DATA,
+    HDR_TYPE_ERR,
+    HDR_TYPE_NAK,
+    HDR_TYPE_PAD,
+    HDR_TYPE_RES,
+    HDR_TYPE_RSP_SETUP,
+    HDR_TYPE_RTTM,
+    HDR_TYPE_SETUP,
+    HDR_TYPE_SM,
+    TYPE_NAMES,
+    Buffer,
+    type_name,
+)
+from logbuf.protocol.nak import NakFrame
+from logbuf.protocol.resolution import ResolutionFrame
+from logbuf.protocol.response_setup import ResponseSetupFrame
+from logbuf.protocol.rttm import RttMeasurementFrame
+from logbuf.protocol.setup import SetupFrame
+from logbuf.protocol.status import StatusMessageFrame
+
+ControlFrame: TypeAlias = (
+    SetupFrame | StatusMessageFrame | NakFrame | RttMeasurementFrame | ErrorFrame | ResolutionFrame | ResponseSetupFrame
+)
+Frame: TypeAlias = DataFrame | HeartbeatFrame | PadFrame | ControlFrame
+
+CONTROL_DECODERS: Final[dict[int, Callable[[Buffer, int], ControlFrame]]] = {
+    HDR_TYPE_NAK: nak.decode,
+    HDR_TYPE_SM: status.decode,
+    HDR_TYPE_ERR: error_frame.decode,
+    HDR_TYPE_SETUP: setup.decode,
+    HDR_TYPE_RTTM: rttm.decode,
+    HDR_TYPE_RES: resolution.decode,
+    HDR_TYPE_RSP_SETUP: response_setup.decode,
+}
+
+
+def decode_datagram(buffer: Buffer, *, strict: bool = False) -> list[Frame]:
+    """The frames in one datagram, or ``[]`` if it is invalid (``strict``: raise instead)."""
+    try:
+        return _decode(buffer)
+    except MalformedFrameError:
+        if strict:
+            raise
+        return []
+
+
+def classify(buffer: Buffer) -> str | None:
+    """None for a valid datagram, else the reason it is invalid (for counters and debugging)."""
+    try:
+        _decode(buffer)
+    except MalformedFrameError as exc:
+        return exc.reason
+    return None
+
+
+def encode_datagram(frames: Iterable[Frame]) -> bytes:
+    """The datagram carrying ``frames`` back to back (each DATA frame padded to 32)."""
+    return b"".join(frame.encode() for frame in frames)
+
+
+def _decode(buffer: Buffer) -> list[Frame]:
+    length = len(buffer)
+    if length < COMMON_HEADER_LENGTH:
+        raise MalformedFrameError(
+            f"datagram is {length} bytes, shorter than the {COMMON_HEADER_LENGTH}-byte common header"
+        )
+    _, version, _, frame_type = COMMON_HEADER.unpack_from(buffer, 0)
+    if version != CURRENT_VERSION:
+        raise MalformedFrameError(f"datagram version={version}, expected {CURRENT_VERSION}")
+    if frame_type == HDR_TYPE_DATA or frame_type == HDR_TYPE_PAD:
+        return list(data.decode_datagram(buffer))
+    decoder = CONTROL_DECODERS.get(frame_type)
+    if decoder is None:
+        raise MalformedFrameError(f"frame type {type_name(frame_type)} is not supported")
+    frame = decoder(buffer, 0)
+    if length != frame.frame_length:
+        raise MalformedFrameError(
+            f"{length - frame.frame_length} trailing bytes after the {frame.frame_length}-byte "
+            f"{TYPE_NAMES[frame_type]} frame"
+        )
+    return [frame]
