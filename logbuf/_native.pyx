@@ -447,6 +447,117 @@ def term_scan_for_availability(term_buffer, int32_t term_offset, int32_t max_len
     return _scan_for_availability(<const char *>b.view.buf, term_offset, max_length, <int32_t>b.view.len)
 
 
+# Reasons check_data_datagram gives for an invalid DATA/PAD datagram (see logbuf.protocol.data).
+cdef enum:
+    DATAGRAM_OK = 0
+    DATAGRAM_SHORT = -1
+    DATAGRAM_BAD_VERSION = -2
+    DATAGRAM_BAD_TYPE = -3
+    DATAGRAM_BAD_LENGTH = -4
+    DATAGRAM_NOT_CONSECUTIVE = -5
+    DATAGRAM_OUTSIDE_TERM = -6
+
+
+def check_data_datagram(packet, int32_t term_length) -> int:
+    """0 if ``packet`` is a valid DATA-path datagram, else a negative reason code.
+
+    Valid: one heartbeat (a 32-byte DATA header with length 0), or consecutive DATA frames of one
+    session, stream and term, each at its aligned length (the last may lack its padding),
+    optionally ending with one PAD sent as its 32-byte header. With ``term_length`` > 0 the frames
+    must also lie inside a term of that length. Codes: -1 short, -2 version, -3 type, -4 length,
+    -5 not consecutive, -6 outside the term.
+    """
+    cdef _Buf d = _Buf(packet, False)
+    cdef const char *p = <const char *>d.view.buf
+    cdef Py_ssize_t n = d.view.len, offset = 0
+    cdef int32_t frame_length, session_id, stream_id, term_id, expected
+    cdef int32_t aligned
+    cdef uint16_t frame_type
+    if n < HEADER_LENGTH:
+        return DATAGRAM_SHORT
+    session_id = (<int32_t *>(p + SESSION_ID_OFFSET))[0]
+    stream_id = (<int32_t *>(p + STREAM_ID_OFFSET))[0]
+    term_id = (<int32_t *>(p + TERM_ID_OFFSET))[0]
+    expected = (<int32_t *>(p + TERM_OFFSET_OFFSET))[0]
+    if expected < 0 or expected % FRAME_ALIGNMENT != 0 or (term_length > 0 and expected > term_length - HEADER_LENGTH):
+        return DATAGRAM_OUTSIDE_TERM
+    while offset < n:
+        if n - offset < HEADER_LENGTH:
+            return DATAGRAM_BAD_LENGTH
+        frame_length = (<int32_t *>(p + offset))[0]
+        if (<uint8_t *>(p + offset + 4))[0] != 0:
+            return DATAGRAM_BAD_VERSION
+        frame_type = (<uint16_t *>(p + offset + TYPE_OFFSET))[0]
+        if ((<int32_t *>(p + offset + SESSION_ID_OFFSET))[0] != session_id
+                or (<int32_t *>(p + offset + STREAM_ID_OFFSET))[0] != stream_id
+                or (<int32_t *>(p + offset + TERM_ID_OFFSET))[0] != term_id
+                or (<int32_t *>(p + offset + TERM_OFFSET_OFFSET))[0] != expected):
+            return DATAGRAM_NOT_CONSECUTIVE
+        if frame_type == HDR_TYPE_DATA:
+            if frame_length == 0:
+                return DATAGRAM_OK if n == HEADER_LENGTH else DATAGRAM_BAD_LENGTH
+            if frame_length < HEADER_LENGTH or frame_length > n - offset:
+                return DATAGRAM_BAD_LENGTH
+            aligned = _align(frame_length)
+            offset += aligned if aligned <= n - offset else n - offset
+        elif frame_type == HDR_TYPE_PAD:
+            if frame_length < HEADER_LENGTH or offset + HEADER_LENGTH != n:
+                return DATAGRAM_BAD_LENGTH
+            aligned = _align(frame_length)
+            offset += HEADER_LENGTH
+        else:
+            return DATAGRAM_BAD_TYPE
+        if term_length > 0 and aligned > term_length - expected:
+            return DATAGRAM_OUTSIDE_TERM
+        expected += aligned
+    return DATAGRAM_OK
+
+
+def term_rebuild_insert(term_buffer, int32_t term_offset, packet) -> bool:
+    """Aeron's TermRebuilder: put a datagram of whole frames into a receiver's term at ``term_offset``.
+
+    Skipped (False) if a frame is already there (a duplicate). Otherwise everything but the first
+    frame's length is copied, then that length is release-stored, so a reader that sees it sees
+    the whole datagram. The caller has checked the frames (lengths, alignment, term bounds).
+    """
+    cdef _Buf b = _Buf(term_buffer, True)
+    cdef _Buf d = _Buf(packet, False)
+    _check_term(b, term_offset)
+    cdef Py_ssize_t length = d.view.len
+    if length < HEADER_LENGTH or length > b.view.len - term_offset:
+        raise ValueError(f"datagram of {length} bytes does not fit the term at term_offset={term_offset}")
+    cdef char *dst = <char *>b.view.buf + term_offset
+    cdef const char *src = <const char *>d.view.buf
+    if lb_load_acquire_i32(dst) != 0:
+        return False
+    memcpy(dst + 4, src + 4, length - 4)
+    lb_store_release_i32(dst, (<int32_t *>src)[0])
+    return True
+
+
+def term_gap_scan(term_buffer, int32_t rebuild_offset, int32_t hwm_offset) -> tuple:
+    """From ``rebuild_offset``: (end of the contiguous frames, padding included; length of the gap
+    after them up to the next frame or ``hwm_offset``). A gap length of 0 means none before the HWM.
+    """
+    cdef _Buf b = _Buf(term_buffer, False)
+    _check_term(b, rebuild_offset)
+    if hwm_offset > b.view.len:
+        hwm_offset = <int32_t>b.view.len
+    cdef const char *term = <const char *>b.view.buf
+    cdef int32_t offset = rebuild_offset, frame_length, gap_end
+    while offset < hwm_offset:
+        frame_length = lb_load_acquire_i32(term + offset)
+        if frame_length <= 0:
+            break
+        offset += _align(frame_length)
+    if offset >= hwm_offset:
+        return (offset, 0)
+    gap_end = offset + FRAME_ALIGNMENT
+    while gap_end < hwm_offset and lb_load_acquire_i32(term + gap_end) == 0:
+        gap_end += FRAME_ALIGNMENT
+    return (offset, gap_end - offset)
+
+
 def term_clean(buffer, Py_ssize_t offset, Py_ssize_t length) -> None:
     """Zero ``length`` bytes from ``offset``: all but the first 8 plainly, then those 8 with release."""
     cdef _Buf b = _Buf(buffer, True)
