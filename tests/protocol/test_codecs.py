@@ -46,7 +46,7 @@ from logbuf.protocol import data, error_frame, nak, resolution, response_setup, 
 from logbuf.protocol.frame_header import TYPE_NAMES
 from tests.protocol.pcap import UdpDatagram, read_udp
 
-CAPTURES = pathlib.Path(__file__).resolve().parents[3] / "shared" / "data" / "aeron-captures"
+CAPTURES = pathlib.Path(__file__).resolve().parent / "captures"  # copied from ../shared/data/aeron-captures
 
 
 def h(*chunks: str) -> bytes:
