@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import os
 import random
+import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import structlog
 
@@ -28,6 +30,9 @@ from logbuf import log_buffer_descriptor as lbd
 
 from driver.context import DriverContext
 from driver.ipc_publication import IpcPublication, PublicationState
+from driver.network_publication import NetworkPublication
+from driver.publication_image import ImageState, PublicationImage
+from driver.udp import FaultInjector, ReceiveChannelEndpoint, Receiver, SendChannelEndpoint, Sender
 from driver.system_counters import SystemCounterId, SystemCounters
 
 RESERVED_SESSION_ID_LOW = -1
@@ -58,6 +63,8 @@ class SubscriptionLink:
     stream_id: int
     channel: str
     canonical: str
+    spy: bool = False
+    endpoint_key: tuple[str, int] | None = None  # udp (not spy): the receive endpoint it uses
 
 
 class DriverConductor:
@@ -93,6 +100,13 @@ class DriverConductor:
         self._next_session_id = random.randint(RESERVED_SESSION_ID_HIGH + 1, 1 << 30)
         self._next_timer_ns = 0
         self._publications_dir = os.path.join(ctx.dir, "publications")
+        self._images_dir = os.path.join(ctx.dir, "images")
+        self.sender = Sender(clock_ns)
+        self.receiver = Receiver(clock_ns)
+        self.send_endpoints: dict[str, SendChannelEndpoint] = {}
+        self.receive_endpoints: dict[tuple[str, int], ReceiveChannelEndpoint] = {}
+        self.images: list[PublicationImage] = []
+        self._fault_seed = ctx.udp_fault_seed
         self._log = structlog.get_logger().bind(role=self.role_name)
         self._handlers: dict[int, Callable[[memoryview], None]] = {
             cmd.ADD_PUBLICATION: lambda b: self._on_add_publication(b, exclusive=False),
@@ -108,6 +122,7 @@ class DriverConductor:
     # -- agent ------------------------------------------------------------------------------------------
     def on_start(self) -> None:
         os.makedirs(self._publications_dir, mode=self.ctx.dir_mode, exist_ok=True)
+        os.makedirs(self._images_dir, mode=self.ctx.dir_mode, exist_ok=True)
         self._heartbeat()
 
     def do_work(self) -> int:
@@ -124,6 +139,11 @@ class DriverConductor:
         for publication in self.publications:
             publication.close()
         self.publications.clear()
+        for image in self.images:
+            image.close()
+        self.images.clear()
+        self.sender.on_close()
+        self.receiver.on_close()
 
     # -- command dispatch --------------------------------------------------------------------------------
     def _on_command(self, msg_type_id: int, buffer: memoryview) -> None:
@@ -172,14 +192,38 @@ class DriverConductor:
 
     # -- channels -----------------------------------------------------------------------------------------
     @staticmethod
-    def _parse_channel(channel: str) -> ChannelUri:
+    def _parse_channel(channel: str, *, spy_allowed: bool = False) -> ChannelUri:
         uri = ChannelUri.parse(channel)
-        if uri.media != "ipc":
+        if uri.prefix and not (spy_allowed and uri.media == "udp"):
             raise CommandError(ErrorCode.INVALID_CHANNEL,
-                               f"channel media {uri.media!r} is not supported by this driver yet: {channel}")
-        if uri.prefix:
-            raise CommandError(ErrorCode.INVALID_CHANNEL, f"channel prefix {uri.prefix!r} is not supported: {channel}")
+                               f"channel prefix {uri.prefix!r} is only for subscriptions to udp channels: {channel}")
+        if uri.media == "udp":
+            if uri.endpoint() is None:
+                raise CommandError(ErrorCode.INVALID_CHANNEL, f"udp channel needs endpoint=host:port: {channel}")
+            if uri.control() is not None or uri.control_mode() is not None:
+                raise CommandError(ErrorCode.NOT_SUPPORTED,
+                                   f"control= and control-mode= (multicast, MDC) are not supported yet: {channel}")
         return uri
+
+    @staticmethod
+    def _resolve(uri: ChannelUri) -> tuple[str, int]:
+        endpoint = uri.endpoint()
+        assert endpoint is not None
+        host, port = endpoint
+        try:
+            address = socket.gethostbyname(host)
+        except OSError as e:
+            raise CommandError(ErrorCode.UNKNOWN_HOST, f"cannot resolve endpoint host {host!r}: {e}") from None
+        if address.split(".")[0].isdigit() and 224 <= int(address.split(".")[0]) <= 239:
+            raise CommandError(ErrorCode.NOT_SUPPORTED, f"multicast endpoint {address} is not supported yet")
+        return address, port
+
+    def _faults(self) -> FaultInjector | None:
+        ctx = self.ctx
+        if not (ctx.udp_drop_rate or ctx.udp_duplicate_rate or ctx.udp_reorder_rate):
+            return None
+        self._fault_seed += 1
+        return FaultInjector(ctx.udp_drop_rate, ctx.udp_duplicate_rate, ctx.udp_reorder_rate, self._fault_seed)
 
     @staticmethod
     def _check_stream_id(stream_id: int) -> None:
@@ -209,7 +253,7 @@ class DriverConductor:
                     publication.ref_count += 1
                     break
         if publication is None:
-            publication = self._new_ipc_publication(command.correlation_id, command.stream_id, uri, exclusive)
+            publication = self._new_publication(command.correlation_id, command.stream_id, uri, exclusive)
         session.publication_links[command.correlation_id] = publication
         ready = cmd.PublicationReady(
             command.correlation_id, publication.registration_id, publication.session_id, publication.stream_id,
@@ -217,8 +261,10 @@ class DriverConductor:
         )
         self._transmit(cmd.ON_EXCLUSIVE_PUBLICATION_READY if exclusive else cmd.ON_PUBLICATION_READY, ready.encode())
 
-    def _new_ipc_publication(self, registration_id: int, stream_id: int, uri: ChannelUri, exclusive: bool) -> IpcPublication:
-        term_length = uri.term_length() or self.ctx.ipc_term_length
+    def _new_publication(self, registration_id: int, stream_id: int, uri: ChannelUri, exclusive: bool) -> IpcPublication:
+        network = uri.media == "udp"
+        destination = self._resolve(uri) if network else None
+        term_length = uri.term_length() or (self.ctx.term_length if network else self.ctx.ipc_term_length)
         mtu = uri.mtu() or self.ctx.mtu
         session_id = uri.session_id()
         if session_id is None:
@@ -232,7 +278,7 @@ class DriverConductor:
             log = LogBuffers.create_file(
                 path, mode=self.ctx.file_mode, term_length=term_length, mtu_length=mtu, session_id=session_id,
                 stream_id=stream_id, initial_term_id=initial_term_id, correlation_id=registration_id,
-                term_window_length=min(self.ctx.ipc_term_window_length, term_length // 2),
+                term_window_length=min(self.ctx.ipc_term_window_length or term_length // 2, term_length // 2),
             )
         except OSError as e:
             raise CommandError(ErrorCode.STORAGE_SPACE, f"cannot create log {path}: {e}") from e
@@ -245,18 +291,44 @@ class DriverConductor:
                                           registration_id=registration_id, initial_value=start)
         pos_id = self.counters.allocate(label.format("pub-pos (sampled)"), cd.PUBLISHER_POSITION_TYPE_ID, key,
                                         registration_id=registration_id, initial_value=start)
-        publication = IpcPublication(
+        common = dict(
             registration_id=registration_id, session_id=session_id, stream_id=stream_id, channel=canonical,
             exclusive=exclusive, log=log, log_file_name=path, publisher_limit_id=limit_id,
             publisher_limit=self.counters.position(limit_id), publisher_position_id=pos_id,
             counters=self.counters, linger_timeout_ns=linger, clean_position=start,
         )
+        publication: IpcPublication
+        if destination is not None:
+            snd_pos = self.counters.allocate(label.format("snd-pos"), cd.SENDER_POSITION_TYPE_ID, key,
+                                             registration_id=registration_id, initial_value=start)
+            snd_lmt = self.counters.allocate(label.format("snd-lmt"), cd.SENDER_LIMIT_TYPE_ID, key,
+                                             registration_id=registration_id, initial_value=start)
+            network_publication = NetworkPublication(
+                **common, sender_position_id=snd_pos, sender_limit_id=snd_lmt,  # type: ignore[arg-type]
+                sender_position=self.counters.position(snd_pos), system_counters=self.system_counters, mtu_length=mtu,
+                connection_timeout_ns=self.ctx.publication_connection_timeout, sender_limit=start,
+            )
+            endpoint = self.send_endpoints.get(canonical)
+            if endpoint is None:
+                try:
+                    endpoint = SendChannelEndpoint(canonical, destination, self.system_counters, self._faults(),
+                                                   self.ctx.socket_buffer_length)
+                except OSError as e:
+                    network_publication.close()
+                    raise CommandError(ErrorCode.CHANNEL_ENDPOINT_ERROR, f"cannot open a socket for {canonical}: {e}") from e
+                endpoint.clock_ns = self.clock_ns
+                self.send_endpoints[canonical] = endpoint
+                self.sender.endpoints.append(endpoint)
+            endpoint.publications[(session_id, stream_id)] = network_publication
+            publication = network_publication
+        else:
+            publication = IpcPublication(**common)  # type: ignore[arg-type]
         self.publications.append(publication)
         self.system_counters.set(SystemCounterId.ACTIVE_PUBLICATIONS, len(self.publications))
         self._log.info("publication.added", registration_id=registration_id, session_id=session_id,
                        stream_id=stream_id, channel=canonical, exclusive=exclusive, term_length=term_length)
         for link in self.subscriptions.values():
-            if link.stream_id == stream_id and link.canonical == canonical:
+            if link.stream_id == stream_id and link.canonical == canonical and link.spy == network:
                 self._link_subscriber(publication, link)
         return publication
 
@@ -274,26 +346,108 @@ class DriverConductor:
     def _on_add_subscription(self, buffer: memoryview) -> None:
         command = cmd.SubscriptionCommand.decode(buffer)
         session = self._client(command.client_id)
-        uri = self._parse_channel(command.channel)
+        uri = self._parse_channel(command.channel, spy_allowed=True)
         self._check_stream_id(command.stream_id)
+        spy = bool(uri.prefix)
         link = SubscriptionLink(command.correlation_id, command.client_id, command.stream_id, command.channel,
-                                uri.canonical_form())
+                                uri.canonical_form(), spy)
+        if uri.media == "udp" and not spy:
+            address = self._resolve(uri)
+            endpoint = self.receive_endpoints.get(address)
+            if endpoint is None:
+                try:
+                    endpoint = ReceiveChannelEndpoint(link.canonical, address, self.system_counters, self._faults(),
+                                                      self.ctx.socket_buffer_length, self._on_setup)
+                except OSError as e:
+                    raise CommandError(ErrorCode.CHANNEL_ENDPOINT_ERROR,
+                                       f"cannot bind {address[0]}:{address[1]} for {command.channel}: {e}") from e
+                endpoint.clock_ns = self.clock_ns
+                self.receive_endpoints[address] = endpoint
+                self.receiver.endpoints.append(endpoint)
+            endpoint.stream_ids[link.stream_id] = endpoint.stream_ids.get(link.stream_id, 0) + 1
+            link.endpoint_key = address
         self.subscriptions[link.registration_id] = link
         session.subscription_ids.add(link.registration_id)
         self._transmit(cmd.ON_SUBSCRIPTION_READY, cmd.SubscriptionReady(command.correlation_id, -1).encode())
         self._log.info("subscription.added", registration_id=link.registration_id, stream_id=link.stream_id,
                        channel=link.channel, client_id=link.client_id)
+        if link.endpoint_key is not None:
+            for image in self.images:
+                if (image.state is ImageState.ACTIVE and image.stream_id == link.stream_id
+                        and image.channel == link.canonical):
+                    self._link_subscriber(image, link)  # type: ignore[arg-type]
+            return
         for publication in self.publications:
             if (publication.state is PublicationState.ACTIVE and publication.stream_id == link.stream_id
-                    and publication.channel == link.canonical):
+                    and publication.channel == link.canonical
+                    and isinstance(publication, NetworkPublication) == link.spy):
                 self._link_subscriber(publication, link)
+
+    # -- images --------------------------------------------------------------------------------------------
+    def _on_setup(self, endpoint: ReceiveChannelEndpoint, setup: Any, source: tuple[str, int]) -> None:
+        """A SETUP for a subscribed stream without an active image: create the image, link subscribers."""
+        registration_id = self.to_driver.next_correlation_id()  # type: ignore[attr-defined]
+        path = os.path.join(self._images_dir, f"{registration_id}.logbuffer")
+        try:
+            log = LogBuffers.create_file(
+                path, mode=self.ctx.file_mode, term_length=setup.term_length, mtu_length=setup.mtu_length,
+                session_id=setup.session_id, stream_id=setup.stream_id, initial_term_id=setup.initial_term_id,
+                correlation_id=registration_id,
+            )
+        except (OSError, ValueError) as e:
+            self.system_counters.increment(SystemCounterId.ERRORS)
+            self.error_log.record(f"image for SETUP {setup} from {source} rejected: {e}")  # type: ignore[attr-defined]
+            return
+        log.seek_to(setup.active_term_id, setup.term_offset)
+        join = log.tail_position()
+        old = endpoint.images.get((setup.session_id, setup.stream_id))
+        if old is not None:
+            self._retire_image(old)
+        label = cd.stream_label("{}", registration_id, setup.session_id, setup.stream_id, endpoint.channel)
+        key = cd.STREAM_KEY.pack(registration_id, setup.session_id, setup.stream_id, 0)
+        hwm_id = self.counters.allocate(label.format("rcv-hwm"), cd.RECEIVER_HWM_TYPE_ID, key,
+                                        registration_id=registration_id, initial_value=join)
+        rebuild_id = self.counters.allocate(label.format("rcv-pos"), cd.RECEIVER_POSITION_TYPE_ID, key,
+                                            registration_id=registration_id, initial_value=join)
+        now = self.clock_ns()
+        image = PublicationImage(
+            registration_id=registration_id, session_id=setup.session_id, stream_id=setup.stream_id,
+            channel=endpoint.channel, source_identity=f"{source[0]}:{source[1]}", source_address=source, log=log,
+            log_file_name=path, counters=self.counters, system_counters=self.system_counters, hwm_id=hwm_id,
+            rebuild_id=rebuild_id, receiver_id=endpoint.receiver_id, join_position=join,
+            window_length=min(self.ctx.initial_window_length, setup.term_length // 2),
+            liveness_timeout_ns=self.ctx.image_liveness_timeout, nak_delay_ns=self.ctx.nak_delay,
+            nak_retry_ns=self.ctx.nak_retry_delay, sm_interval_ns=self.ctx.status_message_timeout, now_ns=now,
+        )
+        endpoint.images[(setup.session_id, setup.stream_id)] = image
+        self.images.append(image)
+        self._log.info("image.created", registration_id=registration_id, session_id=setup.session_id,
+                       stream_id=setup.stream_id, source=image.source_identity, join_position=join)
+        for link in self.subscriptions.values():
+            if link.endpoint_key is not None and link.stream_id == setup.stream_id and link.canonical == endpoint.channel:
+                self._link_subscriber(image, link)  # type: ignore[arg-type]
+
+    def _retire_image(self, image: PublicationImage) -> None:
+        for subscription_id in list(image.subscribers):
+            self._unlink_subscriber(image, subscription_id)  # type: ignore[arg-type]
+        for endpoint in self.receive_endpoints.values():
+            if endpoint.images.get((image.session_id, image.stream_id)) is image:
+                del endpoint.images[(image.session_id, image.stream_id)]
+        image.state = ImageState.DONE
+        image.close()
+        if image in self.images:
+            self.images.remove(image)
+        self._count_images()
+        self._log.info("image.removed", registration_id=image.registration_id, session_id=image.session_id,
+                       stream_id=image.stream_id)
 
     def _link_subscriber(self, publication: IpcPublication, link: SubscriptionLink) -> None:
         sub = publication.add_subscriber(link.registration_id, link.client_id, link.channel)
-        publication.update_publisher_limit()
+        if not isinstance(publication, PublicationImage):
+            publication.update_publisher_limit()
         image = cmd.ImageReady(
             publication.registration_id, publication.session_id, publication.stream_id, link.registration_id,
-            sub.counter_id, publication.log_file_name, "aeron:ipc",
+            sub.counter_id, publication.log_file_name, getattr(publication, "source_identity", "aeron:ipc"),
         )
         self._transmit(cmd.ON_AVAILABLE_IMAGE, image.encode())
         self._count_images()
@@ -313,7 +467,8 @@ class DriverConductor:
         self._count_images()
 
     def _count_images(self) -> None:
-        self.system_counters.set(SystemCounterId.ACTIVE_IMAGES, sum(len(p.subscribers) for p in self.publications))
+        self.system_counters.set(SystemCounterId.ACTIVE_IMAGES, sum(len(p.subscribers) for p in self.publications)
+                                 + sum(len(i.subscribers) for i in self.images))
 
     def _on_remove_subscription(self, buffer: memoryview) -> None:
         command = cmd.RemoveCommand.decode(buffer)
@@ -329,7 +484,21 @@ class DriverConductor:
         for publication in self.publications:
             if registration_id in publication.subscribers:
                 self._unlink_subscriber(publication, registration_id, notify=notify)
-        self.subscriptions.pop(registration_id, None)
+        for image in self.images:
+            if registration_id in image.subscribers:
+                self._unlink_subscriber(image, registration_id, notify=notify)  # type: ignore[arg-type]
+        link = self.subscriptions.pop(registration_id, None)
+        if link is not None and link.endpoint_key is not None:
+            endpoint = self.receive_endpoints[link.endpoint_key]
+            endpoint.stream_ids[link.stream_id] -= 1
+            if endpoint.stream_ids[link.stream_id] <= 0:
+                del endpoint.stream_ids[link.stream_id]
+                for image in [i for i in endpoint.images.values() if i.stream_id == link.stream_id]:
+                    self._retire_image(image)
+            if not endpoint.stream_ids:
+                del self.receive_endpoints[link.endpoint_key]
+                self.receiver.endpoints.remove(endpoint)
+                endpoint.close()
         self._log.info("subscription.removed", registration_id=registration_id, client_id=session.client_id)
 
     # -- clients ---------------------------------------------------------------------------------------
@@ -361,6 +530,16 @@ class DriverConductor:
         self.system_counters.set(SystemCounterId.ACTIVE_CLIENTS, len(self.clients))
         self._log.info("client.removed", client_id=session.client_id, reason=reason)
 
+    def _remove_from_send_endpoint(self, publication: NetworkPublication) -> None:
+        endpoint = self.send_endpoints.get(publication.channel)
+        if endpoint is None:
+            return
+        endpoint.publications.pop((publication.session_id, publication.stream_id), None)
+        if not endpoint.publications:
+            del self.send_endpoints[publication.channel]
+            self.sender.endpoints.remove(endpoint)
+            endpoint.close()
+
     # -- timers -----------------------------------------------------------------------------------------
     def _heartbeat(self) -> None:
         self.to_driver.set_consumer_heartbeat_time(self.epoch_ms())  # type: ignore[attr-defined]
@@ -380,10 +559,17 @@ class DriverConductor:
             if publication.state is PublicationState.DONE:
                 for subscription_id in list(publication.subscribers):
                     self._unlink_subscriber(publication, subscription_id)
+                if isinstance(publication, NetworkPublication):
+                    self._remove_from_send_endpoint(publication)
                 publication.close()
                 self.publications.remove(publication)
                 self.system_counters.set(SystemCounterId.ACTIVE_PUBLICATIONS, len(self.publications))
                 self._log.info("publication.removed", registration_id=publication.registration_id,
                                session_id=publication.session_id, stream_id=publication.stream_id)
+                work += 1
+        for image in list(self.images):
+            image.on_time_event(now_ns)
+            if image.state is ImageState.INACTIVE:
+                self._retire_image(image)
                 work += 1
         return work

@@ -56,7 +56,7 @@ def _bool(text: str) -> bool:
     raise ValueError(f"{text!r} is not a boolean (true/false)")
 
 
-_PARSERS: dict[str, Callable[[str], Any]] = {"size": _size, "duration": _duration_ns, "bool": _bool, "str": str, "int": int}
+_PARSERS: dict[str, Callable[[str], Any]] = {"float": float, "size": _size, "duration": _duration_ns, "bool": _bool, "str": str, "int": int}
 
 
 def setting(default: Any, kind: str, doc: str) -> Any:
@@ -90,6 +90,19 @@ class DriverContext:
     error_buffer_length: int = setting(1024 * 1024, "size", "Distinct error log length.")
     group_access: bool = setting(False, "bool", "Create files group-readable/writable (0660) instead of owner-only.")
     dir_delete_on_shutdown: bool = setting(True, "bool", "Remove the driver directory on clean shutdown.")
+    image_liveness_timeout: int = setting(10_000_000_000, "duration",
+                                          "An image with no packets this long becomes unavailable.")
+    publication_connection_timeout: int = setting(5_000_000_000, "duration",
+                                                  "A network publication with no status message this long is not connected.")
+    status_message_timeout: int = setting(200_000_000, "duration", "Longest gap between a receiver's status messages.")
+    nak_delay: int = setting(100_000, "duration", "Delay before a gap is NAKed (lets reordered data arrive).")
+    nak_retry_delay: int = setting(10_000_000, "duration", "Delay before a still-open gap is NAKed again.")
+    initial_window_length: int = setting(128 * 1024, "size", "Receiver window (capped at term/2).")
+    socket_buffer_length: int = setting(2 * 1024 * 1024, "size", "SO_RCVBUF/SO_SNDBUF of UDP sockets.")
+    udp_drop_rate: float = setting(0.0, "float", "Fault injection: fraction of received datagrams dropped.")
+    udp_duplicate_rate: float = setting(0.0, "float", "Fault injection: fraction of received datagrams duplicated.")
+    udp_reorder_rate: float = setting(0.0, "float", "Fault injection: fraction of received datagrams reordered.")
+    udp_fault_seed: int = setting(0, "int", "Fault injection: random seed.")
 
     def conclude(self) -> "DriverContext":
         """Validate everything once; errors name the setting and its value."""
@@ -122,6 +135,15 @@ class DriverContext:
             raise ConfigurationError(
                 f"counters_buffer_length={self.counters_buffer_length} must be a multiple of 128, at least 8192"
             )
+        for name in ("udp_drop_rate", "udp_duplicate_rate", "udp_reorder_rate"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ConfigurationError(f"{name}={getattr(self, name)} must be a fraction within 0..1")
+        for name in ("image_liveness_timeout", "publication_connection_timeout", "status_message_timeout",
+                     "nak_retry_delay"):
+            if getattr(self, name) <= 0:
+                raise ConfigurationError(f"{name}={getattr(self, name)} must be a positive duration")
+        if self.initial_window_length < self.mtu:
+            raise ConfigurationError(f"initial_window_length={self.initial_window_length} must be at least mtu={self.mtu}")
         if self.error_buffer_length < 4096:
             raise ConfigurationError(f"error_buffer_length={self.error_buffer_length} must be at least 4096")
         return self

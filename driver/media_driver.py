@@ -7,6 +7,7 @@ over a stale one (remove its files). Shut-down: close agents, remove the directo
 from __future__ import annotations
 
 import os
+import select
 import shutil
 import signal
 import threading
@@ -15,7 +16,7 @@ from types import FrameType
 
 import structlog
 
-from logbuf.agent import AgentRunner, idle_strategy_from_name
+from logbuf.agent import AgentRunner, BackoffIdleStrategy, CompositeAgent, idle_strategy_from_name
 from logbuf.broadcast import BroadcastTransmitter
 from logbuf.cnc import CncFile, is_driver_active
 from logbuf.counters import CountersManager
@@ -63,14 +64,24 @@ class MediaDriver:
             error_log=self.error_log,
             on_terminate=self.request_stop,
         )
+        idle = idle_strategy_from_name(ctx.idle_strategy)
+        if isinstance(idle, BackoffIdleStrategy):
+            idle.park = self._park  # wake as soon as a datagram arrives
         self.runner = AgentRunner(
-            self.conductor,
-            idle_strategy_from_name(ctx.idle_strategy),
+            CompositeAgent(self.conductor, self.conductor.sender, self.conductor.receiver),
+            idle,
             error_handler=self._on_agent_error,
             max_cycle_ns_recorder=lambda ns: self.system_counters.propose_max(SystemCounterId.CONDUCTOR_MAX_CYCLE_TIME, ns),
         )
         self._log = structlog.get_logger().bind(role="driver", dir=ctx.dir)
         self._closed = False
+
+    def _park(self, seconds: float) -> None:
+        sockets = [e.socket for e in self.conductor.sender.endpoints] + [e.socket for e in self.conductor.receiver.endpoints]
+        if sockets:
+            select.select(sockets, [], [], seconds)
+        else:
+            time.sleep(seconds)
 
     @classmethod
     def launch(cls, ctx: DriverContext | None = None) -> "MediaDriver":

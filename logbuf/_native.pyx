@@ -459,7 +459,8 @@ cdef enum:
 
 
 def check_data_datagram(packet, int32_t term_length) -> int:
-    """0 if ``packet`` is a valid DATA-path datagram, else a negative reason code.
+    """The term bytes a valid DATA-path datagram covers (0 for a heartbeat; a PAD counts its full
+    length, though only its header travels), or a negative reason code for an invalid one.
 
     Valid: one heartbeat (a 32-byte DATA header with length 0), or consecutive DATA frames of one
     session, stream and term, each at its aligned length (the last may lack its padding),
@@ -495,7 +496,7 @@ def check_data_datagram(packet, int32_t term_length) -> int:
             return DATAGRAM_NOT_CONSECUTIVE
         if frame_type == HDR_TYPE_DATA:
             if frame_length == 0:
-                return DATAGRAM_OK if n == HEADER_LENGTH else DATAGRAM_BAD_LENGTH
+                return 0 if n == HEADER_LENGTH else DATAGRAM_BAD_LENGTH
             if frame_length < HEADER_LENGTH or frame_length > n - offset:
                 return DATAGRAM_BAD_LENGTH
             aligned = _align(frame_length)
@@ -510,7 +511,7 @@ def check_data_datagram(packet, int32_t term_length) -> int:
         if term_length > 0 and aligned > term_length - expected:
             return DATAGRAM_OUTSIDE_TERM
         expected += aligned
-    return DATAGRAM_OK
+    return expected - (<int32_t *>(p + TERM_OFFSET_OFFSET))[0]
 
 
 def term_rebuild_insert(term_buffer, int32_t term_offset, packet) -> bool:

@@ -101,6 +101,8 @@ class BackoffIdleStrategy:
         self._spins = 0
         self._yields = 0
         self._park_ns = min_park_ns
+        self.park: Callable[[float], None] = time.sleep
+        """How to park for the given seconds; a driver with sockets waits on them instead (select)."""
 
     def idle(self, work_count: int) -> None:
         if work_count > 0:
@@ -112,7 +114,7 @@ class BackoffIdleStrategy:
             self._yields += 1
             os.sched_yield()
         else:
-            time.sleep(self._park_ns / 1e9)
+            self.park(self._park_ns / 1e9)
             self._park_ns = min(self._park_ns * 2, self.max_park_ns)
 
     def reset(self) -> None:
@@ -137,6 +139,29 @@ def idle_strategy_from_name(name: str) -> IdleStrategy:
         return IDLE_STRATEGIES[name]()
     except KeyError:
         raise ConfigurationError(f"idle strategy {name!r} is not one of {sorted(IDLE_STRATEGIES)}") from None
+
+
+class CompositeAgent:
+    """Several agents on one duty cycle (Aeron's SHARED threading mode: in Python the GIL would
+    serialise separate threads anyway). Closes in reverse order."""
+
+    def __init__(self, *agents: Agent) -> None:
+        self.agents = agents
+        self.role_name = agents[0].role_name if len(agents) == 1 else "[" + ",".join(a.role_name for a in agents) + "]"
+
+    def on_start(self) -> None:
+        for agent in self.agents:
+            agent.on_start()
+
+    def do_work(self) -> int:
+        work = 0
+        for agent in self.agents:
+            work += agent.do_work()
+        return work
+
+    def on_close(self) -> None:
+        for agent in reversed(self.agents):
+            agent.on_close()
 
 
 class AgentRunner:

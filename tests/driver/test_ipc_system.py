@@ -145,7 +145,9 @@ def test_bad_channels_are_rejected_with_registration_errors(aeron: Aeron, media_
         ("aeron:tcp?endpoint=localhost:1", "tcp"),
         ("not-a-uri", "aeron:"),
         ("aeron:ipc?term-length=1000", "term-length"),
-        ("aeron:udp?endpoint=127.0.0.1:40123", "udp"),
+        ("aeron:udp?endpoint=127.0.0.1:99999", "endpoint"),
+        ("aeron:udp?mtu=1408", "needs an endpoint"),
+        ("aeron-spy:aeron:ipc", "prefix"),
     ]:
         with pytest.raises(RegistrationError, match=fragment) as info:
             aeron.add_publication(channel, 1)

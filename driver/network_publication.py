@@ -1,0 +1,231 @@
+"""A network (UDP) publication: the IPC publication's log, plus the sender's side of the protocol.
+
+Sans-IO: the sender agent calls :meth:`NetworkPublication.send` with ``now_ns`` and a ``send``
+callable (bytes out), and feeds it decoded status messages and NAKs; nothing here touches a
+socket. Positions (Aeron's counters)::
+
+    pub-lmt = min(snd-pos, spy positions) + term window      (only while connected)
+    snd-lmt = max(snd-lmt, SM consumption position + receiver window)
+    snd-pos advances as DATA leaves, at most one MTU per datagram, never past snd-lmt
+
+Timers: SETUP every 100 ms until the first SM (or when an SM asks for one); a heartbeat (a
+32-byte DATA header, length 0, EOS flag once draining is done) after 100 ms without data, or
+after 1 ms while data waits behind the sender limit (a tail-loss probe: logbuf's addition); not
+connected once no SM arrived for the connection timeout. A NAK is answered at once with the
+frames it names (clamped to the term and to the window behind snd-pos), and the same range is
+then ignored for the retransmit linger (10 ms).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from logbuf import _native
+from logbuf import data_header_descriptor as dh
+from logbuf.flow_control import compute_limit_and_clean
+from logbuf.protocol.data import HeartbeatFrame
+from logbuf.protocol.nak import NakFrame
+from logbuf.protocol.setup import SetupFrame
+from logbuf.protocol.status import StatusMessageFrame
+
+from driver.ipc_publication import IpcPublication, PublicationState
+from driver.system_counters import SystemCounterId, SystemCounters
+
+SETUP_INTERVAL_NS = 100_000_000
+HEARTBEAT_INTERVAL_NS = 100_000_000
+BLOCKED_HEARTBEAT_INTERVAL_NS = 1_000_000
+"""While flow control blocks data that is waiting, heartbeat every 1 ms: if the last datagrams
+of the window were lost, the receiver learns the HWM and NAKs now rather than in 100 ms."""
+RETRANSMIT_LINGER_NS = 10_000_000
+MAX_DATAGRAMS_PER_SEND = 32
+
+Send = Callable[[Any], int]
+
+
+@dataclass
+class NetworkPublication(IpcPublication):
+    sender_position_id: int = 0
+    sender_limit_id: int = 0
+    sender_position: Any = None  # _native.Position over snd-pos
+    system_counters: SystemCounters | None = None
+    mtu_length: int = dh.DEFAULT_MTU_LENGTH
+    connection_timeout_ns: int = 5_000_000_000
+    is_connected: bool = False
+    has_received_sm: bool = False
+    should_send_setup: bool = True
+    sender_limit: int = 0
+    time_of_last_sm_ns: int = 0
+    time_of_last_send_ns: int = 0
+    next_setup_ns: int = 0
+    retransmit_lingers: dict[tuple[int, int], int] = field(default_factory=dict)
+
+    # -- sender duty cycle ------------------------------------------------------------------------
+    def send(self, now_ns: int, send: Send) -> int:
+        """Send what flow control allows; SETUP and heartbeats when due. Returns bytes sent."""
+        counters = self.system_counters
+        assert counters is not None
+        sent = 0
+        if self.should_send_setup and now_ns >= self.next_setup_ns:
+            position = self.sender_position.get()
+            term_id, term_offset = self._term_of(position)
+            setup = SetupFrame(term_offset, self.session_id, self.stream_id, self.log.initial_term_id, term_id,
+                               self.log.term_length, self.mtu_length)
+            sent += self._send(send, setup.encode())
+            counters.increment(SystemCounterId.SETUPS_SENT)
+            self.next_setup_ns = now_ns + SETUP_INTERVAL_NS
+            if self.has_received_sm:
+                self.should_send_setup = False
+        if self.has_received_sm:
+            position = self.sender_position.get()
+            limit = self.sender_limit
+            term_length = self.log.term_length
+            datagrams = 0
+            while position < limit and datagrams < MAX_DATAGRAMS_PER_SEND:
+                term_offset = position & (term_length - 1)
+                term = self.log.term_buffer((position // term_length) % 3)
+                available = _native.term_scan_for_availability(term, term_offset, min(self.mtu_length, limit - position))
+                if available <= 0:
+                    term.release()
+                    break
+                frame_type = int.from_bytes(term[term_offset + 6 : term_offset + 8], "little")
+                wire = dh.HEADER_LENGTH if frame_type == dh.HDR_TYPE_PAD else available
+                sent += self._send(send, term[term_offset : term_offset + wire])
+                term.release()
+                position += available
+                datagrams += 1
+            if datagrams:
+                self.sender_position.set_ordered(position)
+                self.time_of_last_send_ns = now_ns
+            elif now_ns - self.time_of_last_send_ns >= (
+                    BLOCKED_HEARTBEAT_INTERVAL_NS if self.tail_position() > position
+                    else HEARTBEAT_INTERVAL_NS):
+                term_id, term_offset = self._term_of(position)
+                eos = self.state is not PublicationState.ACTIVE and position >= self.log.end_of_stream_position()
+                flags = dh.BEGIN_END_AND_EOS_FLAGS if eos else dh.UNFRAGMENTED
+                sent += self._send(send, HeartbeatFrame(term_offset, self.session_id, self.stream_id, term_id,
+                                                        flags).encode())
+                counters.increment(SystemCounterId.HEARTBEATS_SENT)
+                self.time_of_last_send_ns = now_ns
+        return sent
+
+    def _send(self, send: Send, datagram: Any) -> int:
+        counters = self.system_counters
+        assert counters is not None
+        n = send(datagram)
+        if n < len(datagram):
+            counters.increment(SystemCounterId.SHORT_SENDS)
+            return 0
+        counters.increment(SystemCounterId.BYTES_SENT, n)
+        counters.increment(SystemCounterId.DATAGRAMS_SENT)
+        return n
+
+    def _term_of(self, position: int) -> tuple[int, int]:
+        shift = self.log.position_bits_to_shift
+        return _wrap32(self.log.initial_term_id + (position >> shift)), position & (self.log.term_length - 1)
+
+    def _position_of(self, term_id: int, term_offset: int) -> int:
+        term_count = _wrap32(term_id - self.log.initial_term_id)
+        return (term_count << self.log.position_bits_to_shift) + term_offset
+
+    # -- control frames ---------------------------------------------------------------------------
+    def on_status_message(self, sm: StatusMessageFrame, now_ns: int) -> None:
+        self.time_of_last_sm_ns = now_ns
+        if sm.elicits_setup:
+            self.should_send_setup = True
+            self.next_setup_ns = 0
+            return
+        position = self._position_of(sm.consumption_term_id, sm.consumption_term_offset)
+        self.sender_limit = max(self.sender_limit, position + sm.receiver_window_length)
+        self.counters.set_value(self.sender_limit_id, self.sender_limit)
+        if not self.has_received_sm:
+            self.has_received_sm = True
+            self.should_send_setup = False
+        if not self.is_connected:
+            self.is_connected = True
+            self.log.set_connected(True)
+
+    def on_nak(self, nak: NakFrame, now_ns: int, send: Send) -> int:
+        """Resend the named range at once unless it lingers from a recent resend; returns bytes."""
+        counters = self.system_counters
+        assert counters is not None
+        term_length = self.log.term_length
+        if nak.term_offset < 0 or nak.term_offset > term_length - dh.HEADER_LENGTH or nak.length <= 0:
+            counters.increment(SystemCounterId.INVALID_PACKETS)
+            return 0
+        key = (nak.term_id, nak.term_offset)
+        if self.retransmit_lingers.get(key, 0) > now_ns:
+            return 0
+        sender_position = self.sender_position.get()
+        start = self._position_of(nak.term_id, nak.term_offset)
+        if not sender_position - term_length // 2 <= start < sender_position:
+            return 0
+        self.retransmit_lingers[key] = now_ns + RETRANSMIT_LINGER_NS
+        if len(self.retransmit_lingers) > 256:
+            self.retransmit_lingers = {k: v for k, v in self.retransmit_lingers.items() if v > now_ns}
+        remaining = min(nak.length, term_length - nak.term_offset, sender_position - start)
+        term = self.log.term_buffer((start // term_length) % 3)
+        offset = nak.term_offset
+        sent = 0
+        while remaining > 0:
+            available = _native.term_scan_for_availability(term, offset, min(self.mtu_length, remaining))
+            if available <= 0:
+                break
+            frame_type = int.from_bytes(term[offset + 6 : offset + 8], "little")
+            wire = dh.HEADER_LENGTH if frame_type == dh.HDR_TYPE_PAD else available
+            sent += self._send(send, term[offset : offset + wire])
+            offset += available
+            remaining -= available
+        term.release()
+        counters.increment(SystemCounterId.RETRANSMITS_SENT)
+        counters.increment(SystemCounterId.RETRANSMITTED_BYTES, sent)
+        return sent
+
+    # -- conductor duty cycle ---------------------------------------------------------------------
+    def update_publisher_limit(self) -> int:
+        if self.state is PublicationState.DONE:
+            return 0
+        positions = [s.position.get_volatile() for s in self.subscribers.values()]
+        if self.is_connected:
+            positions.append(self.sender_position.get_volatile())
+        if not positions:
+            return 0
+        current = self.publisher_limit.get_volatile()
+        update = compute_limit_and_clean(
+            positions, current_limit=current, clean_position=self.clean_position,
+            term_length=self.log.term_length, term_window_length=self.term_window_length,
+        )
+        if update.clean_to > update.clean_from:
+            self.log.clean(update.clean_from, update.clean_to)
+            self.clean_position = update.clean_to
+        if update.limit != current:
+            self.publisher_limit.set_ordered(update.limit)
+            return 1 if current - self.tail_position() < self.term_window_length // 4 else 0
+        return 0
+
+    def on_time_event(self, now_ns: int) -> None:
+        if self.is_connected and now_ns - self.time_of_last_sm_ns > self.connection_timeout_ns:
+            self.is_connected = False
+            self.has_received_sm = False
+            self.should_send_setup = True
+            if not self.subscribers:
+                self.log.set_connected(False)
+        if self.state is PublicationState.DRAINING:
+            eos = self.log.end_of_stream_position()
+            spies_done = all(s.position.get_volatile() >= eos for s in self.subscribers.values())
+            sent = not self.is_connected or self.sender_position.get_volatile() >= eos
+            if (spies_done and sent and now_ns >= self.draining_deadline_ns) or (
+                    now_ns >= self.draining_deadline_ns + self.linger_timeout_ns):
+                self.state = PublicationState.DONE
+
+    def close(self) -> None:
+        self.sender_position.close()
+        self.counters.free(self.sender_position_id)
+        self.counters.free(self.sender_limit_id)
+        super().close()
+
+
+def _wrap32(value: int) -> int:
+    """Two's-complement int32 wrap (term ids wrap like Aeron's)."""
+    return ((value + (1 << 31)) & 0xFFFFFFFF) - (1 << 31)

@@ -1,0 +1,262 @@
+"""A publication image: the receiver's copy of a remote publication's log, rebuilt from datagrams.
+
+Sans-IO: the receiver agent hands it checked DATA-path datagrams (:meth:`insert_packet`) and
+calls :meth:`track_rebuild` with ``now_ns`` and a ``send`` callable for its NAKs and status
+messages. Positions (Aeron's counters)::
+
+    rcv-hwm   highest position seen (data end or heartbeat), gaps allowed
+    rcv-pos   end of the contiguous frames from the join position (the rebuild position)
+    sub-pos   each subscriber's position; the SM reports their minimum
+
+Datagrams land at their term offset in any order (duplicates are skipped); only data inside
+``[min subscriber position, min subscriber position + term/2)`` is accepted, so nothing unread
+is overwritten and the partition written to has been cleaned. Each gap between rcv-pos and rcv-hwm
+(up to 16; Aeron NAKs only the first) is NAKed after ``nak_delay`` and again every ``nak_retry``
+while it stays. An SM goes out when the
+subscribers consumed a quarter of the window since the last one, every ``sm_interval``, and
+within 1 ms of any progress or of a heartbeat (a sender blocked by a lost SM heartbeats every
+millisecond: logbuf's addition, see :mod:`driver.network_publication`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from logbuf import _native
+from logbuf import counters_descriptor as cd
+from logbuf import data_header_descriptor as dh
+from logbuf.counters import CountersManager
+from logbuf.log_buffer import LogBuffers
+from logbuf.protocol.nak import NakFrame
+from logbuf.protocol.status import StatusMessageFrame
+
+from driver.ipc_publication import SubscriberPosition
+from driver.system_counters import SystemCounterId, SystemCounters
+
+Send = Callable[[Any], int]
+PROGRESS_SM_INTERVAL_NS = 1_000_000
+NAK_SPIN_NS = 1_000_000
+MAX_GAPS = 16
+"""Any consumption progress is reported within 1 ms (besides Aeron's quarter-window and 200 ms
+rules), so a lost SM stalls a blocked sender for a millisecond, not for 200."""
+
+
+class ImageState(Enum):
+    ACTIVE = "active"
+    INACTIVE = "inactive"  # no packets for the liveness timeout, or end of stream reached
+    DONE = "done"
+
+
+def _wrap32(value: int) -> int:
+    return ((value + (1 << 31)) & 0xFFFFFFFF) - (1 << 31)
+
+
+@dataclass
+class PublicationImage:
+    registration_id: int  # the image's correlation id
+    session_id: int
+    stream_id: int
+    channel: str
+    source_identity: str
+    source_address: tuple[str, int]
+    log: LogBuffers
+    log_file_name: str
+    counters: CountersManager
+    system_counters: SystemCounters
+    hwm_id: int
+    rebuild_id: int
+    receiver_id: int
+    join_position: int
+    window_length: int
+    liveness_timeout_ns: int
+    nak_delay_ns: int
+    nak_retry_ns: int
+    sm_interval_ns: int
+    now_ns: int
+    state: ImageState = ImageState.ACTIVE
+    subscribers: dict[int, SubscriberPosition] = field(default_factory=dict)
+    hwm: int = 0
+    rebuild: int = 0
+    clean_position: int = 0
+    last_sm_position: int = -1
+    next_sm_ns: int = 0
+    last_sm_ns: int = 0
+    sm_requested: bool = False
+    time_of_last_packet_ns: int = 0
+    eos_position: int = -1
+    nak_timers: dict[int, int] = field(default_factory=dict)  # gap position -> when to NAK it
+
+    def __post_init__(self) -> None:
+        self.hwm = self.rebuild = self.join_position
+        self.clean_position = self.join_position
+        self.time_of_last_packet_ns = self.now_ns
+        self.counters.set_value(self.hwm_id, self.hwm)
+        self.counters.set_value(self.rebuild_id, self.rebuild)
+
+    # -- positions ---------------------------------------------------------------------------------
+    def position_of(self, term_id: int, term_offset: int) -> int:
+        return (_wrap32(term_id - self.log.initial_term_id) << self.log.position_bits_to_shift) + term_offset
+
+    def _term_of(self, position: int) -> tuple[int, int]:
+        shift = self.log.position_bits_to_shift
+        return _wrap32(self.log.initial_term_id + (position >> shift)), position & (self.log.term_length - 1)
+
+    def min_subscriber_position(self) -> int:
+        positions = [s.position.get_volatile() for s in self.subscribers.values()]
+        return min(positions) if positions else self.rebuild
+
+    # -- subscribers (the conductor links them like an IPC publication's) ------------------------------
+    def add_subscriber(self, subscription_registration_id: int, client_id: int, channel: str) -> SubscriberPosition:
+        join = self.rebuild
+        label = cd.stream_label("sub-pos", subscription_registration_id, self.session_id, self.stream_id, channel)
+        key = cd.STREAM_KEY.pack(subscription_registration_id, self.session_id, self.stream_id, 0)
+        counter_id = self.counters.allocate(f"{label} @{join}", cd.SUBSCRIBER_POSITION_TYPE_ID, key,
+                                            registration_id=subscription_registration_id, owner_id=client_id,
+                                            initial_value=join)
+        sub = SubscriberPosition(subscription_registration_id, client_id, counter_id,
+                                 self.counters.position(counter_id), join)
+        self.subscribers[subscription_registration_id] = sub
+        self.log.set_connected(True)
+        return sub
+
+    def remove_subscriber(self, subscription_registration_id: int) -> SubscriberPosition | None:
+        sub = self.subscribers.pop(subscription_registration_id, None)
+        if sub is not None:
+            sub.position.close()
+            self.counters.free(sub.counter_id)
+        return sub
+
+    # -- receiving ---------------------------------------------------------------------------------
+    def insert_packet(self, term_id: int, term_offset: int, packet: memoryview, covered: int, now_ns: int) -> bool:
+        """Put a checked DATA-path datagram covering ``covered`` term bytes (0: a heartbeat) into the
+        log; False if it fell outside the window."""
+        self.time_of_last_packet_ns = now_ns
+        position = self.position_of(term_id, term_offset)
+        if covered == 0:  # heartbeat
+            if packet[5] & dh.EOS_FLAG:
+                self.eos_position = position
+            if position > self.hwm and position <= self.min_subscriber_position() + self.log.term_length // 2:
+                self.hwm = position
+                self.counters.set_value(self.hwm_id, position)
+            self.system_counters.increment(SystemCounterId.HEARTBEATS_RECEIVED)
+            self.sm_requested = True  # a sender that heartbeats may be waiting for an SM we sent and lost
+            return True
+        end = position + covered
+        floor = self.min_subscriber_position()
+        if position < self.rebuild or end > floor + self.log.term_length // 2 or position < floor:
+            if position >= self.rebuild:
+                self.system_counters.increment(SystemCounterId.FLOW_CONTROL_OVER_RUNS)
+            return False
+        term = self.log.term_buffer((position // self.log.term_length) % 3)
+        try:
+            _native.term_rebuild_insert(term, term_offset, packet)
+        finally:
+            term.release()
+        if end > self.hwm:
+            self.hwm = end
+            self.counters.set_value(self.hwm_id, end)
+        return True
+
+    # -- duty cycle --------------------------------------------------------------------------------
+    def track_rebuild(self, now_ns: int, send: Send) -> int:
+        """Advance the rebuild position, NAK gaps, send status messages; returns work done."""
+        work = 0
+        term_length = self.log.term_length
+        position = self.rebuild
+        gap_position, gap_length = -1, 0
+        while position < self.hwm:
+            index = (position // term_length) % 3
+            term_start = position - (position & (term_length - 1))
+            limit = min(self.hwm - term_start, term_length)
+            term = self.log.term_buffer(index)
+            end, gap_length = _native.term_gap_scan(term, position - term_start, limit)
+            term.release()
+            position = term_start + end
+            if gap_length:
+                gap_position = position
+                break
+            if end < term_length:
+                break
+        if position != self.rebuild:
+            self.rebuild = position
+            self.counters.set_value(self.rebuild_id, position)
+            work += 1
+        if self.eos_position >= 0 and self.rebuild >= self.eos_position and self.log.end_of_stream_position() > self.rebuild:
+            self.log.set_end_of_stream_position(self.eos_position)
+        # loss: NAK every gap between rebuild and HWM (up to MAX_GAPS), each on its own timer
+        gaps: dict[int, int] = {}
+        if gap_length:
+            gaps[gap_position] = gap_length
+            position = gap_position + gap_length
+            while position < self.hwm and len(gaps) < MAX_GAPS:
+                term_start = position - (position & (term_length - 1))
+                term = self.log.term_buffer((position // term_length) % 3)
+                end, length = _native.term_gap_scan(term, position - term_start, min(self.hwm - term_start, term_length))
+                term.release()
+                if length:
+                    gaps[term_start + end] = length
+                    position = term_start + end + length
+                elif end < term_length:
+                    break
+                else:
+                    position = term_start + term_length
+        timers: dict[int, int] = {}
+        for gap_start, length in gaps.items():
+            due = self.nak_timers.get(gap_start, now_ns + self.nak_delay_ns)
+            if now_ns >= due:
+                term_id, term_offset = self._term_of(gap_start)
+                self._send(send, NakFrame(self.session_id, self.stream_id, term_id, term_offset, length).encode())
+                self.system_counters.increment(SystemCounterId.NAK_MESSAGES_SENT)
+                due = now_ns + self.nak_retry_ns
+                work += 1
+            elif due - now_ns < NAK_SPIN_NS:
+                work += 1  # keep the duty cycle from parking past a NAK that is due very soon
+            timers[gap_start] = due
+        self.nak_timers = timers
+        # status messages and cleaning
+        consumed = self.min_subscriber_position()
+        if (consumed - self.last_sm_position >= self.window_length // 4 or now_ns >= self.next_sm_ns
+                or ((consumed > self.last_sm_position or self.sm_requested)
+                    and now_ns >= self.last_sm_ns + PROGRESS_SM_INTERVAL_NS)):
+            term_id, term_offset = self._term_of(consumed)
+            sm = StatusMessageFrame(self.session_id, self.stream_id, term_id, term_offset, self.window_length,
+                                    self.receiver_id)
+            self._send(send, sm.encode())
+            self.system_counters.increment(SystemCounterId.STATUS_MESSAGES_SENT)
+            self.last_sm_position = consumed
+            self.last_sm_ns = now_ns
+            self.sm_requested = False
+            self.next_sm_ns = now_ns + self.sm_interval_ns
+            work += 1
+        clean_to = consumed - term_length
+        if clean_to > self.clean_position:
+            self.log.clean(self.clean_position, clean_to)
+            self.clean_position = clean_to
+        return work
+
+    def _send(self, send: Send, datagram: bytes) -> None:
+        n = send(datagram)
+        if n == len(datagram):
+            self.system_counters.increment(SystemCounterId.BYTES_SENT, n)
+            self.system_counters.increment(SystemCounterId.DATAGRAMS_SENT)
+        else:
+            self.system_counters.increment(SystemCounterId.SHORT_SENDS)
+
+    def on_time_event(self, now_ns: int) -> None:
+        if self.state is ImageState.ACTIVE and now_ns - self.time_of_last_packet_ns > self.liveness_timeout_ns:
+            self.state = ImageState.INACTIVE
+
+    def close(self) -> None:
+        for sub_id in list(self.subscribers):
+            self.remove_subscriber(sub_id)
+        self.counters.free(self.hwm_id)
+        self.counters.free(self.rebuild_id)
+        self.log.close()
+        try:
+            os.unlink(self.log_file_name)
+        except FileNotFoundError:
+            pass

@@ -1,0 +1,290 @@
+"""UDP endpoints and the sender and receiver agents: they only move bytes.
+
+A :class:`SendChannelEndpoint` is one socket per publication channel (ephemeral local port):
+DATA, SETUP and heartbeats go to the channel's endpoint; status messages and NAKs come back to
+it. A :class:`ReceiveChannelEndpoint` is one socket bound to a subscription channel's endpoint:
+DATA-path datagrams and SETUPs come in; SMs and NAKs go back to each image's source address.
+The protocol itself lives in :mod:`driver.network_publication` and :mod:`driver.publication_image`.
+
+Every datagram read is checked before use; an invalid one is counted ("Invalid packets") and
+dropped, never logged per packet. :class:`FaultInjector` (driver settings ``udp_drop_rate``,
+``udp_duplicate_rate``, ``udp_reorder_rate``, ``udp_fault_seed``) drops, duplicates and reorders
+a fraction of the datagrams an endpoint receives, for tests and demos.
+"""
+
+from __future__ import annotations
+
+import random
+import socket
+from collections.abc import Callable
+from typing import Any
+
+from logbuf import _native
+from logbuf.protocol import MalformedFrameError
+from logbuf.protocol import nak as nak_codec
+from logbuf.protocol import setup as setup_codec
+from logbuf.protocol import status as status_codec
+from logbuf.protocol.frame_header import HDR_TYPE_DATA, HDR_TYPE_NAK, HDR_TYPE_PAD, HDR_TYPE_RTTM, HDR_TYPE_SETUP, HDR_TYPE_SM
+
+from driver.network_publication import NetworkPublication
+from driver.publication_image import ImageState, PublicationImage
+from driver.system_counters import SystemCounterId, SystemCounters
+
+MAX_UDP_PAYLOAD = 65504
+READS_PER_POLL = 64
+SETUP_ELICIT_INTERVAL_NS = 100_000_000
+
+Handler = Callable[[memoryview, tuple[str, int]], None]
+
+
+class FaultInjector:
+    """Seeded drop / duplicate / reorder of received datagrams (fractions 0..1)."""
+
+    def __init__(self, drop: float, duplicate: float, reorder: float, seed: int) -> None:
+        self.drop, self.duplicate, self.reorder = drop, duplicate, reorder
+        self.random = random.Random(seed)
+        self._held: tuple[bytes, tuple[str, int]] | None = None
+
+    @property
+    def active(self) -> bool:
+        return bool(self.drop or self.duplicate or self.reorder)
+
+    def deliver(self, datagram: memoryview, source: tuple[str, int], handler: Handler) -> None:
+        r = self.random.random
+        if r() < self.drop:
+            return
+        if r() < self.reorder and self._held is None:
+            self._held = (bytes(datagram), source)  # delivered after the next one
+            return
+        handler(datagram, source)
+        if r() < self.duplicate:
+            handler(datagram, source)
+        self.flush(handler)
+
+    def flush(self, handler: Handler) -> None:
+        if self._held is not None:
+            held, source = self._held
+            self._held = None
+            handler(memoryview(held), source)
+
+
+class UdpEndpoint:
+    def __init__(self, bind: tuple[str, int], system_counters: SystemCounters, faults: FaultInjector | None,
+                 socket_buffer_length: int) -> None:
+        self.socket = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, socket_buffer_length)
+            self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, socket_buffer_length)
+            self.socket.bind(bind)
+        except OSError:
+            self.socket.close()
+            raise
+        self.socket.setblocking(False)
+        self.local_address: tuple[str, int] = self.socket.getsockname()
+        self.system_counters = system_counters
+        self.faults = faults if faults is not None and faults.active else None
+        self._buffer = bytearray(MAX_UDP_PAYLOAD + 32)
+        self._view = memoryview(self._buffer)
+
+    def poll(self, handler: Handler) -> int:
+        """Read up to READS_PER_POLL datagrams; returns how many."""
+        n = 0
+        recv = self.socket.recvfrom_into
+        view = self._view
+        counters = self.system_counters
+        while n < READS_PER_POLL:
+            try:
+                length, source = recv(self._buffer)
+            except BlockingIOError:
+                break
+            except OSError:  # e.g. ICMP port unreachable surfacing as ECONNREFUSED
+                continue
+            n += 1
+            counters.increment(SystemCounterId.BYTES_RECEIVED, length)
+            counters.increment(SystemCounterId.DATAGRAMS_RECEIVED)
+            if self.faults is not None:
+                self.faults.deliver(view[:length], source, handler)
+            else:
+                handler(view[:length], source)
+        return n
+
+    def send_to(self, datagram: Any, address: tuple[str, int]) -> int:
+        try:
+            return self.socket.sendto(datagram, address)
+        except BlockingIOError:
+            return 0
+        except OSError:
+            return 0
+
+    def close(self) -> None:
+        self.socket.close()
+
+
+class SendChannelEndpoint(UdpEndpoint):
+    """One publication channel: sends to ``destination``, receives SMs and NAKs."""
+
+    def __init__(self, channel: str, destination: tuple[str, int], system_counters: SystemCounters,
+                 faults: FaultInjector | None, socket_buffer_length: int) -> None:
+        super().__init__(("0.0.0.0", 0), system_counters, faults, socket_buffer_length)
+        self.channel = channel
+        self.destination = destination
+        self.publications: dict[tuple[int, int], NetworkPublication] = {}
+        self.clock_ns: Callable[[], int] = lambda: 0
+        self.send = lambda datagram: self.send_to(datagram, self.destination)
+
+    def on_control(self, datagram: memoryview, source: tuple[str, int]) -> None:
+        counters = self.system_counters
+        try:
+            if len(datagram) < 8 or datagram[4] != 0:
+                raise MalformedFrameError("short or wrong version")
+            frame_type = datagram[6] | (datagram[7] << 8)
+            if frame_type == HDR_TYPE_SM:
+                sm = status_codec.decode(datagram)
+                if len(datagram) != sm.frame_length:
+                    raise MalformedFrameError("trailing bytes")
+                publication = self.publications.get((sm.session_id, sm.stream_id))
+                if publication is not None:
+                    counters.increment(SystemCounterId.STATUS_MESSAGES_RECEIVED)
+                    publication.on_status_message(sm, self.clock_ns())
+            elif frame_type == HDR_TYPE_NAK:
+                nak = nak_codec.decode(datagram)
+                if len(datagram) != nak.frame_length:
+                    raise MalformedFrameError("trailing bytes")
+                publication = self.publications.get((nak.session_id, nak.stream_id))
+                if publication is not None:
+                    counters.increment(SystemCounterId.NAK_MESSAGES_RECEIVED)
+                    publication.on_nak(nak, self.clock_ns(), self.send)
+            elif frame_type == HDR_TYPE_RTTM:
+                pass  # RTT measurement is not used by the static congestion control
+            else:
+                raise MalformedFrameError(f"type {frame_type} on a send channel")
+        except (MalformedFrameError, ValueError):
+            counters.increment(SystemCounterId.INVALID_PACKETS)
+
+
+class ReceiveChannelEndpoint(UdpEndpoint):
+    """One subscription channel: bound to its endpoint, feeds images, answers with SMs and NAKs."""
+
+    def __init__(self, channel: str, bind: tuple[str, int], system_counters: SystemCounters,
+                 faults: FaultInjector | None, socket_buffer_length: int,
+                 on_setup: Callable[["ReceiveChannelEndpoint", setup_codec.SetupFrame, tuple[str, int]], None]) -> None:
+        super().__init__(bind, system_counters, faults, socket_buffer_length)
+        self.channel = channel
+        self.stream_ids: dict[int, int] = {}  # stream id -> subscription count
+        self.images: dict[tuple[int, int], PublicationImage] = {}
+        self.receiver_id = random.getrandbits(63)
+        self.on_setup = on_setup
+        self.clock_ns: Callable[[], int] = lambda: 0
+        self._elicited: dict[tuple[int, int], int] = {}
+
+    def on_datagram(self, datagram: memoryview, source: tuple[str, int]) -> None:
+        counters = self.system_counters
+        if len(datagram) < 8 or datagram[4] != 0:
+            counters.increment(SystemCounterId.INVALID_PACKETS)
+            return
+        frame_type = datagram[6] | (datagram[7] << 8)
+        if frame_type == HDR_TYPE_DATA or frame_type == HDR_TYPE_PAD:
+            if len(datagram) < 32:
+                counters.increment(SystemCounterId.INVALID_PACKETS)
+                return
+            session_id = int.from_bytes(datagram[12:16], "little", signed=True)
+            stream_id = int.from_bytes(datagram[16:20], "little", signed=True)
+            image = self.images.get((session_id, stream_id))
+            term_length = image.log.term_length if image is not None else 0
+            covered = _native.check_data_datagram(datagram, term_length)
+            if covered < 0:
+                counters.increment(SystemCounterId.INVALID_PACKETS)
+                return
+            if image is not None:
+                if image.state is ImageState.ACTIVE:
+                    term_id = int.from_bytes(datagram[20:24], "little", signed=True)
+                    term_offset = int.from_bytes(datagram[8:12], "little", signed=True)
+                    image.insert_packet(term_id, term_offset, datagram, covered, self.clock_ns())
+            elif stream_id in self.stream_ids:
+                now = self.clock_ns()
+                if now >= self._elicited.get((session_id, stream_id), 0):
+                    self._elicited[(session_id, stream_id)] = now + SETUP_ELICIT_INTERVAL_NS
+                    sm = status_codec.StatusMessageFrame.setup_eliciting(session_id, stream_id, self.receiver_id)
+                    self.send_to(sm.encode(), source)
+                    counters.increment(SystemCounterId.STATUS_MESSAGES_SENT)
+            return
+        if frame_type == HDR_TYPE_SETUP:
+            try:
+                setup = setup_codec.decode(datagram)
+                if len(datagram) != setup.frame_length:
+                    raise MalformedFrameError("trailing bytes")
+            except (MalformedFrameError, ValueError):
+                counters.increment(SystemCounterId.INVALID_PACKETS)
+                return
+            counters.increment(SystemCounterId.SETUPS_RECEIVED)
+            key = (setup.session_id, setup.stream_id)
+            existing = self.images.get(key)
+            if setup.stream_id in self.stream_ids and (existing is None or existing.state is not ImageState.ACTIVE):
+                self.on_setup(self, setup, source)
+            return
+        if frame_type in (HDR_TYPE_SM, HDR_TYPE_NAK, HDR_TYPE_RTTM):
+            return  # control frames for a sender sharing this port: not ours
+        counters.increment(SystemCounterId.INVALID_PACKETS)
+
+
+def _sender_to(endpoint: UdpEndpoint, address: tuple[str, int]) -> Callable[[Any], int]:
+    return lambda datagram: endpoint.send_to(datagram, address)
+
+
+class Sender:
+    """Agent: sends every network publication's data, reads their control frames."""
+
+    role_name = "sender"
+
+    def __init__(self, clock_ns: Callable[[], int]) -> None:
+        self.clock_ns = clock_ns
+        self.endpoints: list[SendChannelEndpoint] = []
+
+    def on_start(self) -> None:
+        pass
+
+    def do_work(self) -> int:
+        now = self.clock_ns()
+        work = 0
+        for endpoint in self.endpoints:
+            for publication in list(endpoint.publications.values()):
+                work += publication.send(now, endpoint.send)
+            work += endpoint.poll(endpoint.on_control)
+            if endpoint.faults is not None:
+                endpoint.faults.flush(endpoint.on_control)
+        return work
+
+    def on_close(self) -> None:
+        for endpoint in self.endpoints:
+            endpoint.close()
+        self.endpoints.clear()
+
+
+class Receiver:
+    """Agent: reads subscription endpoints into images, sends their NAKs and SMs."""
+
+    role_name = "receiver"
+
+    def __init__(self, clock_ns: Callable[[], int]) -> None:
+        self.clock_ns = clock_ns
+        self.endpoints: list[ReceiveChannelEndpoint] = []
+
+    def on_start(self) -> None:
+        pass
+
+    def do_work(self) -> int:
+        now = self.clock_ns()
+        work = 0
+        for endpoint in self.endpoints:
+            work += endpoint.poll(endpoint.on_datagram)
+            if endpoint.faults is not None:
+                endpoint.faults.flush(endpoint.on_datagram)
+            for image in list(endpoint.images.values()):
+                if image.state is ImageState.ACTIVE:
+                    work += image.track_rebuild(now, _sender_to(endpoint, image.source_address))
+        return work
+
+    def on_close(self) -> None:
+        for endpoint in self.endpoints:
+            endpoint.close()
+        self.endpoints.clear()

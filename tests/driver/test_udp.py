@@ -1,0 +1,164 @@
+"""UDP between two real drivers on 127.0.0.1: delivery, spies, loss repair, garbage, liveness."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import struct
+import subprocess
+import sys
+import time
+import zlib
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from client import Aeron, Context, FragmentAssembler, OfferResult
+from logbuf.protocol import DataFrame, SetupFrame, StatusMessageFrame, encode_datagram
+
+from tests.driver.conftest import DriverProcess, unique_dir
+
+BASE_ARGS = ["--dir-delete-on-shutdown", "false", "--term-length", "1m", "--image-liveness-timeout", "2s"]
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def drivers(request: pytest.FixtureRequest) -> Iterator[tuple[DriverProcess, DriverProcess]]:
+    extra: list[str] = getattr(request, "param", [])
+    pair = (DriverProcess(unique_dir(), BASE_ARGS + extra).start(), DriverProcess(unique_dir(), BASE_ARGS + extra).start())
+    try:
+        yield pair
+        for d in pair:
+            if d.proc is not None and d.proc.poll() is None:
+                assert d.errors() == [], f"driver error log: {d.errors()}"
+    finally:
+        for d in pair:
+            d.stop()
+            shutil.rmtree(d.dir, ignore_errors=True)
+
+
+def counters(driver: DriverProcess) -> dict[str, int]:
+    out = subprocess.run([sys.executable, "-m", "client.stat", "--dir", driver.dir, "--once", "--json", "--interval",
+                          "0.05"], capture_output=True, timeout=30, check=True).stdout
+    return {c["label"]: c["value"] for c in json.loads(out)["counters"] if c["type_id"] == 0}
+
+
+def message(seq: int) -> bytes:
+    size = 8 + (seq * 7919) % 3000  # up to ~3 KB: many messages span 2-3 frames at MTU 1408
+    body = struct.pack("<q", seq) + bytes((seq + i) & 0xFF for i in range(size - 12))
+    return body + struct.pack("<I", zlib.crc32(body))
+
+
+def stream(pub: Any, subs: list[Any], count: int, timeout_s: float) -> list[list[int]]:
+    """Offer ``count`` messages while polling every subscription; returns each one's sequence numbers."""
+    received: list[list[int]] = [[] for _ in subs]
+
+    def handler_for(i: int) -> FragmentAssembler:
+        def on_message(buffer: memoryview, header: Any) -> None:
+            data = bytes(buffer)
+            assert zlib.crc32(data[:-4]) == struct.unpack("<I", data[-4:])[0], "corrupt message"
+            received[i].append(struct.unpack_from("<q", data)[0])
+        return FragmentAssembler(on_message)
+
+    assemblers = [handler_for(i) for i in range(len(subs))]
+    deadline = time.monotonic() + timeout_s
+    sent = 0
+    while min(len(r) for r in received) < count:
+        assert time.monotonic() < deadline, f"timed out: sent {sent}, received {[len(r) for r in received]}"
+        if sent < count:
+            result = pub.offer(message(sent))
+            if result > 0:
+                sent += 1
+            else:
+                assert result in (OfferResult.BACK_PRESSURED, OfferResult.ADMIN_ACTION), OfferResult(result).name
+        for sub, assembler in zip(subs, assemblers):
+            sub.poll(assembler, 64)
+    return received
+
+
+def connect(a: DriverProcess, b: DriverProcess, stream_id: int) -> tuple[Aeron, Aeron, str]:
+    channel = f"aeron:udp?endpoint=127.0.0.1:{free_port()}"
+    return Aeron.connect(Context(dir=a.dir)), Aeron.connect(Context(dir=b.dir)), channel
+
+
+def await_(condition: Any, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.005)
+
+
+def test_messages_cross_to_two_subscribers_and_a_spy_in_order(drivers: tuple[DriverProcess, DriverProcess]) -> None:
+    a, b = drivers
+    sender, receiver, channel = connect(a, b, 10)
+    with sender, receiver:
+        subs = [receiver.add_subscription(channel, 10), receiver.add_subscription(channel, 10)]
+        spy = sender.add_subscription("aeron-spy:" + channel, 10)
+        pub = sender.add_publication(channel, 10)
+        await_(lambda: pub.is_connected and all(s.images for s in subs), 10, "connection")
+        assert subs[0].images[0].source_identity.startswith("127.0.0.1:")
+        got = stream(pub, [*subs, spy], 20_000, 90)
+        assert got == [list(range(20_000))] * 3
+    sent, received = counters(a), counters(b)
+    assert sent["Setups sent"] >= 1 and received["Setups received"] >= 1
+    assert received["Status Messages sent"] > 0 and sent["Status Messages received"] > 0
+    assert sent["Bytes sent"] > 20_000 * 1500
+
+
+@pytest.mark.parametrize("drivers", [["--udp-drop-rate", "0.02", "--udp-duplicate-rate", "0.02",
+                                      "--udp-reorder-rate", "0.02", "--udp-fault-seed", "11",
+                                      "--initial-window-length", "512k"]], indirect=True)
+def test_loss_duplication_and_reordering_are_repaired(drivers: tuple[DriverProcess, DriverProcess]) -> None:
+    a, b = drivers
+    sender, receiver, channel = connect(a, b, 11)
+    with sender, receiver:
+        sub = receiver.add_subscription(channel, 11)
+        pub = sender.add_publication(channel, 11)
+        await_(lambda: pub.is_connected and bool(sub.images), 10, "connection")
+        got = stream(pub, [sub], 10_000, 120)
+        assert got == [list(range(10_000))]
+    sent, received = counters(a), counters(b)
+    assert received["NAKs sent"] > 0 and sent["NAKs received"] > 0 and sent["Retransmits sent"] > 0
+
+
+def test_garbage_is_counted_and_dropped_while_the_stream_carries_on(drivers: tuple[DriverProcess, DriverProcess]) -> None:
+    a, b = drivers
+    sender, receiver, channel = connect(a, b, 12)
+    port = int(channel.rsplit(":", 1)[1])
+    with sender, receiver, socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as raw:
+        sub = receiver.add_subscription(channel, 12)
+        pub = sender.add_publication(channel, 12)
+        await_(lambda: pub.is_connected and bool(sub.images), 10, "connection")
+        valid = encode_datagram([DataFrame(0, 5, 12, 0, b"x" * 100)])
+        garbage = [b"", b"\x01", bytes(7), b"\xff" * 64, valid[:40], valid[:4] + b"\x01" + valid[5:],
+                   b"\x00\x01\x00\x00" + valid[4:], SetupFrame(0, 5, 12, 0, 0, 1000, 1408).encode(),
+                   StatusMessageFrame(5, 12, 0, 0, 0, 1).encode() + b"trailing"]
+        for datagram in garbage:
+            raw.sendto(datagram, ("127.0.0.1", port))
+        got = stream(pub, [sub], 2_000, 60)
+        assert got == [list(range(2_000))]
+    assert counters(b)["Invalid packets"] >= 6
+
+
+def test_image_goes_unavailable_when_the_sending_driver_dies(drivers: tuple[DriverProcess, DriverProcess]) -> None:
+    a, b = drivers
+    unavailable: list[Any] = []
+    sender, receiver, channel = connect(a, b, 13)
+    with receiver:
+        sub = receiver.add_subscription(channel, 13, on_unavailable_image=unavailable.append)
+        pub = sender.add_publication(channel, 13)
+        await_(lambda: pub.is_connected and bool(sub.images), 10, "connection")
+        assert pub.offer(b"before") > 0
+        a.kill()
+        killed = time.monotonic()
+        await_(lambda: (sub.poll(lambda b, h: None, 10), bool(unavailable))[1], 10, "image unavailable")
+        assert 1.5 < time.monotonic() - killed < 6  # liveness timeout 2 s
+        assert not sub.images
+    sender.close()  # its driver is gone: closes locally without waiting
