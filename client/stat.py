@@ -37,6 +37,7 @@ from logbuf.log_buffer import LogBuffers
 from logbuf.logging_config import configure_logging
 
 PUBLICATIONS_DIR = "publications"
+IMAGES_DIR = "images"
 DEFAULT_ALIVE_TIMEOUT_MS = 5_000
 MAX_SCAN_BYTES = 1 << 20
 """Frames scanned per stream per sample to estimate messages per byte."""
@@ -65,6 +66,10 @@ class StreamStat:
     msgs_per_s: float | None
     bytes_per_s: float | None
     subscribers: list[SubscriberStat] = field(default_factory=list)
+    kind: str = "publication"  # or "image": a remote publication received over UDP
+    sender_position: int | None = None
+    sender_limit: int | None = None
+    receiver_hwm: int | None = None
 
 
 @dataclass(slots=True)
@@ -163,9 +168,10 @@ class StatReader:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _log(self, registration_id: int) -> LogBuffers | None:
+    def _log(self, registration_id: int, kind: str = "publication") -> LogBuffers | None:
         if registration_id not in self._logs:
-            path = os.path.join(self.dir, PUBLICATIONS_DIR, f"{registration_id}.logbuffer")
+            folder = PUBLICATIONS_DIR if kind == "publication" else IMAGES_DIR
+            path = os.path.join(self.dir, folder, f"{registration_id}.logbuffer")
             try:
                 self._logs[registration_id] = LogBuffers.open_file(path)
             except (OSError, ValueError):
@@ -193,9 +199,12 @@ class StatReader:
         limits: dict[tuple[int, int], CounterInfo] = {}
         positions: dict[tuple[int, int], CounterInfo] = {}
         subscribers: dict[tuple[int, int], list[CounterInfo]] = {}
+        extra: dict[tuple[int, int, int], CounterInfo] = {}  # (type id, session, stream) -> counter
+        images: dict[tuple[int, int], CounterInfo] = {}  # rcv-pos counters
         for info in infos:
             if info.type_id not in (cd.PUBLISHER_LIMIT_TYPE_ID, cd.PUBLISHER_POSITION_TYPE_ID,
-                                    cd.SUBSCRIBER_POSITION_TYPE_ID):
+                                    cd.SUBSCRIBER_POSITION_TYPE_ID, cd.SENDER_POSITION_TYPE_ID,
+                                    cd.SENDER_LIMIT_TYPE_ID, cd.RECEIVER_HWM_TYPE_ID, cd.RECEIVER_POSITION_TYPE_ID):
                 continue
             _, session_id, stream_id, _ = cd.STREAM_KEY.unpack_from(info.key)
             key = (session_id, stream_id)
@@ -203,16 +212,25 @@ class StatReader:
                 limits[key] = info
             elif info.type_id == cd.PUBLISHER_POSITION_TYPE_ID:
                 positions[key] = info
-            else:
+            elif info.type_id == cd.SUBSCRIBER_POSITION_TYPE_ID:
                 subscribers.setdefault(key, []).append(info)
+            elif info.type_id == cd.RECEIVER_POSITION_TYPE_ID:
+                images[key] = info
+            else:
+                extra[(info.type_id, session_id, stream_id)] = info
+        entries = [(key, info, "publication") for key, info in limits.items()]
+        entries += [(key, info, "image") for key, info in images.items()]
         now = time.monotonic()
         streams = []
         live = set()
-        for key, limit in sorted(limits.items(), key=lambda kv: (kv[0][1], kv[0][0])):
-            registration_id = limit.registration_id
+        for key, head, kind in sorted(entries, key=lambda e: (e[0][1], e[0][0], e[2])):
+            registration_id = head.registration_id
             live.add(registration_id)
-            log = self._log(registration_id)
-            position = log.tail_position() if log is not None else positions[key].value if key in positions else 0
+            log = self._log(registration_id, kind)
+            if kind == "image":
+                position = head.value  # the rebuild position: what subscribers can read
+            else:
+                position = log.tail_position() if log is not None else positions[key].value if key in positions else 0
             msgs_per_s = bytes_per_s = None
             previous = self._previous.get(registration_id)
             if previous is not None and now > previous[0]:
@@ -226,9 +244,20 @@ class StatReader:
                     messages, scanned = count_messages(log, start, position)
                     msgs_per_s = messages / scanned * moved / elapsed if scanned else 0.0
             self._previous[registration_id] = (now, position)
-            channel = limit.label.split(" ", 4)[4] if limit.label.count(" ") >= 4 else ""
-            stream = StreamStat(registration_id, key[0], key[1], channel, position, limit.value,
-                                msgs_per_s, bytes_per_s)
+            channel = head.label.split(" ", 4)[4] if head.label.count(" ") >= 4 else ""
+            if kind == "image" and " @" in channel:
+                channel = channel.rsplit(" @", 1)[0]
+
+            def value(type_id: int) -> int | None:
+                info = extra.get((type_id, key[0], key[1]))
+                return info.value if info is not None else None
+
+            stream = StreamStat(registration_id, key[0], key[1], channel, position,
+                                head.value if kind == "publication" else (value(cd.RECEIVER_HWM_TYPE_ID) or position),
+                                msgs_per_s, bytes_per_s, kind=kind,
+                                sender_position=value(cd.SENDER_POSITION_TYPE_ID) if kind == "publication" else None,
+                                sender_limit=value(cd.SENDER_LIMIT_TYPE_ID) if kind == "publication" else None,
+                                receiver_hwm=value(cd.RECEIVER_HWM_TYPE_ID) if kind == "image" else None)
             for sub in subscribers.get(key, []):
                 stream.subscribers.append(SubscriberStat(sub.counter_id, sub.registration_id, sub.owner_id,
                                                          sub.value, max(0, position - sub.value)))
@@ -271,7 +300,8 @@ def render(snapshot: Snapshot) -> Any:
     for name in ("stream", "session", "subscription", "client", "position", "lag"):
         subscribers.add_column(name, justify="right", no_wrap=True)
     for s in snapshot.streams:
-        streams.add_row(str(s.stream_id), str(s.session_id), s.channel, f"{s.publisher_position:,}",
+        channel = s.channel if s.kind == "publication" else f"{s.channel} (image)"
+        streams.add_row(str(s.stream_id), str(s.session_id), channel, f"{s.publisher_position:,}",
                         f"{s.publisher_limit:,}", _rate(s.msgs_per_s), _rate(s.bytes_per_s, "B"))
         for sub in s.subscribers:
             style = "bold red" if sub.slowest and len(s.subscribers) > 1 and sub.lag > 0 else None
@@ -333,7 +363,15 @@ def serve_prometheus(directory: str, port: int, *, alive_timeout_ms: int = DEFAU
                 for p in s.subscribers:
                     sub.add_metric([*values, str(p.registration_id)], float(p.position))
                     lag.add_metric([*values, str(p.registration_id)], float(p.lag))
-            yield from (pub, lmt, sub, lag)
+            snd = GaugeMetricFamily("logbuf_sender_position_bytes", "UDP sender position", labels=labels)
+            hwm = GaugeMetricFamily("logbuf_receiver_hwm_bytes", "UDP receiver high-water mark", labels=labels)
+            for s in snap.streams:
+                values = [str(s.stream_id), str(s.session_id), s.channel]
+                if s.sender_position is not None:
+                    snd.add_metric(values, float(s.sender_position))
+                if s.receiver_hwm is not None:
+                    hwm.add_metric(values, float(s.receiver_hwm))
+            yield from (pub, lmt, sub, lag, snd, hwm)
             errors = GaugeMetricFamily("logbuf_distinct_errors", "Distinct errors in the driver's error log")
             errors.add_metric([], float(len(snap.errors)))
             yield errors

@@ -106,6 +106,15 @@ def test_messages_cross_to_two_subscribers_and_a_spy_in_order(drivers: tuple[Dri
         assert subs[0].images[0].source_identity.startswith("127.0.0.1:")
         got = stream(pub, [*subs, spy], 20_000, 90)
         assert got == [list(range(20_000))] * 3
+        seen = json.loads(subprocess.run([sys.executable, "-m", "client.stat", "--dir", b.dir, "--once", "--json",
+                                          "--interval", "0.05"], capture_output=True, timeout=30, check=True).stdout)
+        [image] = [s for s in seen["streams"] if s["stream_id"] == 10]
+        assert image["kind"] == "image" and len(image["subscribers"]) == 2
+        assert image["receiver_hwm"] == image["publisher_position"] == subs[0].images[0].position
+        seen = json.loads(subprocess.run([sys.executable, "-m", "client.stat", "--dir", a.dir, "--once", "--json",
+                                          "--interval", "0.05"], capture_output=True, timeout=30, check=True).stdout)
+        [publication] = [s for s in seen["streams"] if s["stream_id"] == 10]
+        assert publication["sender_position"] == publication["publisher_position"] == pub.position
     sent, received = counters(a), counters(b)
     assert sent["Setups sent"] >= 1 and received["Setups received"] >= 1
     assert received["Status Messages sent"] > 0 and sent["Status Messages received"] > 0
