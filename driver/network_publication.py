@@ -12,7 +12,7 @@ Timers: SETUP every 100 ms until the first SM (or when an SM asks for one); a he
 32-byte DATA header, length 0, EOS flag once draining is done) after 100 ms without data, or
 after 1 ms while data waits behind the sender limit (a tail-loss probe: logbuf's addition); not
 connected once no SM arrived for the connection timeout. A NAK is answered at once with the
-frames it names (clamped to the term and to the window behind snd-pos), and the same range is
+frames it names (clamped to the term, and to the term behind snd-pos that cleaning never touches), and the same range is
 then ignored for the retransmit linger (10 ms).
 """
 
@@ -159,7 +159,7 @@ class NetworkPublication(IpcPublication):
             return 0
         sender_position = self.sender_position.get()
         start = self._position_of(nak.term_id, nak.term_offset)
-        if not sender_position - term_length // 2 <= start < sender_position:
+        if not sender_position - term_length < start < sender_position:  # cleaning stays a term behind snd-pos
             return 0
         self.retransmit_lingers[key] = now_ns + RETRANSMIT_LINGER_NS
         if len(self.retransmit_lingers) > 256:

@@ -147,7 +147,8 @@ class PublicationImage:
             return True
         end = position + covered
         floor = self.min_subscriber_position()
-        if position < self.rebuild or end > floor + self.log.term_length // 2 or position < floor:
+        # the window bounds what is written (a PAD writes only its header, as Aeron's check does)
+        if position < self.rebuild or position + len(packet) > floor + self.log.term_length // 2 or position < floor:
             if position >= self.rebuild:
                 self.system_counters.increment(SystemCounterId.FLOW_CONTROL_OVER_RUNS)
             return False
