@@ -29,6 +29,22 @@ from driver.context import DriverContext
 from driver.system_counters import SystemCounterId, SystemCounters
 
 COUNTER_FREE_TO_REUSE_TIMEOUT_MS = 1_000
+RECENTLY_BUSY_NS = 10_000_000
+BUSY_MAX_PARK_S = 20e-6
+"""With UDP endpoints open and work done in the last 10 ms, park at most 20 us: the sender must see
+what publishers write soon (it polls the logs); an idle driver still backs off to 2 ms."""
+
+
+class _DriverAgents(CompositeAgent):
+    """The conductor, sender and receiver on one duty cycle; remembers when it last did work."""
+
+    last_busy_ns: int = 0
+
+    def do_work(self) -> int:
+        work = super().do_work()
+        if work:
+            self.last_busy_ns = time.monotonic_ns()
+        return work
 
 
 class ActiveDriverError(LogbufError):
@@ -64,11 +80,12 @@ class MediaDriver:
             error_log=self.error_log,
             on_terminate=self.request_stop,
         )
+        self.agents = _DriverAgents(self.conductor, self.conductor.sender, self.conductor.receiver)
         idle = idle_strategy_from_name(ctx.idle_strategy)
         if isinstance(idle, BackoffIdleStrategy):
             idle.park = self._park  # wake as soon as a datagram arrives
         self.runner = AgentRunner(
-            CompositeAgent(self.conductor, self.conductor.sender, self.conductor.receiver),
+            self.agents,
             idle,
             error_handler=self._on_agent_error,
             max_cycle_ns_recorder=lambda ns: self.system_counters.propose_max(SystemCounterId.CONDUCTOR_MAX_CYCLE_TIME, ns),
@@ -79,6 +96,8 @@ class MediaDriver:
     def _park(self, seconds: float) -> None:
         sockets = [e.socket for e in self.conductor.sender.endpoints] + [e.socket for e in self.conductor.receiver.endpoints]
         if sockets:
+            if time.monotonic_ns() - self.agents.last_busy_ns < RECENTLY_BUSY_NS:
+                seconds = min(seconds, BUSY_MAX_PARK_S)  # a live UDP stream: stay responsive
             select.select(sockets, [], [], seconds)
         else:
             time.sleep(seconds)
