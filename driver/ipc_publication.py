@@ -38,6 +38,17 @@ class SubscriberPosition:
     join_position: int
 
 
+def allocate_subscriber_position(counters: CountersManager, subscription_registration_id: int, client_id: int,
+                                 session_id: int, stream_id: int, channel: str, join: int) -> SubscriberPosition:
+    """A subscriber's ``sub-pos`` counter (owned by its client), starting at ``join``."""
+    label = cd.stream_label("sub-pos", subscription_registration_id, session_id, stream_id, channel)
+    key = cd.STREAM_KEY.pack(subscription_registration_id, session_id, stream_id, 0)
+    counter_id = counters.allocate(f"{label} @{join}", cd.SUBSCRIBER_POSITION_TYPE_ID, key,
+                                   registration_id=subscription_registration_id, owner_id=client_id,
+                                   initial_value=join)
+    return SubscriberPosition(subscription_registration_id, client_id, counter_id, counters.position(counter_id), join)
+
+
 @dataclass
 class IpcPublication:
     registration_id: int
@@ -68,15 +79,8 @@ class IpcPublication:
     # -- subscribers ------------------------------------------------------------------------------
     def add_subscriber(self, subscription_registration_id: int, client_id: int, channel: str) -> SubscriberPosition:
         """A subscriber joins at the current tail, with its own sub-pos counter."""
-        join = self.tail_position()
-        label = cd.stream_label("sub-pos", subscription_registration_id, self.session_id, self.stream_id, channel)
-        key = cd.STREAM_KEY.pack(subscription_registration_id, self.session_id, self.stream_id, 0)
-        counter_id = self.counters.allocate(
-            f"{label} @{join}", cd.SUBSCRIBER_POSITION_TYPE_ID, key,
-            registration_id=subscription_registration_id, owner_id=client_id, initial_value=join,
-        )
-        sub = SubscriberPosition(subscription_registration_id, client_id, counter_id,
-                                 self.counters.position(counter_id), join)
+        sub = allocate_subscriber_position(self.counters, subscription_registration_id, client_id, self.session_id,
+                                           self.stream_id, channel, self.tail_position())
         self.subscribers[subscription_registration_id] = sub
         self.log.set_connected(True)
         return sub
@@ -100,7 +104,7 @@ class IpcPublication:
         if self.state is PublicationState.DONE:
             return 0
         current = self.publisher_limit.get_volatile()
-        positions = [s.position.get_volatile() for s in self.subscribers.values()]
+        positions = self.flow_control_positions()
         if not positions:
             # Nobody reads: pin the limit to the tail so offers see NOT_CONNECTED.
             return 0
@@ -115,6 +119,10 @@ class IpcPublication:
             self.publisher_limit.set_ordered(update.limit)
             return 1 if current - self.tail_position() < self.term_window_length // 4 else 0
         return 0
+
+    def flow_control_positions(self) -> list[int]:
+        """The positions publishers must not run more than a window ahead of: the subscribers'."""
+        return [s.position.get_volatile() for s in self.subscribers.values()]
 
     def sample_publisher_position(self) -> None:
         self.counters.set_value(self.publisher_position_id, self.tail_position())

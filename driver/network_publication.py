@@ -24,7 +24,6 @@ from typing import Any
 
 from logbuf import _native
 from logbuf import data_header_descriptor as dh
-from logbuf.flow_control import compute_limit_and_clean
 from logbuf.protocol.data import HeartbeatFrame
 from logbuf.protocol.nak import NakFrame
 from logbuf.protocol.setup import SetupFrame
@@ -183,26 +182,12 @@ class NetworkPublication(IpcPublication):
         return sent
 
     # -- conductor duty cycle ---------------------------------------------------------------------
-    def update_publisher_limit(self) -> int:
-        if self.state is PublicationState.DONE:
-            return 0
-        positions = [s.position.get_volatile() for s in self.subscribers.values()]
+    def flow_control_positions(self) -> list[int]:
+        """Spies, and the sender position while a receiver is connected (Aeron's pub-lmt rule)."""
+        positions = super().flow_control_positions()
         if self.is_connected:
             positions.append(self.sender_position.get_volatile())
-        if not positions:
-            return 0
-        current = self.publisher_limit.get_volatile()
-        update = compute_limit_and_clean(
-            positions, current_limit=current, clean_position=self.clean_position,
-            term_length=self.log.term_length, term_window_length=self.term_window_length,
-        )
-        if update.clean_to > update.clean_from:
-            self.log.clean(update.clean_from, update.clean_to)
-            self.clean_position = update.clean_to
-        if update.limit != current:
-            self.publisher_limit.set_ordered(update.limit)
-            return 1 if current - self.tail_position() < self.term_window_length // 4 else 0
-        return 0
+        return positions
 
     def on_time_event(self, now_ns: int) -> None:
         if self.is_connected and now_ns - self.time_of_last_sm_ns > self.connection_timeout_ns:

@@ -27,14 +27,13 @@ from enum import Enum
 from typing import Any
 
 from logbuf import _native
-from logbuf import counters_descriptor as cd
 from logbuf import data_header_descriptor as dh
 from logbuf.counters import CountersManager
 from logbuf.log_buffer import LogBuffers
 from logbuf.protocol.nak import NakFrame
 from logbuf.protocol.status import StatusMessageFrame
 
-from driver.ipc_publication import SubscriberPosition
+from driver.ipc_publication import SubscriberPosition, allocate_subscriber_position
 from driver.system_counters import SystemCounterId, SystemCounters
 
 Send = Callable[[Any], int]
@@ -111,14 +110,8 @@ class PublicationImage:
 
     # -- subscribers (the conductor links them like an IPC publication's) ------------------------------
     def add_subscriber(self, subscription_registration_id: int, client_id: int, channel: str) -> SubscriberPosition:
-        join = self.rebuild
-        label = cd.stream_label("sub-pos", subscription_registration_id, self.session_id, self.stream_id, channel)
-        key = cd.STREAM_KEY.pack(subscription_registration_id, self.session_id, self.stream_id, 0)
-        counter_id = self.counters.allocate(f"{label} @{join}", cd.SUBSCRIBER_POSITION_TYPE_ID, key,
-                                            registration_id=subscription_registration_id, owner_id=client_id,
-                                            initial_value=join)
-        sub = SubscriberPosition(subscription_registration_id, client_id, counter_id,
-                                 self.counters.position(counter_id), join)
+        sub = allocate_subscriber_position(self.counters, subscription_registration_id, client_id, self.session_id,
+                                           self.stream_id, channel, self.rebuild)
         self.subscribers[subscription_registration_id] = sub
         self.log.set_connected(True)
         return sub
