@@ -22,6 +22,7 @@ from typing import Any
 from logbuf import _native
 from logbuf.protocol import MalformedFrameError
 from logbuf.protocol import nak as nak_codec
+from logbuf.protocol import rttm as rttm_codec
 from logbuf.protocol import setup as setup_codec
 from logbuf.protocol import status as status_codec
 from logbuf.protocol.frame_header import HDR_TYPE_DATA, HDR_TYPE_NAK, HDR_TYPE_PAD, HDR_TYPE_RTTM, HDR_TYPE_SETUP, HDR_TYPE_SM
@@ -223,7 +224,16 @@ class ReceiveChannelEndpoint(UdpEndpoint):
                 self.on_setup(self, setup, source)
             return
         if frame_type in (HDR_TYPE_SM, HDR_TYPE_NAK, HDR_TYPE_RTTM):
-            return  # control frames for a sender sharing this port: not ours
+            # control frames meant for a sender: not ours, but a malformed one still counts
+            decoder: Callable[[memoryview], Any] = {HDR_TYPE_SM: status_codec.decode, HDR_TYPE_NAK: nak_codec.decode,
+                       HDR_TYPE_RTTM: rttm_codec.decode}[frame_type]
+            try:
+                frame = decoder(datagram)
+                if len(datagram) != frame.frame_length:
+                    raise MalformedFrameError("trailing bytes")
+            except (MalformedFrameError, ValueError):
+                counters.increment(SystemCounterId.INVALID_PACKETS)
+            return
         counters.increment(SystemCounterId.INVALID_PACKETS)
 
 
