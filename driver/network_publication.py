@@ -68,7 +68,7 @@ class NetworkPublication(IpcPublication):
         sent = 0
         if self.should_send_setup and now_ns >= self.next_setup_ns:
             position = self.sender_position.get()
-            term_id, term_offset = self._term_of(position)
+            term_id, term_offset = self.log.term_of(position)
             setup = SetupFrame(term_offset, self.session_id, self.stream_id, self.log.initial_term_id, term_id,
                                self.log.term_length, self.mtu_length)
             sent += self._send(send, setup.encode())
@@ -100,7 +100,7 @@ class NetworkPublication(IpcPublication):
             elif now_ns - self.time_of_last_send_ns >= (
                     BLOCKED_HEARTBEAT_INTERVAL_NS if self.tail_position() > position
                     else HEARTBEAT_INTERVAL_NS):
-                term_id, term_offset = self._term_of(position)
+                term_id, term_offset = self.log.term_of(position)
                 eos = self.state is not PublicationState.ACTIVE and position >= self.log.end_of_stream_position()
                 flags = dh.BEGIN_END_AND_EOS_FLAGS if eos else dh.UNFRAGMENTED
                 sent += self._send(send, HeartbeatFrame(term_offset, self.session_id, self.stream_id, term_id,
@@ -120,14 +120,6 @@ class NetworkPublication(IpcPublication):
         counters.increment(SystemCounterId.DATAGRAMS_SENT)
         return n
 
-    def _term_of(self, position: int) -> tuple[int, int]:
-        shift = self.log.position_bits_to_shift
-        return _wrap32(self.log.initial_term_id + (position >> shift)), position & (self.log.term_length - 1)
-
-    def _position_of(self, term_id: int, term_offset: int) -> int:
-        term_count = _wrap32(term_id - self.log.initial_term_id)
-        return (term_count << self.log.position_bits_to_shift) + term_offset
-
     # -- control frames ---------------------------------------------------------------------------
     def on_status_message(self, sm: StatusMessageFrame, now_ns: int) -> None:
         self.time_of_last_sm_ns = now_ns
@@ -135,7 +127,7 @@ class NetworkPublication(IpcPublication):
             self.should_send_setup = True
             self.next_setup_ns = 0
             return
-        position = self._position_of(sm.consumption_term_id, sm.consumption_term_offset)
+        position = self.log.position_of(sm.consumption_term_id, sm.consumption_term_offset)
         self.sender_limit = max(self.sender_limit, position + sm.receiver_window_length)
         self.counters.set_value(self.sender_limit_id, self.sender_limit)
         if not self.has_received_sm:
@@ -157,7 +149,7 @@ class NetworkPublication(IpcPublication):
         if self.retransmit_lingers.get(key, 0) > now_ns:
             return 0
         sender_position = self.sender_position.get()
-        start = self._position_of(nak.term_id, nak.term_offset)
+        start = self.log.position_of(nak.term_id, nak.term_offset)
         if not sender_position - term_length < start < sender_position:  # cleaning stays a term behind snd-pos
             return 0
         self.retransmit_lingers[key] = now_ns + RETRANSMIT_LINGER_NS
@@ -210,7 +202,3 @@ class NetworkPublication(IpcPublication):
         self.counters.free(self.sender_limit_id)
         super().close()
 
-
-def _wrap32(value: int) -> int:
-    """Two's-complement int32 wrap (term ids wrap like Aeron's)."""
-    return ((value + (1 << 31)) & 0xFFFFFFFF) - (1 << 31)

@@ -50,10 +50,6 @@ class ImageState(Enum):
     DONE = "done"
 
 
-def _wrap32(value: int) -> int:
-    return ((value + (1 << 31)) & 0xFFFFFFFF) - (1 << 31)
-
-
 @dataclass
 class PublicationImage:
     registration_id: int  # the image's correlation id
@@ -97,13 +93,6 @@ class PublicationImage:
         self.counters.set_value(self.rebuild_id, self.rebuild)
 
     # -- positions ---------------------------------------------------------------------------------
-    def position_of(self, term_id: int, term_offset: int) -> int:
-        return (_wrap32(term_id - self.log.initial_term_id) << self.log.position_bits_to_shift) + term_offset
-
-    def _term_of(self, position: int) -> tuple[int, int]:
-        shift = self.log.position_bits_to_shift
-        return _wrap32(self.log.initial_term_id + (position >> shift)), position & (self.log.term_length - 1)
-
     def min_subscriber_position(self) -> int:
         positions = [s.position.get_volatile() for s in self.subscribers.values()]
         return min(positions) if positions else self.rebuild
@@ -128,7 +117,7 @@ class PublicationImage:
         """Put a checked DATA-path datagram covering ``covered`` term bytes (0: a heartbeat) into the
         log; False if it fell outside the window."""
         self.time_of_last_packet_ns = now_ns
-        position = self.position_of(term_id, term_offset)
+        position = self.log.position_of(term_id, term_offset)
         if covered == 0:  # heartbeat
             if packet[5] & dh.EOS_FLAG:
                 self.eos_position = position
@@ -156,53 +145,45 @@ class PublicationImage:
         return True
 
     # -- duty cycle --------------------------------------------------------------------------------
+    def _scan(self) -> tuple[int, dict[int, int]]:
+        """From rcv-pos towards the HWM: where the contiguous frames end (the new rebuild position),
+        and the gaps after it by position (length), at most MAX_GAPS."""
+        term_length = self.log.term_length
+        position, first_gap = self.rebuild, -1
+        gaps: dict[int, int] = {}
+        while position < self.hwm and len(gaps) < MAX_GAPS:
+            term_start = position - (position & (term_length - 1))
+            term = self.log.term_buffer((position // term_length) % 3)
+            end, length = _native.term_gap_scan(term, position - term_start, min(self.hwm - term_start, term_length))
+            term.release()
+            if length:
+                if first_gap < 0:
+                    first_gap = term_start + end
+                gaps[term_start + end] = length
+                position = term_start + end + length
+            elif end < term_length:
+                position = term_start + end
+                break
+            else:
+                position = term_start + term_length
+        return (position if first_gap < 0 else first_gap), gaps
+
     def track_rebuild(self, now_ns: int, send: Send) -> int:
         """Advance the rebuild position, NAK gaps, send status messages; returns work done."""
         work = 0
-        term_length = self.log.term_length
-        position = self.rebuild
-        gap_position, gap_length = -1, 0
-        while position < self.hwm:
-            index = (position // term_length) % 3
-            term_start = position - (position & (term_length - 1))
-            limit = min(self.hwm - term_start, term_length)
-            term = self.log.term_buffer(index)
-            end, gap_length = _native.term_gap_scan(term, position - term_start, limit)
-            term.release()
-            position = term_start + end
-            if gap_length:
-                gap_position = position
-                break
-            if end < term_length:
-                break
+        position, gaps = self._scan()
         if position != self.rebuild:
             self.rebuild = position
             self.counters.set_value(self.rebuild_id, position)
             work += 1
         if self.eos_position >= 0 and self.rebuild >= self.eos_position and self.log.end_of_stream_position() > self.rebuild:
             self.log.set_end_of_stream_position(self.eos_position)
-        # loss: NAK every gap between rebuild and HWM (up to MAX_GAPS), each on its own timer
-        gaps: dict[int, int] = {}
-        if gap_length:
-            gaps[gap_position] = gap_length
-            position = gap_position + gap_length
-            while position < self.hwm and len(gaps) < MAX_GAPS:
-                term_start = position - (position & (term_length - 1))
-                term = self.log.term_buffer((position // term_length) % 3)
-                end, length = _native.term_gap_scan(term, position - term_start, min(self.hwm - term_start, term_length))
-                term.release()
-                if length:
-                    gaps[term_start + end] = length
-                    position = term_start + end + length
-                elif end < term_length:
-                    break
-                else:
-                    position = term_start + term_length
+        # loss: NAK every gap between rebuild and HWM, each on its own timer
         timers: dict[int, int] = {}
         for gap_start, length in gaps.items():
             due = self.nak_timers.get(gap_start, now_ns + self.nak_delay_ns)
             if now_ns >= due:
-                term_id, term_offset = self._term_of(gap_start)
+                term_id, term_offset = self.log.term_of(gap_start)
                 self._send(send, NakFrame(self.session_id, self.stream_id, term_id, term_offset, length).encode())
                 self.system_counters.increment(SystemCounterId.NAK_MESSAGES_SENT)
                 due = now_ns + self.nak_retry_ns
@@ -216,7 +197,7 @@ class PublicationImage:
         if (consumed - self.last_sm_position >= self.window_length // 4 or now_ns >= self.next_sm_ns
                 or ((consumed > self.last_sm_position or self.sm_requested)
                     and now_ns >= self.last_sm_ns + PROGRESS_SM_INTERVAL_NS)):
-            term_id, term_offset = self._term_of(consumed)
+            term_id, term_offset = self.log.term_of(consumed)
             sm = StatusMessageFrame(self.session_id, self.stream_id, term_id, term_offset, self.window_length,
                                     self.receiver_id)
             self._send(send, sm.encode())
@@ -226,7 +207,7 @@ class PublicationImage:
             self.sm_requested = False
             self.next_sm_ns = now_ns + self.sm_interval_ns
             work += 1
-        clean_to = consumed - term_length
+        clean_to = consumed - self.log.term_length
         if clean_to > self.clean_position:
             self.log.clean(self.clean_position, clean_to)
             self.clean_position = clean_to

@@ -164,6 +164,15 @@ class LogBuffers:
         with self.metadata() as meta:
             return lbd.raw_tail_volatile(meta, index)
 
+    def position_of(self, term_id: int, term_offset: int) -> int:
+        """Stream position of ``term_offset`` in term ``term_id`` (term ids wrap as int32)."""
+        return lbd.compute_position(term_id, term_offset, self.position_bits_to_shift, self.initial_term_id)
+
+    def term_of(self, position: int) -> tuple[int, int]:
+        """(term id, term offset) of a stream position."""
+        return (lbd.compute_term_id_from_position(position, self.position_bits_to_shift, self.initial_term_id),
+                position & (self.term_length - 1))
+
     def tail_position(self) -> int:
         """Position of the active term's tail (where the next claim starts)."""
         with self.metadata() as meta:
