@@ -1,0 +1,1 @@
+"""The archive: recordings of streams in segment files, replay, and the Spark data source."""

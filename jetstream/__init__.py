@@ -1,0 +1,1 @@
+"""The jetstream relay: ingest a Bluesky jetstream feed into a stream and serve jetstream clients."""
