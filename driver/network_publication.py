@@ -82,24 +82,20 @@ class NetworkPublication(IpcPublication):
             term_length = self.log.term_length
             datagrams = 0
             while position < limit and datagrams < MAX_DATAGRAMS_PER_SEND:
-                term_offset = position & (term_length - 1)
                 term = self.log.term_buffer((position // term_length) % 3)
-                available = _native.term_scan_for_availability(term, term_offset, min(self.mtu_length, limit - position))
-                if available <= 0:
-                    term.release()
-                    break
-                frame_type = int.from_bytes(term[term_offset + 6 : term_offset + 8], "little")
-                wire = dh.HEADER_LENGTH if frame_type == dh.HDR_TYPE_PAD else available
-                sent += self._send(send, term[term_offset : term_offset + wire])
+                covered, n = self._send_datagram(term, position & (term_length - 1), limit - position, send)
                 term.release()
-                position += available
+                if not covered:
+                    break
+                sent += n
+                position += covered
                 datagrams += 1
+            idle_ns = now_ns - self.time_of_last_send_ns
             if datagrams:
                 self.sender_position.set_ordered(position)
                 self.time_of_last_send_ns = now_ns
-            elif now_ns - self.time_of_last_send_ns >= (
-                    BLOCKED_HEARTBEAT_INTERVAL_NS if self.tail_position() > position
-                    else HEARTBEAT_INTERVAL_NS):
+            elif idle_ns >= BLOCKED_HEARTBEAT_INTERVAL_NS and (
+                    idle_ns >= HEARTBEAT_INTERVAL_NS or self.tail_position() > position):
                 term_id, term_offset = self.log.term_of(position)
                 eos = self.state is not PublicationState.ACTIVE and position >= self.log.end_of_stream_position()
                 flags = dh.BEGIN_END_AND_EOS_FLAGS if eos else dh.UNFRAGMENTED
@@ -108,6 +104,16 @@ class NetworkPublication(IpcPublication):
                 counters.increment(SystemCounterId.HEARTBEATS_SENT)
                 self.time_of_last_send_ns = now_ns
         return sent
+
+    def _send_datagram(self, term: memoryview, term_offset: int, max_length: int, send: Send) -> tuple[int, int]:
+        """Send one datagram of the committed frames at ``term_offset`` (up to the MTU and
+        ``max_length``): (term bytes it covers, bytes sent). A PAD frame travels as its header."""
+        covered = _native.term_scan_for_availability(term, term_offset, min(self.mtu_length, max_length))
+        if covered <= 0:
+            return 0, 0
+        frame_type = int.from_bytes(term[term_offset + 6 : term_offset + 8], "little")
+        wire = dh.HEADER_LENGTH if frame_type == dh.HDR_TYPE_PAD else covered
+        return covered, self._send(send, term[term_offset : term_offset + wire])
 
     def _send(self, send: Send, datagram: Any) -> int:
         counters = self.system_counters
@@ -160,14 +166,12 @@ class NetworkPublication(IpcPublication):
         offset = nak.term_offset
         sent = 0
         while remaining > 0:
-            available = _native.term_scan_for_availability(term, offset, min(self.mtu_length, remaining))
-            if available <= 0:
+            covered, n = self._send_datagram(term, offset, remaining, send)
+            if not covered:
                 break
-            frame_type = int.from_bytes(term[offset + 6 : offset + 8], "little")
-            wire = dh.HEADER_LENGTH if frame_type == dh.HDR_TYPE_PAD else available
-            sent += self._send(send, term[offset : offset + wire])
-            offset += available
-            remaining -= available
+            sent += n
+            offset += covered
+            remaining -= covered
         term.release()
         counters.increment(SystemCounterId.RETRANSMITS_SENT)
         counters.increment(SystemCounterId.RETRANSMITTED_BYTES, sent)
