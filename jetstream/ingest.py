@@ -1,0 +1,473 @@
+"""Ingest: events from an upstream jetstream (or the built-in generator) into a logbuf stream.
+
+Theory of operation
+-------------------
+One ingest thread runs an asyncio loop with one *source*:
+
+* :class:`UpstreamSource` follows ``ws://…/subscribe`` (uncompressed, text frames) with the
+  ``websockets`` client. When the connection ends for any reason it reconnects with exponential
+  back-off (``backoff_initial_s`` doubling up to ``backoff_max_s``, reset after a connection that
+  delivered events), asking for ``cursor = last upstream time_us − rewind`` (default rewind 5 s:
+  jetstream's README advises rewinding "a few seconds" when switching instances, @atcute rewinds
+  10 s on failover). Replay is inclusive and rewound, so the first events of a new connection are
+  mostly ones already published: the :class:`Sequencer` drops them.
+* :class:`GeneratorSource` is the relay acting as *origin*: it stamps each synthetic event with
+  the next value of an :class:`OriginClock` (wall-clock µs, strictly increasing).
+
+Every event is published as one message, the event's JSON bytes exactly as on the v1 wire, with
+``reserved_value = time_us``. The publication is exclusive (one writer thread). ``offer`` results:
+``ADMIN_ACTION`` retries at once; ``BACK_PRESSURED`` (the slowest subscriber is a term window
+behind) and ``NOT_CONNECTED`` (no subscriber yet) retry after an ``await asyncio.sleep`` that backs
+off from 50 µs to 10 ms, so nothing is dropped: while the ingest waits it stops reading its
+websocket, and TCP flow control holds the upstream back (a wait beyond the upstream's patience only
+costs a reconnect, which resumes from the cursor). ``CLOSED`` and ``MAX_POSITION_EXCEEDED`` end
+the ingest with :class:`IngestError`.
+
+The :class:`Sequencer` (sans-IO: bytes in, bytes and ``time_us`` out) keeps the published stream
+strictly increasing in ``time_us`` without losing or repeating events:
+
+* **Duplicates** are recognised by content, not by ``time_us``: the key of an event is its bytes
+  without the ``time_us`` digits, so the same event served again by the same upstream, or by
+  another instance that stamped it differently, is recognised. Keys of the events published in the
+  last ``window`` (2 × rewind + 1 s of ``time_us``) are kept. Events at or below ``floor_us`` (a
+  start position such as the relay's newest stored event) are dropped as already held.
+* An event whose ``time_us`` is above the last published one keeps the upstream's ``time_us``
+  (cursors stay interchangeable between the upstream and this relay). An event that is new but
+  not above (the upstream's clock went backwards: another instance, a restarted upstream) is
+  **restamped**: the relay acts as origin and writes the next :class:`OriginClock` value into the
+  bytes in place of the old digits.
+* A v2 upstream's extra top-level ``"cursor"`` field is removed (strict v1 clients reject unknown
+  keys).
+* Frames that are not v1 events (bad JSON, missing fields, binary frames) are counted and dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import math
+import threading
+import time
+import urllib.parse
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Final, Protocol
+
+import structlog
+import websockets
+from websockets.asyncio.client import connect
+
+from jetstream.events import parse_event
+from jetstream.generator import EventGenerator
+from logbuf.publication import OfferResult
+
+__all__ = [
+    "DEFAULT_REWIND_S",
+    "GeneratorSource",
+    "Ingest",
+    "IngestError",
+    "IngestStats",
+    "OriginClock",
+    "Sequencer",
+    "UpstreamSource",
+    "check_rate",
+    "check_upstream_url",
+]
+
+DEFAULT_REWIND_S: Final = 5.0
+"""How far back a reconnect asks the upstream to start, in seconds of time_us."""
+UPSTREAM_MAX_MESSAGE_LENGTH: Final = 16 * 1024 * 1024
+"""Largest upstream frame accepted (real events reach ~1 MB; legacy #49 shows 1,088,193 bytes)."""
+_OFFER_PARK_MIN_S: Final = 50e-6
+_OFFER_PARK_MAX_S: Final = 0.01
+_TIME_US_KEY: Final = b'"time_us"'
+_CURSOR_KEY: Final = b',"cursor":'
+
+
+class IngestError(Exception):
+    """The ingest cannot go on (the publication closed or reached its maximum position)."""
+
+
+class Publisher(Protocol):
+    """What the ingest needs from a publication (``client.Publication`` has it)."""
+
+    def offer(self, buffer: bytes, reserved_value: int = 0) -> int: ...
+
+    @property
+    def max_message_length(self) -> int: ...
+
+
+def wall_clock_us() -> int:
+    return time.time_ns() // 1000
+
+
+class OriginClock:
+    """Strictly increasing µs timestamps: wall-clock time, or the last value + 1 if that is not later."""
+
+    def __init__(self, now_us: Callable[[], int] = wall_clock_us, last_us: int = 0) -> None:
+        self._now_us = now_us
+        self.last_us = last_us
+
+    def next(self) -> int:
+        t = self._now_us()
+        if t <= self.last_us:
+            t = self.last_us + 1
+        self.last_us = t
+        return t
+
+    def observe(self, time_us: int) -> None:
+        """Never hand out a value at or below ``time_us`` (already used by someone else)."""
+        if time_us > self.last_us:
+            self.last_us = time_us
+
+
+@dataclass
+class IngestStats:
+    """Counts since the ingest started (plain ints, read from any thread)."""
+
+    received: int = 0
+    published: int = 0
+    published_bytes: int = 0
+    duplicates: int = 0
+    restamped: int = 0
+    invalid: int = 0
+    oversized: int = 0
+    back_pressured: int = 0
+    not_connected: int = 0
+    connections: int = 0
+    disconnects: int = 0
+    last_time_us: int = 0
+    last_error: str = ""
+
+    def snapshot(self) -> dict[str, int | str]:
+        return dict(self.__dict__)
+
+
+def _time_us_span(raw: bytes, time_us: int) -> tuple[int, int] | None:
+    """Where the top-level ``time_us`` digits are in ``raw`` (None if the layout is unusual)."""
+    i = raw.find(_TIME_US_KEY)
+    if i < 0:
+        return None
+    i += len(_TIME_US_KEY)
+    n = len(raw)
+    while i < n and raw[i] in b" \t\r\n":
+        i += 1
+    if i >= n or raw[i] != 0x3A:  # ':'
+        return None
+    i += 1
+    while i < n and raw[i] in b" \t\r\n":
+        i += 1
+    start = i
+    while i < n and 0x30 <= raw[i] <= 0x39:
+        i += 1
+    if i == start or int(raw[start:i]) != time_us:
+        return None  # the first "time_us" was not the top-level one: keys out of v1 order
+    return start, i
+
+
+class Sequencer:
+    """Decides, event by event, what goes into the stream: see the module docstring.
+
+    ``accept(raw)`` returns ``(bytes_to_publish, time_us)``, or None for a duplicate or invalid
+    event. ``resume_cursor()`` is where a reconnect asks the upstream to start.
+    """
+
+    def __init__(self, *, rewind_us: int = int(DEFAULT_REWIND_S * 1e6), floor_us: int = 0,
+                 clock: OriginClock | None = None, stats: IngestStats | None = None) -> None:
+        if rewind_us < 0:
+            raise ValueError(f"rewind_us={rewind_us} must not be negative")
+        self.stats = stats or IngestStats()
+        self.rewind_us = rewind_us
+        self.window_us = 2 * rewind_us + 1_000_000
+        self.floor_us = floor_us
+        self.last_time_us = floor_us
+        self.upstream_time_us = floor_us or None
+        self.clock = clock or OriginClock()
+        self.clock.observe(floor_us)
+        self._window: collections.deque[tuple[int, int]] = collections.deque()
+        self._keys: dict[int, int] = {}
+
+    def resume_cursor(self) -> int | None:
+        """``last upstream time_us − rewind``; None (live) before the first event and without a floor."""
+        if self.upstream_time_us is None:
+            return None
+        return max(self.upstream_time_us - self.rewind_us, 1)
+
+    def accept(self, raw: bytes) -> tuple[bytes, int] | None:
+        stats = self.stats
+        stats.received += 1
+        try:
+            meta = parse_event(raw)
+        except ValueError as e:
+            stats.invalid += 1
+            stats.last_error = str(e)[:200]
+            return None
+        upstream_time_us = meta.time_us
+        span = _time_us_span(raw, upstream_time_us)
+        if span is None:  # not jetstream's key order: find the digits by re-encoding
+            stats.invalid += 1
+            stats.last_error = "time_us is not the second key"
+            return None
+        start, end = span
+        if raw.startswith(_CURSOR_KEY, end):  # a v2 upstream's extra field: strict v1 clients reject it
+            j = end + len(_CURSOR_KEY)
+            while j < len(raw) and 0x30 <= raw[j] <= 0x39:
+                j += 1
+            raw = raw[:end] + raw[j:]
+        head, tail = raw[:start], raw[end:]
+        key = hash(head + tail)
+        self.upstream_time_us = upstream_time_us
+        if key in self._keys or upstream_time_us <= self.floor_us:
+            stats.duplicates += 1
+            return None
+        if upstream_time_us > self.last_time_us:
+            time_us = upstream_time_us
+            self.clock.observe(time_us)
+        else:  # new, but the upstream's clock is behind ours: act as origin
+            time_us = self.clock.next()
+            raw = head + str(time_us).encode() + tail
+            stats.restamped += 1
+        self.last_time_us = time_us
+        self._remember(time_us, key)
+        return raw, time_us
+
+    def _remember(self, time_us: int, key: int) -> None:
+        window, keys = self._window, self._keys
+        window.append((time_us, key))
+        keys[key] = keys.get(key, 0) + 1
+        horizon = time_us - self.window_us
+        while window[0][0] < horizon:
+            _, old = window.popleft()
+            left = keys[old] - 1
+            if left:
+                keys[old] = left
+            else:
+                del keys[old]
+
+
+class StreamPublisher:
+    """Offers events into the stream, retrying without dropping (see the module docstring)."""
+
+    def __init__(self, publication: Publisher, stats: IngestStats) -> None:
+        self.publication = publication
+        self.stats = stats
+
+    async def publish(self, raw: bytes, time_us: int) -> None:
+        offer = self.publication.offer
+        try:
+            result = offer(raw, time_us)
+        except ValueError:  # longer than the stream's largest message: cannot be carried
+            self.stats.oversized += 1
+            return
+        park = _OFFER_PARK_MIN_S
+        while result < 0:
+            if result == OfferResult.ADMIN_ACTION:
+                pass
+            elif result == OfferResult.BACK_PRESSURED or result == OfferResult.NOT_CONNECTED:
+                if result == OfferResult.BACK_PRESSURED:
+                    self.stats.back_pressured += 1
+                else:
+                    self.stats.not_connected += 1
+                await asyncio.sleep(park)
+                park = min(park * 2, _OFFER_PARK_MAX_S)
+            else:
+                raise IngestError(f"publication offer failed: {OfferResult(result).name}")
+            result = offer(raw, time_us)
+        stats = self.stats
+        stats.published += 1
+        stats.published_bytes += len(raw)
+        stats.last_time_us = time_us
+
+
+class Source(Protocol):
+    async def run(self, publisher: StreamPublisher) -> None: ...
+
+
+def check_rate(rate: float) -> float:
+    """A generator rate in events/s: finite and >= 0 (0 = as fast as the stream takes them)."""
+    if not isinstance(rate, (int, float)) or math.isnan(rate) or math.isinf(rate) or rate < 0:
+        raise ValueError(f"rate={rate!r} must be a finite number of events per second >= 0 (0 = unlimited)")
+    return float(rate)
+
+
+class GeneratorSource:
+    """The relay as origin: synthetic events at ``rate`` events/s (0 = unlimited), ``count`` of them
+    (None = forever), stamped by an :class:`OriginClock`."""
+
+    def __init__(self, generator: EventGenerator, rate: float, *, count: int | None = None,
+                 clock: OriginClock | None = None) -> None:
+        self.generator = generator
+        self.rate = check_rate(rate)
+        if count is not None and count < 0:
+            raise ValueError(f"count={count} must not be negative")
+        self.count = count
+        self.clock = clock or OriginClock()
+
+    async def run(self, publisher: StreamPublisher) -> None:
+        gen, clock, rate = self.generator, self.clock, self.rate
+        produced = 0
+        start = time.monotonic()
+        while self.count is None or produced < self.count:
+            if rate > 0:
+                elapsed = time.monotonic() - start
+                due = int(elapsed * rate) + 1 - produced
+                if due <= 0:
+                    await asyncio.sleep((produced + 1) / rate - elapsed)
+                    continue
+                if due > rate:  # more than a second behind (back-pressure): do not burst to catch up
+                    start += (due - rate) / rate
+                    due = int(rate) or 1
+            else:
+                due = 256
+            if self.count is not None:
+                due = min(due, self.count - produced)
+            for _ in range(min(due, 1024)):
+                time_us = clock.next()
+                publisher.stats.received += 1
+                await publisher.publish(gen.make_event(time_us), time_us)
+                produced += 1
+            await asyncio.sleep(0)
+
+
+def check_upstream_url(url: str) -> str:
+    """A ``ws://`` or ``wss://`` URL; a bare host or ``/`` path gets ``/subscribe``. Errors name the problem."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        port = parts.port
+    except ValueError as e:
+        raise ValueError(f"upstream URL {url!r} is not a valid URL: {e}") from None
+    if parts.scheme not in ("ws", "wss"):
+        raise ValueError(f"upstream URL {url!r} must start with ws:// or wss:// (got scheme {parts.scheme!r})")
+    if not parts.hostname:
+        raise ValueError(f"upstream URL {url!r} has no host")
+    if port == 0:
+        raise ValueError(f"upstream URL {url!r} has port 0")
+    if parts.fragment:
+        raise ValueError(f"upstream URL {url!r} must not have a #fragment")
+    path = parts.path if parts.path not in ("", "/") else "/subscribe"
+    return urllib.parse.urlunsplit((parts.scheme, parts.netloc, path, parts.query, ""))
+
+
+def with_cursor(url: str, cursor: int | None) -> str:
+    """``url`` with its ``cursor`` parameter replaced (other parameters, e.g. filters, kept)."""
+    parts = urllib.parse.urlsplit(url)
+    query = [(k, v) for k, v in urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
+             if k not in ("cursor", "compress")]
+    if cursor is not None:
+        query.append(("cursor", str(cursor)))
+    return urllib.parse.urlunsplit(parts._replace(query=urllib.parse.urlencode(query, safe=":*")))
+
+
+class UpstreamSource:
+    """Follow an upstream jetstream, reconnecting with back-off (see the module docstring)."""
+
+    def __init__(self, url: str, sequencer: Sequencer, *, backoff_initial_s: float = 0.25,
+                 backoff_max_s: float = 10.0, open_timeout_s: float = 10.0, ping_interval_s: float = 20.0) -> None:
+        self.url = check_upstream_url(url)
+        if not 0 < backoff_initial_s <= backoff_max_s:
+            raise ValueError(f"backoff_initial_s={backoff_initial_s} and backoff_max_s={backoff_max_s} "
+                             "must satisfy 0 < initial <= max")
+        self.sequencer = sequencer
+        self.backoff_initial_s = backoff_initial_s
+        self.backoff_max_s = backoff_max_s
+        self.open_timeout_s = open_timeout_s
+        self.ping_interval_s = ping_interval_s
+        self._log = structlog.get_logger().bind(role="jetstream.ingest", upstream=self.url)
+
+    async def run(self, publisher: StreamPublisher) -> None:
+        stats, sequencer = publisher.stats, self.sequencer
+        sequencer.stats = stats
+        delay = self.backoff_initial_s
+        while True:
+            cursor = sequencer.resume_cursor()
+            url = with_cursor(self.url, cursor)
+            received_before = stats.received
+            try:
+                async with connect(url, compression=None, max_size=UPSTREAM_MAX_MESSAGE_LENGTH,
+                                   open_timeout=self.open_timeout_s, ping_interval=self.ping_interval_s,
+                                   ping_timeout=self.ping_interval_s, close_timeout=2,
+                                   user_agent_header="logbuf-jetstream") as ws:
+                    stats.connections += 1
+                    self._log.info("upstream.connected", cursor=cursor)
+                    accept, publish = sequencer.accept, publisher.publish
+                    while True:
+                        message = await ws.recv()  # str for a text frame, bytes for a binary one
+                        if isinstance(message, str):
+                            out = accept(message.encode())
+                            if out is not None:
+                                await publish(*out)
+                        else:
+                            stats.received += 1
+                            stats.invalid += 1
+                            stats.last_error = "binary frame (a compressed upstream?): dropped"
+            except asyncio.CancelledError:
+                raise
+            except (OSError, asyncio.TimeoutError, websockets.exceptions.WebSocketException) as e:
+                stats.disconnects += 1
+                stats.last_error = f"{type(e).__name__}: {e}"[:200]
+                self._log.warning("upstream.disconnected", error=stats.last_error,
+                                  events=stats.received - received_before, retry_in_s=round(delay, 3))
+            if stats.received > received_before:
+                delay = self.backoff_initial_s
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, self.backoff_max_s)
+
+
+class Ingest:
+    """Runs one source into a publication on its own thread: ``start()``, ``stop()``, ``stats``."""
+
+    def __init__(self, publication: Publisher, source: Source) -> None:
+        self.stats = IngestStats()
+        self.publisher = StreamPublisher(publication, self.stats)
+        self.source = source
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._thread: threading.Thread | None = None
+        self._started = threading.Event()
+        self.error: BaseException | None = None
+        self._log = structlog.get_logger().bind(role="jetstream.ingest")
+
+    def start(self) -> threading.Thread:
+        self._thread = threading.Thread(target=self._run, name="jetstream-ingest", daemon=True)
+        self._thread.start()
+        self._started.wait(10)
+        return self._thread
+
+    def _run(self) -> None:
+        asyncio.run(self._main())
+
+    async def _main(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._task = asyncio.current_task()
+        self._started.set()
+        self._log.info("ingest.started", source=type(self.source).__name__)
+        try:
+            await self.source.run(self.publisher)
+        except asyncio.CancelledError:
+            pass
+        except Exception as e:
+            self.error = e
+            self._log.error("ingest.failed", error=repr(e))
+        finally:
+            self._log.info("ingest.stopped", **self.stats.snapshot())
+
+    @property
+    def is_running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def join(self, timeout_s: float | None = None) -> bool:
+        """Wait for the source to finish (a generator with a count); True if it did."""
+        if self._thread is None:
+            return True
+        self._thread.join(timeout_s)
+        return not self._thread.is_alive()
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        loop, task = self._loop, self._task
+        if loop is not None and task is not None and not loop.is_closed():
+            try:
+                loop.call_soon_threadsafe(task.cancel)
+            except RuntimeError:  # the loop closed in between
+                pass
+        self.join(timeout_s)
+
