@@ -1,0 +1,234 @@
+"""Walking a recording's frames: verification, and finding the valid prefix of an interrupted one.
+
+Theory of operation
+-------------------
+A recording is valid when, from its start position to its stop position, every frame is where
+the previous one ends: a positive length, version 0, type DATA or PAD, a term-offset field equal
+to the position's offset in its term, the term id of that position, the recording's session and
+stream ids, DATA frames no longer than the MTU, no frame running past the end of its term or the
+stop position, and the segment file long enough to hold it.
+
+The walk goes a term at a time. Inside a term the native block scanner (``term_scan_block``)
+jumps over runs of DATA frames in C, and numpy checks all their headers at once (``frame_index``
+gives their offsets); only PAD frames, and the frame where the scanner stopped, are looked at
+one by one in Python. The first frame that fails names the position and the reason.
+
+For an interrupted recording (:func:`scan_valid_prefix`) the walk starts at the last stored stop
+position and ends quietly at the first frame that is not there or not valid: the recorder
+writes each block with its first frame's length last, so a block cut short by a crash reads as
+"no frame here".
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final
+
+import numpy as np
+
+from logbuf import _native
+from logbuf import data_header_descriptor as dh
+
+from archive.segments import SegmentError, SegmentReader
+
+if TYPE_CHECKING:
+    from archive.catalog import RecordingDescriptor
+
+__all__ = ["VerifyResult", "scan_valid_prefix", "verify_recording", "walk_frames"]
+
+_TYPE_DATA_WORD: Final[int] = dh.HDR_TYPE_DATA << 16  # version 0, any flags, type DATA (bytes 4..7)
+
+
+@dataclass(frozen=True)
+class VerifyResult:
+    recording_id: int
+    ok: bool
+    frames: int
+    """Frames walked before the end or the first bad one (DATA and PAD)."""
+    end_position: int
+    """Where the walk ended: the stop position if ``ok``, else the first bad frame's position."""
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
+class _Walk:
+    end_position: int
+    frames: int
+    reason: str | None
+
+
+def walk_frames(archive_dir: str | os.PathLike[str], descriptor: "RecordingDescriptor", from_position: int,
+                limit_position: int | None) -> tuple[int, int, str | None]:
+    """Walk frames from ``from_position`` (up to ``limit_position``, or while valid if None).
+
+    Returns (end position, frames walked, reason the walk stopped early or None).
+    """
+    walk = _walk(archive_dir, descriptor, from_position, limit_position)
+    return walk.end_position, walk.frames, walk.reason
+
+
+def verify_recording(archive_dir: str | os.PathLike[str], descriptor: "RecordingDescriptor") -> VerifyResult:
+    """Check every frame from the start to the stop position; the first bad one is reported."""
+    d = descriptor
+    problem = _check_descriptor(d)
+    if problem is not None:
+        return VerifyResult(d.recording_id, False, 0, d.start_position, problem)
+    walk = _walk(archive_dir, d, d.start_position, d.stop_position)
+    return VerifyResult(d.recording_id, walk.reason is None, walk.frames, walk.end_position, walk.reason)
+
+
+def scan_valid_prefix(archive_dir: str | os.PathLike[str], descriptor: "RecordingDescriptor", from_position: int) -> int:
+    """End of the run of valid frames that starts at ``from_position`` (a frame boundary)."""
+    return _walk(archive_dir, descriptor, from_position, None).end_position
+
+
+def _check_descriptor(d: "RecordingDescriptor") -> str | None:
+    if d.term_length < 64 * 1024 or d.term_length & (d.term_length - 1):
+        return f"term length {d.term_length} in the catalog is not a power of two >= 64 KiB"
+    if d.segment_length < d.term_length or d.segment_length & (d.segment_length - 1):
+        return f"segment length {d.segment_length} in the catalog is not a power-of-two multiple of the term length"
+    if d.start_position % dh.FRAME_ALIGNMENT or d.stop_position % dh.FRAME_ALIGNMENT:
+        return f"start {d.start_position} or stop {d.stop_position} position is not a multiple of 32"
+    if d.stop_position < d.start_position:
+        return f"stop position {d.stop_position} is before the start position {d.start_position}"
+    return None
+
+
+def _walk(archive_dir: str | os.PathLike[str], d: "RecordingDescriptor", from_position: int,
+          limit_position: int | None) -> _Walk:
+    mask = d.term_length - 1
+    position = from_position
+    frames = 0
+    with SegmentReader(archive_dir, d.recording_id, d.start_position, d.term_length, d.segment_length) as reader:
+        while limit_position is None or position < limit_position:
+            term_begin = position - (position & mask)
+            try:
+                view = reader.term_view(position)
+            except SegmentError as e:
+                return _Walk(position, frames, None if limit_position is None else str(e))
+            with view:
+                term_limit = d.term_length if limit_position is None else min(d.term_length, limit_position - term_begin)
+                offset, count, reason = _walk_term(view, d, position & mask, term_limit, d.term_id_of(position),
+                                                   limit_position is None, reader.path_of(reader.base_of(position)))
+            frames += count
+            position = term_begin + offset
+            if reason is not None or offset < term_limit:
+                return _Walk(position, frames, reason)
+    return _Walk(position, frames, None)
+
+
+def _walk_term(view: memoryview, d: "RecordingDescriptor", offset: int, term_limit: int, term_id: int,
+               lenient: bool, path: os.PathLike[str]) -> tuple[int, int, str | None]:
+    """Walk one term from ``offset`` to ``term_limit``; returns (end offset, frames, reason or None).
+
+    ``lenient`` (prefix scan): an absent or bad frame ends the walk without a reason.
+    """
+    available = len(view)
+    full = available == d.term_length
+    ints = np.frombuffer(view, dtype="<i4", count=available // 4) if available >= 4 else np.zeros(0, "<i4")
+    frames = 0
+    while offset < term_limit:
+        if full:
+            end = _native.term_scan_block(view, offset, term_limit)
+            if end > offset and int(ints[offset // 4 + 1]) >> 16 & 0xFFFF == dh.HDR_TYPE_DATA:
+                bad = _check_block(view, ints, d, offset, end, term_id)
+                if bad is not None:
+                    bad_offset, bad_reason = bad
+                    return bad_offset, frames + _count(view, offset, bad_offset), None if lenient else bad_reason
+                frames += _count(view, offset, end)
+                offset = end
+                continue
+        # One frame at a time: a PAD, where the scanner stopped, or a truncated file.
+        reason, frame_end = _check_one(ints, available, d, offset, term_limit, term_id, path)
+        if reason is not None:
+            return offset, frames, None if lenient else reason
+        frames += 1
+        offset = frame_end
+    return offset, frames, None
+
+
+def _count(view: memoryview, start: int, end: int) -> int:
+    return _native.count_frames(view[start:end], True) if end > start else 0
+
+
+def _check_one(ints: np.ndarray, available: int, d: "RecordingDescriptor", offset: int, term_limit: int,
+               term_id: int, path: os.PathLike[str]) -> tuple[str | None, int]:
+    if offset + dh.HEADER_LENGTH > available:
+        return f"segment file {path} is truncated: it ends inside the frame header at this position", offset
+    i = offset // 4
+    frame_length = int(ints[i])
+    word = int(ints[i + 1])
+    version, frame_type = word & 0xFF, word >> 16 & 0xFFFF
+    if frame_length <= 0:
+        return f"no frame here (frame length {frame_length}) before the recorded stop position", offset
+    if version != dh.CURRENT_VERSION:
+        return f"frame version {version} is not {dh.CURRENT_VERSION}", offset
+    if frame_type not in (dh.HDR_TYPE_DATA, dh.HDR_TYPE_PAD):
+        return f"frame type {frame_type:#x} is neither DATA (0x1) nor PAD (0x0)", offset
+    problem = _header_mismatch(int(ints[i + 2]), int(ints[i + 5]), int(ints[i + 3]), int(ints[i + 4]), d, offset,
+                               term_id)
+    if problem is not None:
+        return problem, offset
+    if frame_length < dh.HEADER_LENGTH:
+        return f"frame length {frame_length} is shorter than the {dh.HEADER_LENGTH}-byte header", offset
+    if frame_type == dh.HDR_TYPE_DATA and frame_length > d.mtu:
+        return f"frame length {frame_length} exceeds the recording's MTU {d.mtu}", offset
+    end = offset + dh.align(frame_length)
+    if end > d.term_length:
+        return f"frame length {frame_length} runs past the end of the term (term offset {offset})", offset
+    if end > term_limit:
+        return f"frame length {frame_length} runs past the recorded stop position", offset
+    needed = offset + dh.HEADER_LENGTH if frame_type == dh.HDR_TYPE_PAD else end
+    if needed > available:
+        return f"segment file {path} is truncated: it ends inside the frame at this position", offset
+    return None, end
+
+
+def _header_mismatch(term_offset_field: int, term_id_field: int, session_id: int, stream_id: int,
+                     d: "RecordingDescriptor", offset: int, term_id: int) -> str | None:
+    if term_offset_field != offset:
+        return f"term offset field {term_offset_field} does not match the position (term offset {offset})"
+    if term_id_field != term_id:
+        return f"term id field {term_id_field} does not match the position (term id {term_id})"
+    if session_id != d.session_id:
+        return f"session id {session_id} is not the recording's {d.session_id}"
+    if stream_id != d.stream_id:
+        return f"stream id {stream_id} is not the recording's {d.stream_id}"
+    return None
+
+
+def _check_block(view: memoryview, ints: np.ndarray, d: "RecordingDescriptor", start: int, end: int,
+                 term_id: int) -> tuple[int, str] | None:
+    """Vectorised header checks over the DATA frames in [start, end); the first bad one, if any."""
+    capacity = (end - start) // dh.HEADER_LENGTH
+    offsets = np.empty(capacity, dtype=np.int32)
+    lengths = np.empty(capacity, dtype=np.int32)
+    n = _native.frame_index(view[start:end], offsets, lengths)
+    headers = offsets[:n].astype(np.int64) - dh.HEADER_LENGTH + start
+    idx = headers // 4
+    words = ints[idx + 1]
+    bad = (
+        ((words & 0xFF) != dh.CURRENT_VERSION)
+        | ((words >> 16 & 0xFFFF) != dh.HDR_TYPE_DATA)
+        | (ints[idx + 2] != headers)
+        | (ints[idx + 5] != term_id)
+        | (ints[idx + 3] != d.session_id)
+        | (ints[idx + 4] != d.stream_id)
+        | (lengths[:n] + dh.HEADER_LENGTH > d.mtu)
+    )
+    if not bad.any():
+        return None
+    k = int(np.argmax(bad))
+    offset = int(headers[k])
+    i = offset // 4
+    word = int(ints[i + 1])
+    if word & 0xFF != dh.CURRENT_VERSION:
+        return offset, f"frame version {word & 0xFF} is not {dh.CURRENT_VERSION}"
+    if word >> 16 & 0xFFFF != dh.HDR_TYPE_DATA:
+        return offset, f"frame type {word >> 16 & 0xFFFF:#x} is neither DATA (0x1) nor PAD (0x0)"
+    problem = _header_mismatch(int(ints[i + 2]), int(ints[i + 5]), int(ints[i + 3]), int(ints[i + 4]), d, offset,
+                               term_id)
+    if problem is not None:
+        return offset, problem
+    return offset, f"frame length {int(ints[i])} exceeds the recording's MTU {d.mtu}"
