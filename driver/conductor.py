@@ -32,7 +32,8 @@ from driver.context import DriverContext
 from driver.ipc_publication import IpcPublication, PublicationState
 from driver.network_publication import NetworkPublication
 from driver.publication_image import ImageState, PublicationImage
-from driver.udp import FaultInjector, ReceiveChannelEndpoint, Receiver, SendChannelEndpoint, Sender
+from driver.udp import (FaultInjector, ImageSettings, ReceiveChannelEndpoint, Receiver, SendChannelEndpoint, Sender,
+                        SocketSettings, resolve_interface)
 from driver.system_counters import SystemCounterId, SystemCounters
 
 RESERVED_SESSION_ID_LOW = -1
@@ -205,6 +206,23 @@ class DriverConductor:
                                    f"control= and control-mode= (multicast, MDC) are not supported yet: {channel}")
         return uri
 
+    def _socket_settings(self, uri: ChannelUri) -> SocketSettings:
+        rcvbuf, sndbuf = uri.socket_buffer_lengths()
+        return SocketSettings(rcvbuf or self.ctx.socket_buffer_length, sndbuf or self.ctx.socket_buffer_length)
+
+    @staticmethod
+    def _interface_bind(uri: ChannelUri) -> tuple[str, int]:
+        """Where a publication's socket binds: ``interface=host[:port][/prefix]``, else any address."""
+        interface = uri.interface_address()
+        if interface is None:
+            return "0.0.0.0", 0
+        host, port, prefix = interface
+        try:
+            return resolve_interface(host, prefix), port
+        except OSError as e:
+            raise CommandError(ErrorCode.INVALID_CHANNEL, f"channel parameter interface={uri.interface()!r}: {e}: "
+                                                           f"{uri.original or uri}") from None
+
     @staticmethod
     def _resolve(uri: ChannelUri) -> tuple[str, int]:
         endpoint = uri.endpoint()
@@ -312,7 +330,7 @@ class DriverConductor:
             if endpoint is None:
                 try:
                     endpoint = SendChannelEndpoint(canonical, destination, self.system_counters, self._faults(),
-                                                   self.ctx.socket_buffer_length)
+                                                   self._socket_settings(uri), self._interface_bind(uri))
                 except OSError as e:
                     network_publication.close()
                     raise CommandError(ErrorCode.CHANNEL_ENDPOINT_ERROR, f"cannot open a socket for {canonical}: {e}") from e
@@ -357,13 +375,19 @@ class DriverConductor:
             if endpoint is None:
                 try:
                     endpoint = ReceiveChannelEndpoint(link.canonical, address, self.system_counters, self._faults(),
-                                                      self.ctx.socket_buffer_length, self._on_setup)
+                                                      self._socket_settings(uri), self._on_setup)
                 except OSError as e:
                     raise CommandError(ErrorCode.CHANNEL_ENDPOINT_ERROR,
                                        f"cannot bind {address[0]}:{address[1]} for {command.channel}: {e}") from e
                 endpoint.clock_ns = self.clock_ns
                 self.receive_endpoints[address] = endpoint
                 self.receiver.endpoints.append(endpoint)
+            settings = ImageSettings(uri.reliable(), uri.receiver_window_length(), uri.nak_delay_ns())
+            existing = endpoint.image_settings.setdefault(link.stream_id, settings)
+            if existing != settings:
+                raise CommandError(ErrorCode.INVALID_CHANNEL,
+                                   f"{settings} conflicts with {existing} of an existing subscription to stream "
+                                   f"{link.stream_id}: {command.channel}")
             endpoint.stream_ids[link.stream_id] = endpoint.stream_ids.get(link.stream_id, 0) + 1
             link.endpoint_key = address
         self.subscriptions[link.registration_id] = link
@@ -410,14 +434,17 @@ class DriverConductor:
         rebuild_id = self.counters.allocate(label.format("rcv-pos"), cd.RECEIVER_POSITION_TYPE_ID, key,
                                             registration_id=registration_id, initial_value=join)
         now = self.clock_ns()
+        settings = endpoint.image_settings.get(setup.stream_id, ImageSettings())
         image = PublicationImage(
             registration_id=registration_id, session_id=setup.session_id, stream_id=setup.stream_id,
             channel=endpoint.channel, source_identity=f"{source[0]}:{source[1]}", source_address=source, log=log,
             log_file_name=path, counters=self.counters, system_counters=self.system_counters, hwm_id=hwm_id,
             rebuild_id=rebuild_id, receiver_id=endpoint.receiver_id, join_position=join,
-            window_length=min(self.ctx.initial_window_length, setup.term_length // 2),
-            liveness_timeout_ns=self.ctx.image_liveness_timeout, nak_delay_ns=self.ctx.nak_delay,
+            window_length=min(settings.window_length or self.ctx.initial_window_length, setup.term_length // 2),
+            liveness_timeout_ns=self.ctx.image_liveness_timeout,
+            nak_delay_ns=self.ctx.nak_delay if settings.nak_delay_ns is None else settings.nak_delay_ns,
             nak_retry_ns=self.ctx.nak_retry_delay, sm_interval_ns=self.ctx.status_message_timeout, now_ns=now,
+            reliable=settings.reliable,
         )
         endpoint.images[(setup.session_id, setup.stream_id)] = image
         self.images.append(image)
@@ -493,6 +520,7 @@ class DriverConductor:
             endpoint.stream_ids[link.stream_id] -= 1
             if endpoint.stream_ids[link.stream_id] <= 0:
                 del endpoint.stream_ids[link.stream_id]
+                del endpoint.image_settings[link.stream_id]
                 for image in [i for i in endpoint.images.values() if i.stream_id == link.stream_id]:
                     self._retire_image(image)
             if not endpoint.stream_ids:

@@ -12,7 +12,8 @@ Datagrams land at their term offset in any order (duplicates are skipped); only 
 ``[min subscriber position, min subscriber position + term/2)`` is accepted, so nothing unread
 is overwritten and the partition written to has been cleaned. Each gap between rcv-pos and rcv-hwm
 (up to 16; Aeron NAKs only the first) is NAKed after ``nak_delay`` and again every ``nak_retry``
-while it stays. An SM goes out when the
+while it stays; on a ``reliable=false`` subscription it is filled with a padding frame instead
+(Aeron's TermGapFiller, counted in "Loss gap fills"), so subscribers skip it. An SM goes out when the
 subscribers consumed a quarter of the window since the last one, every ``sm_interval``, and
 within 1 ms of any progress or of a heartbeat (a sender blocked by a lost SM heartbeats every
 millisecond: logbuf's addition, see :mod:`driver.network_publication`).
@@ -72,6 +73,7 @@ class PublicationImage:
     nak_retry_ns: int
     sm_interval_ns: int
     now_ns: int
+    reliable: bool = True
     state: ImageState = ImageState.ACTIVE
     subscribers: dict[int, SubscriberPosition] = field(default_factory=dict)
     hwm: int = 0
@@ -182,6 +184,10 @@ class PublicationImage:
         timers: dict[int, int] = {}
         for gap_start, length in gaps.items():
             due = self.nak_timers.get(gap_start, now_ns + self.nak_delay_ns)
+            if now_ns >= due and not self.reliable:
+                self._fill_gap(gap_start, length)
+                work += 1
+                continue
             if now_ns >= due:
                 term_id, term_offset = self.log.term_of(gap_start)
                 self._send(send, NakFrame(self.session_id, self.stream_id, term_id, term_offset, length).encode())
@@ -212,6 +218,16 @@ class PublicationImage:
             self.log.clean(self.clean_position, clean_to)
             self.clean_position = clean_to
         return work
+
+    def _fill_gap(self, position: int, length: int) -> None:
+        """Cover a gap with one padding frame (its length stored last), unless data arrived there."""
+        term_id, term_offset = self.log.term_of(position)
+        pad = dh.HEADER.pack(length, dh.CURRENT_VERSION, dh.UNFRAGMENTED, dh.HDR_TYPE_PAD, term_offset,
+                             self.session_id, self.stream_id, term_id, 0)
+        term = self.log.term_buffer((position // self.log.term_length) % 3)
+        if _native.term_rebuild_insert(term, term_offset, pad):
+            self.system_counters.increment(SystemCounterId.LOSS_GAP_FILLS)
+        term.release()
 
     def _send(self, send: Send, datagram: bytes) -> None:
         n = send(datagram)

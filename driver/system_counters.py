@@ -31,6 +31,7 @@ class SystemCounterId(IntEnum):
     SHORT_SENDS = 16
     UNBLOCKED_PUBLICATIONS = 19
     UNBLOCKED_COMMANDS = 20
+    LOSS_GAP_FILLS = 23
     CLIENT_TIMEOUTS = 24
     CONDUCTOR_MAX_CYCLE_TIME = 26
     SENDER_MAX_CYCLE_TIME = 28
@@ -65,6 +66,7 @@ LABELS: dict[SystemCounterId, str] = {
     SystemCounterId.SHORT_SENDS: "Short sends",
     SystemCounterId.UNBLOCKED_PUBLICATIONS: "Unblocked Publications",
     SystemCounterId.UNBLOCKED_COMMANDS: "Unblocked Control Commands",
+    SystemCounterId.LOSS_GAP_FILLS: "Loss gap fills",
     SystemCounterId.CLIENT_TIMEOUTS: "Client liveness timeouts",
     SystemCounterId.CONDUCTOR_MAX_CYCLE_TIME: "Conductor max cycle time (ns)",
     SystemCounterId.SENDER_MAX_CYCLE_TIME: "Sender max cycle time (ns)",

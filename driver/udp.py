@@ -14,10 +14,14 @@ a fraction of the datagrams an endpoint receives, for tests and demos.
 
 from __future__ import annotations
 
+import fcntl
+import ipaddress
 import random
 import socket
+import struct
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Generic, Protocol, TypeVar
 
 from logbuf import _native
 from logbuf.protocol import MalformedFrameError
@@ -36,6 +40,14 @@ READS_PER_POLL = 64
 SETUP_ELICIT_INTERVAL_NS = 100_000_000
 
 Handler = Callable[[memoryview, tuple[str, int]], None]
+
+
+class _ControlFrame(Protocol):
+    @property
+    def frame_length(self) -> int: ...
+
+
+_Frame = TypeVar("_Frame", bound=_ControlFrame)
 
 
 class FaultInjector:
@@ -69,13 +81,69 @@ class FaultInjector:
             handler(memoryview(held), source)
 
 
+@dataclass(frozen=True)
+class SocketSettings:
+    """Per-channel socket parameters: ``so-rcvbuf``, ``so-sndbuf`` (else the driver's socket_buffer_length)."""
+
+    rcvbuf: int
+    sndbuf: int
+
+
+@dataclass(frozen=True)
+class ImageSettings:
+    """A subscription's receive-side parameters (``reliable``, ``rcv-wnd``, ``nak-delay``): the same for
+    every subscription to one stream on one endpoint, as in Aeron."""
+
+    reliable: bool = True
+    window_length: int | None = None
+    nak_delay_ns: int | None = None
+
+    def __str__(self) -> str:
+        given = {"rcv-wnd": self.window_length, "nak-delay": None if self.nak_delay_ns is None else f"{self.nak_delay_ns}ns"}
+        return "|".join([f"reliable={str(self.reliable).lower()}"] + [f"{k}={v}" for k, v in given.items() if v is not None])
+
+
+def local_ipv4_addresses() -> list[str]:
+    """This machine's IPv4 interface addresses (Linux SIOCGIFADDR per interface)."""
+    addresses = []
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        for _, name in socket.if_nameindex():
+            try:
+                ifreq = fcntl.ioctl(s.fileno(), 0x8915, struct.pack("256s", name.encode()[:15]))  # SIOCGIFADDR
+            except OSError:
+                continue  # no IPv4 address on this interface
+            addresses.append(socket.inet_ntoa(ifreq[20:24]))
+    return addresses
+
+
+def resolve_interface(host: str, prefix: int | None) -> str:
+    """``interface=host[/prefix]`` to a local address: the host itself, or with a prefix shorter than
+    32 the first local address in that subnet (Aeron's rule). Raises OSError naming the problem."""
+    address = socket.gethostbyname(host)
+    if prefix is None or prefix == 32:
+        return address
+    subnet = ipaddress.ip_network(f"{address}/{prefix}", strict=False)
+    for candidate in local_ipv4_addresses():
+        if ipaddress.ip_address(candidate) in subnet:
+            return candidate
+    raise OSError(f"no local interface address in {subnet}")
+
+
+def _decode_exact(decoder: Callable[[memoryview], _Frame], datagram: memoryview) -> _Frame:
+    """Decode a control frame that must fill the datagram exactly (trailing bytes are malformed)."""
+    frame = decoder(datagram)
+    if len(datagram) != frame.frame_length:
+        raise MalformedFrameError("trailing bytes")
+    return frame
+
+
 class UdpEndpoint:
     def __init__(self, bind: tuple[str, int], system_counters: SystemCounters, faults: FaultInjector | None,
-                 socket_buffer_length: int) -> None:
+                 sockets: SocketSettings) -> None:
         self.socket = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         try:
-            self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, socket_buffer_length)
-            self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, socket_buffer_length)
+            self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, sockets.rcvbuf)
+            self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, sockets.sndbuf)
             self.socket.bind(bind)
         except OSError:
             self.socket.close()
@@ -125,8 +193,9 @@ class SendChannelEndpoint(UdpEndpoint):
     """One publication channel: sends to ``destination``, receives SMs and NAKs."""
 
     def __init__(self, channel: str, destination: tuple[str, int], system_counters: SystemCounters,
-                 faults: FaultInjector | None, socket_buffer_length: int) -> None:
-        super().__init__(("0.0.0.0", 0), system_counters, faults, socket_buffer_length)
+                 faults: FaultInjector | None, sockets: SocketSettings,
+                 bind: tuple[str, int] = ("0.0.0.0", 0)) -> None:
+        super().__init__(bind, system_counters, faults, sockets)
         self.channel = channel
         self.destination = destination
         self.publications: dict[tuple[int, int], NetworkPublication] = {}
@@ -140,17 +209,13 @@ class SendChannelEndpoint(UdpEndpoint):
                 raise MalformedFrameError("short or wrong version")
             frame_type = datagram[6] | (datagram[7] << 8)
             if frame_type == HDR_TYPE_SM:
-                sm = status_codec.decode(datagram)
-                if len(datagram) != sm.frame_length:
-                    raise MalformedFrameError("trailing bytes")
+                sm = _decode_exact(status_codec.decode, datagram)
                 publication = self.publications.get((sm.session_id, sm.stream_id))
                 if publication is not None:
                     counters.increment(SystemCounterId.STATUS_MESSAGES_RECEIVED)
                     publication.on_status_message(sm, self.clock_ns())
             elif frame_type == HDR_TYPE_NAK:
-                nak = nak_codec.decode(datagram)
-                if len(datagram) != nak.frame_length:
-                    raise MalformedFrameError("trailing bytes")
+                nak = _decode_exact(nak_codec.decode, datagram)
                 publication = self.publications.get((nak.session_id, nak.stream_id))
                 if publication is not None:
                     counters.increment(SystemCounterId.NAK_MESSAGES_RECEIVED)
@@ -167,11 +232,12 @@ class ReceiveChannelEndpoint(UdpEndpoint):
     """One subscription channel: bound to its endpoint, feeds images, answers with SMs and NAKs."""
 
     def __init__(self, channel: str, bind: tuple[str, int], system_counters: SystemCounters,
-                 faults: FaultInjector | None, socket_buffer_length: int,
+                 faults: FaultInjector | None, sockets: SocketSettings,
                  on_setup: Callable[["ReceiveChannelEndpoint", setup_codec.SetupFrame, tuple[str, int]], None]) -> None:
-        super().__init__(bind, system_counters, faults, socket_buffer_length)
+        super().__init__(bind, system_counters, faults, sockets)
         self.channel = channel
         self.stream_ids: dict[int, int] = {}  # stream id -> subscription count
+        self.image_settings: dict[int, ImageSettings] = {}  # stream id -> its subscriptions' parameters
         self.images: dict[tuple[int, int], PublicationImage] = {}
         self.receiver_id = random.getrandbits(63)
         self.on_setup = on_setup
@@ -211,9 +277,7 @@ class ReceiveChannelEndpoint(UdpEndpoint):
             return
         if frame_type == HDR_TYPE_SETUP:
             try:
-                setup = setup_codec.decode(datagram)
-                if len(datagram) != setup.frame_length:
-                    raise MalformedFrameError("trailing bytes")
+                setup = _decode_exact(setup_codec.decode, datagram)
             except (MalformedFrameError, ValueError):
                 counters.increment(SystemCounterId.INVALID_PACKETS)
                 return
@@ -228,9 +292,7 @@ class ReceiveChannelEndpoint(UdpEndpoint):
             decoder: Callable[[memoryview], Any] = {HDR_TYPE_SM: status_codec.decode, HDR_TYPE_NAK: nak_codec.decode,
                        HDR_TYPE_RTTM: rttm_codec.decode}[frame_type]
             try:
-                frame = decoder(datagram)
-                if len(datagram) != frame.frame_length:
-                    raise MalformedFrameError("trailing bytes")
+                _decode_exact(decoder, datagram)
             except (MalformedFrameError, ValueError):
                 counters.increment(SystemCounterId.INVALID_PACKETS)
             return
@@ -241,17 +303,29 @@ def _sender_to(endpoint: UdpEndpoint, address: tuple[str, int]) -> Callable[[Any
     return lambda datagram: endpoint.send_to(datagram, address)
 
 
-class Sender:
-    """Agent: sends every network publication's data, reads their control frames."""
+_Endpoint = TypeVar("_Endpoint", bound=UdpEndpoint)
 
-    role_name = "sender"
+
+class _EndpointAgent(Generic[_Endpoint]):
+    """An agent over a list of endpoints, which it closes on close."""
 
     def __init__(self, clock_ns: Callable[[], int]) -> None:
         self.clock_ns = clock_ns
-        self.endpoints: list[SendChannelEndpoint] = []
+        self.endpoints: list[_Endpoint] = []
 
     def on_start(self) -> None:
         pass
+
+    def on_close(self) -> None:
+        for endpoint in self.endpoints:
+            endpoint.close()
+        self.endpoints.clear()
+
+
+class Sender(_EndpointAgent[SendChannelEndpoint]):
+    """Agent: sends every network publication's data, reads their control frames."""
+
+    role_name = "sender"
 
     def do_work(self) -> int:
         now = self.clock_ns()
@@ -264,23 +338,11 @@ class Sender:
                 endpoint.faults.flush(endpoint.on_control)
         return work
 
-    def on_close(self) -> None:
-        for endpoint in self.endpoints:
-            endpoint.close()
-        self.endpoints.clear()
 
-
-class Receiver:
+class Receiver(_EndpointAgent[ReceiveChannelEndpoint]):
     """Agent: reads subscription endpoints into images, sends their NAKs and SMs."""
 
     role_name = "receiver"
-
-    def __init__(self, clock_ns: Callable[[], int]) -> None:
-        self.clock_ns = clock_ns
-        self.endpoints: list[ReceiveChannelEndpoint] = []
-
-    def on_start(self) -> None:
-        pass
 
     def do_work(self) -> int:
         now = self.clock_ns()
@@ -293,8 +355,3 @@ class Receiver:
                 if image.state is ImageState.ACTIVE:
                     work += image.track_rebuild(now, _sender_to(endpoint, image.source_address))
         return work
-
-    def on_close(self) -> None:
-        for endpoint in self.endpoints:
-            endpoint.close()
-        self.endpoints.clear()

@@ -55,6 +55,7 @@ IDENTITY_PARAMS: dict[str, tuple[str, ...]] = {"ipc": (), "udp": ("endpoint", "c
 
 _SIZE = re.compile(r"^(\d+)([kmg]?)$", re.IGNORECASE)
 _DURATION = re.compile(r"^(\d+)(ns|us|ms|s)?$", re.IGNORECASE)
+_INTERFACE = re.compile(r"^(?P<host>[A-Za-z0-9.\-_]+)(?::(?P<port>\d+))?(?:/(?P<prefix>\d+))?$")
 _ENDPOINT = re.compile(r"^(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<host>[A-Za-z0-9.\-_]+)):(?P<port>\d+)$")
 
 
@@ -110,10 +111,14 @@ class ChannelUri:
         self.mtu()
         self.session_id()
         self.linger_ns()
+        self.nak_delay_ns()
+        self.receiver_window_length()
+        self.socket_buffer_lengths()
         for key in ("reliable", "sparse", "tether", "rejoin", "group", "eos", "ssc"):
             self._bool(key)
         self.initial_position()
         self.endpoint()
+        self.interface_address()
         if "control" in self.params:
             self._endpoint("control")
         ttl = self._int("ttl")
@@ -168,15 +173,37 @@ class ChannelUri:
             raise self._error("session-id", "is not a 32-bit integer")
         return value
 
-    def linger_ns(self) -> int | None:
-        if "linger" not in self.params:
+    def _duration_ns(self, key: str) -> int | None:
+        if key not in self.params:
             return None
-        match = _DURATION.match(self.params["linger"])
+        match = _DURATION.match(self.params[key])
         if not match:
-            raise self._error("linger", "is not a duration (e.g. 5s, 100ms, 10us, 500ns)")
+            raise self._error(key, "is not a duration (e.g. 5s, 100ms, 10us, 500ns)")
         return int(match[1]) * {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000, None: 1}[
             match[2].lower() if match[2] else None
         ]
+
+    def linger_ns(self) -> int | None:
+        return self._duration_ns("linger")
+
+    def nak_delay_ns(self) -> int | None:
+        return self._duration_ns("nak-delay")
+
+    def socket_buffer_lengths(self) -> tuple[int | None, int | None]:
+        """``so-rcvbuf`` and ``so-sndbuf`` (bytes), None where not given."""
+        lengths = []
+        for key in ("so-rcvbuf", "so-sndbuf"):
+            value = self._size(key)
+            if value is not None and not 0 < value <= 1 << 31:
+                raise self._error(key, "must be 1 byte to 2g")
+            lengths.append(value)
+        return lengths[0], lengths[1]
+
+    def receiver_window_length(self) -> int | None:
+        value = self._size("rcv-wnd")
+        if value is not None and (value < 32 or value % 32):
+            raise self._error("rcv-wnd", "must be a multiple of 32, at least 32")
+        return value
 
     def reliable(self) -> bool:
         value = self._bool("reliable")
@@ -228,6 +255,21 @@ class ChannelUri:
 
     def interface(self) -> str | None:
         return self.params.get("interface")
+
+    def interface_address(self) -> tuple[str, int, int | None] | None:
+        """``interface=host[:port][/prefix]`` as (host, port or 0, prefix length or None)."""
+        if "interface" not in self.params:
+            return None
+        match = _INTERFACE.match(self.params["interface"])
+        if not match:
+            raise self._error("interface", "is not host[:port][/prefix]")
+        port = int(match["port"] or 0)
+        if not 0 <= port <= 65535:
+            raise self._error("interface", "has a port outside 0..65535")
+        prefix = int(match["prefix"]) if match["prefix"] is not None else None
+        if prefix is not None and not 0 <= prefix <= 32:
+            raise self._error("interface", "has a prefix length outside 0..32")
+        return match["host"], port, prefix
 
     def control_mode(self) -> str | None:
         return self.params.get("control-mode")

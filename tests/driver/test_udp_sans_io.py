@@ -84,7 +84,7 @@ def build(workdir: str, name: str) -> tuple[NetworkPublication, Publication, Log
 
 
 def image_from_setup(workdir: str, setup: setup_codec.SetupFrame, counters: CountersManager,
-                     system: SystemCounters, now: int) -> PublicationImage:
+                     system: SystemCounters, now: int, reliable: bool = True) -> PublicationImage:
     path = os.path.join(workdir, "image")
     log = LogBuffers.create_file(path, term_length=setup.term_length, mtu_length=setup.mtu_length,
                                  session_id=setup.session_id, stream_id=setup.stream_id,
@@ -97,11 +97,12 @@ def image_from_setup(workdir: str, setup: setup_codec.SetupFrame, counters: Coun
         source_identity="test", source_address=("test", 1), log=log, log_file_name=path, counters=counters,
         system_counters=system, hwm_id=hwm, rebuild_id=rebuild, receiver_id=9, join_position=log.tail_position(),
         window_length=TERM // 2, liveness_timeout_ns=10**10, nak_delay_ns=100_000, nak_retry_ns=1_000_000,
-        sm_interval_ns=200_000_000, now_ns=now,
+        sm_interval_ns=200_000_000, now_ns=now, reliable=reliable,
     )
 
 
-def run(workdir: str, messages: list[bytes], drop: float, duplicate: float, reorder: float, seed: int) -> tuple[list[bytes], SystemCounters]:
+def run(workdir: str, messages: list[bytes], drop: float, duplicate: float, reorder: float, seed: int,
+        reliable: bool = True) -> tuple[list[bytes], SystemCounters]:
     rng = random.Random(seed)
     network, publication, log, system, counters = build(workdir, f"p{seed}")
     forward, backward = Link(rng, drop, duplicate, reorder), Link(rng, drop, duplicate, reorder)
@@ -124,7 +125,7 @@ def run(workdir: str, messages: list[bytes], drop: float, duplicate: float, reor
             view = memoryview(datagram)
             frame_type = view[6]
             if frame_type == 5 and image is None:  # SETUP
-                image = image_from_setup(workdir, setup_codec.decode(view), counters, system, now)
+                image = image_from_setup(workdir, setup_codec.decode(view), counters, system, now, reliable)
                 sub = image.add_subscriber(3, 0, "test")
                 subscriber = Image(image.log.view, counters.values, cd.values_offset(sub.counter_id))
             elif frame_type in (0, 1) and image is not None:
@@ -142,6 +143,8 @@ def run(workdir: str, messages: list[bytes], drop: float, duplicate: float, reor
                 network.on_nak(nak_codec.decode(datagram), now, forward.send)
         if len(got) == len(messages):
             break
+        if sent == len(messages) and subscriber is not None and subscriber.position >= publication.position:
+            break  # everything sent was consumed (or, unreliable, skipped as lost)
     if subscriber is not None:
         subscriber.close()
     publication.close()
@@ -181,3 +184,18 @@ def test_a_nak_a_little_over_half_a_term_behind_the_sender_is_still_answered(wor
     messages = messages_of([(i * 97) % 4000 for i in range(3_000)])
     got, system = run(workdir, messages, 0.2, 0.1, 0.1, 5)
     assert got == messages
+
+
+def test_an_unreliable_image_fills_lost_data_with_padding_and_never_naks(workdir: str) -> None:
+    """reliable=false: gaps become padding frames once the NAK delay passes; the subscriber gets the
+    rest whole and in order, each message at most once, and the stream keeps up with the sender."""
+    messages = [i.to_bytes(4, "little") + bytes(size) for i, size in enumerate((i * 97) % 4000 for i in range(3_000))]
+    got, system = run(workdir, messages, 0.05, 0.05, 0.05, 11, reliable=False)
+    order = {m[:4]: i for i, m in enumerate(messages)}
+    indexes = [order[m[:4]] for m in got]
+    assert indexes == sorted(set(indexes)), "delivered out of order or twice"
+    assert all(messages[i] == m for i, m in zip(indexes, got)), "a message came back partial"
+    assert len(messages) // 2 < len(got) < len(messages)
+    assert system.get(SystemCounterId.LOSS_GAP_FILLS) > 0
+    assert system.get(SystemCounterId.NAK_MESSAGES_SENT) == 0
+    assert system.get(SystemCounterId.RETRANSMITS_SENT) == 0
