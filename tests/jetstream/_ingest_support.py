@@ -1,0 +1,182 @@
+"""Support for the ingest and CLI tests: a media driver process, a stand-in upstream jetstream,
+and a stream reader.
+
+The stand-in upstream is an external service's double, not a mock of our parts: a real
+``websockets`` server on 127.0.0.1 that speaks the v1 ``/subscribe`` contract the ingest relies on
+(``cursor`` inclusive in µs; text frames of event JSON) over a fixed list of events. Without a
+cursor it starts at the first event (as if the list were the live feed from then on). It can be
+killed (connections aborted without a close frame, listener closed) and started again on the
+same port, possibly with a different list (another instance that stamped the same events with a
+different clock).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import json
+import shutil
+import threading
+import time
+import urllib.parse
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from websockets.asyncio.server import Server, ServerConnection, serve
+from websockets.http11 import Request, Response
+
+from client import Aeron, Context, FragmentAssembler
+from jetstream.generator import EventGenerator
+
+from tests.driver.conftest import DriverProcess, unique_dir
+
+DRIVER_ARGS = ["--ipc-term-length", "1m", "--driver-timeout", "3s", "--client-liveness-timeout", "2s",
+               "--publication-linger-timeout", "1s", "--dir-delete-on-shutdown", "false"]
+
+
+@contextmanager
+def driver_process(args: list[str] | None = None) -> Iterator[DriverProcess]:
+    """A real media driver process in a fresh directory; its error log must stay empty."""
+    d = DriverProcess(unique_dir(), DRIVER_ARGS if args is None else args).start()
+    try:
+        yield d
+        assert not d.errors(), f"driver error log: {d.errors()}"
+    finally:
+        out = d.stop()
+        shutil.rmtree(d.dir, ignore_errors=True)
+        del out
+
+
+def make_events(count: int, *, seed: int = 7, start_us: int | None = None, step_us: int = 1000) -> list[bytes]:
+    """``count`` generated events stamped ``start_us``, ``start_us + step_us``, ..."""
+    gen = EventGenerator(seed)
+    start = start_us if start_us is not None else time.time_ns() // 1000 - 3_600_000_000
+    return [gen.make_event(start + i * step_us) for i in range(count)]
+
+
+def time_us_of(raw: bytes) -> int:
+    return int(json.loads(raw)["time_us"])
+
+
+def without_time_us(raw: bytes) -> dict[str, Any]:
+    obj = json.loads(raw)
+    del obj["time_us"]
+    return obj  # type: ignore[no-any-return]
+
+
+class UpstreamStandIn:
+    """A jetstream v1 ``/subscribe`` server over a fixed list of events, on its own thread."""
+
+    def __init__(self, events: list[bytes], *, rate: float = 5000.0, port: int = 0) -> None:
+        self.events = events
+        self.times = [time_us_of(e) for e in events]
+        self.rate = rate
+        self.port = port
+        self.requests: list[str] = []
+        self.sent = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._server: Server | None = None
+        self._thread: threading.Thread | None = None
+        self._stopped = threading.Event()
+
+    def start(self) -> "UpstreamStandIn":
+        ready = threading.Event()
+        self._stopped.clear()
+
+        async def main() -> None:
+            self._loop = asyncio.get_running_loop()
+            async with serve(self._handler, "127.0.0.1", self.port, process_request=self._check_path,
+                             compression=None) as server:
+                self._server = server
+                self.port = server.sockets[0].getsockname()[1]
+                ready.set()
+                await server.wait_closed()
+
+        self._thread = threading.Thread(target=lambda: asyncio.run(main()), daemon=True)
+        self._thread.start()
+        assert ready.wait(10), "stand-in upstream did not start"
+        return self
+
+    @property
+    def url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}/subscribe"
+
+    def _check_path(self, connection: ServerConnection, request: Request) -> Response | None:
+        self.requests.append(request.path)
+        if urllib.parse.urlsplit(request.path).path != "/subscribe":
+            return connection.respond(404, "not found\n")
+        return None
+
+    async def _handler(self, ws: ServerConnection) -> None:
+        assert ws.request is not None
+        query = urllib.parse.parse_qs(urllib.parse.urlsplit(ws.request.path).query)
+        start = 0
+        if "cursor" in query:
+            start = bisect.bisect_left(self.times, int(query["cursor"][0]))  # inclusive, like jetstream
+        batch = max(1, int(self.rate / 100))
+        for i in range(start, len(self.events), batch):
+            for raw in self.events[i:i + batch]:
+                await ws.send(raw.decode())
+                self.sent += 1
+            await asyncio.sleep(batch / self.rate)
+        await ws.wait_closed()  # live tail with nothing new
+
+    def kill(self) -> None:
+        """Abort every connection (no close frame, as a crash) and stop listening."""
+        loop, server = self._loop, self._server
+        assert loop is not None and server is not None
+
+        def abort() -> None:
+            for connection in list(server.connections):
+                connection.transport.abort()
+            server.close(close_connections=False)
+
+        loop.call_soon_threadsafe(abort)
+        if self._thread is not None:
+            self._thread.join(10)
+            assert not self._thread.is_alive(), "stand-in upstream did not stop"
+
+
+class StreamReader:
+    """Reads (bytes, reserved_value) messages from a stream through a driver on a background thread."""
+
+    def __init__(self, directory: str, channel: str, stream_id: int) -> None:
+        self.aeron = Aeron.connect(Context(dir=directory, driver_timeout_ms=3_000))
+        self.subscription = self.aeron.add_subscription(channel, stream_id)
+        self.messages: list[tuple[bytes, int]] = []
+        self.paused = threading.Event()
+        self._stop = threading.Event()
+        self._assembler = FragmentAssembler(self._on_message)
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _on_message(self, buffer: memoryview, header: Any) -> None:
+        self.messages.append((bytes(buffer), header.reserved_value))
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            if self.paused.is_set() or self.subscription.poll(self._assembler, 256) == 0:
+                time.sleep(0.0005)
+
+    def wait_for(self, count: int, timeout_s: float = 20.0) -> list[tuple[bytes, int]]:
+        await_condition(lambda: len(self.messages) >= count, timeout_s, f"{count} messages (have {len(self.messages)})")
+        return self.messages
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self.subscription.close()
+        self.aeron.close()
+
+
+def await_condition(condition: Callable[[], bool], timeout_s: float = 10.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+        time.sleep(0.005)
+
+
+__all__ = ["DRIVER_ARGS", "StreamReader", "UpstreamStandIn", "await_condition", "driver_process",
+           "make_events", "time_us_of", "without_time_us"]
