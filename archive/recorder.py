@@ -1,0 +1,290 @@
+"""The recorder: subscribes like any client and writes each image's raw frames to segment files.
+
+Theory of operation
+-------------------
+``Recorder`` runs in its own process (``logbuf-archive record``). It connects to the media
+driver with the client API, adds one subscription, and starts a :class:`RecordingSession` for
+each image (publisher session) as it becomes available, from the image's join position. A session
+block-polls its image (whole raw frames, headers included, never crossing a term) and writes each
+block at file offset ``position - segment base`` of the segment file for that position, then
+release-stores the new stop position in the catalog. The block's first frame length goes to the
+file last, so a crash mid-block leaves "no frame here" where the block began, which is what the
+prefix recovery walks up to. A PAD frame is written as its 32-byte header only.
+
+Keeping up: the recorder's subscriber position is an ordinary ``sub-pos`` counter, so a recorder
+that falls a term window behind back-pressures the publishers; nothing is dropped.
+
+Lifecycle: an image that goes away (publication closed and drained, or a UDP image timing out) is
+drained and its recording stopped. If the driver dies, every image is drained (the logs stay
+mapped), the recordings are stopped, and the recorder reconnects when a driver is back, starting
+new recordings for the new images. ``stop()`` (SIGTERM/SIGINT in the CLI) stops all recordings.
+Everything runs on one thread: the client conductor is driven from this loop
+(``use_conductor_thread=False``), so image callbacks and polls never race.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import structlog
+
+from client import Aeron, Context, Image, Subscription
+from logbuf import data_header_descriptor as dh
+from logbuf.errors import DriverTimeoutError, LogbufError
+
+from archive.catalog import Catalog, RecordingPositionWriter
+from archive.catalog_descriptor import RECORDER_HEARTBEAT_INTERVAL_MS
+from archive.segments import DEFAULT_SEGMENT_LENGTH, effective_segment_length, segment_base_position, segment_file_name
+
+__all__ = ["Recorder", "RecorderContext", "RecordingSession"]
+
+_FIRST_WORD = 4  # the frame length field, written last
+
+
+@dataclass
+class RecorderContext:
+    """Recorder settings (each is a ``logbuf-archive record`` option)."""
+
+    archive_dir: str
+    channel: str
+    stream_id: int
+    driver_dir: str = ""
+    """The media driver's directory (default LOGBUF_DIR or /dev/shm/logbuf-<user>)."""
+    segment_length: int = DEFAULT_SEGMENT_LENGTH
+    """Power of two, 64 KiB..1 GiB; a recording uses max(this, term length). Larger: fewer files,
+    coarser retention."""
+    block_length: int = 1 << 20
+    """Most bytes written per block poll (one pwrite). Larger: fewer syscalls when behind."""
+    driver_timeout_ms: int = 10_000
+    """How long without a driver heartbeat before the recordings are stopped and a reconnect starts."""
+    reconnect: bool = True
+    """After losing the driver, wait for a new one (else the recorder ends)."""
+    max_idle_sleep_s: float = 0.001
+    """Longest sleep when there is nothing to record (latency of noticing new data when idle)."""
+
+    def conclude(self) -> "RecorderContext":
+        if not self.channel:
+            raise ValueError("channel must not be empty")
+        if not -(1 << 31) <= self.stream_id < (1 << 31):
+            raise ValueError(f"stream_id={self.stream_id} is not a 32-bit signed integer")
+        effective_segment_length(self.segment_length, 64 * 1024)
+        if self.block_length < 4096:
+            raise ValueError(f"block_length={self.block_length} must be at least 4096")
+        if self.driver_timeout_ms <= 0:
+            raise ValueError(f"driver_timeout_ms={self.driver_timeout_ms} must be positive")
+        return self
+
+
+class RecordingSession:
+    """Records one image into one recording (segment files + the catalog entry's stop position)."""
+
+    def __init__(self, catalog: Catalog, image: Image, channel: str, segment_length: int, block_length: int) -> None:
+        log = image._log_buffers
+        self.image = image
+        self.catalog = catalog
+        self.archive_dir = catalog.archive_dir
+        self.term_length = image.term_length
+        self.segment_length = effective_segment_length(segment_length, self.term_length)
+        self.block_length = block_length
+        self.start_position = image.position
+        self.position = self.start_position
+        self._shift = self.term_length.bit_length() - 1
+        self._initial_term_id = image.initial_term_id
+        self.recording_id = catalog.add_recording(
+            channel=channel, source_identity=image.source_identity, stream_id=image.stream_id,
+            session_id=image.session_id, initial_term_id=image.initial_term_id, term_length=self.term_length,
+            mtu=log.mtu_length, segment_length=self.segment_length, start_position=self.start_position,
+        )
+        self._writer: RecordingPositionWriter = catalog.position_writer(self.recording_id)
+        self._fd = -1
+        self._segment_base = -1
+        self._segment_end = -1
+        self._next_heartbeat_ms = 0
+        self.stopped = False
+        self._log = structlog.get_logger().bind(role="recorder", recording_id=self.recording_id,
+                                                session_id=image.session_id, stream_id=image.stream_id)
+        self._log.info("recording.started", channel=channel, start_position=self.start_position,
+                       term_length=self.term_length, segment_length=self.segment_length)
+
+    def do_work(self) -> int:
+        """Record what the image holds now (one block); returns the bytes recorded."""
+        if self.stopped or self.image.is_closed:
+            return 0
+        return self.image.block_poll(self._on_block, self.block_length)
+
+    def _on_block(self, block: memoryview, term_offset: int, session_id: int, term_id: int) -> None:
+        position = (((term_id - self._initial_term_id) & 0xFFFFFFFF) << self._shift) + term_offset
+        if position != self.position:
+            raise LogbufError(f"recording {self.recording_id}: block at position {position}, "
+                              f"expected {self.position} (term id {term_id}, offset {term_offset})")
+        if position >= self._segment_end:
+            self._open_segment(position)
+        length = len(block)
+        file_offset = position - self._segment_base
+        if block[dh.TYPE_FIELD_OFFSET] == dh.HDR_TYPE_PAD and block[dh.TYPE_FIELD_OFFSET + 1] == 0:
+            written = block[:dh.HEADER_LENGTH]  # a PAD: its header only; the offset moves by its whole length
+        else:
+            written = block
+        os.pwrite(self._fd, written[_FIRST_WORD:], file_offset + _FIRST_WORD)
+        os.pwrite(self._fd, written[:_FIRST_WORD], file_offset)
+        self.position = position + length
+        self._writer.set_position(self.position)
+
+    def _open_segment(self, position: int) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+        base = segment_base_position(self.start_position, position, self.term_length, self.segment_length)
+        path = self.archive_dir / segment_file_name(self.recording_id, base)
+        self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        if os.fstat(self._fd).st_size < self.segment_length:
+            os.ftruncate(self._fd, self.segment_length)  # sparse, full length: zeros past the recorded position
+        self._segment_base = base
+        self._segment_end = base + self.segment_length
+
+    def heartbeat(self, now_ms: int) -> None:
+        if now_ms >= self._next_heartbeat_ms:
+            self._next_heartbeat_ms = now_ms + RECORDER_HEARTBEAT_INTERVAL_MS // 2
+            self._writer.heartbeat(now_ms)
+
+    def drain(self, max_bytes: int = 1 << 62) -> int:
+        """Record everything the image holds now (up to ``max_bytes``)."""
+        total = 0
+        while total < max_bytes:
+            n = self.do_work()
+            if n == 0:
+                break
+            total += n
+        return total
+
+    def stop(self, reason: str) -> None:
+        """Drain what is there, close the segment and mark the recording stopped."""
+        if self.stopped:
+            return
+        try:
+            self.drain(max_bytes=64 * self.term_length)
+        except (ValueError, OSError) as e:  # the image's log went away under us
+            self._log.warning("recording.drain_failed", error=str(e))
+        self.stopped = True
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+        self.catalog.stop_recording(self.recording_id, self.position)
+        self._log.info("recording.session_stopped", reason=reason, stop_position=self.position,
+                       recorded_length=self.position - self.start_position)
+
+
+class Recorder:
+    """Records every image of one channel and stream id into an archive directory (see the module doc)."""
+
+    def __init__(self, ctx: RecorderContext, *, on_recording_started: Callable[[RecordingSession], None] | None = None
+                 ) -> None:
+        self.ctx = ctx.conclude()
+        self.catalog = Catalog.open_writable(ctx.archive_dir)
+        self.sessions: dict[int, RecordingSession] = {}
+        """Active sessions by image correlation id."""
+        self.finished: list[int] = []
+        self._on_started = on_recording_started
+        self._stop = threading.Event()
+        self._aeron: Aeron | None = None
+        self._subscription: Subscription | None = None
+        self._log = structlog.get_logger().bind(role="recorder", channel=ctx.channel, stream_id=ctx.stream_id)
+
+    # -- client callbacks (on this thread, from aeron.do_work()) -----------------------------------
+    def _on_available_image(self, image: Image) -> None:
+        session = RecordingSession(self.catalog, image, self.ctx.channel, self.ctx.segment_length,
+                                   self.ctx.block_length)
+        self.sessions[image.correlation_id] = session
+        if self._on_started is not None:
+            self._on_started(session)
+
+    def _on_unavailable_image(self, image: Image) -> None:
+        session = self.sessions.pop(image.correlation_id, None)
+        if session is not None:
+            session.stop("image unavailable")
+            self.finished.append(session.recording_id)
+
+    # -- lifecycle -------------------------------------------------------------------------------------
+    def connect(self) -> None:
+        """Connect to the driver (waiting up to the driver timeout) and subscribe."""
+        context = Context(dir=self.ctx.driver_dir, use_conductor_thread=False,
+                          driver_timeout_ms=self.ctx.driver_timeout_ms)
+        self._aeron = Aeron.connect(context)
+        self._subscription = self._aeron.add_subscription(
+            self.ctx.channel, self.ctx.stream_id, self._on_available_image, self._on_unavailable_image
+        )
+        self._log.info("recorder.connected", driver_dir=self._aeron.context.dir, archive_dir=self.ctx.archive_dir)
+
+    def do_work(self) -> int:
+        """One duty cycle: record a block from each image, run the client conductor, heartbeat."""
+        work = 0
+        for session in tuple(self.sessions.values()):
+            work += session.do_work()
+        aeron = self._aeron
+        if aeron is not None:
+            aeron.do_work()
+            now_ms = time.time_ns() // 1_000_000
+            for session in self.sessions.values():
+                session.heartbeat(now_ms)
+            if self._subscription is not None and self._subscription.is_closed:
+                self._on_driver_lost()
+        return work
+
+    def _on_driver_lost(self) -> None:
+        self._log.warning("recorder.driver_lost", recordings=[s.recording_id for s in self.sessions.values()])
+        self._stop_sessions("driver lost")
+        self._close_client()
+
+    def _stop_sessions(self, reason: str) -> None:
+        for key, session in list(self.sessions.items()):
+            session.stop(reason)
+            self.finished.append(session.recording_id)
+            del self.sessions[key]
+
+    def _close_client(self) -> None:
+        if self._aeron is not None:
+            try:
+                self._aeron.close()
+            except LogbufError:
+                pass
+        self._aeron = None
+        self._subscription = None
+
+    def run(self, *, until: Callable[[], bool] | None = None) -> None:
+        """Connect and record until :meth:`stop` (or ``until()`` is true); reconnects after driver loss."""
+        idle_s = 0.0
+        try:
+            while not self._stop.is_set() and not (until is not None and until()):
+                if self._aeron is None:
+                    try:
+                        self.connect()
+                    except DriverTimeoutError as e:
+                        if not self.ctx.reconnect:
+                            raise
+                        self._log.info("recorder.waiting_for_driver", error=str(e))
+                        self._stop.wait(0.2)
+                        continue
+                work = self.do_work()
+                if self._aeron is None and not self.ctx.reconnect:
+                    break
+                if work:
+                    idle_s = 0.0
+                else:
+                    idle_s = min(self.ctx.max_idle_sleep_s, idle_s * 2 or 0.00005)
+                    time.sleep(idle_s)
+        finally:
+            self.close()
+
+    def stop(self) -> None:
+        """Ask :meth:`run` to end (thread- and signal-safe)."""
+        self._stop.set()
+
+    def close(self) -> None:
+        """Stop every recording (draining what is there) and disconnect."""
+        self._stop_sessions("recorder closed")
+        self._close_client()
+        self.catalog.close()
+        self._log.info("recorder.closed", recordings=self.finished)
