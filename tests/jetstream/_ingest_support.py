@@ -15,7 +15,11 @@ from __future__ import annotations
 import asyncio
 import bisect
 import json
+import os
 import shutil
+import signal
+import subprocess
+import sys
 import threading
 import time
 import urllib.parse
@@ -46,6 +50,10 @@ def driver_process(args: list[str] | None = None) -> Iterator[DriverProcess]:
         out = d.stop()
         shutil.rmtree(d.dir, ignore_errors=True)
         del out
+
+
+def unique_driver_dir() -> str:
+    return unique_dir()
 
 
 def make_events(count: int, *, seed: int = 7, start_us: int | None = None, step_us: int = 1000) -> list[bytes]:
@@ -170,6 +178,68 @@ class StreamReader:
         self.aeron.close()
 
 
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+class RelayProcess:
+    """``python -m jetstream.main ARGS`` with its JSON log lines (stderr) collected on a thread."""
+
+    def __init__(self, args: list[str]) -> None:
+        self.args = args
+        self.proc = subprocess.Popen([sys.executable, "-m", "jetstream.main", *args], cwd=ROOT,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        self.lines: list[str] = []
+        self.log: list[dict[str, Any]] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            text = line.decode(errors="replace").rstrip("\n")
+            self.lines.append(text)
+            try:
+                self.log.append(json.loads(text))
+            except ValueError:
+                pass
+
+    def wait_for_log(self, event: str, timeout_s: float = 20.0) -> dict[str, Any]:
+        def found() -> bool:
+            if self.proc.poll() is not None and not self._reader.is_alive():
+                raise AssertionError(f"relay exited ({self.proc.returncode}) before {event!r}:\n" + "\n".join(self.lines))
+            return any(entry.get("event") == event for entry in self.log)
+        await_condition(found, timeout_s, f"log event {event!r}")
+        return next(entry for entry in self.log if entry.get("event") == event)
+
+    def port(self, timeout_s: float = 20.0) -> int:
+        return int(self.wait_for_log("relay.listening", timeout_s)["port"])
+
+    def stop(self, timeout_s: float = 15.0) -> int:
+        """SIGTERM and wait; returns the exit status."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(5)
+            raise AssertionError("relay did not stop on SIGTERM:\n" + "\n".join(self.lines)) from None
+        finally:
+            self._close_pipe()
+        return self.proc.returncode
+
+    def _close_pipe(self) -> None:
+        self._reader.join(5)
+        if self.proc.stderr is not None:
+            self.proc.stderr.close()
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(5)
+        self._close_pipe()
+
+
 def await_condition(condition: Callable[[], bool], timeout_s: float = 10.0, what: str = "condition") -> None:
     deadline = time.monotonic() + timeout_s
     while not condition():
@@ -178,5 +248,5 @@ def await_condition(condition: Callable[[], bool], timeout_s: float = 10.0, what
         time.sleep(0.005)
 
 
-__all__ = ["DRIVER_ARGS", "StreamReader", "UpstreamStandIn", "await_condition", "driver_process",
+__all__ = ["DRIVER_ARGS", "unique_driver_dir", "RelayProcess", "StreamReader", "UpstreamStandIn", "await_condition", "driver_process",
            "make_events", "time_us_of", "without_time_us"]

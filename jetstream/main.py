@@ -1,0 +1,302 @@
+"""``logbuf-jetstream``: run a jetstream relay (ingest → logbuf stream → ``/subscribe`` server).
+
+Wiring (one process; the stream between ingest and server is an ordinary logbuf stream, so
+``logbuf-stat`` shows it and the archive can record it)::
+
+    upstream ws://…/subscribe ─┐                               ┌─> RelayServer.append (server loop)
+      or built-in generator  ──┴─> Ingest ─offer─> aeron:ipc ──┤     └─> /subscribe clients
+                                   (thread)        stream 6008 └─> Recorder (--record, thread)
+
+The media driver: ``--driver auto`` (default) connects to a live driver in ``--driver-dir``
+(default ``LOGBUF_DIR`` or /dev/shm/logbuf-<user>) and otherwise starts one embedded in this
+process (``MediaDriver.launch`` + ``start``: its conductor on a thread) in that directory, removed
+at shutdown; ``embedded`` and ``external`` force one or the other.
+``--role ingest`` / ``--role serve`` split the relay over two processes sharing a driver.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from types import FrameType
+from typing import Any
+
+import structlog
+
+from client import Aeron, Context, Publication, Subscription
+from driver.context import DriverContext, resolve_dir
+from driver.media_driver import MediaDriver
+from logbuf.cnc import is_driver_active
+from logbuf.errors import LogbufError
+from logbuf.logging_config import configure_logging
+
+from jetstream.generator import EventGenerator
+from jetstream.ingest import (
+    DEFAULT_REWIND_S,
+    GeneratorSource,
+    Ingest,
+    OriginClock,
+    Sequencer,
+    Source,
+    UpstreamSource,
+    check_rate,
+    check_upstream_url,
+)
+from jetstream.stream import EventStreamAdapter
+
+__all__ = ["main", "build_parser"]
+
+DEFAULT_CHANNEL = "aeron:ipc"
+DEFAULT_STREAM_ID = 6008
+"""Stream id of the event stream (jetstream's port number, easy to remember)."""
+DEFAULT_PORT = 6008
+DEFAULT_RATE = 500.0
+"""Events per second of the built-in generator: the live network's order of magnitude (300–500/s)."""
+EMBEDDED_IPC_TERM_LENGTH = 16 * 1024 * 1024
+"""Term length of the embedded driver's IPC logs: 8 MiB window (~16 s of the generator's output),
+largest message 2 MiB (real events reach ~1 MB); 3 terms = 48 MiB of /dev/shm."""
+
+
+def _duration_s(text: str) -> float:
+    """``90``, ``90s``, ``15m``, ``24h``, ``1.5d`` -> seconds."""
+    t = text.strip().lower()
+    for suffix, mult in (("ms", 0.001), ("s", 1.0), ("m", 60.0), ("h", 3600.0), ("d", 86400.0)):
+        if t.endswith(suffix):
+            t, m = t[: -len(suffix)], mult
+            break
+    else:
+        m = 1.0
+    try:
+        value = float(t) * m
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration (e.g. 90s, 15m, 24h)") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a positive duration")
+    return value
+
+
+def _rate(text: str) -> float:
+    try:
+        return check_rate(float(text))
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _upstream(text: str) -> str:
+    try:
+        return check_upstream_url(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"port {port} is outside 0..65535")
+    return port
+
+
+def _stream_id(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer stream id") from None
+    if not -(1 << 31) <= value < (1 << 31):
+        raise argparse.ArgumentTypeError(f"stream id {value} is not a 32-bit signed integer")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="logbuf-jetstream",
+        description="A jetstream relay: follows an upstream jetstream (or, with no --upstream, a built-in "
+                    "generator of realistic synthetic events), publishes every event into a logbuf stream "
+                    "and serves the jetstream v1 /subscribe protocol from it.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    src = p.add_argument_group("source")
+    src.add_argument("--upstream", type=_upstream, default=None, metavar="URL",
+                     help="upstream jetstream to follow, e.g. wss://jetstream2.us-west.bsky.network/subscribe "
+                          "(uncompressed; filters in its query are kept). Default: the built-in generator")
+    src.add_argument("--rate", type=_rate, default=DEFAULT_RATE,
+                     help="generator events per second (0 = as fast as the stream takes them)")
+    src.add_argument("--seed", type=int, default=0, help="generator random seed")
+    src.add_argument("--rewind", type=_duration_s, default=DEFAULT_REWIND_S, metavar="DURATION",
+                     help="on reconnect, ask the upstream for events from the last time_us minus this "
+                          "(duplicates are dropped)")
+    srv = p.add_argument_group("server")
+    srv.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0 for all)")
+    srv.add_argument("--port", type=_port, default=DEFAULT_PORT, help="port to listen on (0 = any free port)")
+    srv.add_argument("--data-dir", default=None,
+                     help="directory for the frame files (default: a temporary directory removed at exit)")
+    srv.add_argument("--retention", type=_duration_s, default=None, metavar="DURATION",
+                     help="how long events are kept for cursor replay (e.g. 24h; default: the server's)")
+    srv.add_argument("--zstd-dictionary", default=None, metavar="FILE",
+                     help="jetstream's zstd dictionary: enables compress=true")
+    st = p.add_argument_group("stream and driver")
+    st.add_argument("--channel", default=DEFAULT_CHANNEL, help="channel of the event stream")
+    st.add_argument("--stream-id", type=_stream_id, default=DEFAULT_STREAM_ID, help="stream id of the event stream")
+    st.add_argument("--driver", choices=("auto", "embedded", "external"), default="auto",
+                    help="auto: use a live driver in --driver-dir, else start one embedded; "
+                         "external: require a running driver; embedded: always start one here")
+    st.add_argument("--driver-dir", default=None,
+                    help="media driver directory (default LOGBUF_DIR or /dev/shm/logbuf-<user>)")
+    st.add_argument("--role", choices=("all", "ingest", "serve"), default="all",
+                    help="ingest: only publish into the stream; serve: only serve what the stream carries")
+    st.add_argument("--record", default=None, metavar="ARCHIVE_DIR",
+                    help="also record the event stream into this archive directory")
+    p.add_argument("--duration", type=_duration_s, default=None, help="stop after this long (default: until SIGINT/SIGTERM)")
+    p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    return p
+
+
+@dataclass
+class _Running:
+    """Everything started, for shutdown in reverse order."""
+
+    driver: MediaDriver | None = None
+    aeron: Aeron | None = None
+    server: Any = None
+    server_thread: threading.Thread | None = None
+    adapter: EventStreamAdapter | None = None
+    ingest: Ingest | None = None
+    recorder: Any = None
+    recorder_thread: threading.Thread | None = None
+    temp_data_dir: str | None = None
+
+
+def _start_driver(args: argparse.Namespace, run: _Running, log: Any) -> str:
+    directory = resolve_dir(args.driver_dir)
+    if args.driver != "embedded" and is_driver_active(directory, 1_000):
+        log.info("relay.driver_connected", driver_dir=directory)
+        return directory
+    if args.driver == "external":
+        raise LogbufError(f"no running media driver in {directory} (--driver external)")
+    ctx = DriverContext(dir=directory, ipc_term_length=EMBEDDED_IPC_TERM_LENGTH, dir_delete_on_shutdown=True)
+    run.driver = MediaDriver.launch(ctx)
+    run.driver.start()
+    log.info("relay.driver_embedded", driver_dir=directory)
+    return directory
+
+
+def _make_source(args: argparse.Namespace) -> Source:
+    if args.upstream is None:
+        return GeneratorSource(EventGenerator(args.seed), args.rate, clock=OriginClock())
+    return UpstreamSource(args.upstream, Sequencer(rewind_us=int(args.rewind * 1_000_000)))
+
+
+def _start_server(args: argparse.Namespace, run: _Running, subscription: Subscription, log: Any) -> None:
+    from jetstream.server import RelayConfig, RelayServer  # the serving side (imported only when serving)
+
+    data_dir = args.data_dir
+    if data_dir is None:
+        data_dir = run.temp_data_dir = tempfile.mkdtemp(prefix="logbuf-jetstream-")
+    options: dict[str, Any] = {"host": args.host, "port": args.port, "data_dir": data_dir,
+                               "zstd_dictionary": args.zstd_dictionary}
+    if args.retention is not None:
+        options["retention"] = args.retention
+    server = RelayServer(RelayConfig(**options))
+    run.server = server
+    run.adapter = EventStreamAdapter(subscription, server.append)
+    server.add_duty(run.adapter)
+    run.server_thread = server.start()
+    host, port = server.address
+    log.info("relay.listening", host=host, port=port, url=f"ws://{host}:{port}/subscribe", data_dir=data_dir)
+
+
+def _start_recorder(args: argparse.Namespace, run: _Running, driver_dir: str) -> None:
+    from archive.recorder import Recorder, RecorderContext
+
+    recorder = Recorder(RecorderContext(archive_dir=args.record, channel=args.channel, stream_id=args.stream_id,
+                                        driver_dir=driver_dir))
+    run.recorder = recorder
+    run.recorder_thread = threading.Thread(target=recorder.run, name="jetstream-recorder", daemon=True)
+    run.recorder_thread.start()
+
+
+def _shutdown(run: _Running, log: Any) -> None:
+    if run.ingest is not None:
+        run.ingest.stop()
+        log.info("relay.ingest_stats", **run.ingest.stats.snapshot())
+    if run.server is not None:
+        run.server.stop()
+        if run.server_thread is not None:
+            run.server_thread.join(10)
+        if run.adapter is not None:
+            log.info("relay.stream_stats", **run.adapter.stats.__dict__)
+    if run.recorder is not None:
+        run.recorder.stop()
+        if run.recorder_thread is not None:
+            run.recorder_thread.join(10)
+    if run.aeron is not None:
+        run.aeron.close()
+    if run.driver is not None:
+        run.driver.close()
+    if run.temp_data_dir is not None:
+        shutil.rmtree(run.temp_data_dir, ignore_errors=True)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    configure_logging(args.log_level)
+    log = structlog.get_logger().bind(role="jetstream.relay")
+    if args.record is not None and not os.path.isabs(args.record):
+        args.record = os.path.abspath(args.record)
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    run = _Running()
+    status = 0
+    try:
+        driver_dir = _start_driver(args, run, log)
+        run.aeron = Aeron.connect(Context(dir=driver_dir))
+        if args.role in ("all", "serve"):
+            subscription = run.aeron.add_subscription(args.channel, args.stream_id)
+            _start_server(args, run, subscription, log)
+        if args.record is not None:
+            _start_recorder(args, run, driver_dir)
+        if args.role in ("all", "ingest"):
+            publication: Publication = run.aeron.add_exclusive_publication(args.channel, args.stream_id)
+            run.ingest = Ingest(publication, _make_source(args))
+            run.ingest.start()
+        log.info("relay.started", source=args.upstream or "generator", rate=args.rate if args.upstream is None else None,
+                 channel=args.channel, stream_id=args.stream_id, role=args.role)
+        deadline = None if args.duration is None else time.monotonic() + args.duration
+        while not stop.wait(0.2):
+            if deadline is not None and time.monotonic() >= deadline:
+                break
+            if run.ingest is not None and run.ingest.error is not None:
+                log.error("relay.ingest_failed", error=repr(run.ingest.error))
+                status = 1
+                break
+            if run.server_thread is not None and not run.server_thread.is_alive():
+                log.error("relay.server_stopped")
+                status = 1
+                break
+    except (LogbufError, OSError, ValueError) as e:
+        log.error("relay.start_failed", error=str(e))
+        print(f"logbuf-jetstream: {e}", file=sys.stderr)
+        status = 2
+    finally:
+        _shutdown(run, log)
+        log.info("relay.stopped", status=status)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,95 @@
+"""``logbuf-jetstream`` (``python -m jetstream.main``) as a user runs it: real processes, a real
+media driver, real websocket clients."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from jetstream.events import parse_event
+
+from tests.jetstream._ingest_support import ROOT, RelayProcess, StreamReader, driver_process, unique_driver_dir
+
+
+def run_cli(*args: str, timeout_s: float = 30.0) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "jetstream.main", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=timeout_s)
+
+
+def test_help_lists_the_options() -> None:
+    result = run_cli("--help")
+    assert result.returncode == 0
+    for option in ("--upstream", "--rate", "--port", "--data-dir", "--retention", "--zstd-dictionary",
+                   "--channel", "--stream-id", "--driver-dir", "--record", "--rewind"):
+        assert option in result.stdout
+
+
+def test_bad_options_are_rejected_naming_the_problem() -> None:
+    cases = [
+        (["--rate", "-5"], "rate=-5.0 must be a finite number"),
+        (["--rate", "fast"], "argument --rate"),
+        (["--upstream", "http://example.com/subscribe"], "must start with ws:// or wss://"),
+        (["--upstream", "ws://"], "has no host"),
+        (["--port", "70000"], "port 70000 is outside 0..65535"),
+        (["--retention", "soon"], "'soon' is not a duration"),
+        (["--stream-id", "1e3"], "'1e3' is not an integer stream id"),
+    ]
+    for args, message in cases:
+        result = run_cli(*args)
+        assert result.returncode == 2, (args, result.stderr)
+        assert message in result.stderr, (args, result.stderr)
+
+
+def test_external_driver_required_but_absent_fails_clearly() -> None:
+    result = run_cli("--driver", "external", "--driver-dir", unique_driver_dir(), "--role", "ingest")
+    assert result.returncode == 2
+    assert "no running media driver in" in result.stderr
+
+
+def test_ingest_role_publishes_generated_events_into_the_drivers_stream() -> None:
+    with driver_process() as driver:
+        reader = StreamReader(driver.dir, "aeron:ipc", 1101)
+        try:
+            relay = RelayProcess(["--role", "ingest", "--driver", "external", "--driver-dir", driver.dir,
+                                  "--stream-id", "1101", "--rate", "2000", "--seed", "3"])
+            try:
+                messages = reader.wait_for(500, 30)
+            finally:
+                status = relay.stop()
+            assert status == 0, "\n".join(relay.lines)
+            times = [t for _, t in messages]
+            assert all(a < b for a, b in zip(times, times[1:]))
+            for raw, reserved_value in messages:
+                assert parse_event(raw).time_us == reserved_value
+            events = [e.get("event") for e in relay.log]
+            assert "relay.started" in events and "relay.stopped" in events
+            stats = next(e for e in relay.log if e.get("event") == "relay.ingest_stats")
+            assert stats["published"] >= len(messages)
+            assert all(json.loads(line) for line in relay.lines)  # JSON logs when not a TTY, nothing else
+        finally:
+            reader.close()
+
+
+def test_no_per_event_logging() -> None:
+    with driver_process() as driver:
+        reader = StreamReader(driver.dir, "aeron:ipc", 1102)
+        try:
+            relay = RelayProcess(["--role", "ingest", "--driver-dir", driver.dir, "--stream-id", "1102",
+                                  "--rate", "0", "--duration", "1.5"])
+            reader.wait_for(2000, 30)
+            assert relay.proc.wait(30) == 0
+            relay.stop()
+            assert len(relay.lines) < 20, relay.lines
+        finally:
+            reader.close()
+
+
+def test_embedded_driver_directory_is_removed_at_exit() -> None:
+    directory = unique_driver_dir()
+    relay = RelayProcess(["--role", "ingest", "--driver-dir", directory, "--duration", "1"])
+    assert relay.proc.wait(30) == 0, "\n".join(relay.lines)
+    relay.stop()
+    assert any(e.get("event") == "relay.driver_embedded" for e in relay.log)
+    assert not os.path.exists(directory)
