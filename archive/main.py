@@ -1,0 +1,321 @@
+"""``logbuf-archive``: record, replay, list, describe, verify, dump, delete and retention.
+
+    logbuf-archive -d ARCHIVE_DIR record --channel aeron:ipc --stream-id 10
+    logbuf-archive -d ARCHIVE_DIR list
+    logbuf-archive -d ARCHIVE_DIR replay 0 --stream-id 99
+
+The archive directory comes from ``-d/--archive-dir`` or ``LOGBUF_ARCHIVE_DIR``. Exit status: 0
+on success, 1 when verify finds a bad recording, 2 for bad input (the message names it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict
+from typing import Any
+
+import structlog
+
+from logbuf.errors import LogbufError
+from logbuf.logging_config import configure_logging
+
+from archive.catalog import Catalog, CatalogError, RecordingDescriptor
+from archive.dump import iter_frames
+from archive.maintenance import delete_recording, purge_segments
+from archive.recorder import Recorder, RecorderContext
+from archive.segments import DEFAULT_SEGMENT_LENGTH, SegmentError, segment_files
+from archive.verify import verify_recording
+
+ENV_ARCHIVE_DIR = "LOGBUF_ARCHIVE_DIR"
+
+
+class UsageError(ValueError):
+    """Bad command-line input (exit status 2)."""
+
+
+def _size(text: str) -> int:
+    """Sizes: a number of bytes with an optional k/m/g suffix (powers of 1024)."""
+    t = text.strip().lower()
+    mult = {"k": 1024, "m": 1024**2, "g": 1024**3}.get(t[-1:], 1)
+    try:
+        return int(t[:-1] if mult != 1 else t) * mult
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size (bytes, or with a k/m/g suffix)") from None
+
+
+def _duration_ms(text: str) -> int:
+    """Durations: a number with ms/s/m/h/d (a bare number is seconds)."""
+    t = text.strip().lower()
+    for suffix, mult in (("ms", 1), ("s", 1_000), ("m", 60_000), ("h", 3_600_000), ("d", 86_400_000)):
+        if t.endswith(suffix):
+            t, factor = t[: -len(suffix)], mult
+            break
+    else:
+        factor = 1_000
+    try:
+        return int(float(t) * factor)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration (e.g. 500ms, 30s, 10m, 2h, 7d)") from None
+
+
+def _time_ms(text: str) -> int:
+    """A point in time: epoch milliseconds, or ISO 8601 (UTC unless it says otherwise)."""
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        moment = datetime.datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is neither epoch milliseconds nor an ISO 8601 time") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=datetime.timezone.utc)
+    return int(moment.timestamp() * 1000)
+
+
+def _non_negative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} must not be negative")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="logbuf-archive", description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("-d", "--archive-dir", default=os.environ.get(ENV_ARCHIVE_DIR),
+                        help=f"archive directory (default ${ENV_ARCHIVE_DIR})")
+    parser.add_argument("--log-level", default="info", help="structlog level (debug, info, warning, error)")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("list", help="one line per recording")
+    p.add_argument("--json", action="store_true", help="JSON lines (every descriptor field)")
+    p.add_argument("--all", action="store_true", help="include DELETED recordings")
+
+    p = sub.add_parser("describe", help="every field of one recording, and its segment files")
+    p.add_argument("recording_id", type=_non_negative)
+    p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("verify", help="walk every frame; report the first bad position and why (exit 1)")
+    p.add_argument("recording_id", type=_non_negative, nargs="?", help="default: every VALID recording")
+    p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("dump", help="the frames of a recording as text or JSON lines")
+    p.add_argument("recording_id", type=_non_negative)
+    p.add_argument("--from-position", type=_non_negative, help="default: the start position")
+    p.add_argument("--to-position", type=_non_negative, help="default: the stop position")
+    p.add_argument("--limit", type=_non_negative, help="at most this many frames")
+    p.add_argument("--payload-bytes", type=_non_negative, default=32, help="payload bytes shown per frame (hex)")
+    p.add_argument("--json", action="store_true", help="one JSON object per frame")
+
+    p = sub.add_parser("delete", help="mark a recording DELETED and remove its segment files")
+    p.add_argument("recording_id", type=_non_negative)
+
+    p = sub.add_parser("retention", help="drop whole segments before a position or a time")
+    p.add_argument("recording_id", type=_non_negative, nargs="?", help="default: every VALID recording")
+    p.add_argument("--before-position", type=_non_negative, help="drop segments that end at or before this position")
+    p.add_argument("--older-than", type=_duration_ms, help="drop segments last written longer ago than this (2h, 7d)")
+    p.add_argument("--before-time", type=_time_ms, help="drop segments last written before this (epoch ms or ISO)")
+
+    p = sub.add_parser("recover", help="close recordings whose recorder died, at their valid prefix")
+
+    p = sub.add_parser("record", help="record every image of a channel and stream until SIGINT/SIGTERM")
+    p.add_argument("--channel", required=True, help="e.g. aeron:ipc or aeron:udp?endpoint=localhost:40123")
+    p.add_argument("--stream-id", type=int, required=True)
+    p.add_argument("--driver-dir", default="", help="the media driver's directory (default $LOGBUF_DIR)")
+    p.add_argument("--segment-length", type=_size, default=DEFAULT_SEGMENT_LENGTH,
+                   help="segment file length, a power of two 64k..1g (default 64m; at least the term length)")
+    p.add_argument("--driver-timeout", type=_duration_ms, default=10_000, help="driver liveness timeout (default 10s)")
+    p.add_argument("--no-reconnect", action="store_true", help="end when the driver goes away")
+
+    p = sub.add_parser("replay", help="replay a recording into an aeron:ipc publication")
+    p.add_argument("recording_id", type=_non_negative)
+    p.add_argument("--stream-id", type=int, required=True, help="the replay publication's stream id")
+    p.add_argument("--channel", default="aeron:ipc", help="replay channel (aeron:ipc, maybe with more parameters)")
+    p.add_argument("--position", type=_non_negative, help="default: the start position")
+    p.add_argument("--length", type=_non_negative, help="bytes to replay (default: to the end, following a live one)")
+    p.add_argument("--driver-dir", default="", help="the media driver's directory (default $LOGBUF_DIR)")
+    p.add_argument("--connect-timeout", type=_duration_ms, default=30_000,
+                   help="how long to wait for a subscriber (default 30s)")
+    return parser
+
+
+# -- commands ---------------------------------------------------------------------------------------------
+def _descriptor_dict(d: RecordingDescriptor) -> dict[str, Any]:
+    data = asdict(d)
+    data["state"] = d.state.name
+    return data
+
+
+def _cmd_list(archive_dir: str, args: argparse.Namespace) -> int:
+    with Catalog.open(archive_dir) as catalog:
+        recordings = catalog.recordings()
+    for d in recordings:
+        if d.state.name == "DELETED" and not args.all:
+            continue
+        if args.json:
+            print(json.dumps(_descriptor_dict(d)))
+        else:
+            status = "active" if d.active else ("interrupted" if d.interrupted else "stopped")
+            print(f"{d.recording_id:>4} {d.state.name:<7} {status:<11} stream={d.stream_id} session={d.session_id} "
+                  f"start={d.start_position} stop={d.stop_position} bytes={d.recorded_length} {d.channel}")
+    return 0
+
+
+def _cmd_describe(archive_dir: str, args: argparse.Namespace) -> int:
+    with Catalog.open(archive_dir) as catalog:
+        d = catalog.recording(args.recording_id)
+    segments = [{"base_position": base, "file": path.name, "bytes": path.stat().st_size}
+                for base, path in segment_files(archive_dir, d.recording_id)]
+    if args.json:
+        print(json.dumps({**_descriptor_dict(d), "segments": segments}))
+        return 0
+    for key, value in _descriptor_dict(d).items():
+        print(f"{key:<16} {value}")
+    print(f"{'segments':<16} {len(segments)}")
+    for segment in segments:
+        print(f"  {segment['file']}")
+    return 0
+
+
+def _cmd_verify(archive_dir: str, args: argparse.Namespace) -> int:
+    with Catalog.open(archive_dir) as catalog:
+        if args.recording_id is not None:
+            recordings = [catalog.recording(args.recording_id)]
+        else:
+            recordings = [d for d in catalog.recordings() if d.state.name == "VALID"]
+    bad = 0
+    for d in recordings:
+        result = verify_recording(archive_dir, d)
+        if args.json:
+            print(json.dumps({"recording_id": d.recording_id, "ok": result.ok, "frames": result.frames,
+                              "position": result.end_position, "reason": result.reason}))
+        elif result.ok:
+            print(f"recording {d.recording_id}: OK, {result.frames} frames, {d.start_position}..{d.stop_position}")
+        else:
+            print(f"recording {d.recording_id}: BAD at position {result.end_position}: {result.reason}")
+        bad += not result.ok
+    return 1 if bad else 0
+
+
+def _cmd_dump(archive_dir: str, args: argparse.Namespace) -> int:
+    with Catalog.open(archive_dir) as catalog:
+        d = catalog.recording(args.recording_id)
+    if not args.json:
+        print(f"recording {d.recording_id} stream={d.stream_id} session={d.session_id} "
+              f"{d.start_position}..{d.stop_position} {d.channel}")
+    for count, frame in enumerate(iter_frames(archive_dir, d, args.from_position, args.to_position)):
+        if args.limit is not None and count >= args.limit:
+            break
+        print(json.dumps(frame.as_dict(args.payload_bytes)) if args.json else frame.text(args.payload_bytes))
+    return 0
+
+
+def _cmd_delete(archive_dir: str, args: argparse.Namespace) -> int:
+    with Catalog.open_writable(archive_dir, create=False) as catalog:
+        removed = delete_recording(catalog, args.recording_id)
+    print(f"recording {args.recording_id} deleted, {len(removed)} segment files removed")
+    return 0
+
+
+def _cmd_retention(archive_dir: str, args: argparse.Namespace) -> int:
+    before_time = args.before_time
+    if args.older_than is not None:
+        older = time.time_ns() // 1_000_000 - args.older_than
+        before_time = older if before_time is None else min(before_time, older)
+    if args.before_position is None and before_time is None:
+        raise UsageError("retention needs --before-position, --older-than or --before-time")
+    with Catalog.open_writable(archive_dir, create=False) as catalog:
+        if args.recording_id is not None:
+            ids = [args.recording_id]
+        else:
+            ids = [d.recording_id for d in catalog.recordings() if d.state.name == "VALID"]
+        for recording_id in ids:
+            removed = purge_segments(catalog, recording_id, before_position=args.before_position,
+                                     before_time_ms=before_time)
+            start = catalog.recording(recording_id).start_position
+            print(f"recording {recording_id}: {len(removed)} segment files removed, start position {start}")
+    return 0
+
+
+def _cmd_recover(archive_dir: str, args: argparse.Namespace) -> int:
+    with Catalog.open_writable(archive_dir, create=False, recover=False) as catalog:
+        recovered = catalog.recover_interrupted()
+        for recording_id in recovered:
+            d = catalog.recording(recording_id)
+            print(f"recording {recording_id}: interrupted, valid prefix kept up to {d.stop_position}")
+    if not recovered:
+        print("no interrupted recordings")
+    return 0
+
+
+def _cmd_record(archive_dir: str, args: argparse.Namespace) -> int:
+    ctx = RecorderContext(archive_dir=archive_dir, channel=args.channel, stream_id=args.stream_id,
+                          driver_dir=args.driver_dir, segment_length=args.segment_length,
+                          driver_timeout_ms=args.driver_timeout, reconnect=not args.no_reconnect)
+    recorder = Recorder(ctx)
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: recorder.stop())
+    recorder.run()
+    return 0
+
+
+def _cmd_replay(archive_dir: str, args: argparse.Namespace) -> int:
+    from client import Aeron, Context
+    from archive.replay import Replay
+
+    with Aeron.connect(Context(dir=args.driver_dir)) as aeron:
+        replay = Replay(aeron, archive_dir, args.recording_id, stream_id=args.stream_id, position=args.position,
+                        length=args.length, channel=args.channel, connect_timeout_ms=args.connect_timeout)
+        stop = []
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, lambda *_: stop.append(True))
+        try:
+            while not replay.is_done and not stop:
+                if not replay.do_work():
+                    time.sleep(0.0002)
+        finally:
+            replay.close()
+        if replay.error is not None:
+            print(f"logbuf-archive: replay of recording {args.recording_id} failed: {replay.error}", file=sys.stderr)
+            return 1
+        print(f"replayed recording {args.recording_id} from {replay.start_position} to {replay.position} "
+              f"on {replay.channel} stream {args.stream_id}")
+    return 0
+
+
+COMMANDS = {
+    "list": _cmd_list, "describe": _cmd_describe, "verify": _cmd_verify, "dump": _cmd_dump, "delete": _cmd_delete,
+    "retention": _cmd_retention, "recover": _cmd_recover, "record": _cmd_record, "replay": _cmd_replay,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    configure_logging(args.log_level)
+    log = structlog.get_logger().bind(role="archive-cli", command=args.command)
+    if not args.archive_dir:
+        print(f"logbuf-archive: no archive directory: give -d/--archive-dir or set {ENV_ARCHIVE_DIR}", file=sys.stderr)
+        return 2
+    try:
+        return COMMANDS[args.command](args.archive_dir, args)
+    except BrokenPipeError:  # `dump | head`
+        sys.stderr.close()
+        return 0
+    except (CatalogError, SegmentError, UsageError, LogbufError, ValueError, OSError) as e:
+        log.debug("archive.command_failed", error=str(e))
+        print(f"logbuf-archive {args.command}: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,67 @@
+"""Deleting recordings and dropping old segments (retention), on a writable catalog."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+
+import structlog
+
+from archive.catalog import Catalog, CatalogError, RecordingState
+from archive.segments import segment_files
+
+__all__ = ["delete_recording", "purge_segments"]
+
+
+def delete_recording(catalog: Catalog, recording_id: int) -> list[pathlib.Path]:
+    """Mark the recording DELETED, then remove its segment files; returns the files removed.
+
+    A recording that a live recorder is still writing cannot be deleted (stop the recorder first).
+    """
+    d = catalog.recording(recording_id)
+    if d.active:
+        raise CatalogError(f"recording {recording_id} is still being recorded; stop its recorder first")
+    catalog.set_state(recording_id, RecordingState.DELETED)
+    removed = []
+    for _, path in segment_files(catalog.archive_dir, recording_id):
+        path.unlink(missing_ok=True)
+        removed.append(path)
+    structlog.get_logger().info("recording.deleted", recording_id=recording_id, segments_removed=len(removed))
+    return removed
+
+
+def purge_segments(catalog: Catalog, recording_id: int, *, before_position: int | None = None,
+                   before_time_ms: int | None = None) -> list[pathlib.Path]:
+    """Drop the recording's oldest whole segments and move its start position past them.
+
+    A segment goes if it ends at or before ``before_position`` and/or was last written before
+    ``before_time_ms`` (its file's modification time; epoch ms), and never if it holds the stop
+    position. Only a prefix of the segments can go, so the recording stays contiguous. The
+    catalog's start position moves first (to the first kept segment's base), then files are
+    removed. Returns the files removed.
+    """
+    if before_position is None and before_time_ms is None:
+        raise ValueError("retention needs a position or a time to drop segments before")
+    d = catalog.recording(recording_id)
+    if d.state != RecordingState.VALID:
+        raise CatalogError(f"recording {recording_id} is {d.state.name}: no retention to apply")
+    dropped: list[pathlib.Path] = []
+    new_start = d.start_position
+    for base, path in segment_files(catalog.archive_dir, recording_id):
+        end = base + d.segment_length
+        if end > d.stop_position:
+            break
+        if before_position is not None and end > before_position:
+            break
+        if before_time_ms is not None and os.stat(path).st_mtime_ns // 1_000_000 >= before_time_ms:
+            break
+        dropped.append(path)
+        new_start = max(new_start, end)
+    if not dropped:
+        return []
+    catalog.set_start_position(recording_id, new_start)
+    for path in dropped:
+        path.unlink(missing_ok=True)
+    structlog.get_logger().info("recording.segments_purged", recording_id=recording_id, segments_removed=len(dropped),
+                                start_position=new_start)
+    return dropped
