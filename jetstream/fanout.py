@@ -1,0 +1,286 @@
+"""The fan-out engine: every subscriber is a byte cursor into a frame file, fed by ``os.sendfile``.
+
+Theory of operation (``protocol_spec/jetstream-relay.md`` §3-§4):
+
+* A subscriber reads one file (plain or zstd) and is, at any time, sending one *range*
+  ``[pos, range_end)`` that ends on a frame boundary. An unfiltered subscriber's range is "from where
+  I am to the end of the file": each pass extends it to the current end and sends it with one
+  ``sendfile``; a slow reader is simply further behind and gets a bigger copy next time, so the work
+  per pass is one system call per subscriber that has something to receive, whatever it lags by.
+* A filtered subscriber plans *runs*: the numpy index is masked by its filter over the next events,
+  and each run of consecutive wanted frames is one range (one ``sendfile``).
+* Control frames (the handshake response, pongs, pings, close) are queued in ``out`` and written only
+  at a frame boundary: queueing one shortens the current range to the end of the frame being sent;
+  the rest of the range is put back (unfiltered: ``next_seq`` moves back; filtered: the remainder
+  becomes the next run).
+* Sockets are non-blocking and registered edge-triggered for EPOLLOUT: a subscriber that got EAGAIN
+  is skipped until epoll says it is writable again; a partial send leaves it writable (the next pass
+  tries again and either sends or gets EAGAIN, which arms the edge).
+* Before every send the range start is checked against the store's floor (the first retained
+  byte): a subscriber behind retention is dropped, never sent punched-out bytes.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections import deque
+from collections.abc import Callable
+from enum import IntEnum
+from typing import Final
+
+import numpy as np
+import numpy.typing as npt
+from websockets.server import ServerProtocol
+
+from .filters import SubscriberOptions
+from .store import PLAIN, FrameStore
+
+__all__ = ["CompiledFilter", "FanOut", "State", "Subscriber"]
+
+#: Events scanned per planning step of a filtered subscriber.
+SCAN_LIMIT: Final = 8192
+#: Ranges a subscriber may send in one pass (bounds one pass for filtered replays).
+MAX_STEPS_PER_PASS: Final = 64
+
+
+class State(IntEnum):
+    HANDSHAKE = 0     # reading the HTTP request (bounded by the handshake timeout)
+    HELD = 1          # requireHello: 101 sent, nothing else until a valid options_update
+    STREAMING = 2     # sending events
+    CLOSING = 3       # a final response or close frame is queued: flush ``out``, then shut the write side
+    LINGER = 4        # write side shut: read until the peer's EOF (bounded), then close
+
+
+class CompiledFilter:
+    """A subscriber's filter as index lookups: allowed collection ids, sorted DID hashes, size limit."""
+
+    __slots__ = ("options", "allowed", "dids", "max_length")
+
+    def __init__(self, options: SubscriberOptions) -> None:
+        self.options = options
+        self.allowed: npt.NDArray[np.bool_] = np.ones(1, np.bool_)          # id 0 (no collection) passes
+        self.dids: npt.NDArray[np.int64] | None = (
+            np.sort(np.fromiter((hash(d) for d in options.dids), np.int64, len(options.dids))) if options.dids else None)
+        self.max_length = options.max_message_size_bytes
+
+    def allowed_for(self, store: FrameStore) -> npt.NDArray[np.bool_]:
+        names = store.collection_names
+        if len(self.allowed) < len(names):
+            matches = self.options.collections.matches
+            extra = np.fromiter((matches(n) for n in names[len(self.allowed):]), np.bool_)
+            self.allowed = np.concatenate((self.allowed, extra))
+        return self.allowed
+
+
+class Subscriber:
+    """One connection's state; plain attributes, read and written by the loop thread only."""
+
+    __slots__ = ("sock", "fd", "ip", "protocol", "state", "kind", "options", "filter", "pos", "range_end",
+                 "range_events", "next_seq", "runs", "out", "eof_after_out", "writable", "blocked_since_ns",
+                 "deadline_ns", "next_ping_ns", "bytes_sent", "events_sent", "over_limit", "message")
+
+    def __init__(self, sock: socket.socket, ip: str, protocol: ServerProtocol, deadline_ns: int) -> None:
+        self.sock = sock
+        self.fd = sock.fileno()
+        self.ip = ip
+        self.protocol = protocol
+        self.state = State.HANDSHAKE
+        self.kind = PLAIN
+        self.options = SubscriberOptions()
+        self.filter: CompiledFilter | None = None
+        self.pos = 0
+        self.range_end = 0
+        self.range_events = 0                 # events in the current range, counted when it completes
+        self.next_seq = 0                     # first event not yet planned
+        self.runs: deque[tuple[int, int, int]] = deque()
+        self.out = bytearray()                # control bytes, written at frame boundaries
+        self.eof_after_out = False
+        self.writable = True
+        self.blocked_since_ns = 0
+        self.deadline_ns = deadline_ns
+        self.next_ping_ns = 0
+        self.bytes_sent = 0
+        self.events_sent = 0
+        self.over_limit = False
+        self.message: list[bytes] | None = None   # fragments of a client message being received
+
+
+class FanOut:
+    """Plans and sends every subscriber's ranges; owns the set of connections past the handshake."""
+
+    def __init__(self, store: FrameStore, drop: Callable[[Subscriber, str], None],
+                 on_linger: Callable[[Subscriber], None]) -> None:
+        self.store = store
+        self._drop = drop
+        self._on_linger = on_linger
+        self.subscribers: dict[int, Subscriber] = {}
+        self.sendfile_calls = 0
+        self.bytes_sent = 0
+
+    # -- state changes ---------------------------------------------------------------------------
+
+    def add(self, sub: Subscriber) -> None:
+        self.subscribers[sub.fd] = sub
+
+    def remove(self, sub: Subscriber) -> None:
+        self.subscribers.pop(sub.fd, None)
+
+    def start(self, sub: Subscriber, seq: int) -> None:
+        """Begin streaming from event ``seq`` (``store.next_seq``: live)."""
+        sub.state = State.STREAMING
+        sub.next_seq = seq
+        sub.pos = sub.range_end = self.store.offset_of(sub.kind, seq)
+        sub.range_events = 0
+        sub.runs.clear()
+
+    def set_options(self, sub: Subscriber, options: SubscriberOptions) -> None:
+        """Apply new filters from the next frame boundary on (what was planned is re-planned)."""
+        self._cut_at_boundary(sub)
+        if sub.runs:                          # planned runs were for the old filter: plan again from them
+            sub.next_seq = self.store.seq_at_or_after(sub.kind, sub.runs[0][0])
+            sub.runs.clear()
+        sub.options = options
+        sub.filter = None if options.wants_everything else CompiledFilter(options)
+
+    def queue_control(self, sub: Subscriber, data: bytes) -> None:
+        """Queue a control frame (or an HTTP response): it goes out at the next frame boundary."""
+        sub.out += data
+        self._cut_at_boundary(sub)
+
+    def _cut_at_boundary(self, sub: Subscriber) -> None:
+        if sub.pos >= sub.range_end:
+            return
+        store = self.store
+        seq = store.seq_at_or_after(sub.kind, sub.pos)
+        boundary = store.offset_of(sub.kind, seq)
+        if boundary >= sub.range_end:
+            return
+        if sub.filter is None:
+            remaining = sub.next_seq - seq
+            sub.next_seq = seq
+        else:
+            remaining = store.seq_at_or_after(sub.kind, sub.range_end) - seq
+            sub.runs.appendleft((boundary, sub.range_end, remaining))
+        sub.range_events -= remaining
+        sub.range_end = boundary
+
+    def is_behind(self, sub: Subscriber) -> bool:
+        """Whether something this subscriber still has to receive was retired."""
+        if sub.state is not State.STREAMING:
+            return False
+        floor = self.store.floor(sub.kind)
+        if sub.pos < sub.range_end and sub.pos < floor:
+            return True
+        if sub.runs and sub.runs[0][0] < floor:
+            return True
+        return sub.next_seq < self.store.first_seq
+
+    # -- sending ---------------------------------------------------------------------------------
+
+    def send_out(self, sub: Subscriber) -> bool:
+        """Write queued control bytes; True when all are written (and the write side shut if asked)."""
+        if sub.out:
+            try:
+                sent = sub.sock.send(sub.out)
+            except BlockingIOError:
+                sub.writable = False
+                return False
+            except OSError:
+                self._drop(sub, "socket_error")
+                return False
+            del sub.out[:sent]
+            if sub.out:
+                return False
+        if sub.eof_after_out and sub.state is not State.LINGER:
+            try:
+                sub.sock.shutdown(socket.SHUT_WR)
+            except OSError:
+                self._drop(sub, "socket_error")
+                return False
+            sub.state = State.LINGER
+            self._on_linger(sub)
+            return False
+        return True
+
+    def flush(self, now_ns: int) -> int:
+        """One pass over every subscriber: send what each is owed. Returns bytes sent."""
+        store = self.store
+        n = store.next_seq
+        files = store.files
+        ends = [f.end for f in files]
+        fds = [f.fd for f in files]
+        floors = [store.floor(k) for k in range(len(files))]
+        sendfile = os.sendfile
+        streaming = State.STREAMING
+        total = 0
+        calls = 0
+        for sub in list(self.subscribers.values()):
+            if not sub.writable:
+                continue
+            kind = sub.kind
+            steps = 0
+            while steps < MAX_STEPS_PER_PASS:
+                steps += 1
+                pos = sub.pos
+                end = sub.range_end
+                if pos >= end:
+                    if sub.range_events:
+                        sub.events_sent += sub.range_events
+                        sub.range_events = 0
+                    if sub.out or sub.eof_after_out:
+                        if not self.send_out(sub):
+                            break
+                    if sub.state is not streaming or not self._plan(sub, n, ends[kind]):
+                        break
+                    continue
+                if sub.filter is None and end < ends[kind] and not sub.out:
+                    sub.range_events += n - sub.next_seq
+                    sub.next_seq = n
+                    end = sub.range_end = ends[kind]
+                if pos < floors[kind]:
+                    self._drop(sub, "behind_retention")
+                    break
+                try:
+                    sent = sendfile(sub.fd, fds[kind], pos, end - pos)
+                except BlockingIOError:
+                    sub.writable = False
+                    sub.blocked_since_ns = now_ns
+                    break
+                except OSError:
+                    self._drop(sub, "socket_error")
+                    break
+                finally:
+                    calls += 1
+                sub.pos = pos + sent
+                sub.bytes_sent += sent
+                total += sent
+                if sent < end - pos:
+                    break
+        self.sendfile_calls += calls
+        self.bytes_sent += total
+        return total
+
+    def _plan(self, sub: Subscriber, n: int, file_end: int) -> bool:
+        """Set the next range at a boundary; False when there is nothing to send now."""
+        if sub.runs:
+            sub.pos, sub.range_end, sub.range_events = sub.runs.popleft()
+            return True
+        if sub.next_seq >= n:
+            return False
+        if sub.filter is None:
+            sub.pos = self.store.offset_of(sub.kind, sub.next_seq)
+            sub.range_end = file_end
+            sub.range_events = n - sub.next_seq
+            sub.next_seq = n
+            return True
+        f = sub.filter
+        runs, scanned = self.store.matching_runs(sub.kind, sub.next_seq, SCAN_LIMIT, f.allowed_for(self.store),
+                                                 f.dids, f.max_length)
+        sub.next_seq = scanned
+        if runs:
+            sub.runs.extend(runs)
+            sub.pos, sub.range_end, sub.range_events = sub.runs.popleft()
+            return True
+        return scanned < n                    # nothing wanted in this slice: scan on (bounded by the steps)
+

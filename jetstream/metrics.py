@@ -1,0 +1,128 @@
+"""The relay's counters and their Prometheus exposition under jetstream's metric names.
+
+The loop only adds to plain ints (``RelayCounters``, and per-subscriber byte/event counts); nothing
+is exported per send. :class:`RelayCollector` reads them when ``/metrics`` is scraped, so a scrape
+costs one walk over the subscribers and the hot path no lock or label lookup.
+
+Names (facts file §4.4): jetstream's own, ``jetstream_subscribers_connected{ip_address}``,
+``jetstream_events_emitted_total``, ``jetstream_bytes_emitted_total``,
+``jetstream_events_delivered_total{ip_address}``, ``jetstream_bytes_delivered_total{ip_address}``,
+plus ``logbuf_jetstream_*`` for what jetstream does not have (store, retention, drops, rejects).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+__all__ = ["MetricsSnapshot", "RelayCollector", "RelayCounters"]
+
+
+@dataclass(slots=True)
+class RelayCounters:
+    """Plain counters the loop increments; names are the metric label values."""
+
+    events_rejected: Counter[str] = field(default_factory=Counter)       # reason
+    handshakes: Counter[str] = field(default_factory=Counter)            # outcome: accepted, bad_request, ...
+    clients_dropped: Counter[str] = field(default_factory=Counter)       # reason
+    options_updates: int = 0
+    options_update_errors: Counter[str] = field(default_factory=Counter)  # reason
+    client_messages_ignored: int = 0
+    pings_sent: int = 0
+    loop_iterations: int = 0
+    flush_passes: int = 0
+    sendfile_calls: int = 0
+    accept_errors: int = 0
+    # per IP, accumulated from subscribers that have gone
+    departed_events: Counter[str] = field(default_factory=Counter)
+    departed_bytes: Counter[str] = field(default_factory=Counter)
+
+
+@dataclass(slots=True)
+class MetricsSnapshot:
+    connected: Counter[str]
+    events_delivered: Counter[str]
+    bytes_delivered: Counter[str]
+    events_emitted: int
+    bytes_emitted: int
+    store_events: int
+    store_bytes: dict[str, int]
+    store_disk_bytes: dict[str, int]
+    oldest_time_us: int
+    newest_time_us: int
+    events_retired: int
+    bytes_punched: int
+    punch_failures: int
+    counters: RelayCounters
+
+
+class RelayCollector(Collector):
+    def __init__(self, snapshot: Callable[[], MetricsSnapshot]) -> None:
+        self._snapshot = snapshot
+
+    def collect(self) -> Iterator[Metric]:
+        s = self._snapshot()
+        c = s.counters
+
+        def per_ip(metric: GaugeMetricFamily | CounterMetricFamily, values: Counter[str]) -> Metric:
+            for ip, value in sorted(values.items()):
+                metric.add_metric([ip], value)
+            return metric
+
+        yield per_ip(GaugeMetricFamily("jetstream_subscribers_connected", "Subscribers connected, by IP",
+                                       labels=["ip_address"]), s.connected)
+        yield CounterMetricFamily("jetstream_events_emitted", "Events stored for emission", value=s.events_emitted)
+        yield CounterMetricFamily("jetstream_bytes_emitted", "JSON bytes of the events stored for emission",
+                                  value=s.bytes_emitted)
+        yield per_ip(CounterMetricFamily("jetstream_events_delivered", "Events sent to subscribers, by IP",
+                                         labels=["ip_address"]), s.events_delivered)
+        yield per_ip(CounterMetricFamily("jetstream_bytes_delivered", "Bytes (frames) sent to subscribers, by IP",
+                                         labels=["ip_address"]), s.bytes_delivered)
+
+        def labelled(name: str, doc: str, label: str, values: Counter[str]) -> Metric:
+            metric = CounterMetricFamily(name, doc, labels=[label])
+            for key, value in sorted(values.items()):
+                metric.add_metric([key], value)
+            return metric
+
+        yield labelled("logbuf_jetstream_events_rejected", "Appended events refused (non-increasing time_us)",
+                       "reason", c.events_rejected)
+        yield labelled("logbuf_jetstream_handshakes", "HTTP requests answered, by outcome", "outcome", c.handshakes)
+        yield labelled("logbuf_jetstream_clients_dropped", "Connections ended by the relay, by reason", "reason",
+                       c.clients_dropped)
+        yield CounterMetricFamily("logbuf_jetstream_options_updates", "Valid options_update messages",
+                                  value=c.options_updates)
+        yield labelled("logbuf_jetstream_options_update_errors", "Client messages that closed the connection",
+                       "reason", c.options_update_errors)
+        yield CounterMetricFamily("logbuf_jetstream_client_messages_ignored",
+                                  "Client messages of an unknown type or binary", value=c.client_messages_ignored)
+        yield CounterMetricFamily("logbuf_jetstream_pings_sent", "Pings sent to subscribers", value=c.pings_sent)
+        yield CounterMetricFamily("logbuf_jetstream_loop_iterations", "Event-loop iterations",
+                                  value=c.loop_iterations)
+        yield CounterMetricFamily("logbuf_jetstream_flush_passes", "Passes over the subscribers",
+                                  value=c.flush_passes)
+        yield CounterMetricFamily("logbuf_jetstream_sendfile_calls", "sendfile calls", value=c.sendfile_calls)
+        yield CounterMetricFamily("logbuf_jetstream_accept_errors", "accept() failures (fd limit, ...)",
+                                  value=c.accept_errors)
+        yield GaugeMetricFamily("logbuf_jetstream_store_events", "Events retained", value=s.store_events)
+        for name, doc, values in (("logbuf_jetstream_store_bytes", "Apparent size of each frame file", s.store_bytes),
+                                  ("logbuf_jetstream_store_disk_bytes", "Disk blocks of each frame file",
+                                   s.store_disk_bytes)):
+            metric = GaugeMetricFamily(name, doc, labels=["file"])
+            for key, value in values.items():
+                metric.add_metric([key], value)
+            yield metric
+        yield GaugeMetricFamily("logbuf_jetstream_oldest_time_us", "time_us of the oldest retained event",
+                                value=s.oldest_time_us)
+        yield GaugeMetricFamily("logbuf_jetstream_newest_time_us", "time_us of the newest event",
+                                value=s.newest_time_us)
+        yield CounterMetricFamily("logbuf_jetstream_events_retired", "Events dropped by retention",
+                                  value=s.events_retired)
+        yield CounterMetricFamily("logbuf_jetstream_bytes_punched", "File bytes freed by hole punching",
+                                  value=s.bytes_punched)
+        yield CounterMetricFamily("logbuf_jetstream_punch_failures", "fallocate(PUNCH_HOLE) failures",
+                                  value=s.punch_failures)

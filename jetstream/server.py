@@ -1,0 +1,621 @@
+"""The relay server: jetstream's v1 ``/subscribe`` for many websocket clients, from one epoll loop.
+
+Theory of operation (``protocol_spec/jetstream-relay.md`` has the details):
+
+* One thread runs everything: ``epoll`` over the listening socket and every connection, the duties
+  (the ingest side's stream subscription, which calls :meth:`RelayServer.append`), a pass of the
+  fan-out engine (:mod:`jetstream.fanout`) at most every ``flush_interval_s``, and timers (handshake
+  and close deadlines, pings, write timeouts, retention). Nothing blocks: sockets are non-blocking.
+* Each event is stored once per encoding (:mod:`jetstream.store`) as a ready websocket frame; clients
+  are byte cursors into the frame files and get them with ``os.sendfile``.
+* HTTP requests and client frames are parsed by ``websockets``' sans-IO ``ServerProtocol`` (request
+  limits, upgrade validation and the 101 response, frame parsing with the 10 MB message cap, ping
+  answers, close handshake). Its output (responses, pongs, pings, close frames) is queued and written
+  between our frames; the events themselves never go through it.
+* Per connection: HANDSHAKE (bounded by ``handshake_timeout_s``) → HELD (``requireHello``) →
+  STREAMING → CLOSING (a last response or close frame queued) → LINGER (write side shut, read until
+  the peer closes, at most ``close_timeout_s``) → closed.
+
+Errors follow jetstream: bad query → plain-text 400 before the upgrade; a bad client message →
+close 1007 (not JSON / bad payload JSON) or 1008 (fails validation, reason cut to 123 bytes); a
+message over 10 MB → 1009; shutdown → 1001. Connections over the per-IP limit get 429, over the
+total limit 503. Everything is counted (:mod:`jetstream.metrics`); only lifecycle is logged.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import math
+import os
+import select
+import socket
+import threading
+import time
+from collections import Counter, deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Final
+
+import structlog
+from prometheus_client import CollectorRegistry
+from websockets.frames import Frame, Opcode
+from websockets.http11 import Request
+from websockets.protocol import State as ProtocolState
+from websockets.server import ServerProtocol
+
+from logbuf.errors import ConfigurationError
+
+from .events import EventMeta
+from .fanout import FanOut, State, Subscriber
+from .filters import (
+    MAX_CLIENT_MESSAGE_LENGTH,
+    OptionsError,
+    OptionsUpdateDecodeError,
+    SubscriberOptions,
+    parse_options_update,
+    parse_query,
+    truncate_close_reason,
+)
+from .http import (
+    METRICS_PATH,
+    SUBSCRIBE_PATH,
+    WELCOME_PATH,
+    WELCOME_TEXT,
+    metrics_response,
+    split_target,
+    text_response,
+)
+from .metrics import MetricsSnapshot, RelayCollector, RelayCounters
+from .store import PLAIN, ZSTD, FrameStore
+
+__all__ = ["CLOSE_GOING_AWAY", "CLOSE_INVALID_PAYLOAD", "CLOSE_POLICY_VIOLATION", "RelayConfig", "RelayServer"]
+
+CLOSE_GOING_AWAY: Final = 1001
+CLOSE_INVALID_PAYLOAD: Final = 1007
+CLOSE_POLICY_VIOLATION: Final = 1008
+SHUTDOWN_REASON: Final = "server shutting down"
+TOO_SLOW_REASON: Final = "consumer too slow: cursor fell behind retention"
+TIMER_PERIOD_NS: Final = 100_000_000          # handshake and linger deadlines
+SLOW_TIMER_PERIOD_NS: Final = 1_000_000_000   # pings and write timeouts
+ACCEPT_BATCH: Final = 256
+READS_PER_EVENT: Final = 16
+RECV_SIZE: Final = 65536
+
+# websockets' sans-IO protocol logs "connection open" etc. at INFO per connection: keep that quiet.
+_WS_LOGGER = logging.getLogger("jetstream.relay.websocket")
+_WS_LOGGER.setLevel(logging.WARNING)
+
+
+@dataclass
+class RelayConfig:
+    """The relay's settings; :meth:`validate` checks them all (errors name the setting and value).
+
+    ``retention`` (seconds) / ``retention_bytes``: keep events at most this much older than the newest / this
+    many bytes of plain frames (either or both; at least one). ``flush_interval_s``: the shortest time
+    between two passes over the subscribers: longer batches more events per ``sendfile`` (less CPU per
+    client), shorter lowers the added latency. ``write_timeout_s``: drop a client whose socket took no
+    byte for that long (0: never; retention still drops it when it falls behind).
+    """
+
+    data_dir: str
+    host: str = "127.0.0.1"
+    port: int = 6008
+    retention: float | None = 86_400.0
+    retention_bytes: int | None = None
+    retention_check_s: float = 1.0
+    zstd_dictionary: str | None = None
+    max_connections_per_ip: int = 100
+    max_connections: int = 50_000
+    handshake_timeout_s: float = 10.0
+    close_timeout_s: float = 2.0
+    ping_interval_s: float = 30.0
+    write_timeout_s: float = 10.0
+    flush_interval_s: float = 0.01
+    max_client_message_length: int = MAX_CLIENT_MESSAGE_LENGTH
+    listen_backlog: int = 4096
+
+    def validate(self) -> None:
+        def positive(name: str, value: float, *, allow_zero: bool = False) -> None:
+            ok = value >= 0 if allow_zero else value > 0
+            if not ok or (isinstance(value, float) and not math.isfinite(value)):
+                raise ConfigurationError(f"{name}={value!r} must be {'>= 0' if allow_zero else '> 0'}")
+
+        if not self.data_dir:
+            raise ConfigurationError("data_dir must be set (a directory for the frame files)")
+        if not 0 <= self.port <= 65535:
+            raise ConfigurationError(f"port={self.port} must be 0..65535 (0: any free port)")
+        if self.retention is None and self.retention_bytes is None:
+            raise ConfigurationError("retention and retention_bytes are both None: set at least one")
+        if self.retention is not None:
+            positive("retention", self.retention)
+        if self.retention_bytes is not None:
+            positive("retention_bytes", self.retention_bytes)
+        positive("retention_check_s", self.retention_check_s)
+        positive("max_connections_per_ip", self.max_connections_per_ip)
+        positive("max_connections", self.max_connections)
+        positive("handshake_timeout_s", self.handshake_timeout_s)
+        positive("close_timeout_s", self.close_timeout_s)
+        positive("ping_interval_s", self.ping_interval_s)
+        positive("write_timeout_s", self.write_timeout_s, allow_zero=True)
+        positive("flush_interval_s", self.flush_interval_s, allow_zero=True)
+        positive("max_client_message_length", self.max_client_message_length)
+        positive("listen_backlog", self.listen_backlog)
+        if self.zstd_dictionary is not None and not os.path.isfile(self.zstd_dictionary):
+            raise ConfigurationError(f"zstd_dictionary={self.zstd_dictionary!r} is not a readable file")
+
+
+class RelayServer:
+    """Serve ``/subscribe`` from the frame store; see the module docstring.
+
+    ``append`` and duties run on the loop thread; other threads use :meth:`call_soon_threadsafe`.
+    """
+
+    def __init__(self, config: RelayConfig) -> None:
+        config.validate()
+        self.config = config
+        dictionary: bytes | None = None
+        if config.zstd_dictionary is not None:
+            with open(config.zstd_dictionary, "rb") as f:
+                dictionary = f.read()
+        self.store = FrameStore(config.data_dir, zstd_dictionary=dictionary)
+        self.counters = RelayCounters()
+        self.fanout = FanOut(self.store, self._drop, self._on_linger)
+        self.registry = CollectorRegistry()
+        self.registry.register(RelayCollector(self._snapshot))
+        self._log = structlog.get_logger().bind(role="jetstream-relay")
+        family = socket.AF_INET6 if ":" in config.host else socket.AF_INET
+        self._listener = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            self._listener.bind((config.host, config.port))
+            self._listener.listen(config.listen_backlog)
+        except OSError as exc:
+            self._listener.close()
+            self.store.close()
+            raise ConfigurationError(f"cannot listen on {config.host}:{config.port}: {exc}") from exc
+        self._listener.setblocking(False)
+        self._epoll = select.epoll()
+        self._wake_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        self._epoll.register(self._listener.fileno(), select.EPOLLIN)
+        self._epoll.register(self._wake_fd, select.EPOLLIN)
+        self._connections: dict[int, Subscriber] = {}
+        self._handshaking: dict[int, Subscriber] = {}
+        self._lingering: dict[int, Subscriber] = {}
+        self._read_again: set[Subscriber] = set()
+        self._per_ip: Counter[str] = Counter()
+        self._duties: list[Callable[[], int]] = []
+        self._calls: deque[Callable[[], None]] = deque()
+        self._stop = threading.Event()
+        self._dirty = False
+        self._accept_paused_until_ns = 0
+        self._flush_interval_ns = int(config.flush_interval_s * 1e9)
+        self._next_flush_ns = 0
+        self._next_timer_ns = 0
+        self._next_slow_timer_ns = 0
+        self._next_retention_ns = 0
+        self._punch_warned = False
+        self._thread: threading.Thread | None = None
+        self._closed = False
+
+    # -- public API ------------------------------------------------------------------------------
+
+    @property
+    def address(self) -> tuple[str, int]:
+        host, port = self._listener.getsockname()[:2]
+        return str(host), int(port)
+
+    def append(self, raw: bytes, meta: EventMeta) -> None:
+        """Store one event (loop thread). A ``time_us`` not above the newest one's is counted and dropped."""
+        if self.store.append(raw, meta.time_us, meta.did, meta.collection):
+            self._dirty = True
+        else:
+            self.counters.events_rejected["non_increasing_time_us"] += 1
+
+    def add_duty(self, duty: Callable[[], int]) -> None:
+        """Call ``duty()`` every loop iteration; it returns its work count (0 lets the loop sleep ~1 ms)."""
+        self._duties.append(duty)
+
+    def call_soon_threadsafe(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` on the loop thread at its next iteration (from any thread)."""
+        self._calls.append(fn)
+        os.eventfd_write(self._wake_fd, 1)
+
+    def start(self) -> threading.Thread:
+        self._thread = threading.Thread(target=self.serve_forever, name="jetstream-relay", daemon=True)
+        self._thread.start()
+        return self._thread
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """Close every client with 1001 and stop the loop (waits for it when it runs on another thread)."""
+        self._stop.set()
+        try:
+            os.eventfd_write(self._wake_fd, 1)
+        except OSError:
+            pass
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout_s)
+
+    def serve_forever(self) -> None:
+        self._log.info("relay.started", address=self.address, data_dir=self.config.data_dir,
+                       compressed=self.store.compressed)
+        try:
+            while not self._stop.is_set():
+                self._iterate()
+            self._shut_down()
+        finally:
+            self._close_everything()
+            self._log.info("relay.stopped", events=self.store.next_seq)
+
+    # -- the loop --------------------------------------------------------------------------------
+
+    def _iterate(self, *, accepting: bool = True) -> None:
+        now = time.monotonic_ns()
+        if self._calls or self._read_again:
+            timeout = 0.0
+        elif self._dirty:
+            timeout = max(0.0, (self._next_flush_ns - now) / 1e9)
+        else:
+            timeout = 0.001 if self._duties else 0.05
+        timeout = min(timeout, max(0.0, (self._next_timer_ns - now) / 1e9))
+        events = self._epoll.poll(timeout)
+        listener_fd = self._listener.fileno()
+        for fd, mask in events:
+            if fd == listener_fd:
+                if accepting:
+                    self._accept()
+            elif fd == self._wake_fd:
+                try:
+                    os.eventfd_read(self._wake_fd)
+                except BlockingIOError:
+                    pass
+            else:
+                sub = self._connections.get(fd)
+                if sub is None:
+                    continue
+                if mask & select.EPOLLOUT and not sub.writable:
+                    sub.writable = True
+                    sub.blocked_since_ns = 0
+                    self._dirty = True
+                if mask & (select.EPOLLIN | select.EPOLLHUP | select.EPOLLERR | select.EPOLLRDHUP):
+                    self._read(sub)
+        for sub in list(self._read_again):
+            if sub.fd in self._connections:
+                self._read(sub)
+            else:
+                self._read_again.discard(sub)
+        while self._calls:
+            self._calls.popleft()()
+        for duty in self._duties:
+            duty()
+        self.counters.loop_iterations += 1
+        now = time.monotonic_ns()
+        if self._dirty and now >= self._next_flush_ns:
+            self._dirty = False
+            self.counters.flush_passes += 1
+            if self.fanout.flush(now):
+                self._dirty = True            # someone may still be owed bytes: look again next pass
+            self._next_flush_ns = now + self._flush_interval_ns
+        if now >= self._next_timer_ns:
+            self._timers(now)
+            self._next_timer_ns = now + TIMER_PERIOD_NS
+        if accepting and self._accept_paused_until_ns and now >= self._accept_paused_until_ns:
+            self._accept_paused_until_ns = 0
+            self._epoll.register(listener_fd, select.EPOLLIN)
+
+    def _accept(self) -> None:
+        cfg = self.config
+        now = time.monotonic_ns()
+        for _ in range(ACCEPT_BATCH):
+            try:
+                conn, addr = self._listener.accept()
+            except BlockingIOError:
+                return
+            except OSError as exc:
+                self.counters.accept_errors += 1
+                if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                    # Out of descriptors: stop accepting for 100 ms rather than spin on the listener.
+                    self._epoll.unregister(self._listener.fileno())
+                    self._accept_paused_until_ns = now + 100_000_000
+                return
+            conn.setblocking(False)
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            ip = str(addr[0])
+            protocol = ServerProtocol(max_size=cfg.max_client_message_length, logger=_WS_LOGGER)
+            sub = Subscriber(conn, ip, protocol, now + int(cfg.handshake_timeout_s * 1e9))
+            if self._per_ip[ip] >= cfg.max_connections_per_ip or len(self._connections) >= cfg.max_connections:
+                sub.over_limit = True
+            self._per_ip[ip] += 1
+            self._connections[sub.fd] = sub
+            self._handshaking[sub.fd] = sub
+            self._epoll.register(sub.fd, select.EPOLLIN | select.EPOLLOUT | select.EPOLLRDHUP | select.EPOLLET)
+
+    def _read(self, sub: Subscriber) -> None:
+        self._read_again.discard(sub)
+        protocol = sub.protocol
+        for _ in range(READS_PER_EVENT):
+            try:
+                data = sub.sock.recv(RECV_SIZE)
+            except BlockingIOError:
+                return
+            except OSError:
+                self._close(sub)
+                return
+            if not data:                      # the peer closed: nothing more can reach it
+                self._close(sub)
+                return
+            if sub.state is State.LINGER:
+                continue                      # waiting for EOF: discard
+            protocol.receive_data(data)
+            self._on_protocol_events(sub)
+            if sub.fd not in self._connections:
+                return
+        self._read_again.add(sub)             # edge-triggered: come back for the rest
+
+    def _on_protocol_events(self, sub: Subscriber) -> None:
+        for event in sub.protocol.events_received():
+            if isinstance(event, Request):
+                self._on_request(sub, event)
+            elif isinstance(event, Frame):
+                self._on_frame(sub, event)
+        self._pump(sub)
+
+    def _pump(self, sub: Subscriber) -> None:
+        """Move the protocol's output (responses, pongs, close frames) into the subscriber's queue."""
+        protocol = sub.protocol
+        for data in protocol.data_to_send():
+            if data:
+                self.fanout.queue_control(sub, data)
+            else:
+                sub.eof_after_out = True
+        if sub.state is State.HANDSHAKE and (sub.out or sub.eof_after_out):
+            # The request failed to parse (websockets queued a 4xx or just EOF): nothing to upgrade.
+            self._handshaking.pop(sub.fd, None)
+            self.counters.handshakes["invalid_http"] += 1
+            sub.state = State.CLOSING
+            sub.eof_after_out = True
+            self.fanout.add(sub)
+        if protocol.state in (ProtocolState.CLOSING, ProtocolState.CLOSED) and sub.state in (State.HELD,
+                                                                                               State.STREAMING):
+            sub.state = State.CLOSING
+            sub.eof_after_out = True          # after our close frame: shut the write side, linger for theirs
+        if (sub.out or sub.eof_after_out) and sub.writable and sub.pos >= sub.range_end:
+            self.fanout.send_out(sub)
+        self._dirty = True
+
+    # -- HTTP ------------------------------------------------------------------------------------
+
+    def _on_request(self, sub: Subscriber, request: Request) -> None:
+        self._handshaking.pop(sub.fd, None)
+        protocol = sub.protocol
+        path, query = split_target(request.path)
+        options: SubscriberOptions | None = None
+        if sub.over_limit:
+            if self._per_ip[sub.ip] > self.config.max_connections_per_ip:
+                outcome, response = "over_ip_limit", text_response(429, "Too Many Requests",
+                                                                   "too many connections from this address")
+            else:
+                outcome, response = "over_limit", text_response(503, "Service Unavailable",
+                                                                "too many connections")
+        elif path == WELCOME_PATH:
+            outcome, response = "welcome", text_response(200, "OK", WELCOME_TEXT)
+        elif path == METRICS_PATH:
+            outcome, response = "metrics", metrics_response(self.registry)
+        elif path != SUBSCRIBE_PATH:
+            outcome, response = "not_found", text_response(404, "Not Found", "404 page not found")
+        else:
+            try:
+                options = parse_query(query, request.headers.raw_items())
+                if options.compress and not self.store.compressed:
+                    raise OptionsError("invalid subscriber options: compress=true is not available: "
+                                       "this relay has no zstd dictionary")
+            except OptionsError as exc:
+                options = None
+                outcome, response = "bad_request", text_response(400, "Bad Request", str(exc))
+            else:
+                response = protocol.accept(request)
+                outcome = "accepted" if response.status_code == 101 else "upgrade_failed"
+        self.counters.handshakes[outcome] += 1
+        protocol.send_response(response)
+        self.fanout.add(sub)
+        if response.status_code != 101 or options is None:
+            sub.state = State.CLOSING
+            sub.eof_after_out = True
+            return
+        sub.kind = ZSTD if options.compress else PLAIN
+        self.fanout.set_options(sub, options)
+        sub.next_ping_ns = time.monotonic_ns() + int(self.config.ping_interval_s * 1e9)
+        if options.require_hello:
+            sub.state = State.HELD
+        else:
+            self.fanout.start(sub, self.store.seq_for_cursor(options.cursor))
+
+    # -- client messages -------------------------------------------------------------------------
+
+    def _on_frame(self, sub: Subscriber, frame: Frame) -> None:
+        if sub.state not in (State.HELD, State.STREAMING):
+            return
+        opcode = frame.opcode
+        data = bytes(frame.data)
+        if opcode is Opcode.TEXT or opcode is Opcode.BINARY:
+            if frame.fin:
+                self._on_message(sub, opcode is Opcode.TEXT, data)
+            else:
+                sub.message = [b"T" if opcode is Opcode.TEXT else b"B", data]
+        elif opcode is Opcode.CONT and sub.message is not None:
+            sub.message.append(data)
+            if frame.fin:
+                parts, sub.message = sub.message, None
+                self._on_message(sub, parts[0] == b"T", b"".join(parts[1:]))
+        # PING (answered by the protocol), PONG and CLOSE (answered by the protocol) need nothing here.
+
+    def _on_message(self, sub: Subscriber, text: bool, data: bytes) -> None:
+        if not text:
+            self.counters.client_messages_ignored += 1     # binary frames are ignored, as jetstream does
+            return
+        protocol = sub.protocol
+        try:
+            update = parse_options_update(data)
+        except OptionsUpdateDecodeError as exc:
+            self.counters.options_update_errors["bad_json"] += 1
+            if protocol.state is ProtocolState.OPEN:
+                protocol.send_close(CLOSE_INVALID_PAYLOAD, str(exc))
+            return
+        except OptionsError as exc:
+            self.counters.options_update_errors["invalid_options"] += 1
+            if protocol.state is ProtocolState.OPEN:
+                protocol.send_close(CLOSE_POLICY_VIOLATION, truncate_close_reason(str(exc)))
+            return
+        if update is None:
+            self.counters.client_messages_ignored += 1
+            return
+        self.counters.options_updates += 1
+        options = sub.options.with_update(update)
+        self.fanout.set_options(sub, options)
+        if sub.state is State.HELD:
+            self.fanout.start(sub, self.store.seq_for_cursor(options.cursor))
+
+    # -- ending connections ----------------------------------------------------------------------
+
+    def _on_linger(self, sub: Subscriber) -> None:
+        self.fanout.remove(sub)
+        sub.deadline_ns = time.monotonic_ns() + int(self.config.close_timeout_s * 1e9)
+        self._lingering[sub.fd] = sub
+
+    def _drop(self, sub: Subscriber, reason: str) -> None:
+        """End a connection from our side: a close frame if one can go at a frame boundary, then close."""
+        self.counters.clients_dropped[reason] += 1
+        protocol = sub.protocol
+        if reason != "socket_error" and protocol.state is ProtocolState.OPEN and sub.pos >= sub.range_end:
+            code, text = ((CLOSE_POLICY_VIOLATION, TOO_SLOW_REASON) if reason == "behind_retention"
+                          else (CLOSE_POLICY_VIOLATION, reason.replace("_", " ")))
+            protocol.send_close(code, text)
+            try:
+                sub.sock.send(bytes(sub.out) + b"".join(protocol.data_to_send()))
+            except OSError:
+                pass
+        self._close(sub)
+
+    def _close(self, sub: Subscriber) -> None:
+        fd = sub.fd
+        if self._connections.pop(fd, None) is None:
+            return
+        self._handshaking.pop(fd, None)
+        self._lingering.pop(fd, None)
+        self._read_again.discard(sub)
+        self.fanout.remove(sub)
+        if sub.range_events and sub.pos >= sub.range_end:
+            sub.events_sent += sub.range_events
+            sub.range_events = 0
+        self.counters.departed_events[sub.ip] += sub.events_sent
+        self.counters.departed_bytes[sub.ip] += sub.bytes_sent
+        self._per_ip[sub.ip] -= 1
+        if self._per_ip[sub.ip] <= 0:
+            del self._per_ip[sub.ip]
+        try:
+            self._epoll.unregister(fd)
+        except (OSError, ValueError):
+            pass
+        sub.sock.close()
+
+    # -- timers ----------------------------------------------------------------------------------
+
+    def _timers(self, now: int) -> None:
+        for sub in [s for s in self._handshaking.values() if now >= s.deadline_ns]:
+            self.counters.handshakes["timeout"] += 1
+            self._close(sub)
+        for sub in [s for s in self._lingering.values() if now >= s.deadline_ns]:
+            self._close(sub)
+        if now >= self._next_slow_timer_ns:
+            self._next_slow_timer_ns = now + SLOW_TIMER_PERIOD_NS
+            self._pings_and_write_timeouts(now)
+        if now >= self._next_retention_ns:
+            self._next_retention_ns = now + int(self.config.retention_check_s * 1e9)
+            self._retention()
+
+    def _pings_and_write_timeouts(self, now: int) -> None:
+        cfg = self.config
+        write_timeout_ns = int(cfg.write_timeout_s * 1e9)
+        ping_ns = int(cfg.ping_interval_s * 1e9)
+        stuck: list[Subscriber] = []
+        for sub in list(self.fanout.subscribers.values()):
+            if write_timeout_ns and not sub.writable and sub.blocked_since_ns and \
+                    now - sub.blocked_since_ns > write_timeout_ns:
+                stuck.append(sub)
+            elif sub.state in (State.HELD, State.STREAMING) and now >= sub.next_ping_ns:
+                sub.next_ping_ns = now + ping_ns
+                if sub.protocol.state is ProtocolState.OPEN:
+                    sub.protocol.send_ping(b"")
+                    self.counters.pings_sent += 1
+                    self._pump(sub)
+        for sub in stuck:
+            self._drop(sub, "write_timeout")
+
+    def _retention(self) -> None:
+        cfg = self.config
+        max_age_us = None if cfg.retention is None else int(cfg.retention * 1e6)
+        if not self.store.retire(max_age_us=max_age_us, max_bytes=cfg.retention_bytes):
+            return
+        if not self.store.punch_supported and not self._punch_warned:
+            self._punch_warned = True
+            self._log.warning("relay.punch_unsupported", data_dir=cfg.data_dir,
+                              effect="retention applies to clients and the index; disk space is not returned")
+        for sub in [s for s in self.fanout.subscribers.values() if self.fanout.is_behind(s)]:
+            self._drop(sub, "behind_retention")
+
+    # -- shutdown --------------------------------------------------------------------------------
+
+    def _shut_down(self) -> None:
+        """Close 1001 to every client at its next frame boundary; give them ``close_timeout_s``."""
+        try:
+            self._epoll.unregister(self._listener.fileno())
+        except (OSError, ValueError):
+            pass
+        for sub in list(self._handshaking.values()):
+            self._close(sub)
+        for sub in list(self.fanout.subscribers.values()):
+            if sub.protocol.state is ProtocolState.OPEN:
+                sub.protocol.send_close(CLOSE_GOING_AWAY, SHUTDOWN_REASON)
+                self._pump(sub)
+        deadline = time.monotonic_ns() + int(self.config.close_timeout_s * 1e9)
+        self._next_flush_ns = 0
+        while self._connections and time.monotonic_ns() < deadline:
+            self._dirty = True
+            self._iterate(accepting=False)
+
+    def _close_everything(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for sub in list(self._connections.values()):
+            self._close(sub)
+        self._epoll.close()
+        self._listener.close()
+        os.close(self._wake_fd)
+        self.store.close()
+
+    # -- metrics ---------------------------------------------------------------------------------
+
+    def _snapshot(self) -> MetricsSnapshot:
+        connected: Counter[str] = Counter()
+        events = Counter(self.counters.departed_events)
+        sent = Counter(self.counters.departed_bytes)
+        for sub in self._connections.values():
+            if sub.state in (State.HELD, State.STREAMING):
+                connected[sub.ip] += 1
+            events[sub.ip] += sub.events_sent
+            sent[sub.ip] += sub.bytes_sent
+        store = self.store
+        names = ["plain", "zstd"][:len(store.files)]
+        self.counters.sendfile_calls = self.fanout.sendfile_calls
+        return MetricsSnapshot(
+            connected=connected, events_delivered=events, bytes_delivered=sent,
+            events_emitted=store.stats.events_appended, bytes_emitted=store.stats.bytes_appended,
+            store_events=store.next_seq - store.first_seq,
+            store_bytes={n: store.end(k) for k, n in enumerate(names)},
+            store_disk_bytes={n: store.disk_bytes(k) for k, n in enumerate(names)},
+            oldest_time_us=store.oldest_time_us(),
+            newest_time_us=store.last_time_us, events_retired=store.stats.events_retired,
+            bytes_punched=store.stats.bytes_punched, punch_failures=store.stats.punch_failures,
+            counters=self.counters)

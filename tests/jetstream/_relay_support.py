@@ -1,0 +1,135 @@
+"""Test kit for the relay server: a relay on 127.0.0.1 in a thread, events fed on its loop, real clients.
+
+Every wait has a timeout. Events come from the seeded generator (``jetstream.generator``) with the
+``time_us`` values a test chooses, so each test knows exactly which events a client must receive.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, TypeVar
+from urllib.parse import urlencode
+
+import pytest
+from websockets.sync.client import ClientConnection, connect
+
+from jetstream.events import EventMeta, parse_event
+from jetstream.generator import EventGenerator
+from jetstream.server import RelayConfig, RelayServer
+
+T = TypeVar("T")
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+DICTIONARY_PATH = os.environ.get("LOGBUF_JETSTREAM_ZSTD_DICT",
+                                 os.path.join(REPO_ROOT, "..", "shared", "data", "jetstream-zstd.dict"))
+BASE_US = 1_725_911_162_000_000
+WAIT_S = 10.0
+
+
+def need_dictionary() -> str:
+    if not os.path.isfile(DICTIONARY_PATH):
+        pytest.skip(f"jetstream's zstd dictionary not found at {DICTIONARY_PATH} (LOGBUF_JETSTREAM_ZSTD_DICT)")
+    return DICTIONARY_PATH
+
+
+def make_events(count: int, *, start_us: int = BASE_US, step_us: int = 1000, seed: int = 7) -> list[bytes]:
+    gen = EventGenerator(seed)
+    return [gen.make_event(start_us + i * step_us) for i in range(count)]
+
+
+def time_us_of(raw: bytes | str) -> int:
+    return int(json.loads(raw)["time_us"])
+
+
+class RelayHandle:
+    def __init__(self, server: RelayServer) -> None:
+        self.server = server
+        self.host, self.port = server.address
+
+    def url(self, query: dict[str, Any] | Sequence[tuple[str, Any]] | str = "", path: str = "/subscribe") -> str:
+        qs = query if isinstance(query, str) else urlencode(query, doseq=True)
+        return f"ws://{self.host}:{self.port}{path}" + (f"?{qs}" if qs else "")
+
+    def on_loop(self, fn: Callable[[], T], timeout_s: float = WAIT_S) -> T:
+        """Run ``fn`` on the relay's loop thread and return its result."""
+        done = threading.Event()
+        box: list[Any] = []
+
+        def call() -> None:
+            try:
+                box.append(("ok", fn()))
+            except BaseException as exc:  # noqa: BLE001 - handed back to the test thread
+                box.append(("err", exc))
+            done.set()
+
+        self.server.call_soon_threadsafe(call)
+        assert done.wait(timeout_s), "relay loop did not run the call in time"
+        kind, value = box[0]
+        if kind == "err":
+            raise value
+        return value  # type: ignore[no-any-return]
+
+    def append(self, events: Sequence[bytes]) -> None:
+        metas: list[EventMeta] = [parse_event(raw) for raw in events]
+
+        def feed() -> None:
+            for raw, meta in zip(events, metas):
+                self.server.append(raw, meta)
+
+        self.on_loop(feed)
+
+    def connect(self, query: dict[str, Any] | Sequence[tuple[str, Any]] | str = "", **kwargs: Any) -> ClientConnection:
+        kwargs.setdefault("open_timeout", WAIT_S)
+        kwargs.setdefault("close_timeout", 2)
+        kwargs.setdefault("max_size", None)
+        return connect(self.url(query), **kwargs)
+
+
+@contextmanager
+def running_relay(data_dir: str, **overrides: Any) -> Iterator[RelayHandle]:
+    config = RelayConfig(data_dir=data_dir, host="127.0.0.1", port=0, **overrides)
+    server = RelayServer(config)
+    thread = server.start()
+    try:
+        yield RelayHandle(server)
+    finally:
+        server.stop()
+        thread.join(WAIT_S)
+        assert not thread.is_alive(), "relay loop did not stop"
+
+
+def recv_events(ws: ClientConnection, count: int, timeout_s: float = WAIT_S) -> list[dict[str, Any]]:
+    out = []
+    deadline = time.monotonic() + timeout_s
+    while len(out) < count:
+        message = ws.recv(timeout=max(0.01, deadline - time.monotonic()))
+        assert isinstance(message, str), f"expected a text frame, got {type(message).__name__}"
+        out.append(json.loads(message))
+    return out
+
+
+def recv_raw(ws: ClientConnection, count: int, timeout_s: float = WAIT_S) -> list[str | bytes]:
+    deadline = time.monotonic() + timeout_s
+    return [ws.recv(timeout=max(0.01, deadline - time.monotonic())) for _ in range(count)]
+
+
+def assert_silent(ws: ClientConnection, for_s: float = 0.3) -> None:
+    """Nothing arrives within ``for_s``."""
+    try:
+        message = ws.recv(timeout=for_s)
+    except TimeoutError:
+        return
+    raise AssertionError(f"unexpected message: {str(message)[:120]}")
+
+
+def wait_for(condition: Callable[[], bool], timeout_s: float = WAIT_S, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.01)
