@@ -93,3 +93,25 @@ def test_embedded_driver_directory_is_removed_at_exit() -> None:
     relay.stop()
     assert any(e.get("event") == "relay.driver_embedded" for e in relay.log)
     assert not os.path.exists(directory)
+
+
+def test_record_option_records_the_event_stream_into_an_archive(tmp_path: object) -> None:
+    from archive.catalog import Catalog
+    from archive.verify import verify_recording
+
+    archive_dir = os.path.join(str(tmp_path), "archive")
+    with driver_process() as driver:
+        relay = RelayProcess(["--role", "ingest", "--driver-dir", driver.dir, "--stream-id", "1103",
+                              "--rate", "1000", "--record", archive_dir, "--duration", "2"])
+        assert relay.proc.wait(30) == 0, "\n".join(relay.lines)
+        relay.stop()
+    published = next(e for e in relay.log if e.get("event") == "relay.ingest_stats")["published"]
+    assert published > 500
+    with Catalog.open(archive_dir) as catalog:
+        recordings = catalog.recordings()
+        assert len(recordings) == 1
+        d = recordings[0]
+        assert d.stream_id == 1103 and d.channel == "aeron:ipc" and not d.active
+        result = verify_recording(archive_dir, d)
+    assert result.ok, result.reason
+    assert result.frames >= published  # one frame per event (a few large ones are fragmented)
