@@ -8,6 +8,8 @@ the application's publishers and subscribers.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import os
 import threading
 import time
@@ -86,6 +88,20 @@ class SleepingIdleStrategy:
 
     def reset(self) -> None:
         pass
+
+
+PR_SET_TIMERSLACK = 29
+PARK_TIMER_SLACK_NS = 1_000
+
+
+def reduce_timer_slack(slack_ns: int = PARK_TIMER_SLACK_NS) -> bool:
+    """Ask Linux to wake this thread's parks within ``slack_ns`` of their deadline (the default slack
+    is 50 us, longer than the parks of a busy duty cycle). False where prctl is unavailable."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+        return int(libc.prctl(PR_SET_TIMERSLACK, ctypes.c_ulong(slack_ns), 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        return False
 
 
 class BackoffIdleStrategy:
@@ -196,6 +212,7 @@ class AgentRunner:
     def run(self) -> None:
         agent, idle = self.agent, self.idle_strategy
         recorder = self.max_cycle_ns_recorder
+        reduce_timer_slack()  # per thread: parks of tens of microseconds must not become 50 us more
         agent.on_start()
         self._log.info("agent.started")
         try:
