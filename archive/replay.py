@@ -37,7 +37,7 @@ from logbuf import data_header_descriptor as dh
 from logbuf import log_buffer_descriptor as lbd
 from logbuf.channel_uri import ChannelUri
 
-from archive.catalog import Catalog, RecordingDescriptor, RecordingState
+from archive.catalog import Catalog, CatalogError, RecordingDescriptor, RecordingState
 from archive.segments import SegmentError, SegmentReader
 
 __all__ = ["Replay", "ReplayError", "check_replay_bounds", "replay_channel"]
@@ -109,9 +109,15 @@ class Replay:
                  channel: str = "aeron:ipc", connect_timeout_ms: int = 5_000) -> None:
         self.archive_dir = archive_dir
         self.recording_id = recording_id
-        self._catalog = Catalog.open(archive_dir)
         try:
-            d = self._catalog.recording(recording_id)
+            self._catalog = Catalog.open(archive_dir)
+        except CatalogError as e:
+            raise ReplayError(str(e)) from None
+        try:
+            try:
+                d = self._catalog.recording(recording_id)
+            except CatalogError as e:
+                raise ReplayError(str(e)) from None
             start = d.start_position if position is None else position
             check_replay_bounds(archive_dir, d, start, length)
             self.descriptor = d

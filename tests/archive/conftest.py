@@ -1,0 +1,91 @@
+"""Archive system-test kit: a media driver per module and recorder processes (``logbuf-archive record``)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import pytest
+
+from tests.driver.conftest import DriverProcess, unique_dir
+
+ARCHIVE_DRIVER_ARGS = ["--ipc-term-length", "64k", "--driver-timeout", "2s", "--client-liveness-timeout", "2s",
+                       "--publication-linger-timeout", "1s", "--image-liveness-timeout", "2s", "--dir-delete-on-shutdown", "false"]
+
+
+def await_(condition: Callable[[], object], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out after {timeout_s} s waiting for {what}"
+        time.sleep(0.005)
+
+
+@dataclass
+class RecorderProcess:
+    """``logbuf-archive record`` in a child process; its output goes to a file shown on failure."""
+
+    archive_dir: str
+    driver_dir: str
+    channel: str
+    stream_id: int
+    extra: list[str] = field(default_factory=list)
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def log_path(self) -> str:
+        return os.path.join(self.archive_dir, f"recorder-{self.stream_id}.log")
+
+    def start(self) -> "RecorderProcess":
+        os.makedirs(self.archive_dir, exist_ok=True)
+        with open(self.log_path, "ab") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "archive.main", "-d", self.archive_dir, "record", "--channel", self.channel,
+                 "--stream-id", str(self.stream_id), "--driver-dir", self.driver_dir, "--segment-length", "128k",
+                 *self.extra],
+                stdout=out, stderr=subprocess.STDOUT,
+            )
+        return self
+
+    def output(self) -> str:
+        try:
+            with open(self.log_path, "rb") as f:
+                return f.read().decode(errors="replace")
+        except OSError:
+            return ""
+
+    def stop(self, timeout_s: float = 10.0) -> int:
+        """SIGTERM and wait; returns the exit status."""
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(5)
+            raise AssertionError(f"recorder did not stop in {timeout_s} s:\n{self.output()}") from None
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)  # reaped: its pid is gone
+
+
+@pytest.fixture(scope="module")
+def archive_driver() -> Iterator[DriverProcess]:
+    """One driver for a test module (64 KiB IPC terms); its error log must stay empty."""
+    d = DriverProcess(unique_dir(), ARCHIVE_DRIVER_ARGS).start()
+    try:
+        yield d
+        if d.proc is not None and d.proc.poll() is None:
+            unexpected = [e for e in d.errors() if not any(x in e for x in d.expected_errors)]
+            assert not unexpected, f"driver error log holds unexpected errors: {unexpected}"
+    finally:
+        d.stop()
+        shutil.rmtree(d.dir, ignore_errors=True)
