@@ -1,0 +1,352 @@
+"""Jetstream fan-out on loopback: how many clients stay under 1 s behind, relay vs a websockets broadcast server.
+
+    python perf/jetstream_fanout.py              # both servers, growing client counts, 8 s windows
+    python perf/jetstream_fanout.py --quick      # shorter windows, fewer steps
+
+A server process produces ``--rate`` synthetic jetstream events per second (~480 B, the seeded
+generator, ``time_us`` = the wall clock), and ``--procs`` client processes hold the connections:
+raw non-blocking sockets that do the HTTP upgrade and then only read bytes, many per process. A
+client's lag is the age of the newest ``time_us`` it has read, sampled just before each read and at
+the end (so a starved client counts too). A step *keeps up* when every connection is still open
+and no lag in the measuring window reached 1 s. Client counts grow until a step fails; the result is
+the largest count that kept up, with the aggregate Gbps the clients received.
+
+The peer, in the same run, is what a Python user would write with ``websockets``: an asyncio server
+whose producer calls ``websockets.asyncio.server.broadcast(server.connections, event)``.
+
+Writes perf/results/jetstream_fanout.json. The machine is shared: figures are noisy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import resource
+import select
+import socket
+import sys
+import tempfile
+import time
+from typing import Any
+
+from _common import cpu_seconds, new_results, quiet, write_results
+
+LAG_LIMIT_S = 1.0
+UPGRADE = (b"GET /subscribe HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+           b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")
+MARK = b'"time_us":'
+#: Clients pause this long between polls so that each read takes what arrived meanwhile (adds <= 10 ms
+#: of lag): it keeps the clients' cost per frame low for both servers.
+READ_PAUSE_S = 0.01
+
+
+def raise_nofile(want: int) -> int:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = min(hard, max(soft, want))
+    resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    return target
+
+
+class Pacer:
+    """Events due at ``rate``/s since start, stamped with strictly increasing wall-clock µs."""
+
+    def __init__(self, rate: int) -> None:
+        from jetstream.generator import EventGenerator
+
+        self.gen = EventGenerator(11)
+        self.rate = rate
+        self.t0 = time.monotonic()
+        self.emitted = 0
+        self.last_us = 0
+
+    def due(self) -> list[bytes]:
+        n = int((time.monotonic() - self.t0) * self.rate) - self.emitted
+        out = []
+        for _ in range(max(0, n)):
+            now_us = max(time.time_ns() // 1000, self.last_us + 1)
+            self.last_us = now_us
+            out.append(self.gen.make_event(now_us))
+        self.emitted += len(out)
+        return out
+
+
+# -- servers ------------------------------------------------------------------------------------------
+def relay_server(rate: int, flush_interval_s: float, out: Any, stop: Any) -> None:
+    quiet()
+    raise_nofile(1 << 20)
+    from jetstream.events import parse_event
+    from jetstream.server import RelayConfig, RelayServer
+
+    data_dir = tempfile.mkdtemp(prefix="lbperf-jetstream-")
+    server = RelayServer(RelayConfig(data_dir=data_dir, port=0, retention=120.0, max_connections_per_ip=1 << 20,
+                                     flush_interval_s=flush_interval_s, handshake_timeout_s=60.0))
+    pacer = Pacer(rate)
+    next_check = [0.0]
+
+    def produce() -> int:
+        events = pacer.due()
+        for raw in events:
+            server.append(raw, parse_event(raw))
+        now = time.monotonic()
+        if now >= next_check[0]:
+            next_check[0] = now + 0.1
+            if stop.is_set():
+                server.stop()
+        return len(events)
+
+    server.add_duty(produce)
+    out.put(("port", server.address[1]))
+    server.serve_forever()
+    out.put(("stopped", server.store.next_seq))
+
+
+def baseline_server(rate: int, out: Any, stop: Any) -> None:
+    quiet()
+    raise_nofile(1 << 20)
+    import asyncio
+    import logging
+
+    logging.getLogger("asyncio").setLevel(logging.CRITICAL)   # "socket.send() raised" as clients leave
+    logging.getLogger("websockets").setLevel(logging.CRITICAL)
+
+    from websockets.asyncio.server import ServerConnection, broadcast, serve
+
+    async def handler(ws: ServerConnection) -> None:
+        await ws.wait_closed()
+
+    async def main() -> None:
+        async with serve(handler, "127.0.0.1", 0, compression=None, backlog=4096) as server:
+            out.put(("port", server.sockets[0].getsockname()[1]))
+            pacer = Pacer(rate)
+            while not stop.is_set():
+                for raw in pacer.due():
+                    broadcast(server.connections, raw.decode())
+                await asyncio.sleep(0.002)
+            server.close()
+        out.put(("stopped", pacer.emitted))
+
+    asyncio.run(main())
+
+
+# -- clients ------------------------------------------------------------------------------------------
+def newest_time_us(buf: bytearray, n: int) -> int:
+    """``time_us`` of the last complete ``"time_us":<digits>`` in ``buf[:n]`` (0 if none)."""
+    end = n
+    while True:
+        p = buf.rfind(MARK, 0, end)
+        if p < 0:
+            return 0
+        q = p + len(MARK)
+        r = q
+        while r < n and 48 <= buf[r] <= 57:
+            r += 1
+        if r < n and r > q:
+            return int(buf[q:r])
+        end = p
+
+
+def client_proc(port: int, count: int, out: Any, start_measure: Any, stop: Any, window_s: float) -> None:
+    raise_nofile(count + 256)
+    socks: list[socket.socket] = []
+    fd_index: dict[int, int] = {}
+    pending_first: list[bytes] = []
+    ok = True
+    try:
+        for base in range(0, count, 200):
+            batch = []
+            for _ in range(min(200, count - base)):
+                s = socket.create_connection(("127.0.0.1", port), timeout=60)
+                s.sendall(UPGRADE)
+                batch.append(s)
+            for s in batch:
+                head = b""
+                while b"\r\n\r\n" not in head:
+                    chunk = s.recv(4096)
+                    if not chunk:
+                        raise ConnectionError("closed during the handshake")
+                    head += chunk
+                if not head.startswith(b"HTTP/1.1 101"):
+                    raise ConnectionError(head.split(b"\r\n", 1)[0].decode())
+                pending_first.append(head.split(b"\r\n\r\n", 1)[1])
+                s.setblocking(False)
+                fd_index[s.fileno()] = len(socks)
+                socks.append(s)
+    except OSError as exc:
+        ok = False
+        out.put(("connected", len(socks), f"{type(exc).__name__}: {exc}"))
+    if ok:
+        out.put(("connected", len(socks), ""))
+    n = len(socks)
+    last_us = [0] * n
+    max_lag_us = [0] * n
+    closed = [False] * n
+    ep = select.epoll()
+    for s in socks:
+        ep.register(s.fileno(), select.EPOLLIN)
+    buf = bytearray(1 << 18)
+    received = 0
+    measuring = False
+    window_end = 0.0
+    while not stop.is_set():
+        if not measuring and start_measure.is_set():
+            measuring = True
+            received = 0
+            window_end = time.monotonic() + window_s
+            cpu0 = time.process_time()
+        if measuring and time.monotonic() >= window_end:
+            break
+        time.sleep(READ_PAUSE_S)              # let bytes gather: one recv takes many frames
+        events = ep.poll(0.05)
+        now_us = time.time_ns() // 1000
+        for fd, _ in events:
+            i = fd_index[fd]
+            try:
+                k = socks[i].recv_into(buf)
+            except BlockingIOError:
+                continue
+            except OSError:
+                k = 0
+            if k == 0:
+                closed[i] = True
+                ep.unregister(fd)
+                continue
+            if measuring:
+                received += k
+                if last_us[i] and now_us - last_us[i] > max_lag_us[i]:
+                    max_lag_us[i] = now_us - last_us[i]
+            t = newest_time_us(buf, k)
+            if t > last_us[i]:
+                last_us[i] = t
+    now_us = time.time_ns() // 1000
+    if measuring:
+        cpu = time.process_time() - cpu0
+        for i in range(n):
+            lag = now_us - last_us[i] if last_us[i] else 10**9
+            max_lag_us[i] = max(max_lag_us[i], lag)
+        lags = sorted(max_lag_us)
+        out.put(("result", {"connections": n, "closed": sum(closed), "bytes": received, "max_lag_us": lags[-1] if lags else 0,
+                            "p99_lag_us": lags[int(len(lags) * 0.99)] if lags else 0,
+                            "p50_lag_us": lags[len(lags) // 2] if lags else 0, "cpu_s": cpu}))
+    for s in socks:
+        s.close()
+
+
+# -- one step -----------------------------------------------------------------------------------------
+def run_step(kind: str, clients: int, args: argparse.Namespace) -> dict[str, Any]:
+    ctx = mp.get_context("spawn")
+    q: Any = ctx.Queue()
+    stop_server = ctx.Event()
+    stop_clients = ctx.Event()
+    start_measure = ctx.Event()
+    if kind == "relay":
+        server = ctx.Process(target=relay_server, args=(args.rate, args.flush_interval, q, stop_server))
+    else:
+        server = ctx.Process(target=baseline_server, args=(args.rate, q, stop_server))
+    server.start()
+    tag, port = q.get(timeout=60)
+    assert tag == "port"
+    procs = max(1, min(args.procs, clients // 50 or 1))
+    per = [clients // procs + (1 if i < clients % procs else 0) for i in range(procs)]
+    client_q: Any = ctx.Queue()
+    children = [ctx.Process(target=client_proc, args=(port, c, client_q, start_measure, stop_clients, args.seconds))
+                for c in per]
+    for c in children:
+        c.start()
+    connected, errors = 0, []
+    for _ in children:
+        tag, count, err = client_q.get(timeout=300)
+        connected += count
+        if err:
+            errors.append(err)
+    time.sleep(args.warmup)
+    cpu0 = cpu_seconds(server.pid)
+    t0 = time.monotonic()
+    start_measure.set()
+    results = [client_q.get(timeout=args.seconds + 120)[1] for _ in children]
+    elapsed = time.monotonic() - t0
+    server_cpu = cpu_seconds(server.pid) - cpu0
+    stop_clients.set()
+    for c in children:
+        c.join(30)
+    stop_server.set()
+    try:
+        q.get(timeout=30)
+    except Exception:  # noqa: BLE001 - the server is killed below anyway
+        pass
+    server.join(10)
+    if server.is_alive():
+        server.kill()
+    total_bytes = sum(r["bytes"] for r in results)
+    closed = sum(r["closed"] for r in results)
+    max_lag = max((r["max_lag_us"] for r in results), default=0) / 1e6
+    step = {
+        "clients": clients, "connected": connected, "closed": closed, "connect_errors": errors[:3],
+        "max_lag_s": max_lag, "p99_lag_s": max(r["p99_lag_us"] for r in results) / 1e6,
+        "p50_lag_s": max(r["p50_lag_us"] for r in results) / 1e6,
+        "gbps": total_bytes * 8 / args.seconds / 1e9, "server_cpu_pct": 100 * server_cpu / elapsed,
+        "client_cpu_pct": 100 * sum(r["cpu_s"] for r in results) / args.seconds,
+    }
+    step["kept_up"] = connected == clients and closed == 0 and max_lag < LAG_LIMIT_S
+    print(f"  {kind:<8} {clients:>6} clients: {'kept up ' if step['kept_up'] else 'BEHIND  '} max lag "
+          f"{max_lag:6.3f} s p99 {step['p99_lag_s']:6.3f} s  {step['gbps']:6.2f} Gbps  server CPU "
+          f"{step['server_cpu_pct']:5.1f}%  clients CPU {step['client_cpu_pct']:5.1f}%"
+          + (f"  connected {connected} closed {closed} {errors[:1]}" if connected != clients or closed else ""),
+          flush=True)
+    return step
+
+
+def sweep(kind: str, counts: list[int], args: argparse.Namespace) -> dict[str, Any]:
+    steps = []
+    best: dict[str, Any] | None = None
+    for clients in counts:
+        step = run_step(kind, clients, args)
+        steps.append(step)
+        if not step["kept_up"]:
+            break
+        best = step
+    return {"steps": steps, "max_clients_kept_up": best["clients"] if best else 0,
+            "gbps_at_max": best["gbps"] if best else 0.0}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="3 s windows and fewer steps")
+    parser.add_argument("--rate", type=int, default=500, help="events per second (default 500)")
+    parser.add_argument("--seconds", type=float, default=None, help="measuring window per step")
+    parser.add_argument("--warmup", type=float, default=2.0, help="seconds after connecting before measuring")
+    parser.add_argument("--procs", type=int, default=3, help="client processes")
+    parser.add_argument("--flush-interval", type=float, default=0.05,
+                        help="relay's flush_interval_s (time between passes over the clients)")
+    parser.add_argument("--relay-steps", default=None, help="comma-separated client counts for the relay")
+    parser.add_argument("--baseline-steps", default=None, help="comma-separated client counts for the baseline")
+    parser.add_argument("--only", choices=("relay", "baseline"), default=None)
+    args = parser.parse_args()
+    if args.seconds is None:
+        args.seconds = 3.0 if args.quick else 8.0
+    quick_relay, full_relay = "1000,3000,5000,8000", "1000,2500,5000,7500,10000,12500,15000,17500"
+    quick_base, full_base = "100,300,600,1000", "100,250,500,750,1000,1500,2000,3000"
+    relay_steps = [int(x) for x in (args.relay_steps or (quick_relay if args.quick else full_relay)).split(",")]
+    base_steps = [int(x) for x in (args.baseline_steps or (quick_base if args.quick else full_base)).split(",")]
+    results = new_results("jetstream_fanout", rate=args.rate, window_s=args.seconds, warmup_s=args.warmup,
+                          client_procs=args.procs, flush_interval_s=args.flush_interval, lag_limit_s=LAG_LIMIT_S,
+                          event_bytes_avg=480)
+    print(f"jetstream fan-out, {args.rate} events/s, lag limit {LAG_LIMIT_S} s, {args.seconds} s windows "
+          f"(2 shared cores: noisy)", flush=True)
+    out: dict[str, Any] = {}
+    if args.only in (None, "relay"):
+        out["relay"] = sweep("relay", relay_steps, args)
+    if args.only in (None, "baseline"):
+        out["baseline"] = sweep("baseline", base_steps, args)
+    results["cases"] = [{"case": kind, **value} for kind, value in out.items()]
+    if "relay" in out and "baseline" in out:
+        r, b = out["relay"]["max_clients_kept_up"], out["baseline"]["max_clients_kept_up"]
+        ratio = r / b if b else float("inf")
+        results["ratio_clients"] = ratio
+        print(f"relay kept up {r} clients ({out['relay']['gbps_at_max']:.2f} Gbps), websockets broadcast {b} "
+              f"({out['baseline']['gbps_at_max']:.2f} Gbps): ratio {ratio:.1f}x")
+    write_results(results)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
