@@ -176,10 +176,12 @@ def capacity_entries(file_length: int) -> int:
 
 def check_header(buffer: Buffer, path: str) -> None:
     """Raise :class:`CatalogFormatError` naming the file and the bad field."""
-    view = memoryview(buffer)
-    if len(view) < HEADER_LENGTH:
-        raise CatalogFormatError(f"catalog {path}: {len(view)} bytes is shorter than its {HEADER_LENGTH}-byte header")
-    magic, version, header_length, entry_length = HEADER.unpack_from(view, 0)
+    with memoryview(buffer) as view:
+        length = len(view)
+        fields = HEADER.unpack_from(view, 0) if length >= HEADER_LENGTH else None
+    if fields is None:
+        raise CatalogFormatError(f"catalog {path}: {length} bytes is shorter than its {HEADER_LENGTH}-byte header")
+    magic, version, header_length, entry_length = fields
     if magic != MAGIC:
         raise CatalogFormatError(f"catalog {path}: magic {magic:#x} is not {MAGIC:#x} ('LBAC'): not a logbuf catalog")
     if version != VERSION:

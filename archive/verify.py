@@ -216,6 +216,7 @@ def _check_block(view: memoryview, ints: np.ndarray, d: "RecordingDescriptor", s
         | (ints[idx + 3] != d.session_id)
         | (ints[idx + 4] != d.stream_id)
         | (lengths[:n] + dh.HEADER_LENGTH > d.mtu)
+        | (lengths[:n] < 0)
     )
     if not bad.any():
         return None
@@ -231,4 +232,6 @@ def _check_block(view: memoryview, ints: np.ndarray, d: "RecordingDescriptor", s
                                term_id)
     if problem is not None:
         return offset, problem
+    if int(ints[i]) < dh.HEADER_LENGTH:
+        return offset, f"frame length {int(ints[i])} is shorter than the {dh.HEADER_LENGTH}-byte header"
     return offset, f"frame length {int(ints[i])} exceeds the recording's MTU {d.mtu}"
