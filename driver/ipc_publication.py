@@ -108,6 +108,10 @@ class IpcPublication:
         if not positions:
             # Nobody reads: pin the limit to the tail so offers see NOT_CONNECTED.
             return 0
+        min_position = min(positions)
+        if (min_position + self.term_window_length <= current
+                and min_position - self.log.term_length <= self.clean_position):
+            return 0  # the common idle cycle: nothing to raise, nothing to clean
         update = compute_limit_and_clean(
             positions, current_limit=current, clean_position=self.clean_position,
             term_length=self.log.term_length, term_window_length=self.term_window_length,

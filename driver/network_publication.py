@@ -57,6 +57,7 @@ class NetworkPublication(IpcPublication):
     sender_limit: int = 0
     time_of_last_sm_ns: int = 0
     time_of_last_send_ns: int = 0
+    _next_blocked_check_ns: int = 0
     next_setup_ns: int = 0
     retransmit_lingers: dict[tuple[int, int], int] = field(default_factory=dict)
 
@@ -94,8 +95,8 @@ class NetworkPublication(IpcPublication):
             if datagrams:
                 self.sender_position.set_ordered(position)
                 self.time_of_last_send_ns = now_ns
-            elif idle_ns >= BLOCKED_HEARTBEAT_INTERVAL_NS and (
-                    idle_ns >= HEARTBEAT_INTERVAL_NS or self.tail_position() > position):
+            elif idle_ns >= BLOCKED_HEARTBEAT_INTERVAL_NS and now_ns >= self._next_blocked_check_ns and (
+                    idle_ns >= HEARTBEAT_INTERVAL_NS or self._blocked(position, now_ns)):
                 term_id, term_offset = self.log.term_of(position)
                 eos = self.state is not PublicationState.ACTIVE and position >= self.log.end_of_stream_position()
                 flags = dh.BEGIN_END_AND_EOS_FLAGS if eos else dh.UNFRAGMENTED
@@ -104,6 +105,13 @@ class NetworkPublication(IpcPublication):
                 counters.increment(SystemCounterId.HEARTBEATS_SENT)
                 self.time_of_last_send_ns = now_ns
         return sent
+
+    def _blocked(self, position: int, now_ns: int) -> bool:
+        """Does data wait behind snd-lmt? If not, ask again in a millisecond (reading the tail costs)."""
+        if self.tail_position() > position:
+            return True
+        self._next_blocked_check_ns = now_ns + BLOCKED_HEARTBEAT_INTERVAL_NS
+        return False
 
     def _send_datagram(self, term: memoryview, term_offset: int, max_length: int, send: Send) -> tuple[int, int]:
         """Send one datagram of the committed frames at ``term_offset`` (up to the MTU and

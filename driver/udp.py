@@ -17,6 +17,7 @@ from __future__ import annotations
 import fcntl
 import ipaddress
 import random
+import select
 import socket
 import struct
 from collections.abc import Callable
@@ -149,6 +150,8 @@ class UdpEndpoint:
             self.socket.close()
             raise
         self.socket.setblocking(False)
+        self._readable = select.poll()  # an empty poll(0) is cheaper than a BlockingIOError per cycle
+        self._readable.register(self.socket, select.POLLIN)
         self.local_address: tuple[str, int] = self.socket.getsockname()
         self.system_counters = system_counters
         self.faults = faults if faults is not None and faults.active else None
@@ -157,6 +160,8 @@ class UdpEndpoint:
 
     def poll(self, handler: Handler) -> int:
         """Read up to READS_PER_POLL datagrams; returns how many."""
+        if not self._readable.poll(0) and self.faults is None:
+            return 0
         n = 0
         recv = self.socket.recvfrom_into
         view = self._view

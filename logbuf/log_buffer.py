@@ -87,7 +87,7 @@ class LogBuffers:
         (_, _, _, _, _, self.session_id, self.stream_id, _, _) = dh.HEADER.unpack_from(
             meta, lbd.LOG_DEFAULT_FRAME_HEADER_OFFSET
         )
-        meta.release()
+        self._meta = meta  # kept for the per-duty-cycle reads (tail_position); released by close()
 
     @property
     def name(self) -> str:
@@ -175,9 +175,9 @@ class LogBuffers:
 
     def tail_position(self) -> int:
         """Position of the active term's tail (where the next claim starts)."""
-        with self.metadata() as meta:
-            count = lbd.active_term_count_volatile(meta)
-            raw = lbd.raw_tail_volatile(meta, lbd.index_by_term_count(count))
+        meta = self._meta
+        count = lbd.active_term_count_volatile(meta)
+        raw = lbd.raw_tail_volatile(meta, lbd.index_by_term_count(count))
         return lbd.compute_position(
             lbd.term_id(raw), lbd.term_offset(raw, self.term_length), self.position_bits_to_shift, self.initial_term_id
         )
@@ -215,6 +215,7 @@ class LogBuffers:
 
     def close(self) -> None:
         """Unmap (publications and images over this log must be closed first)."""
+        self._meta.release()
         self.view.close()
         self.segment.close()
 
