@@ -22,7 +22,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import structlog
 
 from logbuf import command_descriptor as cmd
 from logbuf import counters_descriptor as cd
@@ -31,6 +30,7 @@ from logbuf.cnc import CncFile, cnc_driver_heartbeat_ms
 from logbuf.errors import ClosedError, ConfigurationError, DriverTimeoutError, RegistrationError
 from logbuf.image import Image as _Image
 from logbuf.log_buffer import LogBuffers
+from logbuf.logging_config import library_logger
 from logbuf.publication import Publication as _Publication
 from logbuf.ring_buffer import ManyToOneRingBuffer
 from logbuf.shm import ShmError
@@ -223,7 +223,7 @@ class ClientConductor:
         self._closed = False
         self._driver_error: DriverTimeoutError | None = None
         self._next_keepalive_ns = 0
-        self._log = structlog.get_logger().bind(role="client", client_id=self.client_id)
+        self._log = library_logger(role="client", client_id=self.client_id)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._send(cmd.CLIENT_KEEPALIVE, cmd.CorrelatedCommand(self.client_id, 0).encode())

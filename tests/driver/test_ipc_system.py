@@ -244,3 +244,17 @@ def test_killed_driver_raises_driver_timeout_and_a_new_driver_takes_over() -> No
         import shutil
 
         shutil.rmtree(directory, ignore_errors=True)
+
+
+def test_a_client_in_a_program_that_did_not_configure_logging_prints_nothing(media_driver: DriverProcess) -> None:
+    """The client is a library: unless the program configured structlog, only warnings and errors
+    are logged, and to stderr."""
+    program = (
+        "from client import Aeron, Context\n"
+        f"with Aeron.connect(Context(dir={media_driver.dir!r})) as aeron:\n"
+        "    aeron.add_subscription('aeron:ipc', 5).close()\n"
+        "    aeron.add_publication('aeron:ipc', 5).close()\n"
+    )
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, timeout=60)
+    assert done.returncode == 0, done.stderr.decode()
+    assert done.stdout == b"" and done.stderr == b""
