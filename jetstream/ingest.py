@@ -29,8 +29,13 @@ strictly increasing in ``time_us`` without losing or repeating events:
 * **Duplicates** are recognised by content, not by ``time_us``: the key of an event is its bytes
   without the ``time_us`` digits, so the same event served again by the same upstream, or by
   another instance that stamped it differently, is recognised. Keys of the events published in the
-  last ``window`` (2 × rewind + 1 s of ``time_us``) are kept. Events at or below ``floor_us`` (a
-  start position such as the relay's newest stored event) are dropped as already held.
+  last ``window`` (2 × rewind + 1 s of ``time_us``) are kept. The point a reconnect resumes from
+  only moves forward (a drop during a replay does not rewind further), except when the upstream's
+  clock is found behind ours (then it follows the upstream's clock).
+* **History start**: the first event taken (or ``floor_us`` + 1, e.g. the newest event a restarted
+  relay already holds) is where our history begins. A rewound replay that reaches back before it
+  (the upstream's events from before we started following) is skipped up to that point, counted
+  as ``before_start``.
 * An event whose ``time_us`` is above the last published one keeps the upstream's ``time_us``
   (cursors stay interchangeable between the upstream and this relay). An event that is new but
   not above (the upstream's clock went backwards: another instance, a restarted upstream) is
@@ -131,6 +136,7 @@ class IngestStats:
     duplicates: int = 0
     restamped: int = 0
     invalid: int = 0
+    before_start: int = 0
     oversized: int = 0
     back_pressured: int = 0
     not_connected: int = 0
@@ -176,22 +182,33 @@ class Sequencer:
                  clock: OriginClock | None = None, stats: IngestStats | None = None) -> None:
         if rewind_us < 0:
             raise ValueError(f"rewind_us={rewind_us} must not be negative")
+        if floor_us < 0:
+            raise ValueError(f"floor_us={floor_us} must not be negative")
         self.stats = stats or IngestStats()
         self.rewind_us = rewind_us
         self.window_us = 2 * rewind_us + 1_000_000
-        self.floor_us = floor_us
         self.last_time_us = floor_us
-        self.upstream_time_us = floor_us or None
+        self.history_start_us: int | None = floor_us + 1 if floor_us else None
+        """Upstream time_us where our history begins (first event taken, or just above the floor)."""
+        self.resume_base_us: int | None = floor_us or None
+        """Upstream time_us a reconnect resumes from (minus the rewind)."""
         self.clock = clock or OriginClock()
         self.clock.observe(floor_us)
+        self._skip_below = 0
         self._window: collections.deque[tuple[int, int]] = collections.deque()
         self._keys: dict[int, int] = {}
 
     def resume_cursor(self) -> int | None:
-        """``last upstream time_us − rewind``; None (live) before the first event and without a floor."""
-        if self.upstream_time_us is None:
+        """``resume base − rewind``; None (live) before the first event and without a floor."""
+        if self.resume_base_us is None:
             return None
-        return max(self.upstream_time_us - self.rewind_us, 1)
+        return max(self.resume_base_us - self.rewind_us, 1)
+
+    def on_connect(self, cursor: int | None) -> None:
+        """A new upstream connection starting at ``cursor``: a replay that reaches back before our
+        history's start is skipped up to that start (those events were never ours to publish)."""
+        start = self.history_start_us
+        self._skip_below = start if start is not None and cursor is not None and cursor < start else 0
 
     def accept(self, raw: bytes) -> tuple[bytes, int] | None:
         stats = self.stats
@@ -203,10 +220,14 @@ class Sequencer:
             stats.last_error = str(e)[:200]
             return None
         upstream_time_us = meta.time_us
+        if upstream_time_us < self._skip_below:
+            stats.before_start += 1
+            return None
+        self._skip_below = 0  # the replay reached our history: from here on, every event counts
         span = _time_us_span(raw, upstream_time_us)
-        if span is None:  # not jetstream's key order: find the digits by re-encoding
+        if span is None:
             stats.invalid += 1
-            stats.last_error = "time_us is not the second key"
+            stats.last_error = "time_us is not the second key (not jetstream's key order)"
             return None
         start, end = span
         if raw.startswith(_CURSOR_KEY, end):  # a v2 upstream's extra field: strict v1 clients reject it
@@ -216,17 +237,24 @@ class Sequencer:
             raw = raw[:end] + raw[j:]
         head, tail = raw[:start], raw[end:]
         key = hash(head + tail)
-        self.upstream_time_us = upstream_time_us
-        if key in self._keys or upstream_time_us <= self.floor_us:
+        base = self.resume_base_us
+        if key in self._keys:
             stats.duplicates += 1
+            if base is None or upstream_time_us > base:  # never walk the resume point back
+                self.resume_base_us = upstream_time_us
             return None
+        if self.history_start_us is None:
+            self.history_start_us = upstream_time_us
         if upstream_time_us > self.last_time_us:
             time_us = upstream_time_us
             self.clock.observe(time_us)
-        else:  # new, but the upstream's clock is behind ours: act as origin
+            if base is None or upstream_time_us > base:
+                self.resume_base_us = upstream_time_us
+        else:  # new, but the upstream's clock is behind ours: act as origin, resume on its clock
             time_us = self.clock.next()
             raw = head + str(time_us).encode() + tail
             stats.restamped += 1
+            self.resume_base_us = upstream_time_us
         self.last_time_us = time_us
         self._remember(time_us, key)
         return raw, time_us
@@ -388,6 +416,7 @@ class UpstreamSource:
                                    ping_timeout=self.ping_interval_s, close_timeout=2,
                                    user_agent_header="logbuf-jetstream") as ws:
                     stats.connections += 1
+                    sequencer.on_connect(cursor)
                     self._log.info("upstream.connected", cursor=cursor)
                     accept, publish = sequencer.accept, publisher.publish
                     while True:

@@ -89,7 +89,36 @@ def test_sequencer_drops_events_at_or_below_its_floor_and_resumes_from_it() -> N
     floor = time_us_of(events[4])
     seq = Sequencer(rewind_us=1_000_000, floor_us=floor)
     assert seq.resume_cursor() == floor - 1_000_000
+    seq.on_connect(seq.resume_cursor())
     assert [seq.accept(e) is not None for e in events] == [False] * 5 + [True] * 5
+    assert seq.stats.before_start == 5 and seq.stats.restamped == 0
+
+
+def test_a_rewound_replay_reaching_before_our_first_event_is_skipped_not_restamped() -> None:
+    events = make_events(100, step_us=1000)
+    seq = Sequencer(rewind_us=50_000)
+    seq.on_connect(None)                       # live: we join the upstream at events[40]
+    for e in events[40:60]:
+        assert seq.accept(e) is not None
+    cursor = seq.resume_cursor()
+    assert cursor == time_us_of(events[59]) - 50_000  # reaches back before events[40]
+    seq.on_connect(cursor)
+    replay = [e for e in events if time_us_of(e) >= cursor]
+    published = [o for o in (seq.accept(e) for e in replay) if o is not None]
+    assert [raw for raw, _ in published] == events[60:]
+    assert seq.stats.before_start == 31 and seq.stats.duplicates == 20  # events[9:40], events[40:60] and seq.stats.restamped == 0
+
+
+def test_drops_during_a_replay_do_not_walk_the_resume_point_back() -> None:
+    events = make_events(100, step_us=1000)
+    seq = Sequencer(rewind_us=20_000)
+    for e in events[:80]:
+        seq.accept(e)
+    first_cursor = seq.resume_cursor()
+    assert first_cursor is not None
+    seq.on_connect(first_cursor)
+    seq.accept(events[61])                     # one replayed duplicate, then the connection drops
+    assert seq.resume_cursor() == first_cursor
 
 
 def test_sequencer_forgets_keys_older_than_its_window() -> None:
