@@ -179,14 +179,14 @@ class _Running:
 def _start_driver(args: argparse.Namespace, run: _Running, log: Any) -> str:
     directory = resolve_dir(args.driver_dir)
     if args.driver != "embedded" and is_driver_active(directory, 1_000):
-        log.info("relay.driver_connected", driver_dir=directory)
+        log.info("jetstream.driver_connected", driver_dir=directory)
         return directory
     if args.driver == "external":
         raise LogbufError(f"no running media driver in {directory} (--driver external)")
     ctx = DriverContext(dir=directory, ipc_term_length=EMBEDDED_IPC_TERM_LENGTH, dir_delete_on_shutdown=True)
     run.driver = MediaDriver.launch(ctx)
     run.driver.start()
-    log.info("relay.driver_embedded", driver_dir=directory)
+    log.info("jetstream.driver_embedded", driver_dir=directory)
     return directory
 
 
@@ -212,7 +212,7 @@ def _start_server(args: argparse.Namespace, run: _Running, subscription: Subscri
     server.add_duty(run.adapter)
     run.server_thread = server.start()
     host, port = server.address
-    log.info("relay.listening", host=host, port=port, url=f"ws://{host}:{port}/subscribe", data_dir=data_dir)
+    log.info("jetstream.listening", host=host, port=port, url=f"ws://{host}:{port}/subscribe", data_dir=data_dir)
 
 
 def _start_recorder(args: argparse.Namespace, run: _Running, driver_dir: str) -> None:
@@ -228,13 +228,13 @@ def _start_recorder(args: argparse.Namespace, run: _Running, driver_dir: str) ->
 def _shutdown(run: _Running, log: Any) -> None:
     if run.ingest is not None:
         run.ingest.stop()
-        log.info("relay.ingest_stats", **run.ingest.stats.snapshot())
+        log.info("jetstream.ingest_stats", **run.ingest.stats.snapshot())
     if run.server is not None:
         run.server.stop()
         if run.server_thread is not None:
             run.server_thread.join(10)
         if run.adapter is not None:
-            log.info("relay.stream_stats", **run.adapter.stats.__dict__)
+            log.info("jetstream.stream_stats", **run.adapter.stats.__dict__)
     if run.recorder is not None:
         run.recorder.stop()
         if run.recorder_thread is not None:
@@ -250,7 +250,7 @@ def _shutdown(run: _Running, log: Any) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     configure_logging(args.log_level)
-    log = structlog.get_logger().bind(role="jetstream.relay")
+    log = structlog.get_logger().bind(role="jetstream")
     if args.record is not None and not os.path.isabs(args.record):
         args.record = os.path.abspath(args.record)
     stop = threading.Event()
@@ -274,27 +274,27 @@ def main(argv: Sequence[str] | None = None) -> int:
             publication: Publication = run.aeron.add_exclusive_publication(args.channel, args.stream_id)
             run.ingest = Ingest(publication, _make_source(args))
             run.ingest.start()
-        log.info("relay.started", source=args.upstream or "generator", rate=args.rate if args.upstream is None else None,
-                 channel=args.channel, stream_id=args.stream_id, role=args.role)
+        log.info("jetstream.started", source=args.upstream or "generator", rate=args.rate if args.upstream is None else None,
+                 channel=args.channel, stream_id=args.stream_id, relay_role=args.role)
         deadline = None if args.duration is None else time.monotonic() + args.duration
         while not stop.wait(0.2):
             if deadline is not None and time.monotonic() >= deadline:
                 break
             if run.ingest is not None and run.ingest.error is not None:
-                log.error("relay.ingest_failed", error=repr(run.ingest.error))
+                log.error("jetstream.ingest_failed", error=repr(run.ingest.error))
                 status = 1
                 break
             if run.server_thread is not None and not run.server_thread.is_alive():
-                log.error("relay.server_stopped")
+                log.error("jetstream.server_stopped")
                 status = 1
                 break
     except (LogbufError, OSError, ValueError) as e:
-        log.error("relay.start_failed", error=str(e))
+        log.error("jetstream.start_failed", error=str(e))
         print(f"logbuf-jetstream: {e}", file=sys.stderr)
         status = 2
     finally:
         _shutdown(run, log)
-        log.info("relay.stopped", status=status)
+        log.info("jetstream.stopped", status=status)
     return status
 
 

@@ -146,6 +146,93 @@ class UpstreamStandIn:
             assert not self._thread.is_alive(), "stand-in upstream did not stop"
 
 
+class TcpProxy:
+    """A TCP forwarder on 127.0.0.1 that can cut every connection (a network drop) and come back."""
+
+    def __init__(self, target_port: int, port: int = 0) -> None:
+        self.target_port = target_port
+        self.port = port
+        self.connections = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._server: asyncio.Server | None = None
+        self._transports: list[asyncio.WriteTransport] = []
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> "TcpProxy":
+        ready = threading.Event()
+
+        async def main() -> None:
+            self._loop = asyncio.get_running_loop()
+            self._server = await asyncio.start_server(self._on_client, "127.0.0.1", self.port)
+            self.port = self._server.sockets[0].getsockname()[1]
+            ready.set()
+            try:
+                await self._server.serve_forever()
+            except asyncio.CancelledError:
+                pass
+
+        self._thread = threading.Thread(target=lambda: asyncio.run(main()), daemon=True)
+        self._thread.start()
+        assert ready.wait(10), "proxy did not start"
+        return self
+
+    async def _on_client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        try:
+            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
+        except OSError:
+            writer.transport.abort()
+            return
+        self._transports += [writer.transport, up_writer.transport]
+
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            try:
+                while data := await src.read(65536):
+                    dst.write(data)
+                    await dst.drain()
+            except (OSError, asyncio.CancelledError):
+                pass
+            finally:
+                dst.transport.abort()
+
+        try:
+            await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+        except asyncio.CancelledError:
+            pass
+
+    def cut(self) -> None:
+        """Abort every forwarded connection (no close frames) and stop listening."""
+        loop, server = self._loop, self._server
+        assert loop is not None and server is not None
+
+        def abort() -> None:
+            for transport in self._transports:
+                transport.abort()
+            server.close()
+            for task in asyncio.all_tasks(loop):
+                task.cancel()
+
+        loop.call_soon_threadsafe(abort)
+        if self._thread is not None:
+            self._thread.join(10)
+            assert not self._thread.is_alive(), "proxy did not stop"
+
+
+async def read_events(url: str, *, until_time_us: int, timeout_s: float = 20.0) -> list[bytes]:
+    """Events from a jetstream ``/subscribe`` URL up to the first with time_us >= ``until_time_us``."""
+    from websockets.asyncio.client import connect
+
+    events: list[bytes] = []
+    async with asyncio.timeout(timeout_s):
+        async with connect(url, compression=None, max_size=None, close_timeout=1) as ws:
+            while True:
+                message = await ws.recv()
+                raw = message.encode() if isinstance(message, str) else message
+                events.append(raw)
+                if time_us_of(raw) >= until_time_us:
+                    return events
+
+
 class StreamReader:
     """Reads (bytes, reserved_value) messages from a stream through a driver on a background thread."""
 
@@ -212,7 +299,7 @@ class RelayProcess:
         return next(entry for entry in self.log if entry.get("event") == event)
 
     def port(self, timeout_s: float = 20.0) -> int:
-        return int(self.wait_for_log("relay.listening", timeout_s)["port"])
+        return int(self.wait_for_log("jetstream.listening", timeout_s)["port"])
 
     def stop(self, timeout_s: float = 15.0) -> int:
         """SIGTERM and wait; returns the exit status."""
@@ -248,5 +335,5 @@ def await_condition(condition: Callable[[], bool], timeout_s: float = 10.0, what
         time.sleep(0.005)
 
 
-__all__ = ["DRIVER_ARGS", "unique_driver_dir", "RelayProcess", "StreamReader", "UpstreamStandIn", "await_condition", "driver_process",
+__all__ = ["DRIVER_ARGS", "TcpProxy", "read_events", "unique_driver_dir", "RelayProcess", "StreamReader", "UpstreamStandIn", "await_condition", "driver_process",
            "make_events", "time_us_of", "without_time_us"]

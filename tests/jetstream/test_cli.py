@@ -64,8 +64,8 @@ def test_ingest_role_publishes_generated_events_into_the_drivers_stream() -> Non
             for raw, reserved_value in messages:
                 assert parse_event(raw).time_us == reserved_value
             events = [e.get("event") for e in relay.log]
-            assert "relay.started" in events and "relay.stopped" in events
-            stats = next(e for e in relay.log if e.get("event") == "relay.ingest_stats")
+            assert "jetstream.started" in events and "jetstream.stopped" in events
+            stats = next(e for e in relay.log if e.get("event") == "jetstream.ingest_stats")
             assert stats["published"] >= len(messages)
             assert all(json.loads(line) for line in relay.lines)  # JSON logs when not a TTY, nothing else
         finally:
@@ -91,7 +91,7 @@ def test_embedded_driver_directory_is_removed_at_exit() -> None:
     relay = RelayProcess(["--role", "ingest", "--driver-dir", directory, "--duration", "1"])
     assert relay.proc.wait(30) == 0, "\n".join(relay.lines)
     relay.stop()
-    assert any(e.get("event") == "relay.driver_embedded" for e in relay.log)
+    assert any(e.get("event") == "jetstream.driver_embedded" for e in relay.log)
     assert not os.path.exists(directory)
 
 
@@ -105,7 +105,7 @@ def test_record_option_records_the_event_stream_into_an_archive(tmp_path: object
                               "--rate", "1000", "--record", archive_dir, "--duration", "2"])
         assert relay.proc.wait(30) == 0, "\n".join(relay.lines)
         relay.stop()
-    published = next(e for e in relay.log if e.get("event") == "relay.ingest_stats")["published"]
+    published = next(e for e in relay.log if e.get("event") == "jetstream.ingest_stats")["published"]
     assert published > 500
     with Catalog.open(archive_dir) as catalog:
         recordings = catalog.recordings()
@@ -115,3 +115,47 @@ def test_record_option_records_the_event_stream_into_an_archive(tmp_path: object
         result = verify_recording(archive_dir, d)
     assert result.ok, result.reason
     assert result.frames >= published  # one frame per event (a few large ones are fragmented)
+
+
+DICTIONARY = os.path.join(os.path.dirname(ROOT), "shared", "data", "jetstream-zstd.dict")
+
+
+def test_full_run_with_the_generator_serves_subscribe_clients(tmp_path: object) -> None:
+    import asyncio
+
+    import zstandard
+    from websockets.asyncio.client import connect
+
+    driver_dir = unique_driver_dir()
+    relay = RelayProcess(["--driver-dir", driver_dir, "--port", "0", "--rate", "1000",
+                          "--data-dir", os.path.join(str(tmp_path), "data"), "--zstd-dictionary", DICTIONARY])
+    try:
+        port = relay.port()
+
+        async def clients() -> tuple[list[bytes], list[bytes], list[bytes]]:
+            async with asyncio.timeout(20):
+                url = f"ws://127.0.0.1:{port}/subscribe"
+                async with connect(url, compression=None, close_timeout=1) as ws:
+                    live = [(await ws.recv()).encode() for _ in range(200)]  # type: ignore[union-attr]
+                times = [parse_event(raw).time_us for raw in live]
+                async with connect(f"{url}?cursor={times[50]}", compression=None, close_timeout=1) as ws:
+                    replay = [(await ws.recv()).encode() for _ in range(150)]  # type: ignore[union-attr]
+                with open(DICTIONARY, "rb") as f:
+                    decompressor = zstandard.ZstdDecompressor(dict_data=zstandard.ZstdCompressionDict(f.read()))
+                async with connect(f"{url}?cursor={times[0]}&compress=true", compression=None, close_timeout=1) as ws:
+                    frames = [await ws.recv() for _ in range(20)]
+                    assert all(isinstance(f, bytes) for f in frames)
+                    compressed = [decompressor.decompress(f) for f in frames]  # type: ignore[arg-type]
+                return live, replay, compressed
+
+        live, replay, compressed = asyncio.run(clients())
+        times = [parse_event(raw).time_us for raw in live]
+        assert all(a < b for a, b in zip(times, times[1:]))
+        assert replay == live[50:]          # cursor replay is inclusive and identical
+        assert compressed == live[:20]      # the same events, zstd with jetstream's dictionary
+        assert relay.stop() == 0, "\n".join(relay.lines)
+        assert not os.path.exists(driver_dir)  # the embedded driver removed its directory
+        stream = next(e for e in relay.log if e.get("event") == "jetstream.stream_stats")
+        assert stream["appended"] > 0 and stream["invalid"] == 0 and stream["out_of_order"] == 0
+    finally:
+        relay.kill()
