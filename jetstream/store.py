@@ -119,7 +119,8 @@ class FrameStore:
         self._compressor: zstandard.ZstdCompressor | None = None
         if zstd_dictionary is not None:
             dictionary = zstandard.ZstdCompressionDict(zstd_dictionary)
-            params = zstandard.ZstdCompressionParameters.from_level(ZSTD_LEVEL, window_log=ZSTD_WINDOW_LOG)
+            params = zstandard.ZstdCompressionParameters.from_level(
+                ZSTD_LEVEL, window_log=ZSTD_WINDOW_LOG, write_dict_id=1, write_content_size=1)
             self._compressor = zstandard.ZstdCompressor(dict_data=dictionary, compression_params=params)
             self.files.append(_FrameFile(os.path.join(data_dir, FRAMES_ZSTD_FILE)))
         self.stats = StoreStats()
