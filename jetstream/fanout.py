@@ -102,7 +102,7 @@ class Subscriber:
         self.next_ping_ns = 0
         self.bytes_sent = 0
         self.events_sent = 0
-        self.over_limit = False
+        self.over_limit = ""                  # "ip" or "total": answer the request with 429 / 503
         self.message: list[bytes] | None = None   # fragments of a client message being received
 
 
@@ -234,7 +234,7 @@ class FanOut:
                     if sub.state is not streaming or not self._plan(sub, n, ends[kind]):
                         break
                     continue
-                if sub.filter is None and end < ends[kind] and not sub.out:
+                if sub.filter is None and end < ends[kind] and not sub.out and sub.state is streaming:
                     sub.range_events += n - sub.next_seq
                     sub.next_seq = n
                     end = sub.range_end = ends[kind]

@@ -324,8 +324,10 @@ class RelayServer:
             ip = str(addr[0])
             protocol = ServerProtocol(max_size=cfg.max_client_message_length, logger=_WS_LOGGER)
             sub = Subscriber(conn, ip, protocol, now + int(cfg.handshake_timeout_s * 1e9))
-            if self._per_ip[ip] >= cfg.max_connections_per_ip or len(self._connections) >= cfg.max_connections:
-                sub.over_limit = True
+            if self._per_ip[ip] >= cfg.max_connections_per_ip:
+                sub.over_limit = "ip"
+            elif len(self._connections) >= cfg.max_connections:
+                sub.over_limit = "total"
             self._per_ip[ip] += 1
             self._connections[sub.fd] = sub
             self._handshaking[sub.fd] = sub
@@ -392,7 +394,7 @@ class RelayServer:
         path, query = split_target(request.path)
         options: SubscriberOptions | None = None
         if sub.over_limit:
-            if self._per_ip[sub.ip] > self.config.max_connections_per_ip:
+            if sub.over_limit == "ip":
                 outcome, response = "over_ip_limit", text_response(429, "Too Many Requests",
                                                                    "too many connections from this address")
             else:

@@ -192,3 +192,36 @@ def test_compressed_relay_still_serves_plain_clients(tmp_path: Path) -> None:
         relay.append(make_events(5))
         with relay.connect({"cursor": 0}) as ws:
             assert len(recv_events(ws, 5)) == 5
+
+
+def test_connections_over_the_total_limit_get_503(tmp_path: Path) -> None:
+    with running_relay(str(tmp_path), max_connections=1) as relay:
+        with relay.connect():
+            assert rejected(relay, {}) == (503, "too many connections")
+
+
+def test_non_increasing_time_us_is_counted_and_dropped(tmp_path: Path) -> None:
+    events = make_events(3, step_us=1000)
+    with running_relay(str(tmp_path)) as relay:
+        relay.append([events[1], events[0], events[1], events[2]])
+        assert relay.server.counters.events_rejected["non_increasing_time_us"] == 2
+        with relay.connect({"cursor": 0}) as ws:
+            assert [e["time_us"] for e in recv_events(ws, 2)] == [BASE_US + 1000, BASE_US + 2000]
+
+
+@pytest.mark.parametrize("overrides, text", [
+    ({"data_dir": ""}, "data_dir"),
+    ({"port": 70000}, "port=70000"),
+    ({"retention": None, "retention_bytes": None}, "retention"),
+    ({"retention": -1.0}, "retention=-1.0"),
+    ({"max_connections_per_ip": 0}, "max_connections_per_ip=0"),
+    ({"handshake_timeout_s": float("inf")}, "handshake_timeout_s=inf"),
+    ({"zstd_dictionary": "/nonexistent/dict"}, "zstd_dictionary='/nonexistent/dict'"),
+])
+def test_config_errors_name_the_setting(tmp_path: Path, overrides: dict[str, Any], text: str) -> None:
+    from jetstream.server import RelayConfig, RelayServer
+    from logbuf.errors import ConfigurationError
+
+    settings: dict[str, Any] = {"data_dir": str(tmp_path), "port": 0, **overrides}
+    with pytest.raises(ConfigurationError, match=text.replace("(", r"\(").replace(".", r"\.")):
+        RelayServer(RelayConfig(**settings))
