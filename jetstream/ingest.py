@@ -280,18 +280,35 @@ class StreamPublisher:
         self.publication = publication
         self.stats = stats
 
-    async def publish(self, raw: bytes, time_us: int) -> None:
-        offer = self.publication.offer
+    def try_publish(self, raw: bytes, time_us: int) -> bool:
+        """One offer, no waiting: True when the event is in the stream (or dropped as oversized),
+        False when the caller must ``await publish(...)`` (back-pressure and the like)."""
         try:
-            result = offer(raw, time_us)
+            result = self.publication.offer(raw, time_us)
         except ValueError:  # longer than the stream's largest message: cannot be carried
             self.stats.oversized += 1
+            return True
+        if result < 0:
+            return False
+        stats = self.stats
+        stats.published += 1
+        stats.published_bytes += len(raw)
+        stats.last_time_us = time_us
+        return True
+
+    async def publish(self, raw: bytes, time_us: int) -> None:
+        """Offer until the event is in the stream, sleeping (back-off) while back-pressured."""
+        if self.try_publish(raw, time_us):
             return
+        offer = self.publication.offer
         park = _OFFER_PARK_MIN_S
-        while result < 0:
+        while True:
+            result = offer(raw, time_us)
+            if result >= 0:
+                break
             if result == OfferResult.ADMIN_ACTION:
-                pass
-            elif result == OfferResult.BACK_PRESSURED or result == OfferResult.NOT_CONNECTED:
+                continue
+            if result == OfferResult.BACK_PRESSURED or result == OfferResult.NOT_CONNECTED:
                 if result == OfferResult.BACK_PRESSURED:
                     self.stats.back_pressured += 1
                 else:
@@ -300,7 +317,6 @@ class StreamPublisher:
                 park = min(park * 2, _OFFER_PARK_MAX_S)
             else:
                 raise IngestError(f"publication offer failed: {OfferResult(result).name}")
-            result = offer(raw, time_us)
         stats = self.stats
         stats.published += 1
         stats.published_bytes += len(raw)
@@ -352,7 +368,9 @@ class GeneratorSource:
             for _ in range(min(due, 1024)):
                 time_us = clock.next()
                 publisher.stats.received += 1
-                await publisher.publish(gen.make_event(time_us), time_us)
+                raw = gen.make_event(time_us)
+                if not publisher.try_publish(raw, time_us):
+                    await publisher.publish(raw, time_us)
                 produced += 1
             await asyncio.sleep(0)
 
@@ -418,12 +436,12 @@ class UpstreamSource:
                     stats.connections += 1
                     sequencer.on_connect(cursor)
                     self._log.info("upstream.connected", cursor=cursor)
-                    accept, publish = sequencer.accept, publisher.publish
+                    accept, try_publish, publish = sequencer.accept, publisher.try_publish, publisher.publish
                     while True:
                         message = await ws.recv()  # str for a text frame, bytes for a binary one
                         if isinstance(message, str):
                             out = accept(message.encode())
-                            if out is not None:
+                            if out is not None and not try_publish(*out):
                                 await publish(*out)
                         else:
                             stats.received += 1
