@@ -105,6 +105,8 @@ class RecordingSession:
         self._segment_end = -1
         self._next_heartbeat_ms = 0
         self.stopped = False
+        self.failed: str | None = None
+        """Why writing failed (the recording then stopped as interrupted at its last whole block)."""
         self._log = structlog.get_logger().bind(role="recorder", recording_id=self.recording_id,
                                                 session_id=image.session_id, stream_id=image.stream_id)
         self._log.info("recording.started", channel=channel, start_position=self.start_position,
@@ -112,9 +114,22 @@ class RecordingSession:
 
     def do_work(self) -> int:
         """Record what the image holds now (one block); returns the bytes recorded."""
-        if self.stopped or self.image.is_closed:
+        if self.image.is_closed:
             return 0
-        return self.image.block_poll(self._on_block, self.block_length)
+        if self.stopped:
+            # A recording that failed to write keeps consuming (and discarding) its image, so the
+            # publishers are not held back by a recording that no longer exists; it was stopped
+            # as interrupted and logged at error level.
+            return self.image.block_poll(_discard, self.block_length) if self.failed else 0
+        try:
+            return self.image.block_poll(self._on_block, self.block_length)
+        except OSError as e:  # disk full, file removed, I/O error: this recording ends here
+            self.failed = f"{type(e).__name__}: {e}"
+            self._log.error("recording.write_failed", error=self.failed, stop_position=self.position)
+            self._close_segment()
+            self.stopped = True
+            self.catalog.stop_recording(self.recording_id, self.position, interrupted=True)
+            return 0
 
     def _on_block(self, block: memoryview, term_offset: int, session_id: int, term_id: int) -> None:
         position = (((term_id - self._initial_term_id) & 0xFFFFFFFF) << self._shift) + term_offset
@@ -145,6 +160,12 @@ class RecordingSession:
         self._segment_base = base
         self._segment_end = base + self.segment_length
 
+    def _close_segment(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+        self._segment_end = -1
+
     def heartbeat(self, now_ms: int) -> None:
         if now_ms >= self._next_heartbeat_ms:
             self._next_heartbeat_ms = now_ms + RECORDER_HEARTBEAT_INTERVAL_MS // 2
@@ -168,13 +189,17 @@ class RecordingSession:
             self.drain(max_bytes=64 * self.term_length)
         except (ValueError, OSError) as e:  # the image's log went away under us
             self._log.warning("recording.drain_failed", error=str(e))
+        if self.stopped:  # writing failed during the drain
+            return
         self.stopped = True
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        self._close_segment()
         self.catalog.stop_recording(self.recording_id, self.position)
         self._log.info("recording.session_stopped", reason=reason, stop_position=self.position,
                        recorded_length=self.position - self.start_position)
+
+
+def _discard(block: memoryview, term_offset: int, session_id: int, term_id: int) -> None:
+    return None
 
 
 class Recorder:

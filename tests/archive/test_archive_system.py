@@ -433,3 +433,54 @@ def test_recording_survives_a_driver_restart(tmp_path: Any) -> None:
         driver.stop()
         shutil.rmtree(driver.dir, ignore_errors=True)
     assert status == 0, r.output()
+
+
+def test_cli_replay_serves_a_subscriber(recorded: tuple[RecordingDescriptor, Published], recorder: RecorderProcess,
+                                        aeron: Aeron, archive_driver: DriverProcess) -> None:
+    d, published = recorded
+    got: list[bytes] = []
+    assembler = FragmentAssembler(lambda buf, h: got.append(bytes(buf)))
+    with aeron.add_subscription("aeron:ipc", 90) as sub:
+        proc = subprocess.Popen([sys.executable, "-m", "archive.main", "-d", recorder.archive_dir, "--log-level",
+                                 "warning", "replay", str(d.recording_id), "--stream-id", "90", "--driver-dir",
+                                 archive_driver.dir, "--position", str(published.end_positions[1499])],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 20
+        while len(got) < 500:
+            sub.poll(assembler, 256)
+            assert time.monotonic() < deadline and proc.poll() in (None, 0), proc.communicate()
+        out, err = proc.communicate(timeout=20)
+    assert proc.returncode == 0, err
+    assert f"replayed recording {d.recording_id} from {published.end_positions[1499]} to {d.stop_position}" in out
+    assert got == published.payloads[1500:]
+
+
+def test_a_recording_that_cannot_write_stops_interrupted_and_no_longer_holds_the_publisher(
+        archive_driver: DriverProcess, aeron: Aeron, tmp_path: Any) -> None:
+    import resource
+    import signal as signals
+
+    archive = str(tmp_path / "full")
+    Catalog.open_writable(archive).close()  # the catalog exists; segment files cannot grow past 256 KiB
+
+    def limit_file_size() -> None:
+        signals.signal(signals.SIGXFSZ, signals.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (256 * 1024, 256 * 1024))
+
+    r = RecorderProcess(archive, archive_driver.dir, "aeron:ipc", 15, ["--segment-length", "512k"])
+    with open(r.log_path, "ab") as out:
+        r.proc = subprocess.Popen(
+            [sys.executable, "-m", "archive.main", "-d", archive, "record", "--channel", "aeron:ipc", "--stream-id",
+             "15", "--driver-dir", archive_driver.dir, "--segment-length", "512k"],
+            stdout=out, stderr=subprocess.STDOUT, preexec_fn=limit_file_size,
+        )
+    try:
+        pub = aeron.add_publication("aeron:ipc", 15)
+        await_(lambda: pub.is_connected, 20, "the recorder to subscribe")
+        publish(pub, payloads_for(8, 600), timeout_s=20)  # several term windows: the recorder must not hold them
+        d = recording_of(archive, pub.session_id)
+        pub.close()
+    finally:
+        assert r.stop() == 0, r.output()
+    assert d is not None and d.interrupted and not d.active and d.stop_position == d.start_position
+    assert "recording.write_failed" in r.output() and "File too large" in r.output()
