@@ -218,8 +218,10 @@ class TcpProxy:
             assert not self._thread.is_alive(), "proxy did not stop"
 
 
-async def read_events(url: str, *, until_time_us: int, timeout_s: float = 20.0) -> list[bytes]:
-    """Events from a jetstream ``/subscribe`` URL up to the first with time_us >= ``until_time_us``."""
+async def read_events(url: str, *, until_time_us: int, count: int | None = None, timeout_s: float = 20.0
+                      ) -> list[bytes]:
+    """Events from a jetstream ``/subscribe`` URL up to the first with time_us >= ``until_time_us``
+    (or ``count`` events)."""
     from websockets.asyncio.client import connect
 
     events: list[bytes] = []
@@ -229,7 +231,9 @@ async def read_events(url: str, *, until_time_us: int, timeout_s: float = 20.0) 
                 message = await ws.recv()
                 raw = message.encode() if isinstance(message, str) else message
                 events.append(raw)
-                if time_us_of(raw) >= until_time_us:
+                if count is not None and len(events) >= count:
+                    return events
+                if count is None and time_us_of(raw) >= until_time_us:
                     return events
 
 

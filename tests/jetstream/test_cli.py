@@ -159,3 +159,27 @@ def test_full_run_with_the_generator_serves_subscribe_clients(tmp_path: object) 
         assert stream["appended"] > 0 and stream["invalid"] == 0 and stream["out_of_order"] == 0
     finally:
         relay.kill()
+
+
+def test_ingest_and_serve_roles_in_two_processes_share_a_driver(tmp_path: object) -> None:
+    import asyncio
+
+    from tests.jetstream._ingest_support import read_events
+
+    with driver_process() as driver:
+        common = ["--driver", "external", "--driver-dir", driver.dir, "--stream-id", "1104"]
+        server = RelayProcess(["--role", "serve", "--port", "0", "--data-dir", os.path.join(str(tmp_path), "d"), *common])
+        ingest: RelayProcess | None = None
+        try:
+            port = server.port()
+            ingest = RelayProcess(["--role", "ingest", "--rate", "1000", *common])
+            ingest.wait_for_log("jetstream.started")
+            url = f"ws://127.0.0.1:{port}/subscribe?cursor=1"
+            events = asyncio.run(read_events(url, until_time_us=0, count=300))
+            times = [parse_event(raw).time_us for raw in events]
+            assert len(times) == 300 and all(a < b for a, b in zip(times, times[1:]))
+            assert ingest.stop() == 0 and server.stop() == 0
+        finally:
+            server.kill()
+            if ingest is not None:
+                ingest.kill()
