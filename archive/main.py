@@ -91,25 +91,39 @@ def _non_negative(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="logbuf-archive", description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser = argparse.ArgumentParser(
+        prog="logbuf-archive", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Record streams into an archive directory, replay them, and inspect or trim the archive.",
+        epilog="examples:\n"
+               "  logbuf-archive -d /data/archive record --channel aeron:ipc --stream-id 10\n"
+               "  logbuf-archive -d /data/archive list\n"
+               "  logbuf-archive -d /data/archive verify\n"
+               "  logbuf-archive -d /data/archive replay 0 --stream-id 99",
+    )
     parser.add_argument("-d", "--archive-dir", default=os.environ.get(ENV_ARCHIVE_DIR),
                         help=f"archive directory (default ${ENV_ARCHIVE_DIR})")
     parser.add_argument("--log-level", default="info", help="structlog level (debug, info, warning, error)")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("-d", "--archive-dir", dest="sub_archive_dir", default=None, help=argparse.SUPPRESS)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    p = sub.add_parser("list", help="one line per recording")
+    def command(name: str, help: str) -> argparse.ArgumentParser:  # every command also takes -d
+        return sub.add_parser(name, help=help, parents=[common])
+
+
+    p = command("list", "one line per recording")
     p.add_argument("--json", action="store_true", help="JSON lines (every descriptor field)")
     p.add_argument("--all", action="store_true", help="include DELETED recordings")
 
-    p = sub.add_parser("describe", help="every field of one recording, and its segment files")
+    p = command("describe", "every field of one recording, and its segment files")
     p.add_argument("recording_id", type=_non_negative)
     p.add_argument("--json", action="store_true")
 
-    p = sub.add_parser("verify", help="walk every frame; report the first bad position and why (exit 1)")
+    p = command("verify", "walk every frame; report the first bad position and why (exit 1)")
     p.add_argument("recording_id", type=_non_negative, nargs="?", help="default: every VALID recording")
     p.add_argument("--json", action="store_true")
 
-    p = sub.add_parser("dump", help="the frames of a recording as text or JSON lines")
+    p = command("dump", "the frames of a recording as text or JSON lines")
     p.add_argument("recording_id", type=_non_negative)
     p.add_argument("--from-position", type=_non_negative, help="default: the start position")
     p.add_argument("--to-position", type=_non_negative, help="default: the stop position")
@@ -117,18 +131,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--payload-bytes", type=_non_negative, default=32, help="payload bytes shown per frame (hex)")
     p.add_argument("--json", action="store_true", help="one JSON object per frame")
 
-    p = sub.add_parser("delete", help="mark a recording DELETED and remove its segment files")
+    p = command("delete", "mark a recording DELETED and remove its segment files")
     p.add_argument("recording_id", type=_non_negative)
 
-    p = sub.add_parser("retention", help="drop whole segments before a position or a time")
+    p = command("retention", "drop whole segments before a position or a time")
     p.add_argument("recording_id", type=_non_negative, nargs="?", help="default: every VALID recording")
     p.add_argument("--before-position", type=_non_negative, help="drop segments that end at or before this position")
     p.add_argument("--older-than", type=_duration_ms, help="drop segments last written longer ago than this (2h, 7d)")
     p.add_argument("--before-time", type=_time_ms, help="drop segments last written before this (epoch ms or ISO)")
 
-    p = sub.add_parser("recover", help="close recordings whose recorder died, at their valid prefix")
+    p = command("recover", "close recordings whose recorder died, at their valid prefix")
 
-    p = sub.add_parser("record", help="record every image of a channel and stream until SIGINT/SIGTERM")
+    p = command("record", "record every image of a channel and stream until SIGINT/SIGTERM")
     p.add_argument("--channel", required=True, help="e.g. aeron:ipc or aeron:udp?endpoint=localhost:40123")
     p.add_argument("--stream-id", type=int, required=True)
     p.add_argument("--driver-dir", default="", help="the media driver's directory (default $LOGBUF_DIR)")
@@ -137,7 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--driver-timeout", type=_duration_ms, default=10_000, help="driver liveness timeout (default 10s)")
     p.add_argument("--no-reconnect", action="store_true", help="end when the driver goes away")
 
-    p = sub.add_parser("replay", help="replay a recording into an aeron:ipc publication")
+    p = command("replay", "replay a recording into an aeron:ipc publication")
     p.add_argument("recording_id", type=_non_negative)
     p.add_argument("--stream-id", type=int, required=True, help="the replay publication's stream id")
     p.add_argument("--channel", default="aeron:ipc", help="replay channel (aeron:ipc, maybe with more parameters)")
@@ -303,11 +317,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     configure_logging(args.log_level)
     log = structlog.get_logger().bind(role="archive-cli", command=args.command)
-    if not args.archive_dir:
+    archive_dir = args.sub_archive_dir or args.archive_dir
+    if not archive_dir:
         print(f"logbuf-archive: no archive directory: give -d/--archive-dir or set {ENV_ARCHIVE_DIR}", file=sys.stderr)
         return 2
     try:
-        return COMMANDS[args.command](args.archive_dir, args)
+        return COMMANDS[args.command](archive_dir, args)
     except BrokenPipeError:  # `dump | head`
         sys.stderr.close()
         return 0
