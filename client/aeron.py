@@ -295,6 +295,9 @@ class ClientConductor:
                     break
                 self._ensure_usable()
                 if time.monotonic() > deadline:
+                    with self._lock:  # a dead driver closes this client's resources, whenever the keepalive is due
+                        self._check_driver()
+                    self._ensure_usable()
                     raise DriverTimeoutError(
                         f"no response from the media driver in {self.ctx.dir} within "
                         f"{self.ctx.driver_timeout_ms} ms for {cmd.COMMAND_NAMES.get(msg_type_id, msg_type_id)}"

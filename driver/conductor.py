@@ -314,6 +314,7 @@ class DriverConductor:
             exclusive=exclusive, log=log, log_file_name=path, publisher_limit_id=limit_id,
             publisher_limit=self.counters.position(limit_id), publisher_position_id=pos_id,
             counters=self.counters, linger_timeout_ns=linger, clean_position=start,
+            unblock_timeout_ns=self.ctx.publication_unblock_timeout,
         )
         publication: IpcPublication
         if destination is not None:
@@ -584,6 +585,11 @@ class DriverConductor:
         for publication in list(self.publications):
             publication.sample_publisher_position()
             publication.on_time_event(now_ns)
+            if publication.check_for_blocked_publisher(now_ns):
+                self.system_counters.increment(SystemCounterId.UNBLOCKED_PUBLICATIONS)
+                self._log.warning("publication.unblocked", registration_id=publication.registration_id,
+                                  session_id=publication.session_id, stream_id=publication.stream_id,
+                                  position=publication.last_consumer_position)
             if publication.state is PublicationState.DONE:
                 for subscription_id in list(publication.subscribers):
                     self._unlink_subscriber(publication, subscription_id)

@@ -81,6 +81,9 @@ class DriverContext:
                                   "Clients give up on a driver whose heartbeat is older than this.")
     publication_linger_timeout: int = setting(5_000_000_000, "duration",
                                               "How long a closed publication's log stays for subscribers to drain.")
+    publication_unblock_timeout: int = setting(15_000_000_000, "duration",
+                                               "A publication whose consumers are stuck below its tail this long "
+                                               "has a dead publisher's claim padded over (Aeron's unblock).")
     timer_interval: int = setting(100_000_000, "duration",
                                   "How often the conductor heartbeats and checks timeouts.")
     idle_strategy: str = setting("backoff", "str", "Conductor idle strategy: backoff (default), sleep, yield, spin.")
@@ -122,7 +125,8 @@ class DriverContext:
             raise ConfigurationError(
                 f"ipc_term_window_length={self.ipc_term_window_length} must be within mtu..ipc_term_length/2"
             )
-        for name in ("client_liveness_timeout", "driver_timeout", "publication_linger_timeout", "timer_interval"):
+        for name in ("client_liveness_timeout", "driver_timeout", "publication_linger_timeout",
+                     "publication_unblock_timeout", "timer_interval"):
             if getattr(self, name) <= 0:
                 raise ConfigurationError(f"{name}={getattr(self, name)} must be a positive duration")
         if self.idle_strategy not in IDLE_STRATEGIES:

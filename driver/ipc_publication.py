@@ -21,6 +21,7 @@ from logbuf import counters_descriptor as cd
 from logbuf.counters import CountersManager
 from logbuf.flow_control import compute_limit_and_clean
 from logbuf.log_buffer import LogBuffers
+from logbuf.term_unblocker import log_unblock
 
 
 class PublicationState(Enum):
@@ -68,6 +69,9 @@ class IpcPublication:
     clean_position: int = 0
     draining_deadline_ns: int = 0
     subscribers: dict[int, SubscriberPosition] = field(default_factory=dict)
+    unblock_timeout_ns: int = 15_000_000_000
+    last_consumer_position: int = -1
+    time_of_last_consumer_move_ns: int = 0
 
     @property
     def term_window_length(self) -> int:
@@ -144,6 +148,25 @@ class IpcPublication:
             drained = all(s.position.get_volatile() >= eos for s in self.subscribers.values())
             if drained or now_ns >= self.draining_deadline_ns:
                 self.state = PublicationState.DONE
+
+    def check_for_blocked_publisher(self, now_ns: int) -> bool:
+        """Aeron's rule: the consumers (subscribers, or the sender) have not moved for the unblock
+        timeout while the tail is past them, so a publisher may have died between claim and commit;
+        cover its claim with padding (:mod:`logbuf.term_unblocker`). True if it did."""
+        positions = self.flow_control_positions()
+        if not positions or self.state is PublicationState.DONE:
+            return False
+        consumer = min(positions)
+        if consumer != self.last_consumer_position or self.tail_position() <= consumer:
+            self.last_consumer_position = consumer
+            self.time_of_last_consumer_move_ns = now_ns
+            return False
+        if now_ns - self.time_of_last_consumer_move_ns < self.unblock_timeout_ns:
+            return False
+        if log_unblock(self.log, consumer):
+            self.time_of_last_consumer_move_ns = now_ns
+            return True
+        return False
 
     def close(self) -> None:
         """Free counters, unmap and delete the log file."""

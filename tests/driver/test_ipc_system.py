@@ -258,3 +258,43 @@ def test_a_client_in_a_program_that_did_not_configure_logging_prints_nothing(med
     done = subprocess.run([sys.executable, "-c", program], capture_output=True, timeout=60)
     assert done.returncode == 0, done.stderr.decode()
     assert done.stdout == b"" and done.stderr == b""
+
+
+@pytest.mark.parametrize("driver_args", [["--ipc-term-length", "1m", "--client-liveness-timeout", "2s",
+                                          "--publication-unblock-timeout", "1s", "--dir-delete-on-shutdown",
+                                          "false"]])
+def test_a_publisher_killed_mid_claim_is_unblocked_and_the_stream_goes_on(media_driver: DriverProcess) -> None:
+    program = (
+        "import sys, time\n"
+        "from client import Aeron, Context\n"
+        "from logbuf.publication import BufferClaim\n"
+        f"aeron = Aeron.connect(Context(dir={media_driver.dir!r}))\n"
+        "pub = aeron.add_publication('aeron:ipc', 9)\n"
+        "while not pub.is_connected: time.sleep(0.001)\n"
+        "claim = BufferClaim()\n"
+        "print(pub.try_claim(100, claim), flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    with Aeron.connect(Context(dir=media_driver.dir)) as aeron:
+        sub = aeron.add_subscription("aeron:ipc", 9)
+        pub = aeron.add_publication("aeron:ipc", 9)
+        victim = subprocess.Popen([sys.executable, "-c", program], stdout=subprocess.PIPE)
+        try:
+            claimed = int(victim.stdout.readline())  # type: ignore[union-attr]
+            assert claimed > 0
+        finally:
+            victim.kill()
+            victim.communicate(timeout=10)
+        sent = [f"after {i}".encode() for i in range(100)]
+        for message in sent:
+            while pub.offer(message) < 0:
+                time.sleep(0.001)
+        got: list[bytes] = []
+        deadline = time.monotonic() + 10
+        while len(got) < len(sent):
+            assert time.monotonic() < deadline, f"still blocked: got {len(got)} of {len(sent)}"
+            if not sub.poll(lambda buffer, header: got.append(bytes(buffer)), 100):
+                time.sleep(0.01)
+        assert got == sent
+    unblocked = [c for c in media_driver.stat_json()["counters"] if c["label"] == "Unblocked Publications"]
+    assert unblocked[0]["value"] == 1
