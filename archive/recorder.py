@@ -144,8 +144,8 @@ class RecordingSession:
             written = block[:dh.HEADER_LENGTH]  # a PAD: its header only; the offset moves by its whole length
         else:
             written = block
-        os.pwrite(self._fd, written[_FIRST_WORD:], file_offset + _FIRST_WORD)
-        os.pwrite(self._fd, written[:_FIRST_WORD], file_offset)
+        _pwrite_all(self._fd, written[_FIRST_WORD:], file_offset + _FIRST_WORD)
+        _pwrite_all(self._fd, written[:_FIRST_WORD], file_offset)
         self.position = position + length
         self._writer.set_position(self.position)
 
@@ -196,6 +196,13 @@ class RecordingSession:
         self.catalog.stop_recording(self.recording_id, self.position)
         self._log.info("recording.session_stopped", reason=reason, stop_position=self.position,
                        recorded_length=self.position - self.start_position)
+
+
+def _pwrite_all(fd: int, data: memoryview, offset: int) -> None:
+    """Write all of ``data`` at ``offset`` (a short write is retried; a full disk then raises OSError)."""
+    while len(data):
+        written = os.pwrite(fd, data, offset)
+        data, offset = data[written:], offset + written
 
 
 def _discard(block: memoryview, term_offset: int, session_id: int, term_id: int) -> None:
