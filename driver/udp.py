@@ -226,7 +226,17 @@ class SendChannelEndpoint(UdpEndpoint):
                     counters.increment(SystemCounterId.NAK_MESSAGES_RECEIVED)
                     publication.on_nak(nak, self.clock_ns(), self.send)
             elif frame_type == HDR_TYPE_RTTM:
-                pass  # RTT measurement is not used by the static congestion control
+                # Our static congestion control never measures RTT, but a receiver that does (Aeron's
+                # cubic) gets its probe answered: flags 0, its timestamp echoed (Aeron's sender rule).
+                rttm = _decode_exact(rttm_codec.decode, datagram)
+                if rttm.is_reply_requested and (rttm.session_id, rttm.stream_id) in self.publications:
+                    reply = rttm_codec.RttMeasurementFrame(rttm.session_id, rttm.stream_id, rttm.echo_timestamp_ns,
+                                                           0, rttm.receiver_id).encode()
+                    if self.send_to(reply, source) == len(reply):
+                        counters.increment(SystemCounterId.BYTES_SENT, len(reply))
+                        counters.increment(SystemCounterId.DATAGRAMS_SENT)
+                    else:
+                        counters.increment(SystemCounterId.SHORT_SENDS)
             else:
                 raise MalformedFrameError(f"type {frame_type} on a send channel")
         except (MalformedFrameError, ValueError):

@@ -18,6 +18,7 @@ import pytest
 
 from client import Aeron, Context, FragmentAssembler, OfferResult
 from logbuf.protocol import DataFrame, SetupFrame, StatusMessageFrame, encode_datagram
+from logbuf.protocol import rttm as rttm_codec
 
 from tests.driver.conftest import DriverProcess, unique_dir
 
@@ -246,3 +247,18 @@ def test_subscriptions_to_one_stream_must_agree_on_reliability(drivers: tuple[Dr
         aeron.add_subscription(channel + "|reliable=false", 18).close()  # another stream may differ
         first.close()
         aeron.add_subscription(channel + "|reliable=false", 17).close()  # and once the first has gone
+
+
+def test_a_sender_answers_an_rtt_probe_as_aeron_does(drivers: tuple[DriverProcess, DriverProcess]) -> None:
+    a, b = drivers
+    sender, receiver, channel = connect(a, b, 19)
+    with sender, receiver, socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as raw:
+        sub = receiver.add_subscription(channel, 19)
+        pub = sender.add_publication(channel, 19)
+        await_(lambda: pub.is_connected and bool(sub.images), 10, "connection")
+        host, port = sub.images[0].source_identity.rsplit(":", 1)
+        raw.settimeout(5)
+        probe = rttm_codec.RttMeasurementFrame(pub.session_id, 19, 123_456_789, 0, 42, rttm_codec.REPLY_FLAG)
+        raw.sendto(probe.encode(), (host, int(port)))
+        reply = rttm_codec.decode(raw.recv(100))
+        assert reply == rttm_codec.RttMeasurementFrame(pub.session_id, 19, 123_456_789, 0, 42, 0)
