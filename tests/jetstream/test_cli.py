@@ -183,3 +183,20 @@ def test_ingest_and_serve_roles_in_two_processes_share_a_driver(tmp_path: object
             server.kill()
             if ingest is not None:
                 ingest.kill()
+
+
+def test_start_up_errors_exit_2_naming_the_problem() -> None:
+    import socket
+
+    result = run_cli("--driver-dir", unique_driver_dir(), "--port", "0", "--zstd-dictionary", "/nonexistent/zstd.dict")
+    assert result.returncode == 2
+    assert "zstd_dictionary='/nonexistent/zstd.dict' is not a readable file" in result.stderr
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        directory = unique_driver_dir()
+        result = run_cli("--driver-dir", directory, "--port", str(port))
+    assert result.returncode == 2
+    assert f"cannot listen on 127.0.0.1:{port}" in result.stderr
+    assert not os.path.exists(directory)  # the embedded driver was shut down and its directory removed
