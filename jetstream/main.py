@@ -178,7 +178,9 @@ class _Running:
 
 def _start_driver(args: argparse.Namespace, run: _Running, log: Any) -> str:
     directory = resolve_dir(args.driver_dir)
-    if args.driver != "embedded" and is_driver_active(directory, 1_000):
+    # "Active" as the driver itself judges it before taking over a directory (its driver timeout).
+    heartbeat_timeout_ms = DriverContext().driver_timeout // 1_000_000
+    if args.driver != "embedded" and is_driver_active(directory, heartbeat_timeout_ms):
         log.info("jetstream.driver_connected", driver_dir=directory)
         return directory
     if args.driver == "external":
