@@ -123,41 +123,42 @@ def build_parser() -> argparse.ArgumentParser:
         description="A jetstream relay: follows an upstream jetstream (or, with no --upstream, a built-in "
                     "generator of realistic synthetic events), publishes every event into a logbuf stream "
                     "and serves the jetstream v1 /subscribe protocol from it.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     src = p.add_argument_group("source")
     src.add_argument("--upstream", type=_upstream, default=None, metavar="URL",
                      help="upstream jetstream to follow, e.g. wss://jetstream2.us-west.bsky.network/subscribe "
                           "(uncompressed; filters in its query are kept). Default: the built-in generator")
     src.add_argument("--rate", type=_rate, default=DEFAULT_RATE,
-                     help="generator events per second (0 = as fast as the stream takes them)")
-    src.add_argument("--seed", type=int, default=0, help="generator random seed")
+                     help="generator events per second; 0 = as fast as the stream takes them (default: %(default)g)")
+    src.add_argument("--seed", type=int, default=0, help="generator random seed (default: %(default)s)")
     src.add_argument("--rewind", type=_duration_s, default=DEFAULT_REWIND_S, metavar="DURATION",
                      help="on reconnect, ask the upstream for events from the last time_us minus this "
-                          "(duplicates are dropped)")
+                          "(duplicates are dropped; default: %(default)gs)")
     srv = p.add_argument_group("server")
-    srv.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0 for all)")
-    srv.add_argument("--port", type=_port, default=DEFAULT_PORT, help="port to listen on (0 = any free port)")
+    srv.add_argument("--host", default="127.0.0.1", help="address to listen on, 0.0.0.0 for all (default: %(default)s)")
+    srv.add_argument("--port", type=_port, default=DEFAULT_PORT, help="port to listen on, 0 = any free port (default: %(default)s)")
     srv.add_argument("--data-dir", default=None,
                      help="directory for the frame files (default: a temporary directory removed at exit)")
     srv.add_argument("--retention", type=_duration_s, default=None, metavar="DURATION",
-                     help="how long events are kept for cursor replay (e.g. 24h; default: the server's)")
+                     help="how long events are kept for cursor replay, e.g. 24h (default: the server's, 24h)")
     srv.add_argument("--zstd-dictionary", default=None, metavar="FILE",
                      help="jetstream's zstd dictionary: enables compress=true")
     st = p.add_argument_group("stream and driver")
-    st.add_argument("--channel", default=DEFAULT_CHANNEL, help="channel of the event stream")
-    st.add_argument("--stream-id", type=_stream_id, default=DEFAULT_STREAM_ID, help="stream id of the event stream")
+    st.add_argument("--channel", default=DEFAULT_CHANNEL, help="channel of the event stream (default: %(default)s)")
+    st.add_argument("--stream-id", type=_stream_id, default=DEFAULT_STREAM_ID, help="stream id of the event stream (default: %(default)s)")
     st.add_argument("--driver", choices=("auto", "embedded", "external"), default="auto",
                     help="auto: use a live driver in --driver-dir, else start one embedded; "
-                         "external: require a running driver; embedded: always start one here")
+                         "external: require a running driver; embedded: always start one here (default: %(default)s)")
     st.add_argument("--driver-dir", default=None,
                     help="media driver directory (default LOGBUF_DIR or /dev/shm/logbuf-<user>)")
     st.add_argument("--role", choices=("all", "ingest", "serve"), default="all",
-                    help="ingest: only publish into the stream; serve: only serve what the stream carries")
+                    help="ingest: only publish into the stream; serve: only serve what the stream carries "
+                         "(default: %(default)s, both)")
     st.add_argument("--record", default=None, metavar="ARCHIVE_DIR",
                     help="also record the event stream into this archive directory")
-    p.add_argument("--duration", type=_duration_s, default=None, help="stop after this long (default: until SIGINT/SIGTERM)")
-    p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    p.add_argument("--duration", type=_duration_s, default=None, help="stop after this long (default: run until SIGINT/SIGTERM)")
+    p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"),
+                   help="log level; JSON lines on stderr unless it is a terminal (default: %(default)s)")
     return p
 
 
