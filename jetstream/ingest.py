@@ -5,7 +5,9 @@ Theory of operation
 One ingest thread runs an asyncio loop with one *source*:
 
 * :class:`UpstreamSource` follows ``ws://…/subscribe`` (uncompressed, text frames) with the
-  ``websockets`` client. When the connection ends for any reason it reconnects with exponential
+  ``websockets`` client. An HTTP 4xx answer to the subscription (a bad filter or path in the URL;
+  not 408/429) ends the ingest with :class:`IngestError`: retrying would not help. When the
+  connection ends for any other reason (refused, reset, 5xx, timeout) it reconnects with exponential
   back-off (``backoff_initial_s`` doubling up to ``backoff_max_s``, reset after a connection that
   delivered events), asking for ``cursor = last upstream time_us − rewind`` (default rewind 5 s:
   jetstream's README advises rewinding "a few seconds" when switching instances, @atcute rewinds
@@ -449,6 +451,14 @@ class UpstreamSource:
                             stats.last_error = "binary frame (a compressed upstream?): dropped"
             except asyncio.CancelledError:
                 raise
+            except websockets.exceptions.InvalidStatus as e:
+                status = e.response.status_code
+                body = bytes(e.response.body or b"").decode(errors="replace").strip()[:200]
+                if 400 <= status < 500 and status not in (408, 429):  # our request is wrong: retrying won't help
+                    raise IngestError(f"upstream {url} refused the subscription: HTTP {status} {body}") from None
+                stats.disconnects += 1
+                stats.last_error = f"HTTP {status} {body}"[:200]
+                self._log.warning("upstream.refused", status=status, body=body, retry_in_s=round(delay, 3))
             except (OSError, asyncio.TimeoutError, websockets.exceptions.WebSocketException) as e:
                 stats.disconnects += 1
                 stats.last_error = f"{type(e).__name__}: {e}"[:200]

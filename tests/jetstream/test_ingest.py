@@ -304,3 +304,24 @@ def test_failover_to_an_instance_with_an_earlier_clock_keeps_time_us_strictly_in
             aeron.close()
             reader.close()
             upstream.kill()
+
+
+def test_an_upstream_refusing_the_subscription_with_4xx_ends_the_ingest_naming_the_answer() -> None:
+    upstream = UpstreamStandIn(make_events(5)).start()
+    try:
+        source = UpstreamSource(f"ws://127.0.0.1:{upstream.port}/wrong-path", Sequencer(), backoff_initial_s=0.05)
+
+        class NoPublication:  # never offered to: the subscription is refused first
+            max_message_length = 1 << 20
+
+            def offer(self, buffer: bytes, reserved_value: int = 0) -> int:
+                raise AssertionError("nothing to publish")
+
+        ingest = Ingest(NoPublication(), source)
+        ingest.start()
+        assert ingest.join(10)
+        assert ingest.error is not None
+        assert "refused the subscription: HTTP 404" in str(ingest.error)
+        assert "/wrong-path" in str(ingest.error)
+    finally:
+        upstream.kill()
