@@ -284,7 +284,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             if deadline is not None and time.monotonic() >= deadline:
                 break
             if run.ingest is not None and run.ingest.error is not None:
-                log.error("jetstream.ingest_failed", error=repr(run.ingest.error))
+                log.error("jetstream.ingest_failed", error=str(run.ingest.error))
+                print(f"logbuf-jetstream: ingest failed: {run.ingest.error}", file=sys.stderr)
                 status = 1
                 break
             if run.server_thread is not None and not run.server_thread.is_alive():

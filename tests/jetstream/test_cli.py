@@ -200,3 +200,16 @@ def test_start_up_errors_exit_2_naming_the_problem() -> None:
     assert result.returncode == 2
     assert f"cannot listen on 127.0.0.1:{port}" in result.stderr
     assert not os.path.exists(directory)  # the embedded driver was shut down and its directory removed
+
+
+def test_an_upstream_refusing_the_subscription_stops_the_relay_with_status_1() -> None:
+    from tests.jetstream._ingest_support import UpstreamStandIn, make_events
+
+    upstream = UpstreamStandIn(make_events(3)).start()
+    try:
+        result = run_cli("--driver-dir", unique_driver_dir(), "--port", "0",
+                         "--upstream", f"ws://127.0.0.1:{upstream.port}/not-subscribe")
+    finally:
+        upstream.kill()
+    assert result.returncode == 1
+    assert "ingest failed: upstream" in result.stderr and "HTTP 404" in result.stderr
