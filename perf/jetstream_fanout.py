@@ -33,6 +33,10 @@ from typing import Any
 from _common import cpu_seconds, new_results, quiet, write_results
 
 LAG_LIMIT_S = 1.0
+#: A client process reports "caught up" once all its connections hold an event under 0.5 s old; the
+#: measuring window starts (after --warmup) when every process has, or after CATCH_UP_LIMIT_S.
+CAUGHT_UP_US = 500_000
+CATCH_UP_LIMIT_S = 30.0
 UPGRADE = (b"GET /subscribe HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
            b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")
 MARK = b'"time_us":'
@@ -146,12 +150,63 @@ def newest_time_us(buf: bytearray, n: int) -> int:
         end = p
 
 
+class Reader:
+    """One client process's connections: read whatever arrived, track each one's newest ``time_us``."""
+
+    def __init__(self) -> None:
+        self.socks: list[socket.socket] = []
+        self.fd_index: dict[int, int] = {}
+        self.last_us: list[int] = []
+        self.max_lag_us: list[int] = []
+        self.closed: list[bool] = []
+        self.ep = select.epoll()
+        self.buf = bytearray(1 << 18)
+        self.received = 0
+        self.measuring = False
+
+    def add(self, s: socket.socket, first: bytes) -> None:
+        s.setblocking(False)
+        i = len(self.socks)
+        self.fd_index[s.fileno()] = i
+        self.socks.append(s)
+        self.last_us.append(newest_time_us(bytearray(first), len(first)))
+        self.max_lag_us.append(0)
+        self.closed.append(False)
+        self.ep.register(s.fileno(), select.EPOLLIN)
+
+    def read_ready(self, timeout_s: float) -> None:
+        buf = self.buf
+        events = self.ep.poll(timeout_s)
+        now_us = time.time_ns() // 1000
+        for fd, _ in events:
+            i = self.fd_index[fd]
+            try:
+                k = self.socks[i].recv_into(buf)
+            except BlockingIOError:
+                continue
+            except OSError:
+                k = 0
+            if k == 0:
+                self.closed[i] = True
+                self.ep.unregister(fd)
+                continue
+            if self.measuring:
+                self.received += k
+                if self.last_us[i] and now_us - self.last_us[i] > self.max_lag_us[i]:
+                    self.max_lag_us[i] = now_us - self.last_us[i]
+            t = newest_time_us(buf, k)
+            if t > self.last_us[i]:
+                self.last_us[i] = t
+
+    def staleness_us(self) -> int:
+        now_us = time.time_ns() // 1000
+        return max((now_us - t if t else 10**12 for t in self.last_us), default=0)
+
+
 def client_proc(port: int, count: int, out: Any, start_measure: Any, stop: Any, window_s: float) -> None:
     raise_nofile(count + 256)
-    socks: list[socket.socket] = []
-    fd_index: dict[int, int] = {}
-    pending_first: list[bytes] = []
-    ok = True
+    reader = Reader()
+    error = ""
     try:
         for base in range(0, count, 200):
             batch = []
@@ -168,67 +223,38 @@ def client_proc(port: int, count: int, out: Any, start_measure: Any, stop: Any, 
                     head += chunk
                 if not head.startswith(b"HTTP/1.1 101"):
                     raise ConnectionError(head.split(b"\r\n", 1)[0].decode())
-                pending_first.append(head.split(b"\r\n\r\n", 1)[1])
-                s.setblocking(False)
-                fd_index[s.fileno()] = len(socks)
-                socks.append(s)
+                reader.add(s, head.split(b"\r\n\r\n", 1)[1])
+            reader.read_ready(0)              # keep the connected ones drained while connecting
     except OSError as exc:
-        ok = False
-        out.put(("connected", len(socks), f"{type(exc).__name__}: {exc}"))
-    if ok:
-        out.put(("connected", len(socks), ""))
-    n = len(socks)
-    last_us = [0] * n
-    max_lag_us = [0] * n
-    closed = [False] * n
-    ep = select.epoll()
-    for s in socks:
-        ep.register(s.fileno(), select.EPOLLIN)
-    buf = bytearray(1 << 18)
-    received = 0
-    measuring = False
+        error = f"{type(exc).__name__}: {exc}"
+    out.put(("connected", len(reader.socks), error))
+    caught_up_sent = False
     window_end = 0.0
+    cpu0 = 0.0
     while not stop.is_set():
-        if not measuring and start_measure.is_set():
-            measuring = True
-            received = 0
+        if not reader.measuring and start_measure.is_set():
+            reader.measuring = True
             window_end = time.monotonic() + window_s
             cpu0 = time.process_time()
-        if measuring and time.monotonic() >= window_end:
+        if reader.measuring and time.monotonic() >= window_end:
             break
         time.sleep(READ_PAUSE_S)              # let bytes gather: one recv takes many frames
-        events = ep.poll(0.05)
-        now_us = time.time_ns() // 1000
-        for fd, _ in events:
-            i = fd_index[fd]
-            try:
-                k = socks[i].recv_into(buf)
-            except BlockingIOError:
-                continue
-            except OSError:
-                k = 0
-            if k == 0:
-                closed[i] = True
-                ep.unregister(fd)
-                continue
-            if measuring:
-                received += k
-                if last_us[i] and now_us - last_us[i] > max_lag_us[i]:
-                    max_lag_us[i] = now_us - last_us[i]
-            t = newest_time_us(buf, k)
-            if t > last_us[i]:
-                last_us[i] = t
+        reader.read_ready(0.05)
+        if not caught_up_sent and reader.staleness_us() < CAUGHT_UP_US:
+            caught_up_sent = True
+            out.put(("caught_up", 0, ""))
+    if not caught_up_sent:
+        out.put(("caught_up", 0, "never"))
+    n = len(reader.socks)
     now_us = time.time_ns() // 1000
-    if measuring:
+    if reader.measuring:
         cpu = time.process_time() - cpu0
-        for i in range(n):
-            lag = now_us - last_us[i] if last_us[i] else 10**9
-            max_lag_us[i] = max(max_lag_us[i], lag)
-        lags = sorted(max_lag_us)
-        out.put(("result", {"connections": n, "closed": sum(closed), "bytes": received, "max_lag_us": lags[-1] if lags else 0,
+        lags = sorted(max(m, now_us - t if t else 10**9) for m, t in zip(reader.max_lag_us, reader.last_us))
+        out.put(("result", {"connections": n, "closed": sum(reader.closed), "bytes": reader.received,
+                            "max_lag_us": lags[-1] if lags else 0,
                             "p99_lag_us": lags[int(len(lags) * 0.99)] if lags else 0,
                             "p50_lag_us": lags[len(lags) // 2] if lags else 0, "cpu_s": cpu}))
-    for s in socks:
+    for s in reader.socks:
         s.close()
 
 
@@ -253,17 +279,34 @@ def run_step(kind: str, clients: int, args: argparse.Namespace) -> dict[str, Any
                 for c in per]
     for c in children:
         c.start()
-    connected, errors = 0, []
-    for _ in children:
-        tag, count, err = client_q.get(timeout=300)
-        connected += count
-        if err:
-            errors.append(err)
+    connected, errors, reports, caught_up = 0, [], 0, 0
+    t_wait = time.monotonic()
+    catch_up_s = 0.0
+    while caught_up < len(children):
+        limit = 300.0 if reports < len(children) else CATCH_UP_LIMIT_S
+        try:
+            tag, count, err = client_q.get(timeout=max(0.1, t_wait + limit - time.monotonic()))
+        except Exception:  # noqa: BLE001 - queue.Empty: past the limit, measure anyway
+            break
+        if tag == "connected":
+            reports += 1
+            connected += count
+            if err:
+                errors.append(err)
+            if reports == len(children):
+                t_wait = time.monotonic()
+        elif tag == "caught_up":
+            caught_up += 1
+    catch_up_s = time.monotonic() - t_wait
     time.sleep(args.warmup)
     cpu0 = cpu_seconds(server.pid)
     t0 = time.monotonic()
     start_measure.set()
-    results = [client_q.get(timeout=args.seconds + 120)[1] for _ in children]
+    results = []
+    while len(results) < len(children):
+        tag, value, *_ = client_q.get(timeout=args.seconds + 120)
+        if tag == "result":
+            results.append(value)
     elapsed = time.monotonic() - t0
     server_cpu = cpu_seconds(server.pid) - cpu0
     stop_clients.set()
@@ -281,7 +324,7 @@ def run_step(kind: str, clients: int, args: argparse.Namespace) -> dict[str, Any
     closed = sum(r["closed"] for r in results)
     max_lag = max((r["max_lag_us"] for r in results), default=0) / 1e6
     step = {
-        "clients": clients, "connected": connected, "closed": closed, "connect_errors": errors[:3],
+        "clients": clients, "connected": connected, "catch_up_s": round(catch_up_s, 2), "closed": closed, "connect_errors": errors[:3],
         "max_lag_s": max_lag, "p99_lag_s": max(r["p99_lag_us"] for r in results) / 1e6,
         "p50_lag_s": max(r["p50_lag_us"] for r in results) / 1e6,
         "gbps": total_bytes * 8 / args.seconds / 1e9, "server_cpu_pct": 100 * server_cpu / elapsed,

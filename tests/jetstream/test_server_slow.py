@@ -93,3 +93,18 @@ def test_a_client_that_never_reads_slows_no_one_and_is_dropped_behind_retention(
         assert expected.startswith(partial)                 # cut mid-frame by the close, never zero-filled
     assert close_code in (None, 1008)
     assert all(json.loads(p)["time_us"] >= BASE_US for p in payloads)
+
+
+def test_a_client_whose_socket_takes_nothing_is_dropped_after_the_write_timeout(tmp_path: Path) -> None:
+    events = make_events(12_000, step_us=STEP_US)
+    with running_relay(str(tmp_path), write_timeout_s=0.3, flush_interval_s=0.002) as relay:
+        with socket.socket() as slow:
+            slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            slow.settimeout(10)
+            slow.connect((relay.host, relay.port))
+            slow.sendall(b"GET /subscribe?cursor=0 HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                         b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")
+            relay.append(events)
+            wait_for(lambda: relay.server.counters.clients_dropped["write_timeout"] == 1, what="the drop")
+            with relay.connect({"cursor": 0}) as fast:                 # everything is still there for others
+                assert len(recv_events(fast, len(events), timeout_s=20)) == len(events)
