@@ -81,6 +81,7 @@ SLOW_TIMER_PERIOD_NS: Final = 1_000_000_000   # pings and write timeouts
 ACCEPT_BATCH: Final = 256
 READS_PER_EVENT: Final = 16
 RECV_SIZE: Final = 65536
+MAX_EPOLL_EVENTS: Final = 4096
 
 # websockets' sans-IO protocol logs "connection open" etc. at INFO per connection: keep that quiet.
 _WS_LOGGER = logging.getLogger("jetstream.relay.websocket")
@@ -111,7 +112,7 @@ class RelayConfig:
     close_timeout_s: float = 2.0
     ping_interval_s: float = 30.0
     write_timeout_s: float = 10.0
-    flush_interval_s: float = 0.01
+    flush_interval_s: float = 0.05
     max_client_message_length: int = MAX_CLIENT_MESSAGE_LENGTH
     listen_backlog: int = 4096
 
@@ -243,10 +244,16 @@ class RelayServer:
         try:
             while not self._stop.is_set():
                 self._iterate()
-            self._shut_down()
+        except BaseException as exc:
+            self._log.error("relay.failed", error=repr(exc))
+            raise
         finally:
-            self._close_everything()
-            self._log.info("relay.stopped", events=self.store.next_seq)
+            try:
+                self._duties = []             # a failing duty must not fail the goodbyes too
+                self._shut_down()
+            finally:
+                self._close_everything()
+                self._log.info("relay.stopped", events=self.store.next_seq)
 
     # -- the loop --------------------------------------------------------------------------------
 
@@ -259,7 +266,7 @@ class RelayServer:
         else:
             timeout = 0.001 if self._duties else 0.05
         timeout = min(timeout, max(0.0, (self._next_timer_ns - now) / 1e9))
-        events = self._epoll.poll(timeout)
+        events = self._epoll.poll(timeout, MAX_EPOLL_EVENTS)
         listener_fd = self._listener.fileno()
         for fd, mask in events:
             if fd == listener_fd:

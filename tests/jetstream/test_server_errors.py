@@ -225,3 +225,39 @@ def test_config_errors_name_the_setting(tmp_path: Path, overrides: dict[str, Any
     settings: dict[str, Any] = {"data_dir": str(tmp_path), "port": 0, **overrides}
     with pytest.raises(ConfigurationError, match=text.replace("(", r"\(").replace(".", r"\.")):
         RelayServer(RelayConfig(**settings))
+
+
+def test_a_failing_duty_stops_the_relay_but_clients_still_get_1001(tmp_path: Path) -> None:
+    from jetstream.server import RelayConfig, RelayServer
+
+    server = RelayServer(RelayConfig(data_dir=str(tmp_path), port=0))
+    broken = [False]
+
+    def duty() -> int:
+        if broken[0]:
+            raise RuntimeError("ingest broke")
+        return 0
+
+    server.add_duty(duty)
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            server.serve_forever()
+        except RuntimeError as exc:
+            errors.append(exc)
+
+    import threading
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    try:
+        relay = RelayHandle(server)
+        with relay.connect() as ws:
+            wait_for(lambda: server.counters.handshakes["accepted"] == 1)
+            broken[0] = True
+            assert closed_with(ws) == (1001, "server shutting down")
+    finally:
+        server.stop()
+        thread.join(10)
+    assert [str(e) for e in errors] == ["ingest broke"]
