@@ -26,7 +26,7 @@ import time
 import uuid
 from typing import Any
 
-from _common import ROOT, collect, cpu_seconds, new_results, quiet, write_results
+from _common import ROOT, cpu_seconds, new_results, quiet, write_results
 
 STREAM = 10
 
@@ -79,6 +79,19 @@ def consumer(directory: str, out: Any) -> None:
         out.put(("consumed_position", image.position))
 
 
+def _collect(q: Any, keys: int, timeout_s: float) -> dict[str, Any]:
+    """Like _common.collect, but a timeout names what did arrive."""
+    results: dict[str, Any] = {}
+    deadline = time.monotonic() + timeout_s
+    while len(results) < keys:
+        try:
+            key, value = q.get(timeout=max(0.1, deadline - time.monotonic()))
+        except Exception:
+            raise TimeoutError(f"children reported only {sorted(results)} within {timeout_s} s") from None
+        results[key] = value
+    return results
+
+
 def run_case(directory: str, archive_dir: str | None, size: int, batch: int, seconds: float) -> dict[str, Any]:
     ctx = mp.get_context("spawn")
     q: Any = ctx.Queue()
@@ -100,7 +113,7 @@ def run_case(directory: str, archive_dir: str | None, size: int, batch: int, sec
     pub.start()
     assert q.get(timeout=30)[0] == "connected"
     c0 = cpu_seconds(watched_pid)
-    results = collect(q, 5 if archive_dir is not None else 6, seconds + 60)
+    results = _collect(q, 5 if archive_dir is not None else 6, seconds + 60)
     cpu_s = cpu_seconds(watched_pid) - c0
     pub.join(30)
     case: dict[str, Any] = {
