@@ -23,14 +23,16 @@ behind) and ``NOT_CONNECTED`` (no subscriber yet) retry after an ``await asyncio
 off from 50 µs to 10 ms, so nothing is dropped: while the ingest waits it stops reading its
 websocket, and TCP flow control holds the upstream back (a wait beyond the upstream's patience only
 costs a reconnect, which resumes from the cursor). ``CLOSED`` and ``MAX_POSITION_EXCEEDED`` end
-the ingest with :class:`IngestError`.
+the ingest with :class:`IngestError`. An event longer than the stream's largest message
+(min(term length / 8, 16 MiB): 2 MiB with ``logbuf-jetstream``'s embedded driver) cannot be carried:
+it is counted as ``oversized`` and skipped (real events reach ~1 MB).
 
 The :class:`Sequencer` (sans-IO: bytes in, bytes and ``time_us`` out) keeps the published stream
 strictly increasing in ``time_us`` without losing or repeating events:
 
 * **Duplicates** are recognised by content, not by ``time_us``: the key of an event is its bytes
-  without the ``time_us`` digits, so the same event served again by the same upstream, or by
-  another instance that stamped it differently, is recognised. Keys of the events published in the
+  without the ``time_us`` digits (kept as its 64-bit SipHash), so the same event served again by
+  the same upstream, or by another instance that stamped it differently, is recognised. Keys of the events published in the
   last ``window`` (2 × rewind + 1 s of ``time_us``) are kept. The point a reconnect resumes from
   only moves forward (a drop during a replay does not rewind further), except when the upstream's
   clock is found behind ours (then it follows the upstream's clock).
