@@ -325,3 +325,28 @@ def test_an_upstream_refusing_the_subscription_with_4xx_ends_the_ingest_naming_t
         assert "/wrong-path" in str(ingest.error)
     finally:
         upstream.kill()
+
+
+def test_an_event_longer_than_the_streams_largest_message_is_counted_and_skipped() -> None:
+    events = make_events(20)
+    big_time = (time_us_of(events[9]) + time_us_of(events[10])) // 2
+    big = json.dumps({"did": "did:plc:abcdefghijklmnopqrstuvwx", "time_us": big_time, "kind": "commit",
+                      "commit": {"rev": "3l3qo2vutsw2b", "operation": "create", "collection": "app.bsky.feed.post",
+                                 "rkey": "3l3qo2vuowo2b", "record": {"text": "x" * 10_000},
+                                 "cid": "bafyrei" + "a" * 52}}, separators=(",", ":")).encode()
+    upstream = UpstreamStandIn(events[:10] + [big] + events[10:]).start()
+    args = ["--ipc-term-length", "64k", "--driver-timeout", "3s", "--client-liveness-timeout", "2s",
+            "--publication-linger-timeout", "1s", "--dir-delete-on-shutdown", "false"]  # largest message 8 KiB
+    with driver_process(args) as driver:
+        reader = StreamReader(driver.dir, CHANNEL, 1005)
+        aeron, ingest = _follow(driver.dir, 1005, upstream.url, rewind_us=0)
+        try:
+            reader.wait_for(20, 20)
+            time.sleep(0.1)
+            assert [raw for raw, _ in reader.messages] == events
+            assert ingest.stats.oversized == 1 and ingest.stats.published == 20
+        finally:
+            ingest.stop()
+            aeron.close()
+            reader.close()
+            upstream.kill()
