@@ -285,8 +285,12 @@ def _cmd_record(archive_dir: str, args: argparse.Namespace) -> int:
 
 def _cmd_replay(archive_dir: str, args: argparse.Namespace) -> int:
     from client import Aeron, Context
-    from archive.replay import Replay
+    from archive.replay import Replay, check_replay_bounds, replay_channel
 
+    with Catalog.open(archive_dir) as catalog:  # bad input is reported before connecting to a driver
+        d = catalog.recording(args.recording_id)
+    check_replay_bounds(archive_dir, d, d.start_position if args.position is None else args.position, args.length)
+    replay_channel(args.channel, d, d.start_position)
     with Aeron.connect(Context(dir=args.driver_dir)) as aeron:
         replay = Replay(aeron, archive_dir, args.recording_id, stream_id=args.stream_id, position=args.position,
                         length=args.length, channel=args.channel, connect_timeout_ms=args.connect_timeout)

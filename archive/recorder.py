@@ -34,6 +34,7 @@ import structlog
 
 from client import Aeron, Context, Image, Subscription
 from logbuf import data_header_descriptor as dh
+from logbuf.channel_uri import ChannelUri
 from logbuf.errors import DriverTimeoutError, LogbufError
 
 from archive.catalog import Catalog, RecordingPositionWriter
@@ -70,8 +71,7 @@ class RecorderContext:
     """Longest sleep when nothing was recorded for 10 ms (the recorder's CPU use when idle)."""
 
     def conclude(self) -> "RecorderContext":
-        if not self.channel:
-            raise ValueError("channel must not be empty")
+        ChannelUri.parse(self.channel)  # InvalidChannelError (a ValueError) naming the bad part
         if not -(1 << 31) <= self.stream_id < (1 << 31):
             raise ValueError(f"stream_id={self.stream_id} is not a 32-bit signed integer")
         effective_segment_length(self.segment_length, 64 * 1024)
