@@ -325,10 +325,17 @@ class RelayProcess:
             self.proc.stderr.close()
 
     def kill(self) -> None:
+        """Cleanup: SIGTERM (SIGKILL after 10 s); then remove the embedded driver's directory if left."""
         if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(5)
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
         self._close_pipe()
+        if "external" not in self.args and "--driver-dir" in self.args:
+            shutil.rmtree(self.args[self.args.index("--driver-dir") + 1], ignore_errors=True)
 
 
 def await_condition(condition: Callable[[], bool], timeout_s: float = 10.0, what: str = "condition") -> None:
