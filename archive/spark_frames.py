@@ -1,0 +1,435 @@
+"""Segment bytes to Arrow record batches: the vectorised frame parser behind the Spark data source.
+
+Theory of operation
+-------------------
+A segment holds whole terms, and the frames of a recording follow each other without gaps from
+its start position: every frame starts where the previous one ends (at its 32-byte aligned
+length), a term's last frame (often a PAD) ends exactly at the term's end, so the chain runs on
+across terms. :func:`parse_chunk` finds that chain over a chunk of positions ``[lo, hi)`` (``lo``
+a frame start, ``hi`` the end of recorded data or of the chunk's last term) without a Python loop
+per frame:
+
+1. View the chunk as 32-byte slots of eight int32s. A slot is a *candidate* frame start when its
+   term-offset field equals its own offset in the term and its length is positive (zeros, the
+   unwritten tail of a PAD and most payload bytes fail this).
+2. Each candidate points at the slot after it (``slot + aligned length / 32``). When candidate
+   ``k`` points at candidate ``k + 1`` for all ``k`` (the normal case) the candidates *are* the
+   chain. A payload that happens to hold a header-like slot at the matching offset breaks one
+   link: the walk then jumps from the real frame to where it ends and goes on with the next run
+   (one ``searchsorted`` per such break, not per frame).
+3. Every frame of the chain is checked at once, with the same rules as ``logbuf-archive verify``
+   (:mod:`archive.verify`): positive length of at least a header, version 0, type DATA or PAD,
+   term offset and term id equal to the position's, the recording's session and stream ids, DATA
+   frames no longer than the MTU, no frame past its term or the recorded stop position, and the
+   segment file long enough to hold it. The first frame that fails is *corrupt*; the reason is
+   worded as verify words it.
+
+After a corrupt frame its length cannot be trusted, so nothing up to the end of that term is
+read; the next term starts with a frame at term offset 0, which is where reading resumes.
+
+Rows: per frame (DATA frames; PAD frames carry nothing) or per message (the default). Messages
+are reassembled with arrays too: a BEGIN flag opens a message, the END flag closes it, and a
+group of frames counts only if it opens with BEGIN, holds exactly one END and ends with it; the
+payload bytes of all selected frames are gathered in one masked copy. A message never crosses a
+term (Aeron fragments a message inside one claim), so a chunk made of whole terms holds whole
+messages. A row's ``position`` is the stream position just after its last frame (what
+``offer()`` returned for it, Aeron's ``Header.position``); its term id and term offset are those of
+its first frame. A range of positions ``(from, to]`` selects rows by that position.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import Enum
+from typing import Final
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa  # type: ignore[import-untyped]
+
+from logbuf import data_header_descriptor as dh
+
+from archive.catalog import RecordingDescriptor
+
+__all__ = [
+    "ChunkFrames", "Corruption", "Mode", "RowSpec", "Rows", "arrow_schema", "build_batch", "describe_bad_frame",
+    "empty_rows", "parse_chunk", "select_rows",
+]
+
+_SLOT: Final[int] = dh.FRAME_ALIGNMENT
+_INTS_PER_SLOT: Final[int] = _SLOT // 4
+_LENGTH_INT: Final[int] = dh.FRAME_LENGTH_FIELD_OFFSET // 4
+_WORD_INT: Final[int] = dh.VERSION_FIELD_OFFSET // 4  # version, flags, type
+_TERM_OFFSET_INT: Final[int] = dh.TERM_OFFSET_FIELD_OFFSET // 4
+_SESSION_INT: Final[int] = dh.SESSION_ID_FIELD_OFFSET // 4
+_STREAM_INT: Final[int] = dh.STREAM_ID_FIELD_OFFSET // 4
+_TERM_ID_INT: Final[int] = dh.TERM_ID_FIELD_OFFSET // 4
+_RESERVED_INT: Final[int] = dh.RESERVED_VALUE_FIELD_OFFSET // 4
+_FLAGS_SHIFT: Final[int] = (dh.FLAGS_FIELD_OFFSET - dh.VERSION_FIELD_OFFSET) * 8
+_TYPE_SHIFT: Final[int] = (dh.TYPE_FIELD_OFFSET - dh.VERSION_FIELD_OFFSET) * 8
+
+TIMESTAMP_UNITS_US: Final[dict[str, tuple[int, int]]] = {
+    "s": (1_000_000, 1), "ms": (1_000, 1), "us": (1, 1), "ns": (1, 1_000),
+}
+"""Unit of the reserved value -> (multiply, divide) that gives epoch microseconds."""
+
+Int64Array = npt.NDArray[np.int64]
+
+
+class Mode(str, Enum):
+    """Spark's ``mode`` option for malformed input."""
+
+    PERMISSIVE = "PERMISSIVE"
+    DROPMALFORMED = "DROPMALFORMED"
+    FAILFAST = "FAILFAST"
+
+
+def arrow_schema(corrupt_column: str | None) -> pa.Schema:
+    """The Arrow schema of the batches (what Spark's ``to_arrow_schema(schema, "UTC")`` gives)."""
+    fields = [
+        pa.field("recording_id", pa.int64()), pa.field("stream_id", pa.int32()), pa.field("session_id", pa.int32()),
+        pa.field("term_id", pa.int32()), pa.field("term_offset", pa.int32()), pa.field("position", pa.int64()),
+        pa.field("flags", pa.int32()), pa.field("reserved_value", pa.int64()),
+        pa.field("timestamp", pa.timestamp("us", tz="UTC")), pa.field("payload", pa.binary()),
+    ]
+    if corrupt_column is not None:
+        fields.append(pa.field(corrupt_column, pa.string()))
+    return pa.schema(fields)
+
+
+@dataclass(frozen=True)
+class Corruption:
+    position: int
+    """Where the first bad frame starts."""
+    reason: str
+    resume_position: int
+    """Where reading resumes: the next term boundary (or the end of the range)."""
+
+
+@dataclass
+class ChunkFrames:
+    """The valid frames of a chunk, in order (DATA and PAD), and the first bad one if any."""
+
+    region: npt.NDArray[np.uint8]
+    """The chunk's bytes from ``lo`` (what the file holds of it)."""
+    lo: int
+    slot: Int64Array
+    """Each frame's slot in ``region`` (its offset / 32)."""
+    frame_length: npt.NDArray[np.int32]
+    words: npt.NDArray[np.int32]
+    """version | flags << 8 | type << 16."""
+    corruption: Corruption | None
+
+
+@dataclass(frozen=True)
+class RowSpec:
+    """How frames become rows."""
+
+    per_message: bool = True
+    timestamp_unit: str | None = None
+    """Unit of epoch time in ``reserved_value`` (s, ms, us, ns), or None for a null timestamp."""
+
+
+@dataclass
+class Rows:
+    """Columns of rows from one chunk, before they become an Arrow batch."""
+
+    term_id: npt.NDArray[np.int32]
+    term_offset: npt.NDArray[np.int32]
+    position: Int64Array
+    flags: npt.NDArray[np.int32]
+    reserved_value: Int64Array
+    payload_offsets: npt.NDArray[np.int32]
+    payload_values: npt.NDArray[np.uint8]
+
+    def __len__(self) -> int:
+        return len(self.position)
+
+
+def empty_rows() -> Rows:
+    return Rows(np.zeros(0, np.int32), np.zeros(0, np.int32), np.zeros(0, np.int64), np.zeros(0, np.int32),
+                np.zeros(0, np.int64), np.zeros(1, np.int32), np.zeros(0, np.uint8))
+
+
+def _term_id_of(d: RecordingDescriptor, position: int) -> int:
+    return d.term_id_of(position)
+
+
+def parse_chunk(segment: npt.NDArray[np.uint8], segment_base: int, lo: int, hi: int,
+                d: RecordingDescriptor) -> ChunkFrames:
+    """The frame chain over positions ``[lo, hi)`` of one segment (``segment`` = the file's bytes).
+
+    ``lo`` must be a frame start and ``hi`` the end of a term or the recorded stop position, both
+    inside the segment. A chain that does not reach ``hi`` ends in a :class:`Corruption`.
+    """
+    term_mask = d.term_length - 1
+    start_in_file = lo - segment_base
+    available = max(0, min(len(segment) - start_in_file, hi - lo))
+    region = segment[start_in_file:start_in_file + available]
+    n = available // _SLOT  # whole slots present
+    n_full = (hi - lo) // _SLOT  # slots the chain must cover
+    ints = region[:n * _SLOT].view("<i4").reshape(n, _INTS_PER_SLOT)
+    lengths = ints[:, _LENGTH_INT]
+    expected_offset = ((lo & term_mask) + _SLOT * np.arange(n, dtype=np.int64)) & term_mask
+    candidates = np.flatnonzero((ints[:, _TERM_OFFSET_INT] == expected_offset) & (lengths > 0))
+    flen = lengths[candidates].astype(np.int64)
+    words = ints[candidates, _WORD_INT]
+    nxt = candidates + ((flen + (_SLOT - 1)) >> 5)
+    good = _frame_checks(ints, candidates, flen, words, nxt, n_full, available, lo, d)
+
+    m = len(candidates)
+    parts: list[tuple[int, int]] = []
+    bad_slot = -1
+    if n_full == 0:
+        pass
+    elif m == 0 or candidates[0] != 0:
+        bad_slot = 0
+    else:
+        linked = np.zeros(m, dtype=bool)
+        linked[:-1] = (nxt[:-1] == candidates[1:]) & good[:-1]
+        breaks = np.flatnonzero(~linked)  # the last candidate is always a break
+        i = 0
+        while True:
+            j = int(breaks[np.searchsorted(breaks, i)])
+            if not good[j]:
+                parts.append((i, j))
+                bad_slot = int(candidates[j])
+                break
+            parts.append((i, j + 1))
+            end = int(nxt[j])
+            if end == n_full:
+                break
+            k = int(np.searchsorted(candidates, end))
+            if k < m and candidates[k] == end:
+                i = k
+                continue
+            bad_slot = end
+            break
+    chosen = np.concatenate([np.arange(a, b) for a, b in parts]) if parts else np.zeros(0, np.int64)
+    corruption = None
+    if bad_slot >= 0:
+        bad_position = lo + bad_slot * _SLOT
+        term_end = bad_position - (bad_position & term_mask) + d.term_length
+        corruption = Corruption(bad_position, describe_bad_frame(region, lo, bad_position, hi, d),
+                                min(term_end, hi if hi > bad_position else term_end))
+    return ChunkFrames(region, lo, candidates[chosen], lengths[candidates[chosen]], words[chosen], corruption)
+
+
+def _frame_checks(ints: npt.NDArray[np.int32], candidates: Int64Array, flen: Int64Array, words: npt.NDArray[np.int32],
+                  nxt: Int64Array, n_full: int, available: int, lo: int, d: RecordingDescriptor) -> npt.NDArray[np.bool_]:
+    """verify's rules, for every candidate at once (term offset and length > 0 already hold)."""
+    version = words & 0xFF
+    frame_type = (words >> _TYPE_SHIFT) & 0xFFFF
+    is_data = frame_type == dh.HDR_TYPE_DATA
+    shift = d.position_bits_to_shift
+    positions = lo + candidates * _SLOT
+    expected_term_id = ((d.initial_term_id + (positions >> shift)) & 0xFFFFFFFF).astype(np.uint32).view(np.int32)
+    return (  # type: ignore[no-any-return]
+        (version == dh.CURRENT_VERSION)
+        & (is_data | (frame_type == dh.HDR_TYPE_PAD))
+        & (ints[candidates, _TERM_ID_INT] == expected_term_id)
+        & (ints[candidates, _SESSION_INT] == d.session_id)
+        & (ints[candidates, _STREAM_INT] == d.stream_id)
+        & (flen >= dh.HEADER_LENGTH)
+        & (~is_data | (flen <= d.mtu))
+        & (nxt <= n_full)
+        & (~is_data | (nxt * _SLOT <= available))
+    )
+
+
+_HEADER = dh.HEADER
+
+
+def describe_bad_frame(region: npt.NDArray[np.uint8], lo: int, position: int, hi: int, d: RecordingDescriptor) -> str:
+    """Why the frame at ``position`` is not valid, worded as ``logbuf-archive verify`` words it."""
+    offset = position - lo
+    term_mask = d.term_length - 1
+    term_offset = position & term_mask
+    if offset + dh.HEADER_LENGTH > len(region):
+        return "segment file is truncated: it ends inside the frame header at this position"
+    frame_length, version, _flags, frame_type, term_offset_field, session_id, stream_id, term_id, _reserved = (
+        _HEADER.unpack_from(region.data, offset))
+    if frame_length <= 0:
+        return f"no frame here (frame length {frame_length}) before the recorded stop position"
+    if version != dh.CURRENT_VERSION:
+        return f"frame version {version} is not {dh.CURRENT_VERSION}"
+    if frame_type not in (dh.HDR_TYPE_DATA, dh.HDR_TYPE_PAD):
+        return f"frame type {frame_type:#x} is neither DATA (0x1) nor PAD (0x0)"
+    if term_offset_field != term_offset:
+        return f"term offset field {term_offset_field} does not match the position (term offset {term_offset})"
+    if term_id != _term_id_of(d, position):
+        return f"term id field {term_id} does not match the position (term id {_term_id_of(d, position)})"
+    if session_id != d.session_id:
+        return f"session id {session_id} is not the recording's {d.session_id}"
+    if stream_id != d.stream_id:
+        return f"stream id {stream_id} is not the recording's {d.stream_id}"
+    if frame_length < dh.HEADER_LENGTH:
+        return f"frame length {frame_length} is shorter than the {dh.HEADER_LENGTH}-byte header"
+    if frame_type == dh.HDR_TYPE_DATA and frame_length > d.mtu:
+        return f"frame length {frame_length} exceeds the recording's MTU {d.mtu}"
+    end = term_offset + dh.align(frame_length)
+    if end > d.term_length:
+        return f"frame length {frame_length} runs past the end of the term (term offset {term_offset})"
+    if position + dh.align(frame_length) > hi:
+        return f"frame length {frame_length} runs past the recorded stop position"
+    return "segment file is truncated: it ends inside the frame at this position"
+
+
+def select_rows(frames: ChunkFrames, spec: RowSpec, from_position: int, to_position: int,
+                d: RecordingDescriptor) -> Rows:
+    """Rows (frames or whole messages) of a chunk whose position lies in ``(from_position, to_position]``."""
+    words = frames.words
+    is_data = ((words >> _TYPE_SHIFT) & 0xFFFF) == dh.HDR_TYPE_DATA
+    slot = frames.slot[is_data]
+    flen = frames.frame_length[is_data].astype(np.int64)
+    flags = ((words[is_data] >> _FLAGS_SHIFT) & 0xFF).astype(np.int32)
+    lo = frames.lo
+    ends = lo + (slot + ((flen + (_SLOT - 1)) >> 5)) * _SLOT
+    if spec.per_message and len(slot):
+        begin = (flags & dh.BEGIN_FLAG) != 0
+        end_flag = (flags & dh.END_FLAG) != 0
+        group = np.cumsum(begin) - 1  # frames before the first BEGIN: group -1, dropped
+        keep = group >= 0
+        groups = int(group[-1]) + 1 if len(group) else 0
+        ends_in_group = np.bincount(group[keep], weights=end_flag[keep], minlength=groups)
+        first = np.flatnonzero(begin)
+        last = np.append(first[1:], len(flags)) - 1
+        complete = (ends_in_group == 1) & end_flag[last]
+        row_position = ends[last]
+        complete &= (row_position > from_position) & (row_position <= to_position)
+        first, last = first[complete], last[complete]
+        frame_in_row = np.zeros(len(flags), dtype=bool)
+        if len(first):
+            marks = np.zeros(len(flags) + 1, dtype=np.int32)
+            np.add.at(marks, first, 1)
+            np.add.at(marks, last + 1, -1)
+            frame_in_row = np.cumsum(marks[:-1]) > 0
+        row_flags = flags[first] | flags[last]
+        row_slot = slot[first]
+        row_position = ends[last]
+        row_reserved_slot = slot[first]
+        payload_slot = slot[frame_in_row]
+        payload_length = flen[frame_in_row] - dh.HEADER_LENGTH
+        row_id = np.cumsum(np.isin(np.flatnonzero(frame_in_row), first)) - 1
+        row_lengths = np.bincount(row_id, weights=payload_length, minlength=len(first)).astype(np.int64)
+    else:
+        selected = (ends > from_position) & (ends <= to_position)
+        row_slot = slot[selected]
+        row_flags = flags[selected]
+        row_position = ends[selected]
+        row_reserved_slot = row_slot
+        payload_slot = row_slot
+        payload_length = flen[selected] - dh.HEADER_LENGTH
+        row_lengths = payload_length
+    region = frames.region
+    ints = region[:(len(region) // _SLOT) * _SLOT].view("<i4").reshape(-1, _INTS_PER_SLOT)
+    reserved = region[:(len(region) // _SLOT) * _SLOT].view("<i8").reshape(-1, _INTS_PER_SLOT // 2)
+    positions = lo + row_slot * _SLOT
+    offsets = np.zeros(len(row_lengths) + 1, dtype=np.int64)
+    np.cumsum(row_lengths, out=offsets[1:])
+    if offsets[-1] >= 1 << 31:
+        raise ValueError(f"a chunk of {offsets[-1]} payload bytes is too large for one Arrow binary column")
+    return Rows(
+        term_id=ints[row_slot, _TERM_ID_INT].astype(np.int32),
+        term_offset=(positions & (d.term_length - 1)).astype(np.int32),
+        position=row_position.astype(np.int64),
+        flags=row_flags.astype(np.int32),
+        reserved_value=reserved[row_reserved_slot, _RESERVED_INT // 2].astype(np.int64),
+        payload_offsets=offsets.astype(np.int32),
+        payload_values=_gather(region, payload_slot * _SLOT + dh.HEADER_LENGTH, payload_length),
+    )
+
+
+def _gather(region: npt.NDArray[np.uint8], starts: Int64Array, lengths: Int64Array) -> npt.NDArray[np.uint8]:
+    """The bytes of ``[start, start + length)`` ranges of ``region`` (ascending, disjoint), concatenated."""
+    nonempty = lengths > 0
+    starts, lengths = starts[nonempty], lengths[nonempty]
+    if not len(starts):
+        return np.zeros(0, np.uint8)
+    lo = int(starts[0])
+    hi = int(starts[-1] + lengths[-1])
+    marks = np.zeros(hi - lo + 1, dtype=np.int8)
+    marks[starts - lo] = 1
+    marks[starts + lengths - lo] = -1  # a range's end is never another's start (a header lies between)
+    inside = np.cumsum(marks[:-1], dtype=np.int8).view(np.bool_)
+    return region[lo:hi][inside]
+
+
+def build_batch(schema: pa.Schema, recording: RecordingDescriptor, parts: Sequence[Rows],
+                spec: RowSpec, corrupt: Sequence[tuple[int, str]] = ()) -> pa.RecordBatch:
+    """One Arrow batch of the rows of ``parts`` then, if any, PERMISSIVE rows for ``corrupt``
+    (position, text) pairs. The schema has the corrupt-record column only in PERMISSIVE mode."""
+    rows = _concat(parts)
+    n_good = len(rows)
+    n_bad = len(corrupt)
+    n = n_good + n_bad
+    position = rows.position
+    term_id, term_offset = rows.term_id, rows.term_offset
+    if n_bad:
+        bad_pos = np.array([p for p, _ in corrupt], dtype=np.int64)
+        position = np.concatenate([position, bad_pos])
+        term_id = np.concatenate([term_id, np.array([recording.term_id_of(int(p)) for p in bad_pos], np.int32)])
+        term_offset = np.concatenate([term_offset, (bad_pos & (recording.term_length - 1)).astype(np.int32)])
+    valid = None
+    if n_bad:
+        valid = pa.py_buffer(np.packbits(np.arange(n) < n_good, bitorder="little"))
+
+    def nullable(values: npt.NDArray[np.generic], arrow_type: pa.DataType) -> pa.Array:
+        if not n_bad:
+            return pa.array(values, type=arrow_type)
+        padded = np.concatenate([values, np.zeros(n_bad, values.dtype)])
+        return pa.Array.from_buffers(arrow_type, n, [valid, pa.py_buffer(padded)], null_count=n_bad)
+
+    timestamp = _timestamps(rows.reserved_value, spec.timestamp_unit, n_bad)
+    payload_offsets = rows.payload_offsets
+    if n_bad:
+        payload_offsets = np.concatenate([payload_offsets, np.full(n_bad, payload_offsets[-1], np.int32)])
+    payload = pa.Array.from_buffers(pa.binary(), n, [valid, pa.py_buffer(payload_offsets),
+                                                     pa.py_buffer(rows.payload_values)], null_count=n_bad)
+    columns: list[pa.Array] = [
+        pa.array(np.full(n, recording.recording_id, np.int64)),
+        pa.array(np.full(n, recording.stream_id, np.int32)),
+        pa.array(np.full(n, recording.session_id, np.int32)),
+        pa.array(term_id, type=pa.int32()), pa.array(term_offset, type=pa.int32()),
+        pa.array(position, type=pa.int64()),
+        nullable(rows.flags, pa.int32()), nullable(rows.reserved_value, pa.int64()),
+        timestamp, payload,
+    ]
+    if len(schema) > len(columns):
+        columns.append(pa.array([None] * n_good + [text for _, text in corrupt], type=pa.string()))
+    return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
+def _timestamps(reserved: Int64Array, unit: str | None, n_bad: int) -> pa.Array:
+    arrow_type = pa.timestamp("us", tz="UTC")
+    n = len(reserved) + n_bad
+    if unit is None:
+        return pa.nulls(n, type=arrow_type)
+    multiply, divide = TIMESTAMP_UNITS_US[unit]
+    micros = reserved * multiply // divide if divide > 1 else reserved * multiply
+    mask = np.concatenate([reserved == 0, np.ones(n_bad, dtype=bool)])  # 0: the publisher did not stamp it
+    values = np.concatenate([micros, np.zeros(n_bad, np.int64)])
+    return pa.array(values, type=arrow_type, mask=mask)
+
+
+def _concat(parts: Sequence[Rows]) -> Rows:
+    if not parts:
+        return empty_rows()
+    if len(parts) == 1:
+        return parts[0]
+    shifts = np.cumsum([0] + [int(p.payload_offsets[-1]) for p in parts[:-1]])
+    if int(shifts[-1]) + int(parts[-1].payload_offsets[-1]) >= 1 << 31:
+        raise ValueError("too many payload bytes for one Arrow binary column")
+    offsets = np.concatenate([np.zeros(1, np.int32)] + [p.payload_offsets[1:] + np.int32(s)
+                                                        for p, s in zip(parts, shifts)])
+    return Rows(
+        term_id=np.concatenate([p.term_id for p in parts]),
+        term_offset=np.concatenate([p.term_offset for p in parts]),
+        position=np.concatenate([p.position for p in parts]),
+        flags=np.concatenate([p.flags for p in parts]),
+        reserved_value=np.concatenate([p.reserved_value for p in parts]),
+        payload_offsets=offsets.astype(np.int32),
+        payload_values=np.concatenate([p.payload_values for p in parts]),
+    )
+

@@ -1,0 +1,147 @@
+"""Spark test kit: one SparkSession (local[2]) for the whole run, one driver, recorded archives.
+
+Spark's fixed costs are seconds (session 5-8 s, first Python data source query 5-10 s), so every
+Spark test shares the session fixture; the archive is recorded once per run by a real driver and
+a real recorder process and copied where a test corrupts it.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import pytest
+
+from archive.catalog import Catalog, RecordingDescriptor
+from client import Aeron, Context, Publication
+from logbuf.publication import OfferResult
+from tests.archive.conftest import ARCHIVE_DRIVER_ARGS, RecorderProcess, await_
+from tests.driver.conftest import DriverProcess, unique_dir
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+STREAM = 10
+MAX_PAYLOAD = 1376  # MTU 1408 - 32: longer messages are fragmented
+
+
+@dataclass
+class Published:
+    payloads: list[bytes]
+    reserved: list[int]
+    end_positions: list[int]
+    session_id: int
+
+
+def payloads_for(seed: int, count: int, max_length: int = 8000) -> list[bytes]:
+    """Mixed sizes: empty, tiny, exactly one frame, one byte into a second fragment, up to 8000 B."""
+    rng = random.Random(seed)
+    return [rng.randbytes(rng.choice((0, 1, 31, 100, MAX_PAYLOAD, MAX_PAYLOAD + 1, 3000, rng.randrange(max_length))))
+            for _ in range(count)]
+
+
+def publish(pub: Publication, payloads: list[bytes], timeout_s: float = 30) -> Published:
+    """Offer each payload with reserved value = epoch microseconds (the jetstream convention)."""
+    reserved, ends = [], []
+    deadline = time.monotonic() + timeout_s
+    for payload in payloads:
+        stamp = time.time_ns() // 1_000
+        while (result := pub.offer(payload, reserved_value=stamp)) < 0:
+            assert result in (OfferResult.BACK_PRESSURED, OfferResult.ADMIN_ACTION), OfferResult(result).name
+            assert time.monotonic() < deadline, "publishing timed out"
+            time.sleep(0.0001)
+        reserved.append(stamp)
+        ends.append(result)
+    return Published(payloads, reserved, ends, pub.session_id)
+
+
+def recording_of(archive_dir: str, session_id: int) -> RecordingDescriptor | None:
+    if not os.path.exists(os.path.join(archive_dir, "archive.catalog")):
+        return None
+    with Catalog.open(archive_dir) as catalog:
+        found = [d for d in catalog.recordings() if d.session_id == session_id]
+    return found[-1] if found else None
+
+
+def await_recorded(archive_dir: str, session_id: int, position: int, timeout_s: float = 20) -> RecordingDescriptor:
+    """Wait until the recording of ``session_id`` holds everything up to ``position``."""
+    await_(lambda: (d := recording_of(archive_dir, session_id)) is not None and d.stop_position >= position,
+           timeout_s, f"session {session_id} recorded up to {position}")
+    d = recording_of(archive_dir, session_id)
+    assert d is not None
+    return d
+
+
+@pytest.fixture(scope="session")
+def spark_driver() -> Iterator[DriverProcess]:
+    d = DriverProcess(unique_dir(), ARCHIVE_DRIVER_ARGS).start()
+    try:
+        yield d
+    finally:
+        d.stop()
+        shutil.rmtree(d.dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def aeron(spark_driver: DriverProcess) -> Iterator[Aeron]:
+    with Aeron.connect(Context(dir=spark_driver.dir)) as client:
+        yield client
+
+
+@dataclass
+class RecordedArchive:
+    archive_dir: str
+    recording: RecordingDescriptor
+    published: Published
+
+
+@pytest.fixture(scope="session")
+def recorded(spark_driver: DriverProcess, aeron: Aeron,
+             tmp_path_factory: pytest.TempPathFactory) -> Iterator[RecordedArchive]:
+    """3000 mixed messages (about a third fragmented) on aeron:ipc stream 10, recorded and stopped."""
+    archive_dir = str(tmp_path_factory.mktemp("spark-archive"))
+    recorder = RecorderProcess(archive_dir, spark_driver.dir, "aeron:ipc", STREAM).start()
+    try:
+        pub = aeron.add_publication("aeron:ipc", STREAM)
+        await_(lambda: pub.is_connected, 20, "the recorder to subscribe")
+        published = publish(pub, payloads_for(1, 3000))
+        await_recorded(archive_dir, published.session_id, published.end_positions[-1])
+        pub.close()
+        await_(lambda: (d := recording_of(archive_dir, published.session_id)) is not None and not d.active, 20,
+               "the recording to stop")
+    finally:
+        assert recorder.stop() == 0, recorder.output()
+    d = recording_of(archive_dir, published.session_id)
+    assert d is not None
+    yield RecordedArchive(archive_dir, d, published)
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator["SparkSession"]:
+    """One local[2] session for the run: UI off, 2 shuffle partitions, workers on this Python."""
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+
+    from archive.spark import register
+
+    session = (SparkSession.builder.master("local[2]").appName("logbuf-tests")
+               .config("spark.ui.enabled", "false")
+               .config("spark.sql.shuffle.partitions", "2")
+               .config("spark.sql.session.timeZone", "UTC")
+               .config("spark.driver.memory", "1g")
+               .config("spark.python.worker.reuse", "true")
+               .getOrCreate())
+    session.sparkContext.setLogLevel("ERROR")
+    register(session)
+    try:
+        yield session
+    finally:
+        session.stop()
