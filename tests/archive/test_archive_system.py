@@ -457,22 +457,18 @@ def test_cli_replay_serves_a_subscriber(recorded: tuple[RecordingDescriptor, Pub
 
 def test_a_recording_that_cannot_write_stops_interrupted_and_no_longer_holds_the_publisher(
         archive_driver: DriverProcess, aeron: Aeron, tmp_path: Any) -> None:
-    import resource
-    import signal as signals
-
     archive = str(tmp_path / "full")
     Catalog.open_writable(archive).close()  # the catalog exists; segment files cannot grow past 256 KiB
-
-    def limit_file_size() -> None:
-        signals.signal(signals.SIGXFSZ, signals.SIG_IGN)
-        resource.setrlimit(resource.RLIMIT_FSIZE, (256 * 1024, 256 * 1024))
-
-    r = RecorderProcess(archive, archive_driver.dir, "aeron:ipc", 15, ["--segment-length", "512k"])
+    # The recorder with a 256 KiB file-size limit (SIGXFSZ ignored: writes fail with EFBIG instead).
+    launcher = ("import resource, runpy, signal, sys; signal.signal(signal.SIGXFSZ, signal.SIG_IGN); "
+                "resource.setrlimit(resource.RLIMIT_FSIZE, (256 * 1024, 256 * 1024)); "
+                "sys.argv = ['logbuf-archive', *sys.argv[1:]]; runpy.run_module('archive.main', run_name='__main__')")
+    r = RecorderProcess(archive, archive_driver.dir, "aeron:ipc", 15)
     with open(r.log_path, "ab") as out:
         r.proc = subprocess.Popen(
-            [sys.executable, "-m", "archive.main", "-d", archive, "record", "--channel", "aeron:ipc", "--stream-id",
-             "15", "--driver-dir", archive_driver.dir, "--segment-length", "512k"],
-            stdout=out, stderr=subprocess.STDOUT, preexec_fn=limit_file_size,
+            [sys.executable, "-c", launcher, "-d", archive, "record", "--channel", "aeron:ipc", "--stream-id", "15",
+             "--driver-dir", archive_driver.dir, "--segment-length", "512k"],
+            stdout=out, stderr=subprocess.STDOUT,
         )
     try:
         pub = aeron.add_publication("aeron:ipc", 15)
