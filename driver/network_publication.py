@@ -41,6 +41,9 @@ RETRANSMIT_LINGER_NS = 10_000_000
 MAX_DATAGRAMS_PER_SEND = 32
 
 Send = Callable[[Any], int]
+SendFrames = Callable[[memoryview, int, int, int, int], tuple[int, int]]
+"""(term, term offset, max length, mtu, max datagrams) -> (term bytes covered, datagrams sent): the
+sender endpoint's native batch (one sendmmsg); without it, ``send`` is called per datagram."""
 
 
 @dataclass
@@ -62,8 +65,9 @@ class NetworkPublication(IpcPublication):
     retransmit_lingers: dict[tuple[int, int], int] = field(default_factory=dict)
 
     # -- sender duty cycle ------------------------------------------------------------------------
-    def send(self, now_ns: int, send: Send) -> int:
-        """Send what flow control allows; SETUP and heartbeats when due. Returns bytes sent."""
+    def send(self, now_ns: int, send: Send, send_frames: SendFrames | None = None) -> int:
+        """Send what flow control allows; SETUP and heartbeats when due. Returns the bytes sent (of
+        SETUPs and heartbeats) and of the term covered by data."""
         counters = self.system_counters
         assert counters is not None
         sent = 0
@@ -84,13 +88,18 @@ class NetworkPublication(IpcPublication):
             datagrams = 0
             while position < limit and datagrams < MAX_DATAGRAMS_PER_SEND:
                 term = self.log.term_buffer((position // term_length) % 3)
-                covered, n = self._send_datagram(term, position & (term_length - 1), limit - position, send)
+                if send_frames is not None:  # the native batch: one sendmmsg
+                    covered, n = send_frames(term, position & (term_length - 1), limit - position, self.mtu_length,
+                                             MAX_DATAGRAMS_PER_SEND - datagrams)
+                else:
+                    covered, _ = self._send_datagram(term, position & (term_length - 1), limit - position, send)
+                    n = 1
                 term.release()
                 if not covered:
                     break
-                sent += n
+                sent += covered
                 position += covered
-                datagrams += 1
+                datagrams += n
             idle_ns = now_ns - self.time_of_last_send_ns
             if datagrams:
                 self.sender_position.set_ordered(position)

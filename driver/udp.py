@@ -24,6 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
+import numpy as np
+
 from logbuf import _native
 from logbuf.protocol import MalformedFrameError
 from logbuf.protocol import nak as nak_codec
@@ -37,7 +39,9 @@ from driver.publication_image import ImageState, PublicationImage
 from driver.system_counters import SystemCounterId, SystemCounters
 
 MAX_UDP_PAYLOAD = 65504
-READS_PER_POLL = 64
+READS_PER_POLL = 32
+SLOT_LENGTH = 65536
+"""Each poll reads up to 32 datagrams with one recvmmsg, each into its own 64 KiB slot."""
 SETUP_ELICIT_INTERVAL_NS = 100_000_000
 
 Handler = Callable[[memoryview, tuple[str, int]], None]
@@ -155,31 +159,37 @@ class UdpEndpoint:
         self.local_address: tuple[str, int] = self.socket.getsockname()
         self.system_counters = system_counters
         self.faults = faults if faults is not None and faults.active else None
-        self._buffer = bytearray(MAX_UDP_PAYLOAD + 32)
+        self._buffer = bytearray(READS_PER_POLL * SLOT_LENGTH)
         self._view = memoryview(self._buffer)
+        self._lengths = np.zeros(READS_PER_POLL, dtype=np.int32)
+        self._sources = np.zeros(READS_PER_POLL, dtype=np.uint64)
+        self._addresses: dict[int, tuple[str, int]] = {}
 
     def poll(self, handler: Handler) -> int:
-        """Read up to READS_PER_POLL datagrams; returns how many."""
+        """Read up to READS_PER_POLL datagrams (one recvmmsg) and hand each to ``handler``; returns
+        how many."""
         if not self._readable.poll(0) and self.faults is None:
             return 0
-        n = 0
-        recv = self.socket.recvfrom_into
-        view = self._view
+        n = _native.udp_receive_batch(self.socket.fileno(), self._buffer, SLOT_LENGTH, self._lengths, self._sources)
+        if not n:
+            return 0
+        lengths = self._lengths[:n].tolist()
         counters = self.system_counters
-        while n < READS_PER_POLL:
-            try:
-                length, source = recv(self._buffer)
-            except BlockingIOError:
-                break
-            except OSError:  # e.g. ICMP port unreachable surfacing as ECONNREFUSED
-                continue
-            n += 1
-            counters.increment(SystemCounterId.BYTES_RECEIVED, length)
-            counters.increment(SystemCounterId.DATAGRAMS_RECEIVED)
+        counters.increment(SystemCounterId.BYTES_RECEIVED, sum(lengths))
+        counters.increment(SystemCounterId.DATAGRAMS_RECEIVED, n)
+        view = self._view
+        for i, (length, source) in enumerate(zip(lengths, self._sources[:n].tolist())):
+            address = self._addresses.get(source)
+            if address is None:
+                if len(self._addresses) > 1024:
+                    self._addresses.clear()
+                address = self._addresses[source] = (socket.inet_ntoa((source >> 16).to_bytes(4, "big")),
+                                                     source & 0xFFFF)
+            datagram = view[i * SLOT_LENGTH : i * SLOT_LENGTH + length]
             if self.faults is not None:
-                self.faults.deliver(view[:length], source, handler)
+                self.faults.deliver(datagram, address, handler)
             else:
-                handler(view[:length], source)
+                handler(datagram, address)
         return n
 
     def send_to(self, datagram: Any, address: tuple[str, int]) -> int:
@@ -206,6 +216,19 @@ class SendChannelEndpoint(UdpEndpoint):
         self.publications: dict[tuple[int, int], NetworkPublication] = {}
         self.clock_ns: Callable[[], int] = lambda: 0
         self.send = lambda datagram: self.send_to(datagram, self.destination)
+        self._sockaddr = (struct.pack("=H", socket.AF_INET) + struct.pack("!H", destination[1])
+                          + socket.inet_aton(destination[0]) + bytes(8))  # struct sockaddr_in
+
+    def send_frames(self, term: memoryview, term_offset: int, max_length: int, mtu: int,
+                    max_datagrams: int) -> tuple[int, int]:
+        """Send datagrams of committed frames straight from the term with one sendmmsg (see
+        :func:`logbuf._native.term_send_datagrams`): (term bytes covered, datagrams sent)."""
+        covered, datagrams, sent = _native.term_send_datagrams(self.socket.fileno(), term, term_offset, max_length, mtu,
+                                                               self._sockaddr, max_datagrams)
+        if datagrams:
+            self.system_counters.increment(SystemCounterId.BYTES_SENT, sent)
+            self.system_counters.increment(SystemCounterId.DATAGRAMS_SENT, datagrams)
+        return covered, datagrams
 
     def on_control(self, datagram: memoryview, source: tuple[str, int]) -> None:
         counters = self.system_counters
@@ -347,7 +370,7 @@ class Sender(_EndpointAgent[SendChannelEndpoint]):
         work = 0
         for endpoint in self.endpoints:
             for publication in list(endpoint.publications.values()):
-                work += publication.send(now, endpoint.send)
+                work += publication.send(now, endpoint.send, endpoint.send_frames)
             work += endpoint.poll(endpoint.on_control)
             if endpoint.faults is not None:
                 endpoint.faults.flush(endpoint.on_control)

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import socket
+import struct
+import time
+
+import numpy as np
 import pytest
 
 from logbuf import _native
@@ -57,3 +62,29 @@ def test_rebuild_insert_skips_duplicates_and_gap_scan_finds_holes() -> None:
     assert bytes(term[:192]) == first + second + third
     with pytest.raises(ValueError, match="does not fit the term"):
         _native.term_rebuild_insert(term, TERM - 32, first)
+
+
+def test_send_datagrams_batches_whole_frames_up_to_the_mtu_and_pads_travel_as_headers() -> None:
+    term = bytearray(TERM)
+    payloads = [bytes([i]) * 500 for i in range(5)]            # 544-byte frames: two per 1408 MTU
+    data = encode_datagram(frames(*payloads))
+    term[: len(data)] = data
+    pad = PadFrame(len(data), 7, 9, 3, 1024).encode()           # a 1024-byte PAD after them
+    term[len(data) : len(data) + 32] = pad
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as rx, socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as tx:
+        rx.bind(("127.0.0.1", 0))
+        port = rx.getsockname()[1]
+        address = struct.pack("=H", socket.AF_INET) + struct.pack("!H", port) + socket.inet_aton("127.0.0.1") + bytes(8)
+        assert _native.term_send_datagrams(tx.fileno(), term, 0, TERM, 1408, address, 2) == (2 * 1088, 2, 2 * 1088)
+        covered, sent, sent_bytes = _native.term_send_datagrams(tx.fileno(), term, 2 * 1088, TERM, 1408, address, 64)
+        assert (covered, sent, sent_bytes) == (544 + 1024, 2, 544 + 32)  # the last frame, then the PAD's header
+        assert _native.term_send_datagrams(tx.fileno(), term, len(data) + 1024, TERM, 1408, address, 64) == (0, 0, 0)
+        buffer = bytearray(8 * 65536)
+        lengths, sources = np.zeros(8, dtype=np.int32), np.zeros(8, dtype=np.uint64)
+        got, deadline = 0, time.monotonic() + 5
+        while got < 4 and time.monotonic() < deadline:  # loopback delivers at once; a batch may split
+            got += _native.udp_receive_batch(rx.fileno(), memoryview(buffer)[got * 65536 :], 65536, lengths[got:],
+                                             sources[got:])
+        assert got == 4 and lengths[:4].tolist() == [1088, 1088, 544, 32]
+        assert int(sources[0]) >> 16 == 0x7F000001 and int(sources[0]) & 0xFFFF == tx.getsockname()[1]
+        assert bytes(buffer[:1088]) == bytes(term[:1088]) and bytes(buffer[3 * 65536 : 3 * 65536 + 32]) == pad
