@@ -97,6 +97,10 @@ class RelayConfig:
     between two passes over the subscribers: longer batches more events per ``sendfile`` (less CPU per
     client), shorter lowers the added latency. ``write_timeout_s``: drop a client whose socket took no
     byte for that long (0: never; retention still drops it when it falls behind).
+    ``socket_send_buffer_bytes``: each client socket's SO_SNDBUF (0: the kernel's autotuning). The frame
+    file is the buffer: a small socket buffer keeps kernel memory per client bounded (thousands of
+    clients with autotuned multi-MB buffers push the kernel into TCP memory pressure, which stalls
+    everyone); larger speeds up catching up over long round trips.
     """
 
     data_dir: str
@@ -113,6 +117,7 @@ class RelayConfig:
     ping_interval_s: float = 30.0
     write_timeout_s: float = 10.0
     flush_interval_s: float = 0.05
+    socket_send_buffer_bytes: int = 256 * 1024
     max_client_message_length: int = MAX_CLIENT_MESSAGE_LENGTH
     listen_backlog: int = 4096
 
@@ -142,6 +147,7 @@ class RelayConfig:
         positive("flush_interval_s", self.flush_interval_s, allow_zero=True)
         positive("max_client_message_length", self.max_client_message_length)
         positive("listen_backlog", self.listen_backlog)
+        positive("socket_send_buffer_bytes", self.socket_send_buffer_bytes, allow_zero=True)
         if self.zstd_dictionary is not None and not os.path.isfile(self.zstd_dictionary):
             raise ConfigurationError(f"zstd_dictionary={self.zstd_dictionary!r} is not a readable file")
 
@@ -328,6 +334,8 @@ class RelayServer:
                 return
             conn.setblocking(False)
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if cfg.socket_send_buffer_bytes:
+                conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, cfg.socket_send_buffer_bytes)
             ip = str(addr[0])
             protocol = ServerProtocol(max_size=cfg.max_client_message_length, logger=_WS_LOGGER)
             sub = Subscriber(conn, ip, protocol, now + int(cfg.handshake_timeout_s * 1e9))
