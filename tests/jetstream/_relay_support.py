@@ -87,7 +87,8 @@ class RelayHandle:
         kwargs.setdefault("open_timeout", WAIT_S)
         kwargs.setdefault("close_timeout", 2)
         kwargs.setdefault("max_size", None)
-        return connect(self.url(query), **kwargs)
+        ws: ClientConnection = connect(self.url(query), **kwargs)
+        return ws
 
 
 @contextmanager
@@ -104,7 +105,7 @@ def running_relay(data_dir: str, **overrides: Any) -> Iterator[RelayHandle]:
 
 
 def recv_events(ws: ClientConnection, count: int, timeout_s: float = WAIT_S) -> list[dict[str, Any]]:
-    out = []
+    out: list[dict[str, Any]] = []
     deadline = time.monotonic() + timeout_s
     while len(out) < count:
         message = ws.recv(timeout=max(0.01, deadline - time.monotonic()))

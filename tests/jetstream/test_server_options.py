@@ -126,7 +126,8 @@ def test_options_update_replaces_everything_and_missing_fields_clear() -> None:
     assert options.max_message_size_bytes == 1000
     cleared = parse_options_update(_update({"wantedCollections": ["app.bsky.feed.post"]}))
     assert cleared is not None and not cleared.dids and cleared.max_message_size_bytes == 0
-    for empty in ({}, None, {"wantedDids": None, "wantedCollections": []}):
+    empties: list[Any] = [{}, None, {"wantedDids": None, "wantedCollections": []}]
+    for empty in empties:
         everything = parse_options_update(_update(empty))
         assert everything is not None and everything.wants_everything
     negative = parse_options_update(_update({"maxMessageSizeBytes": -3}))
