@@ -195,6 +195,7 @@ class RelayServer:
         self._calls: deque[Callable[[], None]] = deque()
         self._stop = threading.Event()
         self._dirty = False
+        self._duty_work = 0
         self._accept_paused_until_ns = 0
         self._flush_interval_ns = int(config.flush_interval_s * 1e9)
         self._next_flush_ns = 0
@@ -265,7 +266,7 @@ class RelayServer:
 
     def _iterate(self, *, accepting: bool = True) -> None:
         now = time.monotonic_ns()
-        if self._calls or self._read_again:
+        if self._calls or self._read_again or self._duty_work:
             timeout = 0.0
         elif self._dirty:
             timeout = max(0.0, (self._next_flush_ns - now) / 1e9)
@@ -294,14 +295,16 @@ class RelayServer:
                 if mask & (select.EPOLLIN | select.EPOLLHUP | select.EPOLLERR | select.EPOLLRDHUP):
                     self._read(sub)
         for sub in list(self._read_again):
-            if sub.fd in self._connections:
+            if self._connections.get(sub.fd) is sub:
                 self._read(sub)
             else:
                 self._read_again.discard(sub)
         while self._calls:
             self._calls.popleft()()
+        work = 0
         for duty in self._duties:
-            duty()
+            work += duty()
+        self._duty_work = work
         self.counters.loop_iterations += 1
         now = time.monotonic_ns()
         if self._dirty and now >= self._next_flush_ns:
