@@ -420,8 +420,8 @@ class LogbufReader(DataSourceReader):
         return partitions
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, SegmentPartition)
-        yield from read_partition(partition, self.options)
+        if isinstance(partition, SegmentPartition):  # Spark reads one placeholder when there are none
+            yield from read_partition(partition, self.options)
 
 
 class LogbufStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -466,8 +466,8 @@ class LogbufStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return partitions
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, SegmentPartition)
-        yield from read_partition(partition, self.options)
+        if isinstance(partition, SegmentPartition):  # Spark reads one placeholder when there are none
+            yield from read_partition(partition, self.options)
 
     def commit(self, end: dict[str, int]) -> None:
         pass

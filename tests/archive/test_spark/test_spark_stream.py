@@ -1,0 +1,71 @@
+"""spark.readStream.format("logbuf"): a live recording read incrementally, restarts from the checkpoint."""
+
+from __future__ import annotations
+
+import pathlib
+from typing import TYPE_CHECKING
+
+import pytest
+
+from client import Aeron
+from tests.archive.conftest import RecorderProcess, await_
+from tests.archive.test_spark.conftest import await_recorded, payloads_for, publish
+from tests.driver.conftest import DriverProcess
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+pytestmark = pytest.mark.slow
+STREAM = 11
+
+
+def run_available_now(spark: "SparkSession", archive_dir: str, out: pathlib.Path, checkpoint: pathlib.Path) -> None:
+    query = (spark.readStream.format("logbuf").load(archive_dir).select("recording_id", "position", "payload")
+             .writeStream.format("parquet").option("path", str(out)).option("checkpointLocation", str(checkpoint))
+             .trigger(availableNow=True).start())
+    try:
+        assert query.awaitTermination(90), "the availableNow query did not finish in 90 s"
+    finally:
+        query.stop()
+
+
+def rows(spark: "SparkSession", out: pathlib.Path) -> list[tuple[int, int, bytes]]:
+    return sorted((r.recording_id, r.position, bytes(r.payload)) for r in spark.read.parquet(str(out)).collect())
+
+
+def test_stream_reads_new_positions_and_new_recordings_once_across_restarts(
+        spark: "SparkSession", spark_driver: DriverProcess, aeron: Aeron, tmp_path: pathlib.Path) -> None:
+    archive_dir = str(tmp_path / "archive")
+    out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+    recorder = RecorderProcess(archive_dir, spark_driver.dir, "aeron:ipc", STREAM).start()
+    try:
+        first = aeron.add_publication("aeron:ipc", STREAM)
+        await_(lambda: first.is_connected, 20, "the recorder to subscribe")
+        batch1 = publish(first, payloads_for(11, 300))
+        d1 = await_recorded(archive_dir, batch1.session_id, batch1.end_positions[-1])
+        assert d1.active
+
+        run_available_now(spark, archive_dir, out, checkpoint)
+        expected = [(d1.recording_id, p, m) for p, m in zip(batch1.end_positions, batch1.payloads)]
+        assert rows(spark, out) == expected
+
+        # The recorder keeps recording the same image, and a second publisher makes a new recording.
+        batch2 = publish(first, payloads_for(12, 200))
+        second = aeron.add_exclusive_publication("aeron:ipc", STREAM)
+        await_(lambda: second.is_connected, 20, "the recorder to see the second publication")
+        batch3 = publish(second, payloads_for(13, 100))
+        await_recorded(archive_dir, batch2.session_id, batch2.end_positions[-1])
+        d2 = await_recorded(archive_dir, batch3.session_id, batch3.end_positions[-1])
+        assert d2.recording_id != d1.recording_id
+
+        run_available_now(spark, archive_dir, out, checkpoint)  # a restart from the checkpoint
+        expected += [(d1.recording_id, p, m) for p, m in zip(batch2.end_positions, batch2.payloads)]
+        expected += [(d2.recording_id, p, m) for p, m in zip(batch3.end_positions, batch3.payloads)]
+        assert rows(spark, out) == sorted(expected)  # the new rows, and nothing read twice
+
+        run_available_now(spark, archive_dir, out, checkpoint)  # nothing new: nothing added
+        assert rows(spark, out) == sorted(expected)
+        first.close()
+        second.close()
+    finally:
+        assert recorder.stop() == 0, recorder.output()
