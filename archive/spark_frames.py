@@ -301,9 +301,8 @@ def select_rows(frames: ChunkFrames, spec: RowSpec, from_position: int, to_posit
         first, last = first[complete], last[complete]
         frame_in_row = np.zeros(len(flags), dtype=bool)
         if len(first):
-            marks = np.zeros(len(flags) + 1, dtype=np.int32)
-            np.add.at(marks, first, 1)
-            np.add.at(marks, last + 1, -1)
+            marks = (np.bincount(first, minlength=len(flags) + 1)
+                     - np.bincount(last + 1, minlength=len(flags) + 1))
             frame_in_row = np.cumsum(marks[:-1]) > 0
         row_flags = flags[first] | flags[last]
         row_slot = slot[first]
@@ -311,7 +310,7 @@ def select_rows(frames: ChunkFrames, spec: RowSpec, from_position: int, to_posit
         row_reserved_slot = slot[first]
         payload_slot = slot[frame_in_row]
         payload_length = flen[frame_in_row] - dh.HEADER_LENGTH
-        row_id = np.cumsum(np.isin(np.flatnonzero(frame_in_row), first)) - 1
+        row_id = np.cumsum(begin[frame_in_row]) - 1  # in a complete message only its first frame has BEGIN
         row_lengths = np.bincount(row_id, weights=payload_length, minlength=len(first)).astype(np.int64)
     else:
         selected = (ends > from_position) & (ends <= to_position)
@@ -342,18 +341,24 @@ def select_rows(frames: ChunkFrames, spec: RowSpec, from_position: int, to_posit
 
 
 def _gather(region: npt.NDArray[np.uint8], starts: Int64Array, lengths: Int64Array) -> npt.NDArray[np.uint8]:
-    """The bytes of ``[start, start + length)`` ranges of ``region`` (ascending, disjoint), concatenated."""
-    nonempty = lengths > 0
-    starts, lengths = starts[nonempty], lengths[nonempty]
-    if not len(starts):
+    """The bytes of ``[start, start + length)`` ranges of ``region`` (ascending, disjoint), concatenated.
+
+    Zero-copy, ``region`` becomes a binary array whose values alternate between the ranges and the
+    bytes between them (headers, alignment); Arrow's ``take`` of the even values then copies the
+    ranges out back to back in C++ (a boolean mask over every byte was ~10x slower).
+    """
+    n = len(starts)
+    if n == 0 or int(lengths.sum()) == 0:
         return np.zeros(0, np.uint8)
-    lo = int(starts[0])
-    hi = int(starts[-1] + lengths[-1])
-    marks = np.zeros(hi - lo + 1, dtype=np.int8)
-    marks[starts - lo] = 1
-    marks[starts + lengths - lo] = -1  # a range's end is never another's start (a header lies between)
-    inside = np.cumsum(marks[:-1], dtype=np.int8).view(np.bool_)
-    return region[lo:hi][inside]
+    first = int(starts[0])
+    offsets = np.empty(2 * n, dtype=np.int32)
+    offsets[0::2] = starts - first
+    offsets[1::2] = starts + lengths - first
+    values = pa.Array.from_buffers(pa.binary(), 2 * n - 1, [None, pa.py_buffer(offsets),
+                                                            pa.py_buffer(region[first:])])
+    taken = values.take(pa.array(np.arange(0, 2 * n, 2, dtype=np.int32)))
+    data = taken.buffers()[2]
+    return np.frombuffer(data, dtype=np.uint8)[:int(lengths.sum())]
 
 
 def build_batch(schema: pa.Schema, recording: RecordingDescriptor, parts: Sequence[Rows],

@@ -218,3 +218,16 @@ def test_options_are_validated_naming_the_option() -> None:
             ReadOptions.parse(options)
     o = ReadOptions.parse({"PATH": "x", "MODE": "dropmalformed", "streamid": "1, 2"})
     assert o.mode is Mode.DROPMALFORMED and o.stream_ids == frozenset({1, 2})
+
+
+def test_arrow_batches_have_the_types_spark_expects_and_the_spec_lists_the_columns() -> None:
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    for options in ({"path": "x"}, {"path": "x", "mode": "FAILFAST"}, {"path": "x", "columnNameOfCorruptRecord": "bad"}):
+        o = ReadOptions.parse(options)
+        assert arrow_schema(o.corrupt_column_or_none).equals(to_arrow_schema(o.schema(), timezone="UTC"))
+    spec = (pathlib.Path(__file__).resolve().parents[3] / "protocol_spec" / "spark-source.md").read_text()
+    table = spec.split("| Column | Spark type |")[1].split("\n\n")[0]
+    documented = re.findall(r"^\| `(\w+)` \| (\w+) \|", table, re.MULTILINE)
+    assert [(f.name, f.dataType.simpleString().upper()) for f in ReadOptions.parse({"path": "x"}).schema().fields] == [
+        (name, spark_type) for name, spark_type in documented]
