@@ -60,11 +60,12 @@ def session() -> "SparkSession":
     """The session spark-submit configured, or local[*] when no master is set."""
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pyspark import SparkConf
+    from pyspark import SparkConf, SparkContext
     from pyspark.sql import SparkSession
 
+    SparkContext._ensure_initialized()  # the JVM: spark-submit's own, or one started here
     builder = SparkSession.builder.appName("logbuf-stream-rates").config("spark.sql.session.timeZone", "UTC")
-    if not SparkConf().contains("spark.master"):
+    if not SparkConf().contains("spark.master"):  # SparkConf() now holds what spark-submit was given
         builder = builder.master("local[*]")
     return builder.getOrCreate()
 
@@ -77,7 +78,7 @@ def run(spark: "SparkSession", args: argparse.Namespace) -> str:
     written = spark.read.parquet(args.out)
     totals = written.groupBy().sum("messages", "bytes").first()
     messages, payload_bytes = (totals[0] or 0, totals[1] or 0) if totals is not None else (0, 0)
-    return (f"stream_rates: {written.count()} rows (stream, second), {messages} messages, {payload_bytes} bytes"
+    return (f"stream_rates ({spark.sparkContext.master}): {written.count()} rows (stream, second), {messages} messages, {payload_bytes} bytes"
             f" -> {args.out}; {unstamped} messages without a timestamp")
 
 

@@ -1,0 +1,291 @@
+"""Spark ingest: the ``logbuf`` data source beside ``binaryFile`` plus a Python parser, same archive, same run.
+
+    python perf/spark_ingest.py            # a >= 1 GiB archive (recorded once into /tmp, then reused)
+    python perf/spark_ingest.py --quick    # a 128 MiB archive
+
+The archive is made the real way, once: a ``mediadriver`` (16 MiB IPC terms), a ``logbuf-archive
+record`` process (64 MiB segments) and a publisher of mixed messages (32-512 B, 1 % of 3000 B,
+so fragmented; reserved value = epoch microseconds). It is kept in ``--archive-dir`` (default
+/tmp/logbuf-spark-ingest-<size>) and reused while its ``complete.json`` marker is there.
+
+Readers, each over the whole archive in one local[2] session, all producing the same columns
+(ids, term id and offset, position, flags, reserved value, payload), forced with
+``count(*), sum(length(payload))``:
+
+- ``logbuf``: ``spark.read.format("logbuf")`` (one partition per segment, numpy parser, Arrow batches).
+- ``binaryFile + mapInArrow (struct walk)``: the baseline a user writes: read the segment files
+  with ``binaryFile`` and walk each file's frames in Python with ``struct``, reassembling fragments.
+- ``binaryFile + mapInArrow (our numpy parser)``: the same input path with the data source's parser,
+  to separate the parser's gain from the input path's.
+
+Each reader runs once to warm up on one segment, then ``--runs`` times over everything (best run
+kept). Writes perf/results/spark_ingest.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+from _common import new_results, quiet, write_results
+
+GIB = 1 << 30
+STREAM = 10
+
+
+# -- the archive ----------------------------------------------------------------------------------------
+def make_archive(archive_dir: str, target_bytes: int) -> dict[str, Any]:
+    """Record ``target_bytes`` of mixed messages through a real driver and recorder; returns its facts."""
+    from archive.catalog import Catalog
+    from client import Aeron, Context
+    from driver.media_driver import wait_for_driver
+
+    marker = os.path.join(archive_dir, "complete.json")
+    if os.path.exists(marker):
+        with open(marker) as f:
+            facts: dict[str, Any] = json.load(f)
+        if facts.get("target_bytes") == target_bytes:
+            print(f"reusing {archive_dir} ({facts['recorded_bytes'] / 2**20:.0f} MiB, {facts['messages']} messages)")
+            return facts
+    shutil.rmtree(archive_dir, ignore_errors=True)
+    os.makedirs(archive_dir)
+    driver_dir = f"/dev/shm/logbuf-perf-{uuid.uuid4().hex[:8]}"
+    driver = subprocess.Popen([sys.executable, "-m", "driver.main", "--dir", driver_dir, "--ipc-term-length", "16m"],
+                              stderr=subprocess.DEVNULL)
+    recorder: subprocess.Popen[bytes] | None = None
+    try:
+        wait_for_driver(driver_dir)
+        recorder = subprocess.Popen([sys.executable, "-m", "archive.main", "-d", archive_dir, "record", "--channel",
+                                     "aeron:ipc", "--stream-id", str(STREAM), "--driver-dir", driver_dir],
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        rng = random.Random(7)
+        pool = [bytes(rng.randrange(256) for _ in range(16)) * 32 for _ in range(64)]
+        sizes = [rng.randrange(32, 513) for _ in range(4096)]
+        batches = [[pool[i % 64][:sizes[(i * 31 + j) % 4096]] for j in range(32)] for i in range(256)]
+        big = bytes(3000)
+        messages = 0
+        started = time.monotonic()
+        with Aeron.connect(Context(dir=driver_dir)) as aeron:
+            pub = aeron.add_publication("aeron:ipc", STREAM)
+            deadline = time.monotonic() + 30
+            while not pub.is_connected:
+                assert time.monotonic() < deadline, "the recorder did not subscribe in 30 s"
+                time.sleep(0.01)
+            i = 0
+            while pub.position < target_bytes:
+                stamp = time.time_ns() // 1000
+                if i % 3 == 0:
+                    while pub.offer(big, reserved_value=stamp) < 0:
+                        os.sched_yield()
+                    messages += 1
+                batch = batches[i % 256]
+                while pub.offer_batch(batch, reserved_value=stamp) < 0:
+                    os.sched_yield()
+                messages += len(batch)
+                i += 1
+            end_position, session_id = pub.position, pub.session_id
+            pub.close()
+            deadline = time.monotonic() + 120
+            while True:
+                with Catalog.open(archive_dir) as catalog:
+                    done = [d for d in catalog.recordings() if d.session_id == session_id
+                            and d.stop_position >= end_position]
+                if done:
+                    break
+                assert time.monotonic() < deadline, "the recording did not catch up in 120 s"
+                time.sleep(0.1)
+        seconds = time.monotonic() - started
+    finally:
+        if recorder is not None:
+            recorder.send_signal(signal.SIGTERM)
+            recorder.wait(30)
+        driver.send_signal(signal.SIGTERM)
+        driver.wait(30)
+        shutil.rmtree(driver_dir, ignore_errors=True)
+    with Catalog.open(archive_dir) as catalog:
+        d = catalog.recordings()[0]
+    facts = {"target_bytes": target_bytes, "recorded_bytes": d.stop_position - d.start_position,
+             "messages": messages, "term_length": d.term_length, "segment_length": d.segment_length,
+             "record_seconds": seconds}
+    with open(marker, "w") as f:
+        json.dump(facts, f)
+    print(f"recorded {facts['recorded_bytes'] / 2**20:.0f} MiB, {messages} messages in {seconds:.1f} s -> {archive_dir}")
+    return facts
+
+
+# -- the baseline parser a user would write ---------------------------------------------------------------
+def struct_walk_batches(iterator: Iterator[Any]) -> Iterator[Any]:
+    """mapInArrow over binaryFile rows: walk each file's frames with struct, reassemble fragments."""
+    import re
+    import struct
+
+    import pyarrow as pa
+
+    header = struct.Struct("<iBBHiiiiq")
+    schema = baseline_arrow_schema()
+    for batch in iterator:
+        for path, content in zip(batch.column("path").to_pylist(), batch.column("content").to_pylist()):
+            base = int(re.search(r"(\d+)-(\d+)\.rec$", path).group(2))  # type: ignore[union-attr]
+            cols: dict[str, list[Any]] = {name: [] for name in schema.names}
+            offset, n, partial = 0, len(content), b""
+            while offset + 32 <= n:
+                length, _v, flags, ftype, term_offset, session, stream, term_id, reserved = header.unpack_from(content,
+                                                                                                          offset)
+                if length <= 0:
+                    break
+                aligned = (length + 31) & ~31
+                if ftype == 1:
+                    payload = content[offset + 32:offset + length]
+                    if flags & 0xC0 == 0xC0:
+                        message = payload
+                    elif flags & 0x80:
+                        partial, message = payload, None
+                    else:
+                        partial += payload
+                        message = partial if flags & 0x40 else None
+                    if message is not None:
+                        for name, value in (("recording_id", 0), ("stream_id", stream), ("session_id", session),
+                                            ("term_id", term_id), ("term_offset", term_offset),
+                                            ("position", base + offset + aligned), ("flags", flags | 0xC0),
+                                            ("reserved_value", reserved), ("payload", message)):
+                            cols[name].append(value)
+                offset += aligned
+            if cols["position"]:
+                yield pa.RecordBatch.from_pydict(cols, schema=schema)
+
+
+def numpy_parser(d: Any) -> Any:
+    """mapInArrow over binaryFile rows with the data source's own numpy parser (for recording ``d``)."""
+
+    def batches(iterator: Iterator[Any]) -> Iterator[Any]:
+        import re
+
+        import numpy as np
+
+        from archive.spark_frames import RowSpec, arrow_schema, build_batch, parse_chunk, select_rows
+
+        spec = RowSpec()
+        full = arrow_schema(None)
+        names = baseline_arrow_schema().names
+        for batch in iterator:
+            for path, content in zip(batch.column("path").to_pylist(), batch.column("content").to_pylist()):
+                base = int(re.search(r"(\d+)-(\d+)\.rec$", path).group(2))  # type: ignore[union-attr]
+                segment = np.frombuffer(content, dtype=np.uint8)
+                stop = min(d.stop_position, base + d.segment_length)
+                position = max(d.start_position, base)
+                while position < stop:
+                    end = min(stop, position + 16 * 2**20)
+                    rows = select_rows(parse_chunk(segment, base, position, end, d), spec, -1, stop, d)
+                    position = end
+                    yield build_batch(full, d, [rows], spec).select(names)
+
+    return batches
+
+
+def baseline_arrow_schema() -> Any:
+    import pyarrow as pa
+
+    return pa.schema([("recording_id", pa.int64()), ("stream_id", pa.int32()), ("session_id", pa.int32()),
+                      ("term_id", pa.int32()), ("term_offset", pa.int32()), ("position", pa.int64()),
+                      ("flags", pa.int32()), ("reserved_value", pa.int64()), ("payload", pa.binary())])
+
+
+BASELINE_DDL = ("recording_id long, stream_id int, session_id int, term_id int, term_offset int, position long, "
+                "flags int, reserved_value long, payload binary")
+
+
+# -- measurement ----------------------------------------------------------------------------------------
+def measure(name: str, make_df: Any, runs: int, recorded_bytes: int, expected_rows: int) -> dict[str, Any]:
+    best = float("inf")
+    rows = payload = 0
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        result = make_df().selectExpr("count(*) AS rows", "sum(length(payload)) AS payload").first()
+        best = min(best, time.perf_counter() - t0)
+        rows, payload = int(result.rows), int(result.payload or 0)
+    case = {"reader": name, "seconds": best, "rows": rows, "payload_bytes": payload,
+            "mb_per_s": recorded_bytes / best / 1e6, "rows_per_s": rows / best, "rows_ok": rows == expected_rows}
+    print(f"{name:<44} {best:6.2f} s {case['mb_per_s']:8.1f} MB/s {case['rows_per_s'] / 1e6:6.2f} M rows/s"
+          f"{'' if case['rows_ok'] else f'  ROWS {rows} != {expected_rows}'}")
+    return case
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="a 128 MiB archive instead of >= 1 GiB")
+    parser.add_argument("--archive-dir", help="where the archive is recorded once and reused")
+    parser.add_argument("--runs", type=int, default=2, help="timed runs per reader (the best is kept)")
+    parser.add_argument("--skip-struct-walk", action="store_true", help="leave out the slow struct-walk baseline")
+    args = parser.parse_args(argv)
+    quiet()
+    target = 128 * 2**20 if args.quick else GIB + 64 * 2**20
+    runs = args.runs
+    archive_dir = args.archive_dir or f"/tmp/logbuf-spark-ingest-{target >> 20}m"
+    facts = make_archive(archive_dir, target)
+
+    from archive.catalog import Catalog
+
+    with Catalog.open(archive_dir) as catalog:
+        d = catalog.recordings()[0]
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+
+    from archive.spark import register
+
+    spark = (SparkSession.builder.master("local[2]").appName("spark-ingest").config("spark.ui.enabled", "false")
+             .config("spark.driver.memory", "4g").config("spark.ui.showConsoleProgress", "false").config("spark.sql.shuffle.partitions", "2")
+             .getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    results = new_results("spark_ingest", archive_bytes=facts["recorded_bytes"], messages=facts["messages"],
+                          term_length=facts["term_length"], segment_length=facts["segment_length"], runs=runs,
+                          master="local[2]")
+    try:
+        register(spark)
+        files = os.path.join(archive_dir, "*.rec")
+        first_file = os.path.join(archive_dir, f"{d.recording_id}-{d.start_position}.rec")
+        first_stop = d.start_position + d.segment_length
+
+        def logbuf_source(warm: bool) -> Any:
+            reader = spark.read.format("logbuf").option("mode", "DROPMALFORMED")
+            return (reader.option("stopPosition", first_stop) if warm else reader).load(archive_dir)
+
+        def binary_file(parser: Any) -> Any:
+            return lambda warm: (spark.read.format("binaryFile").load(first_file if warm else files)
+                                 .select("path", "content").mapInArrow(parser, BASELINE_DDL))
+
+        readers = {"logbuf data source": logbuf_source,
+                   "binaryFile + mapInArrow (our numpy parser)": binary_file(numpy_parser(d))}
+        if not args.skip_struct_walk:
+            readers["binaryFile + mapInArrow (struct walk)"] = binary_file(struct_walk_batches)
+        for name, make in readers.items():
+            make(True).selectExpr("count(*)").first()  # warm-up on one segment: planner, workers
+            results["cases"].append(measure(name, lambda make=make: make(False), runs, facts["recorded_bytes"],
+                                            facts["messages"]))
+        base = {c["reader"]: c for c in results["cases"]}
+        ours = base["logbuf data source"]
+        for name, case in base.items():
+            if name != "logbuf data source":
+                ratio = ours["mb_per_s"] / case["mb_per_s"]
+                results[f"ratio_vs_{name}"] = ratio
+                print(f"logbuf data source / {name}: {ratio:.2f}x")
+        results["note"] = ("2-core machine shared with other work: figures are noisy. MB/s counts the recorded "
+                           "bytes (headers and padding included); rows are whole messages (fragments reassembled).")
+    finally:
+        spark.stop()
+    write_results(results)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
