@@ -442,8 +442,10 @@ class LogbufStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def prepareForTriggerAvailableNow(self) -> None:
         self._target = self._current()
 
-    def latestOffset(self, start: dict[str, int], limit: Any) -> dict[str, int]:
-        latest = dict(start)
+    def latestOffset(self, start: dict[str, int] | None = None, limit: Any = None) -> dict[str, int]:
+        """Each wanted recording's stop position now (or when availableNow started); ``limit`` is
+        not used (every trigger reads all that is recorded). Spark before 4.2 passes no arguments."""
+        latest = dict(start or {})
         current = self._current() if self._target is None else self._target
         for key, position in current.items():
             latest[key] = max(position, int(latest.get(key, -1)))
