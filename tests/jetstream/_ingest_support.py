@@ -226,7 +226,9 @@ async def read_events(url: str, *, until_time_us: int, count: int | None = None,
 
     events: list[bytes] = []
     async with asyncio.timeout(timeout_s):
-        async with connect(url, compression=None, max_size=None, close_timeout=1) as ws:
+        # max_queue=None: websockets stops reading once 16 messages wait unread and close() does not resume,
+        # so leaving mid-stream would wait out close_timeout for a close frame already sent (test_server_close).
+        async with connect(url, compression=None, max_size=None, max_queue=None) as ws:
             while True:
                 message = await ws.recv()
                 raw = message.encode() if isinstance(message, str) else message

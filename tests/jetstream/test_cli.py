@@ -140,15 +140,17 @@ def test_full_run_with_the_generator_serves_subscribe_clients(tmp_path: object) 
 
         async def clients() -> tuple[list[bytes], list[bytes], list[bytes]]:
             async with asyncio.timeout(20):
+                # max_queue=None: websockets stops reading once 16 messages wait unread and close() does not
+                # resume, so a client leaving mid-stream never sees the relay's close frame (test_server_close).
                 url = f"ws://127.0.0.1:{port}/subscribe"
-                async with connect(url, compression=None, close_timeout=1) as ws:
+                async with connect(url, compression=None, max_queue=None) as ws:
                     live = [(await ws.recv()).encode() for _ in range(200)]  # type: ignore[union-attr]
                 times = [parse_event(raw).time_us for raw in live]
-                async with connect(f"{url}?cursor={times[50]}", compression=None, close_timeout=1) as ws:
+                async with connect(f"{url}?cursor={times[50]}", compression=None, max_queue=None) as ws:
                     replay = [(await ws.recv()).encode() for _ in range(150)]  # type: ignore[union-attr]
                 with open(DICTIONARY, "rb") as f:
                     decompressor = zstandard.ZstdDecompressor(dict_data=zstandard.ZstdCompressionDict(f.read()))
-                async with connect(f"{url}?cursor={times[0]}&compress=true", compression=None, close_timeout=1) as ws:
+                async with connect(f"{url}?cursor={times[0]}&compress=true", compression=None, max_queue=None) as ws:
                     frames = [await ws.recv() for _ in range(20)]
                     assert all(isinstance(f, bytes) for f in frames)
                     compressed = [decompressor.decompress(f) for f in frames]  # type: ignore[arg-type]
