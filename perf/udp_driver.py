@@ -8,7 +8,9 @@ Driver A sends (its client publishes to ``aeron:udp?endpoint=127.0.0.1:PORT``), 
 (its client subscribes; B binds the port). Throughput: one ``offer()`` per message, the subscriber
 counts messages in its handler (through a FragmentAssembler, so 8 KiB messages are reassembled
 from 6 fragments at the default MTU); 32 B, 512 B and 8 KiB at MTU 1408, and 512 B at mtu=8192.
-Latency: ping A -> B on one stream, pong B -> A on another, p50/p99/max. The peer is pyzmq
+Latency: ping A -> B on one stream, pong B -> A on another, p50/p99/max, once as the scheduler places
+the processes and once pinned (driver A and the ponger on CPU 0, driver B and the pinger on CPU 1;
+pyzmq's two processes likewise). The peer is pyzmq
 PUSH/PULL (reliable, like this transport) for throughput and PAIR for latency, both over TCP on
 loopback. A client that finds nothing to do (a failed offer, an empty poll) calls
 ``sched_yield``: on a 2-core machine two drivers and two clients share the cores, and a spinning
@@ -203,8 +205,10 @@ def lb_throughput(a: Driver, b: Driver, size: int, seconds: float, mtu: int | No
 
 
 # -- logbuf latency --------------------------------------------------------------------------------
-def lb_ponger(directory: str, ping_channel: str, pong_channel: str, count: int) -> None:
+def lb_ponger(directory: str, ping_channel: str, pong_channel: str, count: int, cpu: int | None) -> None:
     quiet()
+    if cpu is not None:
+        os.sched_setaffinity(0, {cpu})
     from client import Aeron, Context
 
     with Aeron.connect(Context(dir=directory)) as aeron:
@@ -228,12 +232,21 @@ def lb_ponger(directory: str, ping_channel: str, pong_channel: str, count: int) 
                 idle()
 
 
-def lb_latency(a: Driver, b: Driver, count: int, warmup: int) -> dict[str, float]:
+def lb_latency(a: Driver, b: Driver, count: int, warmup: int, pinned: bool = False) -> dict[str, float]:
+    """Ping-pong between a client of driver A and one of driver B. ``pinned``: driver A and the
+    ponger on CPU 0, driver B and the pinger on CPU 1 (each hop then crosses to the other CPU, where
+    a yielding process is waiting); unpinned, the scheduler sometimes puts both drivers on one CPU
+    and the round trip doubles."""
     from client import Aeron, Context
 
     ping_channel, pong_channel = udp_channel(free_udp_port()), udp_channel(free_udp_port())
+    affinity = os.sched_getaffinity(0)
+    if pinned:
+        os.sched_setaffinity(a.proc.pid, {0})
+        os.sched_setaffinity(b.proc.pid, {1})
+        os.sched_setaffinity(0, {1})
     ponger = mp.get_context("spawn").Process(target=lb_ponger, args=(b.dir, ping_channel, pong_channel,
-                                                                       count + warmup))
+                                                                       count + warmup, 0 if pinned else None))
     ponger.start()
     try:
         with Aeron.connect(Context(dir=a.dir)) as aeron:
@@ -270,6 +283,9 @@ def lb_latency(a: Driver, b: Driver, count: int, warmup: int) -> dict[str, float
         ponger.join(30)
         if ponger.is_alive():
             ponger.kill()
+        if pinned:
+            for pid in (a.proc.pid, b.proc.pid, 0):
+                os.sched_setaffinity(pid, affinity)
     return percentiles(rtts)
 
 
@@ -333,7 +349,9 @@ def zmq_tcp_throughput(size: int, seconds: float) -> dict[str, Any]:
             "msgs_per_s": rate, "mb_per_s": rate * size / 1e6}
 
 
-def zmq_tcp_ponger(endpoint: str, count: int) -> None:
+def zmq_tcp_ponger(endpoint: str, count: int, cpu: int | None) -> None:
+    if cpu is not None:
+        os.sched_setaffinity(0, {cpu})
     import zmq
 
     ctx = zmq.Context()
@@ -345,14 +363,19 @@ def zmq_tcp_ponger(endpoint: str, count: int) -> None:
     ctx.term()
 
 
-def zmq_tcp_latency(count: int, warmup: int) -> dict[str, float]:
+def zmq_tcp_latency(count: int, warmup: int, pinned: bool = False) -> dict[str, float]:
+    """pyzmq PAIR ping-pong; ``pinned``: ponger on CPU 0, pinger on CPU 1, as logbuf's clients."""
     import zmq
 
+    affinity = os.sched_getaffinity(0)
+    if pinned:
+        os.sched_setaffinity(0, {1})
     ctx = zmq.Context()
     sock = ctx.socket(zmq.PAIR)
     sock.bind("tcp://127.0.0.1:*")
     endpoint = sock.getsockopt_string(zmq.LAST_ENDPOINT)
-    proc = mp.get_context("spawn").Process(target=zmq_tcp_ponger, args=(endpoint, count + warmup))
+    proc = mp.get_context("spawn").Process(target=zmq_tcp_ponger, args=(endpoint, count + warmup,
+                                                                         0 if pinned else None))
     proc.start()
     message = bytes(32)
     rtts = []
@@ -366,6 +389,7 @@ def zmq_tcp_latency(count: int, warmup: int) -> dict[str, float]:
     proc.join(30)
     sock.close()
     ctx.term()
+    os.sched_setaffinity(0, affinity)
     return percentiles(rtts)
 
 
@@ -433,17 +457,19 @@ def main(argv: list[str] | None = None) -> int:
                 case["ratio_msgs"] = lb["msgs_per_s"] / zq["msgs_per_s"]
             results["cases"].append(case)
             print_case(case)
-        zq_lat = zmq_tcp_latency(args.pings, warmup)
-        try:
-            lb_lat = lb_latency(a, b, args.pings, warmup)
-            case = {"case": "ping-pong 32 B", "logbuf": lb_lat, "pyzmq": zq_lat,
-                    "ratio_p50": zq_lat["p50_us"] / lb_lat["p50_us"]}
-            print_latency(case)
-        except Exception as e:
-            case = {"case": "ping-pong 32 B", "logbuf": {"error": repr(e)}, "pyzmq": zq_lat}
-            failures.append(f"ping-pong: {e!r}")
-            print(f"ping-pong 32 B: logbuf FAILED: {e!r} | pyzmq p50 {zq_lat['p50_us']:.1f} us")
-        results["cases"].append(case)
+        for pinned in (False, True) if len(os.sched_getaffinity(0)) >= 2 else (False,):
+            zq_lat = zmq_tcp_latency(args.pings, warmup, pinned)
+            name = "ping-pong 32 B" + (" (pinned: driver A + ponger on CPU 0, driver B + pinger on CPU 1)"
+                                       if pinned else "")
+            try:
+                lb_lat = lb_latency(a, b, args.pings, warmup, pinned)
+                case = {"case": name, "logbuf": lb_lat, "pyzmq": zq_lat, "ratio_p50": zq_lat["p50_us"] / lb_lat["p50_us"]}
+                print_latency(case)
+            except Exception as e:
+                case = {"case": name, "logbuf": {"error": repr(e)}, "pyzmq": zq_lat}
+                failures.append(f"{name}: {e!r}")
+                print(f"{name}: logbuf FAILED: {e!r} | pyzmq p50 {zq_lat['p50_us']:.1f} us")
+            results["cases"].append(case)
     finally:
         a_alive, b_alive = a.proc.poll() is None, b.proc.poll() is None
         if failures or not (a_alive and b_alive):
