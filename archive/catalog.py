@@ -23,6 +23,8 @@ from typing import Final
 
 import structlog
 
+from logbuf.process import pid_alive
+
 from archive import catalog_descriptor as cat
 
 __all__ = ["Catalog", "CatalogError", "RecordingDescriptor", "RecordingState", "UnknownRecordingError"]
@@ -84,25 +86,9 @@ class RecordingDescriptor:
         return value - (1 << 32) if value >= 1 << 31 else value
 
 
-def _pid_alive(pid: int) -> bool:
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a killed child not yet reaped still answers kill(pid, 0)
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
-    except (OSError, IndexError):
-        return True
-
-
 def recorder_alive(pid: int, heartbeat_ms: int, now_ms: int) -> bool:
     """Whether the recorder of an ACTIVE entry still lives: its pid exists and it heartbeated lately."""
-    return _pid_alive(pid) and now_ms - heartbeat_ms <= cat.RECORDER_TIMEOUT_MS
+    return pid_alive(pid) and now_ms - heartbeat_ms <= cat.RECORDER_TIMEOUT_MS
 
 
 def _now_ms() -> int:

@@ -27,6 +27,7 @@ from logbuf.counters import CountersManager
 from logbuf.flow_control import compute_limit_and_clean
 from logbuf.image import Image
 from logbuf.log_buffer import LogBuffers
+from logbuf.process import pid_alive
 from logbuf.publication import Publication
 from logbuf.shm import OWNER_ONLY, Segment
 
@@ -39,18 +40,6 @@ _I32 = struct.Struct("=i")
 _I64 = struct.Struct("=q")
 
 __all__ = ["StreamLog"]
-
-
-def _pid_alive(pid: int) -> bool:
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 class StreamLog:
@@ -216,7 +205,7 @@ class StreamLog:
             value = cd.values_offset(counter_id)
             if check:
                 owner = _I64.unpack_from(values, value + cd.OWNER_ID_OFFSET)[0]
-                if owner != self._pid and not _pid_alive(owner):
+                if owner != self._pid and not pid_alive(owner):
                     self.counters.free(counter_id)
                     continue
             positions[counter_id] = get_int64(values, value)
@@ -230,7 +219,7 @@ class StreamLog:
         values = self._values
         if not _native.compare_and_set_int64(values, self._lock_offset, 0, self._pid):
             holder = _native.get_int64_volatile(values, self._lock_offset)
-            if holder == self._pid or _pid_alive(holder):
+            if holder == self._pid or pid_alive(holder):
                 return False
             if not _native.compare_and_set_int64(values, self._lock_offset, holder, self._pid):
                 return False

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from client import Publication
+from logbuf.publication import OfferResult
 from tests.driver.conftest import DriverProcess, unique_dir
 
 ARCHIVE_DRIVER_ARGS = ["--ipc-term-length", "64k", "--driver-timeout", "2s", "--client-liveness-timeout", "2s",
@@ -24,6 +26,22 @@ def await_(condition: Callable[[], object], timeout_s: float, what: str) -> None
     while not condition():
         assert time.monotonic() < deadline, f"timed out after {timeout_s} s waiting for {what}"
         time.sleep(0.005)
+
+
+def publish(pub: Publication, payloads: list[bytes], timeout_s: float = 20) -> tuple[list[int], list[int]]:
+    """Offer each payload with reserved value = epoch microseconds (the jetstream convention);
+    returns (reserved values, end positions)."""
+    reserved, ends = [], []
+    deadline = time.monotonic() + timeout_s
+    for payload in payloads:
+        stamp = time.time_ns() // 1_000
+        while (result := pub.offer(payload, reserved_value=stamp)) < 0:
+            assert result in (OfferResult.BACK_PRESSURED, OfferResult.ADMIN_ACTION), OfferResult(result).name
+            assert time.monotonic() < deadline, "publishing timed out"
+            time.sleep(0.0001)
+        reserved.append(stamp)
+        ends.append(result)
+    return reserved, ends
 
 
 @dataclass

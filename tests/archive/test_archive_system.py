@@ -20,10 +20,9 @@ from archive.catalog import Catalog, RecordingDescriptor, RecordingState
 from archive.replay import Replay, ReplayError
 from archive.segments import segment_base_position, segment_file_name, segment_files
 from archive.verify import verify_recording
-from client import Aeron, Context, FragmentAssembler, Publication
+from client import Aeron, Context, FragmentAssembler
 from logbuf import data_header_descriptor as dh
-from logbuf.publication import OfferResult
-from tests.archive.conftest import ARCHIVE_DRIVER_ARGS, RecorderProcess, await_
+from tests.archive.conftest import ARCHIVE_DRIVER_ARGS, RecorderProcess, await_, publish
 from driver.media_driver import wait_for_driver
 from tests.driver.conftest import DriverProcess, unique_dir
 
@@ -37,21 +36,6 @@ class Published:
     reserved: list[int]
     end_positions: list[int]
     session_id: int
-
-
-def publish(pub: Publication, payloads: list[bytes], timeout_s: float = 20) -> tuple[list[int], list[int]]:
-    """Offer each payload (reserved value = a microsecond timestamp); returns (reserved values, end positions)."""
-    reserved, ends = [], []
-    deadline = time.monotonic() + timeout_s
-    for payload in payloads:
-        stamp = time.time_ns() // 1_000
-        while (result := pub.offer(payload, reserved_value=stamp)) < 0:
-            assert result in (OfferResult.BACK_PRESSURED, OfferResult.ADMIN_ACTION), OfferResult(result).name
-            assert time.monotonic() < deadline, "publishing timed out"
-            time.sleep(0.0001)
-        reserved.append(stamp)
-        ends.append(result)
-    return reserved, ends
 
 
 def payloads_for(seed: int, count: int, max_length: int = 4000) -> list[bytes]:

@@ -11,7 +11,6 @@ import os
 import random
 import shutil
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -20,8 +19,8 @@ import pytest
 
 from archive.catalog import Catalog, RecordingDescriptor
 from client import Aeron, Context, Publication
-from logbuf.publication import OfferResult
 from tests.archive.conftest import ARCHIVE_DRIVER_ARGS, RecorderProcess, await_
+from tests.archive.conftest import publish as publish_stamped
 from tests.driver.conftest import DriverProcess, unique_dir
 
 if TYPE_CHECKING:
@@ -48,16 +47,7 @@ def payloads_for(seed: int, count: int, max_length: int = 8000) -> list[bytes]:
 
 def publish(pub: Publication, payloads: list[bytes], timeout_s: float = 30) -> Published:
     """Offer each payload with reserved value = epoch microseconds (the jetstream convention)."""
-    reserved, ends = [], []
-    deadline = time.monotonic() + timeout_s
-    for payload in payloads:
-        stamp = time.time_ns() // 1_000
-        while (result := pub.offer(payload, reserved_value=stamp)) < 0:
-            assert result in (OfferResult.BACK_PRESSURED, OfferResult.ADMIN_ACTION), OfferResult(result).name
-            assert time.monotonic() < deadline, "publishing timed out"
-            time.sleep(0.0001)
-        reserved.append(stamp)
-        ends.append(result)
+    reserved, ends = publish_stamped(pub, payloads, timeout_s)
     return Published(payloads, reserved, ends, pub.session_id)
 
 
