@@ -18,22 +18,21 @@ from urllib.parse import urlencode
 import pytest
 from websockets.sync.client import ClientConnection, connect
 
+from jetstream import BUNDLED_ZSTD_DICTIONARY
 from jetstream.events import EventMeta, parse_event
 from jetstream.generator import EventGenerator
 from jetstream.server import RelayConfig, RelayServer
 
 T = TypeVar("T")
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-DICTIONARY_PATH = os.environ.get("LOGBUF_JETSTREAM_ZSTD_DICT",
-                                 os.path.join(REPO_ROOT, "..", "shared", "data", "jetstream-zstd.dict"))
+DICTIONARY_PATH = os.environ.get("LOGBUF_JETSTREAM_ZSTD_DICT", BUNDLED_ZSTD_DICTIONARY)
 BASE_US = 1_725_911_162_000_000
 WAIT_S = 10.0
 
 
 def need_dictionary() -> str:
     if not os.path.isfile(DICTIONARY_PATH):
-        pytest.skip(f"jetstream's zstd dictionary not found at {DICTIONARY_PATH} (LOGBUF_JETSTREAM_ZSTD_DICT)")
+        pytest.fail(f"jetstream's zstd dictionary not found at {DICTIONARY_PATH} (LOGBUF_JETSTREAM_ZSTD_DICT)")
     return DICTIONARY_PATH
 
 

@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from jetstream import BUNDLED_ZSTD_DICTIONARY
 from jetstream.events import parse_event
 from jetstream.main import main
 
@@ -123,7 +124,7 @@ def test_record_option_records_the_event_stream_into_an_archive(tmp_path: object
     assert result.frames >= published  # one frame per event (a few large ones are fragmented)
 
 
-DICTIONARY = os.path.join(os.path.dirname(ROOT), "shared", "data", "jetstream-zstd.dict")
+DICTIONARY = BUNDLED_ZSTD_DICTIONARY
 
 
 def test_full_run_with_the_generator_serves_subscribe_clients(tmp_path: object) -> None:

@@ -19,7 +19,6 @@ import os
 import socket
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -92,7 +91,7 @@ def relay(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RelayHandle]:
 def query_for(relay: RelayHandle, mode: str) -> tuple[dict[str, Any], int]:
     query, count = MODES[mode]
     if query.get("compress") and not relay.server.store.compressed:
-        pytest.skip(f"jetstream's zstd dictionary not found at {DICTIONARY_PATH} (LOGBUF_JETSTREAM_ZSTD_DICT)")
+        pytest.fail(f"jetstream's zstd dictionary not found at {DICTIONARY_PATH} (LOGBUF_JETSTREAM_ZSTD_DICT)")
     return query, count
 
 
