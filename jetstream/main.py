@@ -7,6 +7,12 @@ Wiring (one process; the stream between ingest and server is an ordinary logbuf 
       or built-in generator  ──┴─> Ingest ─offer─> aeron:ipc ──┤     └─> /subscribe clients
                                    (thread)        stream 6008 └─> Recorder (--record, thread)
 
+With ``--record DIR`` the relay survives restarts (:mod:`jetstream.backfill`): before it serves, the
+recorded events of the retention window are appended to the server again, the stream adapter
+skips what the server already holds, and the ingest resumes above the newest recorded ``time_us``
+(the generator's clock continues above it; an upstream is asked for ``cursor = newest − rewind``
+and the overlap is dropped).
+
 The media driver: ``--driver auto`` (default) connects to a live driver in ``--driver-dir``
 (default ``LOGBUF_DIR`` or /dev/shm/logbuf-<user>) and otherwise starts one embedded in this
 process (``MediaDriver.launch`` + ``start``: its conductor on a thread) in that directory, removed
@@ -24,12 +30,13 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
 import structlog
+from prometheus_client.core import Metric
 
 from client import Aeron, Context, Publication, Subscription
 from driver.context import DriverContext, resolve_dir
@@ -38,6 +45,7 @@ from logbuf.cnc import is_driver_active
 from logbuf.errors import LogbufError
 from logbuf.logging_config import configure_logging
 
+from jetstream.backfill import BackfillError, BackfillResult, backfill, newest_recorded_time_us
 from jetstream.generator import EventGenerator
 from jetstream.ingest import (
     DEFAULT_REWIND_S,
@@ -175,6 +183,7 @@ class _Running:
     recorder: Any = None
     recorder_thread: threading.Thread | None = None
     temp_data_dir: str | None = None
+    backfill: BackfillResult | None = None
 
 
 def _start_driver(args: argparse.Namespace, run: _Running, log: Any) -> str:
@@ -193,13 +202,15 @@ def _start_driver(args: argparse.Namespace, run: _Running, log: Any) -> str:
     return directory
 
 
-def _make_source(args: argparse.Namespace) -> Source:
+def _make_source(args: argparse.Namespace, floor_us: int) -> Source:
+    """The ingest's source; nothing at or below ``floor_us`` (the newest recorded event) is published again."""
     if args.upstream is None:
-        return GeneratorSource(EventGenerator(args.seed), args.rate, clock=OriginClock())
-    return UpstreamSource(args.upstream, Sequencer(rewind_us=int(args.rewind * 1_000_000)))
+        return GeneratorSource(EventGenerator(args.seed), args.rate, clock=OriginClock(last_us=floor_us))
+    return UpstreamSource(args.upstream, Sequencer(rewind_us=int(args.rewind * 1_000_000), floor_us=floor_us))
 
 
 def _start_server(args: argparse.Namespace, run: _Running, subscription: Subscription, log: Any) -> None:
+    from jetstream.metrics import BACKFILL_METRICS, INGEST_METRICS, STREAM_METRICS, stats_metrics
     from jetstream.server import RelayConfig, RelayServer  # the serving side (imported only when serving)
 
     data_dir = args.data_dir
@@ -211,8 +222,22 @@ def _start_server(args: argparse.Namespace, run: _Running, subscription: Subscri
         options["retention"] = args.retention
     server = RelayServer(RelayConfig(**options))
     run.server = server
-    run.adapter = EventStreamAdapter(subscription, server.append)
-    server.add_duty(run.adapter)
+    after_us = 0
+    if args.record is not None:  # before the first client: the recorded events of the retention window
+        run.backfill = result = backfill(args.record, args.channel, args.stream_id, server.append,
+                                         retention_s=server.config.retention)
+        after_us = result.last_time_us
+        server.add_metrics_source(
+            lambda: stats_metrics("backfill", BACKFILL_METRICS, {**result.snapshot(), "duration_seconds": result.duration_s}))
+    run.adapter = adapter = EventStreamAdapter(subscription, server.append, after_us=after_us)
+    server.add_duty(adapter)
+    server.add_metrics_source(lambda: stats_metrics("stream", STREAM_METRICS, adapter.stats.__dict__))
+
+    def ingest_metrics() -> Iterator[Metric]:
+        if run.ingest is not None:  # this process ingests (--role all)
+            yield from stats_metrics("ingest", INGEST_METRICS, run.ingest.stats.snapshot())
+
+    server.add_metrics_source(ingest_metrics)
     run.server_thread = server.start()
     host, port = server.address
     log.info("jetstream.listening", host=host, port=port, url=f"ws://{host}:{port}/subscribe", data_dir=data_dir)
@@ -265,6 +290,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     run = _Running()
     status = 0
+    floor_us: int | None = None
     try:
         driver_dir = _start_driver(args, run, log)
         run.aeron = Aeron.connect(Context(dir=driver_dir))
@@ -275,10 +301,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             _start_recorder(args, run, driver_dir)
         if args.role in ("all", "ingest"):
             publication: Publication = run.aeron.add_exclusive_publication(args.channel, args.stream_id)
-            run.ingest = Ingest(publication, _make_source(args))
+            floor_us = 0
+            if run.backfill is not None:
+                floor_us = run.backfill.last_time_us
+            elif args.record is not None:  # --role ingest: resume above what the archive holds
+                floor_us = newest_recorded_time_us(args.record, args.channel, args.stream_id)
+            run.ingest = Ingest(publication, _make_source(args, floor_us))
             run.ingest.start()
         log.info("jetstream.started", source=args.upstream or "generator", rate=args.rate if args.upstream is None else None,
-                 channel=args.channel, stream_id=args.stream_id, relay_role=args.role)
+                 channel=args.channel, stream_id=args.stream_id, relay_role=args.role, floor_us=floor_us)
         deadline = None if args.duration is None else time.monotonic() + args.duration
         while not stop.wait(0.2):
             if deadline is not None and time.monotonic() >= deadline:
@@ -292,7 +323,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 log.error("jetstream.server_stopped")
                 status = 1
                 break
-    except (LogbufError, OSError, ValueError) as e:
+    except (LogbufError, BackfillError, OSError, ValueError) as e:
         log.error("jetstream.start_failed", error=str(e))
         print(f"logbuf-jetstream: {e}", file=sys.stderr)
         status = 2

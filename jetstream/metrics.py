@@ -13,13 +13,17 @@ plus ``logbuf_jetstream_*`` for what jetstream does not have (store, retention, 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import Final
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-__all__ = ["MetricsSnapshot", "RelayCollector", "RelayCounters"]
+__all__ = [
+    "BACKFILL_METRICS", "INGEST_METRICS", "STREAM_METRICS", "MetricsSnapshot", "MetricsSource", "RelayCollector",
+    "RelayCounters", "stats_metrics",
+]
 
 
 @dataclass(slots=True)
@@ -60,11 +64,71 @@ class MetricsSnapshot:
     counters: RelayCounters
 
 
+MetricsSource = Callable[[], Iterable[Metric]]
+"""More metrics for ``/metrics``, called at each scrape on the relay's loop thread (see
+:meth:`jetstream.server.RelayServer.add_metrics_source`)."""
+
+# name suffix -> (kind, help): the stats fields exported by stats_metrics, under logbuf_jetstream_<prefix>_<field>.
+INGEST_METRICS: Final[dict[str, tuple[str, str]]] = {
+    "received": ("counter", "Events received from the source (upstream frames or generated events)"),
+    "published": ("counter", "Events published into the event stream"),
+    "published_bytes": ("counter", "JSON bytes published into the event stream"),
+    "duplicates": ("counter", "Upstream events dropped as already published (rewound replays)"),
+    "restamped": ("counter", "Upstream events given a new time_us (the upstream's clock was behind ours)"),
+    "invalid": ("counter", "Upstream frames dropped as not v1 events"),
+    "before_start": ("counter", "Upstream events skipped as older than this relay's history (or its recording)"),
+    "oversized": ("counter", "Events skipped as longer than the stream's largest message"),
+    "back_pressured": ("counter", "Offers refused by back-pressure (retried, never dropped)"),
+    "not_connected": ("counter", "Offers refused with no subscriber yet (retried, never dropped)"),
+    "connections": ("counter", "Upstream connections made"),
+    "disconnects": ("counter", "Upstream connections lost or refused"),
+    "last_time_us": ("gauge", "time_us of the newest event published"),
+}
+STREAM_METRICS: Final[dict[str, tuple[str, str]]] = {
+    "appended": ("counter", "Events read from the event stream and stored"),
+    "appended_bytes": ("counter", "JSON bytes read from the event stream and stored"),
+    "invalid": ("counter", "Stream messages skipped as not v1 events"),
+    "out_of_order": ("counter", "Stream messages skipped as not above the newest stored time_us"),
+    "reserved_value_mismatch": ("counter", "Stream messages whose reserved value is not their time_us"),
+    "last_time_us": ("gauge", "time_us of the newest event read from the stream"),
+}
+BACKFILL_METRICS: Final[dict[str, tuple[str, str]]] = {
+    "recordings": ("gauge", "Recordings of the event stream read at start"),
+    "events": ("counter", "Recorded events stored at start (--record)"),
+    "bytes": ("counter", "JSON bytes of the recorded events stored at start"),
+    "non_increasing": ("counter", "Recorded events skipped at start as not above the previous time_us"),
+    "invalid": ("counter", "Recorded messages skipped at start as not v1 events"),
+    "corrupt_regions": ("counter", "Corrupt regions of recordings skipped at start"),
+    "first_time_us": ("gauge", "time_us of the oldest recorded event stored at start"),
+    "last_time_us": ("gauge", "time_us of the newest recorded event stored at start (the ingest's floor)"),
+    "duration_seconds": ("gauge", "How long reading the recordings at start took"),
+}
+
+
+def stats_metrics(prefix: str, table: Mapping[str, tuple[str, str]], values: Mapping[str, object]) -> Iterator[Metric]:
+    """``logbuf_jetstream_<prefix>_<name>`` for each name of ``table`` found in ``values`` (numbers only)."""
+    for name, (kind, doc) in table.items():
+        value = values.get(name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue
+        metric_name = f"logbuf_jetstream_{prefix}_{name}"
+        if kind == "counter":
+            yield CounterMetricFamily(metric_name, doc, value=value)
+        else:
+            yield GaugeMetricFamily(metric_name, doc, value=value)
+
+
 class RelayCollector(Collector):
     def __init__(self, snapshot: Callable[[], MetricsSnapshot]) -> None:
         self._snapshot = snapshot
+        self.sources: list[MetricsSource] = []
 
     def collect(self) -> Iterator[Metric]:
+        yield from self._relay_metrics()
+        for source in self.sources:
+            yield from source()
+
+    def _relay_metrics(self) -> Iterator[Metric]:
         s = self._snapshot()
         c = s.counters
 

@@ -66,7 +66,7 @@ from .http import (
     split_target,
     text_response,
 )
-from .metrics import MetricsSnapshot, RelayCollector, RelayCounters
+from .metrics import MetricsSnapshot, MetricsSource, RelayCollector, RelayCounters
 from .store import PLAIN, ZSTD, FrameStore
 
 __all__ = ["CLOSE_GOING_AWAY", "CLOSE_INVALID_PAYLOAD", "CLOSE_POLICY_VIOLATION", "RelayConfig", "RelayServer"]
@@ -169,7 +169,8 @@ class RelayServer:
         self.counters = RelayCounters()
         self.fanout = FanOut(self.store, self._drop, self._on_linger)
         self.registry = CollectorRegistry()
-        self.registry.register(RelayCollector(self._snapshot))
+        self._collector = RelayCollector(self._snapshot)
+        self.registry.register(self._collector)
         self._log = structlog.get_logger().bind(role="jetstream-relay")
         family = socket.AF_INET6 if ":" in config.host else socket.AF_INET
         self._listener = socket.socket(family, socket.SOCK_STREAM)
@@ -223,6 +224,11 @@ class RelayServer:
     def add_duty(self, duty: Callable[[], int]) -> None:
         """Call ``duty()`` every loop iteration; it returns its work count (0 lets the loop sleep ~1 ms)."""
         self._duties.append(duty)
+
+    def add_metrics_source(self, source: MetricsSource) -> None:
+        """Add ``source()``'s metrics to every ``/metrics`` answer (called on the loop thread at each
+        scrape; e.g. the ingest's counters). Add sources before :meth:`start`."""
+        self._collector.sources.append(source)
 
     def call_soon_threadsafe(self, fn: Callable[[], None]) -> None:
         """Run ``fn`` on the loop thread at its next iteration (from any thread)."""

@@ -1,0 +1,333 @@
+"""Backfill: refill the relay's frame files from its own recordings when it starts (``--record DIR``).
+
+Theory of operation
+-------------------
+The frame files are recreated empty at every start (``protocol_spec/jetstream-relay.md``); the
+recording of the event stream is the durable copy. With ``--record DIR``, before the server takes
+its first client, :func:`backfill` reads the events recorded in ``DIR`` for the relay's channel and
+stream id and appends them to the server, so a cursor from before the restart still replays, and
+the ingest is told where the recording ends (:attr:`BackfillResult.last_time_us`) so it neither
+publishes an event again nor leaves a hole:
+
+* **Which recordings**: every recording of the same channel and stream id, VALID (not deleted),
+  whatever its state: stopped, interrupted (the relay was killed) or still active (another process
+  records). Recordings whose recorder died are first closed at their valid prefix, as a recorder
+  start would do (``Catalog.open_writable``); each recording is read up to its catalog
+  ``stop_position``, which always ends on a complete frame. Recordings are read in id order (the
+  order they began: newest last).
+* **Which events**: those with ``time_us`` at or after ``newest − retention`` (``newest``: the
+  newest recorded event; the server's age retention measures from its newest event the same way).
+  Whole terms whose events are all older are skipped by reading one header per term (the first
+  frame's reserved value, which the stream sets to ``time_us``), so an archive far longer than the
+  retention costs little more than the retained part.
+* **Order**: appended in reading order; an event whose ``time_us`` is not above the last appended
+  one (two recordings that overlap, an upstream clock that went back) is counted and skipped, as
+  the server would refuse it. An event that is not a v1 event is counted and skipped.
+* **Reading**: the archive's vectorised frame parser (:mod:`archive.spark_frames`: numpy over a
+  read-only mapping of each segment, whole terms at a time, fragments reassembled, frames checked
+  with ``logbuf-archive verify``'s rules); a corrupt region is logged and skipped to the next term.
+  That module needs ``pyarrow`` (part of the ``spark`` extra); without it the archive's frame-by-frame
+  reader (:func:`archive.dump.iter_frames`) is used, slower but the same events.
+
+Only lifecycle is logged (``jetstream.backfilled`` with the counts); nothing per event.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Final
+
+import numpy as np
+import numpy.typing as npt
+import structlog
+
+from archive import catalog_descriptor as cat
+from archive.catalog import Catalog, CatalogError, RecordingDescriptor, RecordingState
+from archive.segments import segment_base_position, segment_file_name
+from logbuf import data_header_descriptor as dh
+
+from jetstream.events import EventMeta, parse_event
+
+__all__ = ["BackfillError", "BackfillResult", "backfill", "matching_recordings", "newest_recorded_time_us",
+           "recorded_events"]
+
+CHUNK_BYTES: Final = 16 * 1024 * 1024
+"""Bytes of recording parsed at once (whole terms; at least one term)."""
+
+AppendFn = Callable[[bytes, EventMeta], None]
+
+
+class BackfillError(Exception):
+    """The archive cannot be read for a backfill (the message names the directory and the problem)."""
+
+
+@dataclass
+class BackfillResult:
+    """What a backfill did (plain ints; also exported in ``/metrics``)."""
+
+    recordings: int = 0
+    """Recordings of the stream that were read (some of their events may be older than the window)."""
+    events: int = 0
+    """Events appended."""
+    bytes: int = 0
+    """JSON bytes appended."""
+    non_increasing: int = 0
+    """Recorded events skipped because their time_us was not above the last appended one."""
+    invalid: int = 0
+    """Recorded messages skipped because they are not v1 events."""
+    corrupt_regions: int = 0
+    """Regions of a recording that failed verify's checks (skipped to the next term)."""
+    first_time_us: int = 0
+    last_time_us: int = 0
+    """time_us of the newest event appended (0: none); the ingest's floor."""
+    cutoff_us: int = 0
+    """Events older than this were not read (0: no age limit)."""
+    duration_s: float = 0.0
+    reader: str = ""
+    """``numpy`` (archive.spark_frames) or ``frames`` (archive.dump, without pyarrow)."""
+    errors: list[str] = field(default_factory=list)
+
+    def snapshot(self) -> dict[str, int | float | str]:
+        return {k: v for k, v in self.__dict__.items() if k != "errors"}
+
+
+def _open_catalog(archive_dir: str) -> Catalog | None:
+    """The archive's catalog with interrupted recordings closed at their valid prefix; None if no archive yet."""
+    if not os.path.exists(os.path.join(archive_dir, cat.CATALOG_FILE_NAME)):
+        return None
+    try:
+        return Catalog.open_writable(archive_dir, create=False, recover=True)
+    except PermissionError:  # a read-only archive: the stored stop positions are a safe prefix too
+        return Catalog.open(archive_dir)
+    except (CatalogError, OSError) as e:
+        raise BackfillError(f"cannot read the archive in {archive_dir} for the backfill: {e}") from None
+
+
+def matching_recordings(archive_dir: str, channel: str, stream_id: int) -> list[RecordingDescriptor]:
+    """The recordings of ``channel`` / ``stream_id`` with something recorded, by id (oldest first)."""
+    catalog = _open_catalog(archive_dir)
+    if catalog is None:
+        return []
+    with catalog:
+        return [d for d in catalog.recordings()
+                if d.state is RecordingState.VALID and d.channel == channel and d.stream_id == stream_id
+                and d.stop_position > d.start_position]
+
+
+# -- reading a recording -----------------------------------------------------------------------------
+
+
+def _term_start(d: RecordingDescriptor, position: int) -> int:
+    return position - (position & (d.term_length - 1))
+
+
+def _first_reserved_value(archive_dir: str, d: RecordingDescriptor, position: int) -> int | None:
+    """The reserved value of the DATA frame at ``position`` (a term start), None if there is none."""
+    base = segment_base_position(d.start_position, position, d.term_length, d.segment_length)
+    try:
+        with open(os.path.join(archive_dir, segment_file_name(d.recording_id, base)), "rb") as f:
+            header = os.pread(f.fileno(), dh.HEADER_LENGTH, position - base)
+    except OSError:
+        return None
+    if len(header) < dh.HEADER_LENGTH:
+        return None
+    length, _version, _flags, frame_type, term_offset, _session, _stream, _term_id, reserved = dh.HEADER.unpack(header)
+    if length < dh.HEADER_LENGTH or frame_type != dh.HDR_TYPE_DATA or term_offset != position & (d.term_length - 1):
+        return None
+    return int(reserved)
+
+
+def _read_from(archive_dir: str, d: RecordingDescriptor, cutoff_us: int) -> int:
+    """Where to start reading ``d`` so that every event at or after ``cutoff_us`` is read: the start of
+    the last term whose first event is older than the cutoff (the events are in time_us order)."""
+    position = d.start_position
+    if cutoff_us <= 0:
+        return position
+    term = _term_start(d, d.start_position) + d.term_length
+    while term < d.stop_position:
+        first = _first_reserved_value(archive_dir, d, term)
+        if first is None or first >= cutoff_us:
+            break
+        position = term
+        term += d.term_length
+    return position
+
+
+def _map_segment(path: str, segment_length: int) -> mmap.mmap | None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        size = min(os.fstat(fd).st_size, segment_length)
+        return mmap.mmap(fd, size, prot=mmap.PROT_READ) if size > 0 else None
+    finally:
+        os.close(fd)
+
+
+def _messages_numpy(archive_dir: str, d: RecordingDescriptor, from_position: int,
+                    on_corrupt: Callable[[int, str, int], None]) -> Iterator[bytes]:
+    """Every complete message of ``d`` ending in ``(from_position, stop]``, with archive.spark_frames."""
+    from archive.spark_frames import RowSpec, parse_chunk, select_rows  # needs pyarrow: imported by the caller first
+
+    spec = RowSpec(per_message=True)
+    stop = d.stop_position
+    terms_per_chunk = max(1, CHUNK_BYTES // d.term_length)
+    position = from_position
+    while position < stop:
+        base = segment_base_position(d.start_position, position, d.term_length, d.segment_length)
+        segment_end = min(stop, base + d.segment_length)
+        path = os.path.join(archive_dir, segment_file_name(d.recording_id, base))
+        try:
+            mapped = _map_segment(path, d.segment_length)
+        except FileNotFoundError:
+            on_corrupt(position, f"segment file {path} is missing", segment_end)
+            position = segment_end
+            continue
+        try:
+            segment: npt.NDArray[np.uint8] = (np.frombuffer(mapped, dtype=np.uint8) if mapped is not None
+                                              else np.zeros(0, np.uint8))
+            while position < segment_end:
+                chunk_end = min(segment_end, _term_start(d, position) + terms_per_chunk * d.term_length)
+                frames = parse_chunk(segment, base, position, chunk_end, d)
+                rows = select_rows(frames, spec, from_position, stop, d)
+                bad = frames.corruption
+                del frames
+                offsets = rows.payload_offsets.tolist()
+                values = rows.payload_values
+                del rows
+                for i in range(len(offsets) - 1):
+                    yield values[offsets[i]:offsets[i + 1]].tobytes()
+                del values
+                if bad is not None:
+                    on_corrupt(bad.position, bad.reason, bad.resume_position)
+                    position = max(bad.resume_position, position + dh.FRAME_ALIGNMENT)
+                else:
+                    position = chunk_end
+            del segment
+        finally:
+            if mapped is not None:
+                try:
+                    mapped.close()
+                except BufferError:  # an array still refers to it: the mapping goes with it
+                    pass
+
+
+def _messages_frames(archive_dir: str, d: RecordingDescriptor, from_position: int,
+                     on_corrupt: Callable[[int, str, int], None]) -> Iterator[bytes]:
+    """The same messages as :func:`_messages_numpy`, frame by frame with :func:`archive.dump.iter_frames`
+    (no pyarrow needed). It stops at the first frame that is not there, which it reports."""
+    from archive.dump import iter_frames
+
+    parts: list[bytes] | None = None
+    end = from_position
+    for frame in iter_frames(archive_dir, d, from_position, d.stop_position):
+        end = frame.position + dh.align(frame.frame_length)
+        if frame.frame_type != dh.HDR_TYPE_DATA:
+            continue
+        if frame.flags & dh.BEGIN_FLAG:
+            parts = []
+        if parts is None:
+            continue  # the middle or end of a message that began before from_position
+        parts.append(frame.payload)
+        if frame.flags & dh.END_FLAG:
+            yield parts[0] if len(parts) == 1 else b"".join(parts)
+            parts = None
+    if end < d.stop_position:
+        on_corrupt(end, "no valid frame here before the recorded stop position (logbuf-archive verify says why)",
+                   d.stop_position)
+
+
+def _reader() -> tuple[str, Callable[[str, RecordingDescriptor, int, Callable[[int, str, int], None]], Iterator[bytes]]]:
+    try:
+        import archive.spark_frames  # noqa: F401  (needs pyarrow)
+    except ImportError:
+        return "frames", _messages_frames
+    return "numpy", _messages_numpy
+
+
+def recorded_events(archive_dir: str, d: RecordingDescriptor, from_position: int | None = None,
+                    on_corrupt: Callable[[int, str, int], None] | None = None) -> Iterator[bytes]:
+    """The complete messages of recording ``d`` (each event's JSON bytes, fragments joined), in order,
+    from ``from_position`` (a frame start; default the start) to the stop position."""
+    _, read = _reader()
+    position = d.start_position if from_position is None else from_position
+    return read(archive_dir, d, position, on_corrupt or (lambda position, reason, resume: None))
+
+
+def _last_time_us(archive_dir: str, d: RecordingDescriptor) -> int:
+    """time_us of the last event of ``d`` (0 if none): the last term that holds one is parsed."""
+    term = _term_start(d, d.stop_position - 1)
+    while True:
+        start = max(term, d.start_position)
+        last: bytes | None = None
+        for raw in recorded_events(archive_dir, d, start):
+            last = raw
+        if last is not None:
+            try:
+                return parse_event(last).time_us
+            except ValueError:
+                pass  # not an event: look further back
+        if start <= d.start_position:
+            return 0
+        term -= d.term_length
+
+
+def newest_recorded_time_us(archive_dir: str, channel: str, stream_id: int) -> int:
+    """time_us of the newest event recorded for ``channel`` / ``stream_id`` (0 if none)."""
+    return max((_last_time_us(archive_dir, d) for d in matching_recordings(archive_dir, channel, stream_id)),
+               default=0)
+
+
+def backfill(archive_dir: str, channel: str, stream_id: int, append: AppendFn, *,
+             retention_s: float | None) -> BackfillResult:
+    """Append the recorded events of the last ``retention_s`` (None: all) to ``append``; see the module doc."""
+    log = structlog.get_logger().bind(role="jetstream.backfill", archive_dir=archive_dir)
+    started = time.monotonic()
+    result = BackfillResult()
+    result.reader, read = _reader()
+    try:
+        recordings = matching_recordings(archive_dir, channel, stream_id)
+        newest = max((_last_time_us(archive_dir, d) for d in recordings), default=0)
+    except (CatalogError, OSError, ValueError) as e:
+        raise BackfillError(f"cannot read the archive in {archive_dir} for the backfill: {e}") from None
+    if retention_s is not None and newest:
+        result.cutoff_us = max(0, newest - int(retention_s * 1_000_000))
+    cutoff = result.cutoff_us
+    last = 0
+
+    for d in recordings:
+        def on_corrupt(position: int, reason: str, resume: int, d: RecordingDescriptor = d) -> None:
+            result.corrupt_regions += 1
+            if len(result.errors) < 10:
+                result.errors.append(f"recording {d.recording_id} position {position}: {reason}")
+            log.warning("jetstream.backfill_corrupt", recording_id=d.recording_id, position=position, reason=reason,
+                        resume_position=resume)
+
+        result.recordings += 1
+        try:
+            for raw in read(archive_dir, d, _read_from(archive_dir, d, cutoff), on_corrupt):
+                try:
+                    meta = parse_event(raw)
+                except ValueError:
+                    result.invalid += 1
+                    continue
+                t = meta.time_us
+                if t < cutoff:
+                    continue
+                if t <= last:
+                    result.non_increasing += 1
+                    continue
+                append(raw, meta)
+                last = t
+                if not result.events:
+                    result.first_time_us = t
+                result.events += 1
+                result.bytes += len(raw)
+        except (OSError, ValueError) as e:
+            raise BackfillError(f"cannot read recording {d.recording_id} in {archive_dir} for the backfill: {e}") from None
+    result.last_time_us = last
+    result.duration_s = round(time.monotonic() - started, 3)
+    log.info("jetstream.backfilled", **result.snapshot())
+    return result

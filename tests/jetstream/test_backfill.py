@@ -1,0 +1,260 @@
+"""The relay survives a restart when it records (``logbuf-jetstream --record DIR``).
+
+Real things throughout: a media driver and a recorder writing a real archive for the reader tests;
+real ``logbuf-jetstream`` processes (generator, ``--record``) stopped with SIGTERM and SIGKILL and
+started again on the same archive, with real ``websockets`` clients on 127.0.0.1 for the system test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from archive.catalog import Catalog
+from archive.recorder import Recorder, RecorderContext
+from client import Aeron, Context
+from jetstream.backfill import (
+    BackfillResult, _messages_frames, backfill, matching_recordings, newest_recorded_time_us, recorded_events,
+)
+from jetstream.events import EventMeta, parse_event
+from jetstream.generator import EventGenerator
+
+from tests.archive.conftest import publish
+from tests.jetstream._ingest_support import (
+    RelayProcess, await_condition, driver_process, read_events, time_us_of, unique_driver_dir,
+)
+
+STREAM_ID = 6101
+CHANNEL = "aeron:ipc"
+
+
+def big_event(time_us: int, size: int) -> bytes:
+    """A commit event of about ``size`` bytes (fragmented in the stream: the MTU is far smaller)."""
+    return json.dumps({"did": "did:plc:bigbigbigbigbigbigbigbig", "time_us": time_us, "kind": "commit",
+                       "commit": {"rev": "3l3qo2vutsw2b", "operation": "create", "collection": "app.bsky.feed.post",
+                                  "rkey": "3l3qo2vuowo2b", "record": {"text": "x" * size}, "cid": "bafyrei"}},
+                      separators=(",", ":")).encode()
+
+
+@pytest.fixture(scope="module")
+def recorded() -> Iterator[tuple[str, list[bytes]]]:
+    """An archive of one stream: generator events with large (fragmented) ones among them, over several
+    terms and segment files (1 MiB terms), plus a non-increasing event and a message that is not an event.
+    Yields (archive dir, the events a backfill must return, in order)."""
+    import tempfile
+
+    archive_dir = tempfile.mkdtemp(prefix="logbuf-backfill-test-")
+    gen = EventGenerator(3)
+    t0 = time.time_ns() // 1000 - 600_000_000  # ten minutes ago
+    payloads: list[bytes] = []
+    expected: list[bytes] = []
+    for i in range(6000):
+        t = t0 + i * 1000
+        raw = big_event(t, 20_000 + 37 * i % 5000) if i % 97 == 5 else gen.make_event(t)
+        payloads.append(raw)
+        expected.append(raw)
+        if i == 3000:
+            payloads.append(gen.make_event(t))   # same time_us again: skipped
+            payloads.append(b"not an event")     # skipped
+    with driver_process() as driver:
+        recorder = Recorder(RecorderContext(archive_dir=archive_dir, channel=CHANNEL, stream_id=STREAM_ID,
+                                            driver_dir=driver.dir, segment_length=1 << 20))
+        thread = threading.Thread(target=recorder.run, daemon=True)
+        thread.start()
+        aeron = Aeron.connect(Context(dir=driver.dir))
+        try:
+            pub = aeron.add_exclusive_publication(CHANNEL, STREAM_ID)
+            await_condition(lambda: pub.is_connected, 10, "the recorder to subscribe")
+            _, ends = publish(pub, payloads)
+
+            def recorded_all() -> bool:
+                with Catalog.open(archive_dir) as catalog:
+                    return any(d.stop_position >= ends[-1] for d in catalog.recordings())
+
+            await_condition(recorded_all, 20, "the recorder to write everything")
+            pub.close()
+        finally:
+            recorder.stop()
+            thread.join(10)
+            aeron.close()
+    assert ends[-1] > 4 * (1 << 20), "the recording spans several terms and segments"
+    yield archive_dir, expected
+    import shutil
+    shutil.rmtree(archive_dir, ignore_errors=True)
+
+
+def collect(archive_dir: str, retention_s: float | None, stream_id: int = STREAM_ID) -> tuple[list[bytes], BackfillResult]:
+    got: list[bytes] = []
+    metas: list[EventMeta] = []
+
+    def append(raw: bytes, meta: EventMeta) -> None:
+        got.append(raw)
+        metas.append(meta)
+
+    result = backfill(archive_dir, CHANNEL, stream_id, append, retention_s=retention_s)
+    assert all(a.time_us < b.time_us for a, b in zip(metas, metas[1:]))
+    return got, result
+
+
+def test_backfill_returns_every_recorded_event_whole_and_in_order(recorded: tuple[str, list[bytes]]) -> None:
+    archive_dir, expected = recorded
+    got, result = collect(archive_dir, retention_s=None)
+    assert got == expected  # fragmented events come back whole; byte for byte
+    assert result.events == len(expected) and result.non_increasing == 1 and result.invalid == 1
+    assert result.corrupt_regions == 0 and result.reader == "numpy"
+    assert result.first_time_us == time_us_of(expected[0]) and result.last_time_us == time_us_of(expected[-1])
+    assert newest_recorded_time_us(archive_dir, CHANNEL, STREAM_ID) == result.last_time_us
+    assert collect(archive_dir, None, stream_id=STREAM_ID + 1)[0] == []  # another stream: nothing
+
+
+def test_backfill_reads_only_the_retention_window(recorded: tuple[str, list[bytes]]) -> None:
+    archive_dir, expected = recorded
+    last = time_us_of(expected[-1])
+    for retention_s in (0.5, 2.2, 4.0):
+        got, result = collect(archive_dir, retention_s)
+        cutoff = last - int(retention_s * 1e6)
+        assert got == [e for e in expected if time_us_of(e) >= cutoff]  # nothing lost by skipping terms
+        assert result.cutoff_us == cutoff
+
+
+def test_frame_by_frame_reader_gives_the_same_messages(recorded: tuple[str, list[bytes]]) -> None:
+    """Without pyarrow the backfill reads with archive.dump's frame walker: same messages."""
+    archive_dir, _ = recorded
+    (d,) = matching_recordings(archive_dir, CHANNEL, STREAM_ID)
+    fast = list(recorded_events(archive_dir, d))
+    problems: list[str] = []
+    slow = list(_messages_frames(archive_dir, d, d.start_position, lambda p, r, e: problems.append(r)))
+    assert slow == fast and not problems
+    middle = d.start_position + 2 * d.term_length  # a term start, as the backfill starts reading
+    assert list(recorded_events(archive_dir, d, middle)) == list(_messages_frames(archive_dir, d, middle, print))
+
+
+def test_no_archive_yet_is_an_empty_backfill(tmp_path: Any) -> None:
+    got, result = collect(str(tmp_path / "none"), retention_s=3600)
+    assert got == [] and result.last_time_us == 0 and result.recordings == 0
+
+
+# -- the relay process ----------------------------------------------------------------------------------
+
+def _metrics(port: int) -> dict[str, float]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    values = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            values[name] = float(value)
+    return values
+
+
+def _start(base: str, record: str) -> RelayProcess:
+    return RelayProcess(["--driver-dir", unique_driver_dir(), "--port", "0", "--rate", "1000", "--record", record,
+                         "--data-dir", os.path.join(base, "frames")])
+
+
+async def _read_until_closed(url: str, events: list[bytes], timeout_s: float = 20.0) -> None:
+    """Read events into ``events`` until the relay closes the connection (or goes away)."""
+    from websockets.asyncio.client import connect
+    from websockets.exceptions import ConnectionClosed
+
+    async with asyncio.timeout(timeout_s):
+        async with connect(url, compression=None, max_size=None, max_queue=None) as ws:
+            try:
+                while True:
+                    message = await ws.recv()
+                    events.append(message.encode() if isinstance(message, str) else message)
+            except ConnectionClosed:
+                pass
+
+
+def _check_strictly_increasing(events: list[bytes]) -> None:
+    times = [time_us_of(e) for e in events]
+    assert all(a < b for a, b in zip(times, times[1:])), "time_us strictly increasing"
+    assert len(set(events)) == len(events), "no duplicates"
+
+
+def test_relay_restarts_from_its_recording_after_sigterm_and_sigkill(tmp_path: Any) -> None:
+    base = str(tmp_path)
+    record = os.path.join(base, "archive")
+    relays: list[RelayProcess] = []
+    try:
+        # 1. First run: a client follows it from the start until SIGTERM closes it.
+        first = _start(base, record)
+        relays.append(first)
+        port = first.port()
+        seen_first: list[bytes] = []
+        reader = threading.Thread(target=lambda: asyncio.run(_read_until_closed(
+            f"ws://127.0.0.1:{port}/subscribe?cursor=1", seen_first)), daemon=True)
+        reader.start()
+        await_condition(lambda: len(seen_first) >= 800, 15, "800 events from the first run")
+        assert first.stop() == 0
+        reader.join(10)
+        published = next(e for e in first.log if e.get("event") == "jetstream.ingest_stats")
+        assert published["published"] >= len(seen_first)
+
+        # 2. Second run on the same archive: everything the first published is there again, before live.
+        second = _start(base, record)
+        relays.append(second)
+        port = second.port()
+        filled = second.wait_for_log("jetstream.backfilled")
+        assert filled["events"] == published["published"]  # the recorder drained the stream at SIGTERM
+        assert filled["last_time_us"] == published["last_time_us"]
+        assert second.wait_for_log("jetstream.started")["floor_us"] == filled["last_time_us"]
+        cursor = time_us_of(seen_first[100])
+        until = time.time_ns() // 1000 + 300_000  # 0.3 s into the second run's own events
+        seen = asyncio.run(read_events(f"ws://127.0.0.1:{port}/subscribe?cursor={cursor}", until_time_us=until))
+        _check_strictly_increasing(seen)
+        recorded_part = [e for e in seen if time_us_of(e) <= filled["last_time_us"]]
+        assert recorded_part[:len(seen_first) - 100] == seen_first[100:]  # exactly what clients saw, no gap
+        assert len(recorded_part) == published["published"] - 100      # and the rest the first run published
+        assert len(seen) > len(recorded_part) + 100                     # then live events from the second run
+
+        # 3. kill -9 the second run while a client follows it; a third run serves the recorded part.
+        seen_second: list[bytes] = []
+        reader = threading.Thread(target=lambda: asyncio.run(_read_until_closed(
+            f"ws://127.0.0.1:{port}/subscribe?cursor=1", seen_second)), daemon=True)
+        reader.start()
+        await_condition(lambda: len(seen_second) >= published["published"] + 500, 15, "events of the second run")
+        second.proc.kill()
+        second.proc.wait(10)
+        reader.join(10)
+        third = _start(base, record)
+        relays.append(third)
+        port = third.port()
+        refilled = third.wait_for_log("jetstream.backfilled")
+        floor = refilled["last_time_us"]
+        with Catalog.open(record) as catalog:
+            killed = catalog.recordings()[1]
+        assert killed.interrupted and killed.stop_position > 0  # closed at its valid prefix, then read
+        assert floor > filled["last_time_us"] + 300_000  # the killed run's recording (recovered) counts
+        everything = asyncio.run(read_events(f"ws://127.0.0.1:{port}/subscribe?cursor=1", until_time_us=time.time_ns() // 1000 + 200_000))
+        _check_strictly_increasing(everything)
+        old = [e for e in everything if time_us_of(e) <= floor]
+        assert len(old) == refilled["events"]
+        assert old[:len(recorded_part) + 100][-len(recorded_part):] == recorded_part  # the first run's, unchanged
+        before_kill = [e for e in seen_second if time_us_of(e) <= floor]
+        assert old[:len(before_kill)] == before_kill  # all the killed run served up to what was recorded
+        assert [time_us_of(e) for e in everything if time_us_of(e) > floor][0] > floor  # live resumes above
+
+        # 4. /metrics: the ingest's and the backfill's counters beside jetstream's own names.
+        metrics = _metrics(port)
+        assert metrics["logbuf_jetstream_backfill_events_total"] == refilled["events"]
+        assert metrics["logbuf_jetstream_backfill_last_time_us"] == floor
+        assert metrics["logbuf_jetstream_ingest_published_total"] > 0
+        assert metrics["logbuf_jetstream_ingest_received_total"] >= metrics["logbuf_jetstream_ingest_published_total"]
+        for name in ("duplicates", "restamped", "invalid"):
+            assert metrics[f"logbuf_jetstream_ingest_{name}_total"] == 0
+        assert metrics["logbuf_jetstream_stream_appended_total"] > 0
+        assert metrics["jetstream_events_emitted_total"] >= refilled["events"]
+        assert third.stop() == 0
+    finally:
+        for relay in relays:
+            relay.kill()
