@@ -29,7 +29,8 @@ from jetstream.generator import EventGenerator
 
 from tests.archive.conftest import publish
 from tests.jetstream._ingest_support import (
-    RelayProcess, await_condition, driver_process, read_events, time_us_of, unique_driver_dir,
+    RelayProcess, UpstreamStandIn, await_condition, driver_process, make_events, read_events, time_us_of,
+    unique_driver_dir,
 )
 
 STREAM_ID = 6101
@@ -258,3 +259,44 @@ def test_relay_restarts_from_its_recording_after_sigterm_and_sigkill(tmp_path: A
     finally:
         for relay in relays:
             relay.kill()
+
+
+def test_upstream_ingest_resumes_from_the_recording_after_a_restart(tmp_path: Any) -> None:
+    """Following an upstream: the restarted relay asks for ``newest recorded − rewind`` and drops the overlap,
+    so its stream holds the upstream's events exactly once, across the restart."""
+    base = str(tmp_path)
+    record = os.path.join(base, "archive")
+    events = make_events(3000, start_us=time.time_ns() // 1000 - 60_000_000)
+    upstream = UpstreamStandIn(events, rate=2000).start()
+    relays: list[RelayProcess] = []
+
+    def start() -> RelayProcess:
+        relay = RelayProcess(["--driver-dir", unique_driver_dir(), "--port", "0", "--upstream", upstream.url,
+                              "--rewind", "1s", "--record", record, "--data-dir", os.path.join(base, "frames")])
+        relays.append(relay)
+        return relay
+
+    try:
+        first = start()
+        port = first.port()
+        asyncio.run(read_events(f"ws://127.0.0.1:{port}/subscribe?cursor=1", until_time_us=0, count=1000))
+        assert first.stop() == 0
+        stats = next(e for e in first.log if e.get("event") == "jetstream.ingest_stats")
+        assert 1000 <= stats["published"] < len(events)
+        second = start()
+        port = second.port()
+        filled = second.wait_for_log("jetstream.backfilled")
+        assert filled["events"] == stats["published"] and filled["last_time_us"] == stats["last_time_us"]
+        resumed = second.wait_for_log("upstream.connected")
+        assert resumed["cursor"] == stats["last_time_us"] - 1_000_000
+        got = asyncio.run(read_events(f"ws://127.0.0.1:{port}/subscribe?cursor=1", until_time_us=time_us_of(events[-1])))
+        assert got == events  # every upstream event once, in order, byte for byte, across the restart
+        metrics = _metrics(port)
+        assert metrics["logbuf_jetstream_ingest_before_start_total"] > 0  # the rewound overlap was dropped
+        assert metrics["logbuf_jetstream_ingest_restamped_total"] == 0
+        assert metrics["logbuf_jetstream_ingest_published_total"] == len(events) - stats["published"]
+        assert second.stop() == 0
+    finally:
+        for relay in relays:
+            relay.kill()
+        upstream.kill()
