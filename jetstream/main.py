@@ -163,7 +163,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="ingest: only publish into the stream; serve: only serve what the stream carries "
                          "(default: %(default)s, both)")
     st.add_argument("--record", default=None, metavar="ARCHIVE_DIR",
-                    help="also record the event stream into this archive directory")
+                    help="also record the event stream into this archive directory; at start, its recorded events "
+                         "of the retention window are served again (cursor replay) and the ingest resumes after them")
     p.add_argument("--duration", type=_duration_s, default=None, help="stop after this long (default: run until SIGINT/SIGTERM)")
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"),
                    help="log level; JSON lines on stderr unless it is a terminal (default: %(default)s)")
