@@ -13,11 +13,16 @@ spans two files.
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 import pathlib
 import re
+from collections.abc import Iterator
 from typing import Final
+
+import numpy as np
+import numpy.typing as npt
 
 from logbuf import log_buffer_descriptor as lbd
 
@@ -155,3 +160,24 @@ class SegmentReader:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+@contextlib.contextmanager
+def mapped_segment(path: str | os.PathLike[str], segment_length: int) -> Iterator[npt.NDArray[np.uint8]]:
+    """A segment file mapped read-only as a uint8 array of at most ``segment_length`` bytes (empty for
+    an empty file); FileNotFoundError if it is missing. The mapping is closed on leaving the block,
+    or, if an array still refers to it then, when the last such array goes."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        size = min(os.fstat(fd).st_size, segment_length)
+        mapped = mmap.mmap(fd, size, prot=mmap.PROT_READ) if size > 0 else None
+    finally:
+        os.close(fd)
+    try:
+        yield np.frombuffer(mapped, dtype=np.uint8) if mapped is not None else np.zeros(0, np.uint8)
+    finally:
+        if mapped is not None:
+            try:
+                mapped.close()
+            except BufferError:  # an array still refers to it: the mapping goes with it
+                pass

@@ -39,8 +39,7 @@ start position; a restarted query goes on from its checkpointed offsets, so noth
 
 from __future__ import annotations
 
-import mmap
-import os
+import contextlib
 import pathlib
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -59,7 +58,7 @@ from logbuf import data_header_descriptor as dh
 from logbuf.logging_config import library_logger
 
 from archive.catalog import Catalog, RecordingDescriptor, RecordingState
-from archive.segments import segment_base_position, segment_file_name
+from archive.segments import mapped_segment, segment_base_position, segment_file_name
 from archive.spark_frames import (
     TIMESTAMP_UNITS_US, Mode, RowSpec, Rows, arrow_schema, build_batch, parse_chunk, select_rows,
 )
@@ -289,30 +288,17 @@ def read_partition(partition: SegmentPartition, options: ReadOptions) -> Iterato
     d = partition.recording
     schema = arrow_schema(options.corrupt_column_or_none)
     spec = options.row_spec
-    try:
-        fd = os.open(partition.path, os.O_RDONLY)
-    except FileNotFoundError:
-        reason = f"segment file {partition.path} is missing"
-        batch = _on_corruption(options, d, partition.parse_start, reason, partition.parse_stop, schema, spec)
-        if batch is not None:
-            yield batch
-        return
-    try:
-        size = min(os.fstat(fd).st_size, d.segment_length)
-        mapped = mmap.mmap(fd, size, prot=mmap.PROT_READ) if size > 0 else None
-    finally:
-        os.close(fd)
-    try:
-        segment: npt.NDArray[np.uint8] = (np.frombuffer(mapped, dtype=np.uint8) if mapped is not None
-                                          else np.zeros(0, np.uint8))
+    with contextlib.ExitStack() as stack:
+        try:
+            segment = stack.enter_context(mapped_segment(partition.path, d.segment_length))
+        except FileNotFoundError:
+            reason = f"segment file {partition.path} is missing"
+            batch = _on_corruption(options, d, partition.parse_start, reason, partition.parse_stop, schema, spec)
+            if batch is not None:
+                yield batch
+            return
         yield from _read_segment(segment, partition, options, schema, spec)
-        del segment
-    finally:
-        if mapped is not None:
-            try:
-                mapped.close()
-            except BufferError:  # an array still refers to it: it goes with the array
-                pass
+        del segment  # so that the mapping closes now
 
 
 def _read_segment(segment: npt.NDArray[np.uint8], p: SegmentPartition, options: ReadOptions, schema: pa.Schema,

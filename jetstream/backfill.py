@@ -34,20 +34,18 @@ Only lifecycle is logged (``jetstream.backfilled`` with the counts); nothing per
 
 from __future__ import annotations
 
-import mmap
+import contextlib
 import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Final
 
-import numpy as np
-import numpy.typing as npt
 import structlog
 
 from archive import catalog_descriptor as cat
 from archive.catalog import Catalog, CatalogError, RecordingDescriptor, RecordingState
-from archive.segments import segment_base_position, segment_file_name
+from archive.segments import mapped_segment, segment_base_position, segment_file_name
 from logbuf import data_header_descriptor as dh
 
 from jetstream.events import EventMeta, parse_event
@@ -157,15 +155,6 @@ def _read_from(archive_dir: str, d: RecordingDescriptor, cutoff_us: int) -> int:
     return position
 
 
-def _map_segment(path: str, segment_length: int) -> mmap.mmap | None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        size = min(os.fstat(fd).st_size, segment_length)
-        return mmap.mmap(fd, size, prot=mmap.PROT_READ) if size > 0 else None
-    finally:
-        os.close(fd)
-
-
 def _messages_numpy(archive_dir: str, d: RecordingDescriptor, from_position: int,
                     on_corrupt: Callable[[int, str, int], None]) -> Iterator[bytes]:
     """Every complete message of ``d`` ending in ``(from_position, stop]``, with archive.spark_frames."""
@@ -179,15 +168,13 @@ def _messages_numpy(archive_dir: str, d: RecordingDescriptor, from_position: int
         base = segment_base_position(d.start_position, position, d.term_length, d.segment_length)
         segment_end = min(stop, base + d.segment_length)
         path = os.path.join(archive_dir, segment_file_name(d.recording_id, base))
-        try:
-            mapped = _map_segment(path, d.segment_length)
-        except FileNotFoundError:
-            on_corrupt(position, f"segment file {path} is missing", segment_end)
-            position = segment_end
-            continue
-        try:
-            segment: npt.NDArray[np.uint8] = (np.frombuffer(mapped, dtype=np.uint8) if mapped is not None
-                                              else np.zeros(0, np.uint8))
+        with contextlib.ExitStack() as stack:
+            try:
+                segment = stack.enter_context(mapped_segment(path, d.segment_length))
+            except FileNotFoundError:
+                on_corrupt(position, f"segment file {path} is missing", segment_end)
+                position = segment_end
+                continue
             while position < segment_end:
                 chunk_end = min(segment_end, _term_start(d, position) + terms_per_chunk * d.term_length)
                 frames = parse_chunk(segment, base, position, chunk_end, d)
@@ -205,13 +192,7 @@ def _messages_numpy(archive_dir: str, d: RecordingDescriptor, from_position: int
                     position = max(bad.resume_position, position + dh.FRAME_ALIGNMENT)
                 else:
                     position = chunk_end
-            del segment
-        finally:
-            if mapped is not None:
-                try:
-                    mapped.close()
-                except BufferError:  # an array still refers to it: the mapping goes with it
-                    pass
+            del segment  # so that the mapping closes now
 
 
 def _messages_frames(archive_dir: str, d: RecordingDescriptor, from_position: int,
