@@ -91,12 +91,17 @@ class PublicationImage:
         self.hwm = self.rebuild = self.join_position
         self.clean_position = self.join_position
         self.time_of_last_packet_ns = self.now_ns
-        self.counters.set_value(self.hwm_id, self.hwm)
+        self._hwm_counter = self.counters.position(self.hwm_id)
+        self._hwm_counter.set_ordered(self.hwm)
         self.counters.set_value(self.rebuild_id, self.rebuild)
 
     # -- positions ---------------------------------------------------------------------------------
     def min_subscriber_position(self) -> int:
-        positions = [s.position.get_volatile() for s in self.subscribers.values()]
+        subscribers = self.subscribers
+        if len(subscribers) == 1:  # the common case, per datagram
+            for s in subscribers.values():
+                return s.position.get_volatile()
+        positions = [s.position.get_volatile() for s in subscribers.values()]
         return min(positions) if positions else self.rebuild
 
     # -- subscribers (the conductor links them like an IPC publication's) ------------------------------
@@ -136,14 +141,10 @@ class PublicationImage:
             if position >= self.rebuild:
                 self.system_counters.increment(SystemCounterId.FLOW_CONTROL_OVER_RUNS)
             return False
-        term = self.log.term_buffer((position // self.log.term_length) % 3)
-        try:
-            _native.term_rebuild_insert(term, term_offset, packet)
-        finally:
-            term.release()
+        _native.term_rebuild_insert(self.log.terms[(position // self.log.term_length) % 3], term_offset, packet)
         if end > self.hwm:
             self.hwm = end
-            self.counters.set_value(self.hwm_id, end)
+            self._hwm_counter.set_ordered(end)
         return True
 
     # -- duty cycle --------------------------------------------------------------------------------
@@ -244,6 +245,7 @@ class PublicationImage:
     def close(self) -> None:
         for sub_id in list(self.subscribers):
             self.remove_subscriber(sub_id)
+        self._hwm_counter.close()
         self.counters.free(self.hwm_id)
         self.counters.free(self.rebuild_id)
         self.log.close()

@@ -43,6 +43,8 @@ READS_PER_POLL = 32
 SLOT_LENGTH = 65536
 """Each poll reads up to 32 datagrams with one recvmmsg, each into its own 64 KiB slot."""
 SETUP_ELICIT_INTERVAL_NS = 100_000_000
+_DATA_IDS = struct.Struct("<iiii")
+"""term_offset, session_id, stream_id, term_id of a DATA/PAD header, from its byte 8."""
 
 Handler = Callable[[memoryview, tuple[str, int]], None]
 
@@ -292,8 +294,7 @@ class ReceiveChannelEndpoint(UdpEndpoint):
             if len(datagram) < 32:
                 counters.increment(SystemCounterId.INVALID_PACKETS)
                 return
-            session_id = int.from_bytes(datagram[12:16], "little", signed=True)
-            stream_id = int.from_bytes(datagram[16:20], "little", signed=True)
+            term_offset, session_id, stream_id, term_id = _DATA_IDS.unpack_from(datagram, 8)
             image = self.images.get((session_id, stream_id))
             term_length = image.log.term_length if image is not None else 0
             covered = _native.check_data_datagram(datagram, term_length)
@@ -302,8 +303,6 @@ class ReceiveChannelEndpoint(UdpEndpoint):
                 return
             if image is not None:
                 if image.state is ImageState.ACTIVE:
-                    term_id = int.from_bytes(datagram[20:24], "little", signed=True)
-                    term_offset = int.from_bytes(datagram[8:12], "little", signed=True)
                     image.insert_packet(term_id, term_offset, datagram, covered, self.clock_ns())
             elif stream_id in self.stream_ids:
                 now = self.clock_ns()

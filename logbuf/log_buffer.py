@@ -88,6 +88,8 @@ class LogBuffers:
             meta, lbd.LOG_DEFAULT_FRAME_HEADER_OFFSET
         )
         self._meta = meta  # kept for the per-duty-cycle reads (tail_position); released by close()
+        self.terms: tuple[memoryview, ...] = tuple(self.view.term_buffer(i) for i in range(lbd.PARTITION_COUNT))
+        """Writable views of the three terms, for per-datagram work; released by close()."""
 
     @property
     def name(self) -> str:
@@ -216,6 +218,8 @@ class LogBuffers:
     def close(self) -> None:
         """Unmap (publications and images over this log must be closed first)."""
         self._meta.release()
+        for term in self.terms:
+            term.release()
         self.view.close()
         self.segment.close()
 
