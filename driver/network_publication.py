@@ -87,14 +87,13 @@ class NetworkPublication(IpcPublication):
             term_length = self.log.term_length
             datagrams = 0
             while position < limit and datagrams < MAX_DATAGRAMS_PER_SEND:
-                term = self.log.term_buffer((position // term_length) % 3)
+                term = self.log.terms[(position // term_length) % 3]
                 if send_frames is not None:  # the native batch: one sendmmsg
                     covered, n = send_frames(term, position & (term_length - 1), limit - position, self.mtu_length,
                                              MAX_DATAGRAMS_PER_SEND - datagrams)
                 else:
                     covered, _ = self._send_datagram(term, position & (term_length - 1), limit - position, send)
                     n = 1
-                term.release()
                 if not covered:
                     break
                 sent += covered
@@ -179,7 +178,7 @@ class NetworkPublication(IpcPublication):
         if len(self.retransmit_lingers) > 256:
             self.retransmit_lingers = {k: v for k, v in self.retransmit_lingers.items() if v > now_ns}
         remaining = min(nak.length, term_length - nak.term_offset, sender_position - start)
-        term = self.log.term_buffer((start // term_length) % 3)
+        term = self.log.terms[(start // term_length) % 3]
         offset = nak.term_offset
         sent = 0
         while remaining > 0:
@@ -189,7 +188,6 @@ class NetworkPublication(IpcPublication):
             sent += n
             offset += covered
             remaining -= covered
-        term.release()
         counters.increment(SystemCounterId.RETRANSMITS_SENT)
         counters.increment(SystemCounterId.RETRANSMITTED_BYTES, sent)
         return sent

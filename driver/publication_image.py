@@ -156,9 +156,8 @@ class PublicationImage:
         gaps: dict[int, int] = {}
         while position < self.hwm and len(gaps) < MAX_GAPS:
             term_start = position - (position & (term_length - 1))
-            term = self.log.term_buffer((position // term_length) % 3)
-            end, length = _native.term_gap_scan(term, position - term_start, min(self.hwm - term_start, term_length))
-            term.release()
+            end, length = _native.term_gap_scan(self.log.terms[(position // term_length) % 3], position - term_start,
+                                                min(self.hwm - term_start, term_length))
             if length:
                 if first_gap < 0:
                     first_gap = term_start + end
@@ -225,10 +224,8 @@ class PublicationImage:
         term_id, term_offset = self.log.term_of(position)
         pad = dh.HEADER.pack(length, dh.CURRENT_VERSION, dh.UNFRAGMENTED, dh.HDR_TYPE_PAD, term_offset,
                              self.session_id, self.stream_id, term_id, 0)
-        term = self.log.term_buffer((position // self.log.term_length) % 3)
-        if _native.term_rebuild_insert(term, term_offset, pad):
+        if _native.term_rebuild_insert(self.log.terms[(position // self.log.term_length) % 3], term_offset, pad):
             self.system_counters.increment(SystemCounterId.LOSS_GAP_FILLS)
-        term.release()
 
     def _send(self, send: Send, datagram: bytes) -> None:
         n = send(datagram)
