@@ -16,7 +16,7 @@ from types import FrameType
 
 import structlog
 
-from logbuf.agent import AgentRunner, BackoffIdleStrategy, CompositeAgent, idle_strategy_from_name
+from logbuf.agent import AgentRunner, BackoffIdleStrategy, CompositeAgent, idle_strategy_from_name, parse_cpu_list
 from logbuf.broadcast import BroadcastTransmitter
 from logbuf.cnc import CncFile, is_driver_active
 from logbuf.counters import CountersManager
@@ -93,6 +93,7 @@ class MediaDriver:
             idle,
             error_handler=self._on_agent_error,
             max_cycle_ns_recorder=lambda ns: self.system_counters.propose_max(SystemCounterId.CONDUCTOR_MAX_CYCLE_TIME, ns),
+            cpus=parse_cpu_list(ctx.cpu_affinity) or None,
         )
         self._log = structlog.get_logger().bind(role="driver", dir=ctx.dir)
         self._closed = False

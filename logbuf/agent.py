@@ -149,6 +149,26 @@ IDLE_STRATEGIES: dict[str, Callable[[], IdleStrategy]] = {
 }
 
 
+def parse_cpu_list(text: str) -> frozenset[int]:
+    """``"0"``, ``"0,2"`` or ``"0-3"`` (Linux's cpu-list form) to a set of CPU numbers; the empty string
+    is the empty set. Raises ConfigurationError naming the bad part or a CPU this process may not use."""
+    cpus: set[int] = set()
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        low, sep, high = part.partition("-")
+        try:
+            first, last = int(low), int(high) if sep else int(low)
+        except ValueError:
+            raise ConfigurationError(f"cpu list {text!r}: {part!r} is not a CPU number or a range like 0-3") from None
+        if first < 0 or last < first:
+            raise ConfigurationError(f"cpu list {text!r}: {part!r} is not a CPU number or a range like 0-3")
+        cpus.update(range(first, last + 1))
+    allowed = os.sched_getaffinity(0)
+    if not cpus <= allowed:
+        raise ConfigurationError(f"cpu list {text!r}: CPU {sorted(cpus - allowed)} not available "
+                                 f"(this process may use {sorted(allowed)})")
+    return frozenset(cpus)
+
+
 def idle_strategy_from_name(name: str) -> IdleStrategy:
     """``backoff`` (default), ``sleep``, ``yield``, ``spin`` or ``noop``."""
     try:
@@ -189,11 +209,14 @@ class AgentRunner:
         idle_strategy: IdleStrategy,
         error_handler: Callable[[BaseException], None] | None = None,
         max_cycle_ns_recorder: Callable[[int], None] | None = None,
+        cpus: frozenset[int] | None = None,
     ) -> None:
         self.agent = agent
         self.idle_strategy = idle_strategy
         self.error_handler = error_handler
         self.max_cycle_ns_recorder = max_cycle_ns_recorder
+        self.cpus = cpus
+        """CPUs the duty-cycle thread may run on (None: wherever the scheduler puts it)."""
         self._running = threading.Event()
         self._running.set()
         self._thread: threading.Thread | None = None
@@ -213,6 +236,8 @@ class AgentRunner:
         agent, idle = self.agent, self.idle_strategy
         recorder = self.max_cycle_ns_recorder
         reduce_timer_slack()  # per thread: parks of tens of microseconds must not become 50 us more
+        if self.cpus:
+            os.sched_setaffinity(0, self.cpus)  # this thread only
         agent.on_start()
         self._log.info("agent.started")
         try:

@@ -298,3 +298,12 @@ def test_a_publisher_killed_mid_claim_is_unblocked_and_the_stream_goes_on(media_
         assert got == sent
     unblocked = [c for c in media_driver.stat_json()["counters"] if c["label"] == "Unblocked Publications"]
     assert unblocked[0]["value"] == 1
+
+
+@pytest.mark.parametrize("driver_args", [["--cpu-affinity", "1", "--dir-delete-on-shutdown", "false"]])
+def test_the_duty_cycle_runs_on_the_cpus_it_is_given(media_driver: DriverProcess) -> None:
+    assert media_driver.proc is not None
+    deadline = time.monotonic() + 10
+    while os.sched_getaffinity(media_driver.proc.pid) != {1}:  # set as the duty cycle starts
+        assert time.monotonic() < deadline, f"affinity {os.sched_getaffinity(media_driver.proc.pid)}"
+        time.sleep(0.01)

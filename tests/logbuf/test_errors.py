@@ -1116,3 +1116,18 @@ def test_a_batch_that_fails_releases_every_buffer_it_borrowed(log: StreamLog) ->
 def test_joining_at_a_bad_position_is_rejected(log: StreamLog, position: int) -> None:
     with pytest.raises(ValueError, match=rf"join_position={position} must be a non-negative multiple of 32"):
         log.add_subscriber(join_position=position)
+
+
+def test_cpu_lists_parse_and_name_what_is_wrong() -> None:
+    from logbuf.agent import parse_cpu_list
+    from logbuf.errors import ConfigurationError
+
+    assert parse_cpu_list("") == frozenset()
+    assert parse_cpu_list("0") == {0}
+    assert parse_cpu_list("0-1") == {0, 1} == parse_cpu_list("1, 0")
+    with pytest.raises(ConfigurationError, match=r"'x' is not a CPU number or a range like 0-3"):
+        parse_cpu_list("0,x")
+    with pytest.raises(ConfigurationError, match=r"'3-1' is not a CPU number"):
+        parse_cpu_list("3-1")
+    with pytest.raises(ConfigurationError, match=r"CPU \[4096\] not available"):
+        parse_cpu_list("4096")
