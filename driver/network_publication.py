@@ -132,15 +132,8 @@ class NetworkPublication(IpcPublication):
         return covered, self._send(send, term[term_offset : term_offset + wire])
 
     def _send(self, send: Send, datagram: Any) -> int:
-        counters = self.system_counters
-        assert counters is not None
-        n = send(datagram)
-        if n < len(datagram):
-            counters.increment(SystemCounterId.SHORT_SENDS)
-            return 0
-        counters.increment(SystemCounterId.BYTES_SENT, n)
-        counters.increment(SystemCounterId.DATAGRAMS_SENT)
-        return n
+        assert self.system_counters is not None
+        return self.system_counters.count_send(len(datagram), send(datagram))
 
     # -- control frames ---------------------------------------------------------------------------
     def on_status_message(self, sm: StatusMessageFrame, now_ns: int) -> None:

@@ -228,12 +228,7 @@ class PublicationImage:
             self.system_counters.increment(SystemCounterId.LOSS_GAP_FILLS)
 
     def _send(self, send: Send, datagram: bytes) -> None:
-        n = send(datagram)
-        if n == len(datagram):
-            self.system_counters.increment(SystemCounterId.BYTES_SENT, n)
-            self.system_counters.increment(SystemCounterId.DATAGRAMS_SENT)
-        else:
-            self.system_counters.increment(SystemCounterId.SHORT_SENDS)
+        self.system_counters.count_send(len(datagram), send(datagram))
 
     def on_time_event(self, now_ns: int) -> None:
         if self.state is ImageState.ACTIVE and now_ns - self.time_of_last_packet_ns > self.liveness_timeout_ns:

@@ -100,6 +100,16 @@ class SystemCounters:
         """Atomic add (several agents may count the same thing)."""
         _native.get_and_add_int64(self._values, self._offsets[counter_id], delta)
 
+    def count_send(self, length: int, sent: int) -> int:
+        """Count one datagram of ``length`` bytes of which the socket took ``sent``: as bytes and a
+        datagram sent, or as a short send. Returns the bytes sent (0 for a short send)."""
+        if sent < length:
+            self.increment(SystemCounterId.SHORT_SENDS)
+            return 0
+        self.increment(SystemCounterId.BYTES_SENT, sent)
+        self.increment(SystemCounterId.DATAGRAMS_SENT)
+        return sent
+
     def set(self, counter_id: SystemCounterId, value: int) -> None:
         _native.put_int64_ordered(self._values, self._offsets[counter_id], value)
 

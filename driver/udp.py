@@ -257,11 +257,7 @@ class SendChannelEndpoint(UdpEndpoint):
                 if rttm.is_reply_requested and (rttm.session_id, rttm.stream_id) in self.publications:
                     reply = rttm_codec.RttMeasurementFrame(rttm.session_id, rttm.stream_id, rttm.echo_timestamp_ns,
                                                            0, rttm.receiver_id).encode()
-                    if self.send_to(reply, source) == len(reply):
-                        counters.increment(SystemCounterId.BYTES_SENT, len(reply))
-                        counters.increment(SystemCounterId.DATAGRAMS_SENT)
-                    else:
-                        counters.increment(SystemCounterId.SHORT_SENDS)
+                    counters.count_send(len(reply), self.send_to(reply, source))
             else:
                 raise MalformedFrameError(f"type {frame_type} on a send channel")
         except (MalformedFrameError, ValueError):
