@@ -150,7 +150,9 @@ def zmq_throughput(size: int, seconds: float) -> dict[str, Any]:
             "msgs_per_s": rate, "mb_per_s": rate * size / 1e6}
 
 
-def zmq_ponger(endpoint: str, count: int) -> None:
+def zmq_ponger(endpoint: str, count: int, cpu: int | None = None) -> None:
+    if cpu is not None:
+        os.sched_setaffinity(0, {cpu})
     import zmq
 
     ctx = zmq.Context()
@@ -162,24 +164,32 @@ def zmq_ponger(endpoint: str, count: int) -> None:
     ctx.term()
 
 
-def zmq_latency(count: int) -> dict[str, float]:
+def zmq_latency(count: int, *, endpoint: str | None = None, warmup: int = 0, pinned: bool = False) -> dict[str, float]:
+    """pyzmq PAIR ping-pong of 32 B over ``endpoint`` (default a fresh ``ipc://`` path; ``tcp://127.0.0.1:*``
+    binds any port); the first ``warmup`` round trips are not counted. ``pinned``: the ponger on CPU 0,
+    this process on CPU 1 (restored after)."""
     import zmq
 
-    endpoint = f"ipc://{tempfile.gettempdir()}/lbperf-{uuid.uuid4().hex[:8]}"
+    affinity = os.sched_getaffinity(0)
+    if pinned:
+        os.sched_setaffinity(0, {1})
     ctx = zmq.Context()
     sock = ctx.socket(zmq.PAIR)
-    sock.bind(endpoint)
-    proc = mp.get_context("spawn").Process(target=zmq_ponger, args=(endpoint, count))
+    sock.bind(endpoint or f"ipc://{tempfile.gettempdir()}/lbperf-{uuid.uuid4().hex[:8]}")
+    proc = mp.get_context("spawn").Process(target=zmq_ponger, args=(sock.getsockopt_string(zmq.LAST_ENDPOINT),
+                                                                     count + warmup, 0 if pinned else None))
     proc.start()
     message = bytes(32)
     rtts = []
     perf = time.perf_counter_ns
-    for _ in range(count):
+    for i in range(count + warmup):
         start = perf()
         sock.send(message)
         sock.recv()
-        rtts.append(perf() - start)
+        if i >= warmup:
+            rtts.append(perf() - start)
     proc.join(30)
     sock.close()
     ctx.term()
+    os.sched_setaffinity(0, affinity)
     return percentiles(rtts)

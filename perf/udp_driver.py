@@ -31,7 +31,7 @@ import time
 import uuid
 from typing import Any
 
-from _common import ROOT, cpu_seconds, new_results, percentiles, quiet, write_results
+from _common import ROOT, cpu_seconds, new_results, percentiles, quiet, write_results, zmq_latency
 
 STREAM_ID = 10
 PING_STREAM_ID, PONG_STREAM_ID = 20, 21
@@ -349,50 +349,6 @@ def zmq_tcp_throughput(size: int, seconds: float) -> dict[str, Any]:
             "msgs_per_s": rate, "mb_per_s": rate * size / 1e6}
 
 
-def zmq_tcp_ponger(endpoint: str, count: int, cpu: int | None) -> None:
-    if cpu is not None:
-        os.sched_setaffinity(0, {cpu})
-    import zmq
-
-    ctx = zmq.Context()
-    sock = ctx.socket(zmq.PAIR)
-    sock.connect(endpoint)
-    for _ in range(count):
-        sock.send(sock.recv())
-    sock.close()
-    ctx.term()
-
-
-def zmq_tcp_latency(count: int, warmup: int, pinned: bool = False) -> dict[str, float]:
-    """pyzmq PAIR ping-pong; ``pinned``: ponger on CPU 0, pinger on CPU 1, as logbuf's clients."""
-    import zmq
-
-    affinity = os.sched_getaffinity(0)
-    if pinned:
-        os.sched_setaffinity(0, {1})
-    ctx = zmq.Context()
-    sock = ctx.socket(zmq.PAIR)
-    sock.bind("tcp://127.0.0.1:*")
-    endpoint = sock.getsockopt_string(zmq.LAST_ENDPOINT)
-    proc = mp.get_context("spawn").Process(target=zmq_tcp_ponger, args=(endpoint, count + warmup,
-                                                                         0 if pinned else None))
-    proc.start()
-    message = bytes(32)
-    rtts = []
-    perf = time.perf_counter_ns
-    for i in range(count + warmup):
-        start = perf()
-        sock.send(message)
-        sock.recv()
-        if i >= warmup:
-            rtts.append(perf() - start)
-    proc.join(30)
-    sock.close()
-    ctx.term()
-    os.sched_setaffinity(0, affinity)
-    return percentiles(rtts)
-
-
 # -- main ------------------------------------------------------------------------------------------------
 def print_latency(case: dict[str, Any]) -> None:
     lb, zq = case["logbuf"], case["pyzmq"]
@@ -458,7 +414,7 @@ def main(argv: list[str] | None = None) -> int:
             results["cases"].append(case)
             print_case(case)
         for pinned in (False, True) if len(os.sched_getaffinity(0)) >= 2 else (False,):
-            zq_lat = zmq_tcp_latency(args.pings, warmup, pinned)
+            zq_lat = zmq_latency(args.pings, endpoint="tcp://127.0.0.1:*", warmup=warmup, pinned=pinned)
             name = "ping-pong 32 B" + (" (pinned: driver A + ponger on CPU 0, driver B + pinger on CPU 1)"
                                        if pinned else "")
             try:
