@@ -132,7 +132,7 @@ class Replay:
         self._reader = SegmentReader(archive_dir, recording_id, d.start_position, d.term_length, d.segment_length)
         log = self.publication._log_buffers
         self._meta = log.metadata()
-        self._terms = [log.term_buffer(i) for i in range(lbd.PARTITION_COUNT)]
+        self._terms = log.terms  # the log's own views; it releases them when it is unmapped
         self._term_ints = [np.frombuffer(t, dtype="<i4") for t in self._terms]
         self._mask = d.term_length - 1
         self._shift = d.term_length.bit_length() - 1
@@ -281,9 +281,7 @@ class Replay:
         if self.is_done:
             return
         self.is_done = True
-        self._term_ints.clear()
-        for term in self._terms:
-            term.release()
+        self._term_ints.clear()  # before the publication's log may be unmapped
         self._meta.release()
         self._reader.close()
         self._catalog.close()
