@@ -51,6 +51,7 @@ import pyarrow as pa  # type: ignore[import-untyped]
 from logbuf import data_header_descriptor as dh
 
 from archive.catalog import RecordingDescriptor
+from archive.verify import frame_problem
 
 __all__ = [
     "ChunkFrames", "Corruption", "Mode", "RowSpec", "Rows", "arrow_schema", "build_batch", "describe_bad_frame",
@@ -250,29 +251,10 @@ def describe_bad_frame(region: npt.NDArray[np.uint8], lo: int, position: int, hi
         return "segment file is truncated: it ends inside the frame header at this position"
     frame_length, version, _flags, frame_type, term_offset_field, session_id, stream_id, term_id, _reserved = (
         _HEADER.unpack_from(region.data, offset))
-    if frame_length <= 0:
-        return f"no frame here (frame length {frame_length}) before the recorded stop position"
-    if version != dh.CURRENT_VERSION:
-        return f"frame version {version} is not {dh.CURRENT_VERSION}"
-    if frame_type not in (dh.HDR_TYPE_DATA, dh.HDR_TYPE_PAD):
-        return f"frame type {frame_type:#x} is neither DATA (0x1) nor PAD (0x0)"
-    if term_offset_field != term_offset:
-        return f"term offset field {term_offset_field} does not match the position (term offset {term_offset})"
-    if term_id != _term_id_of(d, position):
-        return f"term id field {term_id} does not match the position (term id {_term_id_of(d, position)})"
-    if session_id != d.session_id:
-        return f"session id {session_id} is not the recording's {d.session_id}"
-    if stream_id != d.stream_id:
-        return f"stream id {stream_id} is not the recording's {d.stream_id}"
-    if frame_length < dh.HEADER_LENGTH:
-        return f"frame length {frame_length} is shorter than the {dh.HEADER_LENGTH}-byte header"
-    if frame_type == dh.HDR_TYPE_DATA and frame_length > d.mtu:
-        return f"frame length {frame_length} exceeds the recording's MTU {d.mtu}"
-    end = term_offset + dh.align(frame_length)
-    if end > d.term_length:
-        return f"frame length {frame_length} runs past the end of the term (term offset {term_offset})"
-    if position + dh.align(frame_length) > hi:
-        return f"frame length {frame_length} runs past the recorded stop position"
+    problem = frame_problem(frame_length, version, frame_type, term_offset_field, session_id, stream_id, term_id, d,
+                            term_offset, _term_id_of(d, position), hi - (position - term_offset))
+    if problem is not None:
+        return problem
     return "segment file is truncated: it ends inside the frame at this position"
 
 

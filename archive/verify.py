@@ -152,50 +152,58 @@ def _count(view: memoryview, start: int, end: int) -> int:
     return _native.count_frames(view[start:end], True) if end > start else 0
 
 
-def _check_one(ints: np.ndarray, available: int, d: "RecordingDescriptor", offset: int, term_limit: int,
-               term_id: int, path: os.PathLike[str]) -> tuple[str | None, int]:
-    if offset + dh.HEADER_LENGTH > available:
-        return f"segment file {path} is truncated: it ends inside the frame header at this position", offset
-    i = offset // 4
-    frame_length = int(ints[i])
-    word = int(ints[i + 1])
-    version, frame_type = word & 0xFF, word >> 16 & 0xFFFF
+def frame_problem(frame_length: int, version: int, frame_type: int, term_offset_field: int, session_id: int,
+                  stream_id: int, term_id_field: int, d: "RecordingDescriptor", term_offset: int, term_id: int,
+                  term_limit: int) -> str | None:
+    """What is wrong with the frame header at ``term_offset`` of term ``term_id`` (None: nothing), as
+    ``logbuf-archive verify`` words it; ``term_limit`` is where the recorded data ends in this term.
+    The Spark reader reports its corrupt frames with this too."""
     if frame_length <= 0:
-        return f"no frame here (frame length {frame_length}) before the recorded stop position", offset
+        return f"no frame here (frame length {frame_length}) before the recorded stop position"
     if version != dh.CURRENT_VERSION:
-        return f"frame version {version} is not {dh.CURRENT_VERSION}", offset
+        return f"frame version {version} is not {dh.CURRENT_VERSION}"
     if frame_type not in (dh.HDR_TYPE_DATA, dh.HDR_TYPE_PAD):
-        return f"frame type {frame_type:#x} is neither DATA (0x1) nor PAD (0x0)", offset
-    problem = _header_mismatch(int(ints[i + 2]), int(ints[i + 5]), int(ints[i + 3]), int(ints[i + 4]), d, offset,
-                               term_id)
-    if problem is not None:
-        return problem, offset
-    if frame_length < dh.HEADER_LENGTH:
-        return f"frame length {frame_length} is shorter than the {dh.HEADER_LENGTH}-byte header", offset
-    if frame_type == dh.HDR_TYPE_DATA and frame_length > d.mtu:
-        return f"frame length {frame_length} exceeds the recording's MTU {d.mtu}", offset
-    end = offset + dh.align(frame_length)
-    if end > d.term_length:
-        return f"frame length {frame_length} runs past the end of the term (term offset {offset})", offset
-    if end > term_limit:
-        return f"frame length {frame_length} runs past the recorded stop position", offset
-    needed = offset + dh.HEADER_LENGTH if frame_type == dh.HDR_TYPE_PAD else end
-    if needed > available:
-        return f"segment file {path} is truncated: it ends inside the frame at this position", offset
-    return None, end
-
-
-def _header_mismatch(term_offset_field: int, term_id_field: int, session_id: int, stream_id: int,
-                     d: "RecordingDescriptor", offset: int, term_id: int) -> str | None:
-    if term_offset_field != offset:
-        return f"term offset field {term_offset_field} does not match the position (term offset {offset})"
+        return f"frame type {frame_type:#x} is neither DATA (0x1) nor PAD (0x0)"
+    if term_offset_field != term_offset:
+        return f"term offset field {term_offset_field} does not match the position (term offset {term_offset})"
     if term_id_field != term_id:
         return f"term id field {term_id_field} does not match the position (term id {term_id})"
     if session_id != d.session_id:
         return f"session id {session_id} is not the recording's {d.session_id}"
     if stream_id != d.stream_id:
         return f"stream id {stream_id} is not the recording's {d.stream_id}"
+    if frame_length < dh.HEADER_LENGTH:
+        return f"frame length {frame_length} is shorter than the {dh.HEADER_LENGTH}-byte header"
+    if frame_type == dh.HDR_TYPE_DATA and frame_length > d.mtu:
+        return f"frame length {frame_length} exceeds the recording's MTU {d.mtu}"
+    end = term_offset + dh.align(frame_length)
+    if end > d.term_length:
+        return f"frame length {frame_length} runs past the end of the term (term offset {term_offset})"
+    if end > term_limit:
+        return f"frame length {frame_length} runs past the recorded stop position"
     return None
+
+
+def _problem_at(ints: np.ndarray, d: "RecordingDescriptor", offset: int, term_limit: int, term_id: int) -> str | None:
+    i = offset // 4
+    word = int(ints[i + 1])
+    return frame_problem(int(ints[i]), word & 0xFF, word >> 16 & 0xFFFF, int(ints[i + 2]), int(ints[i + 3]),
+                         int(ints[i + 4]), int(ints[i + 5]), d, offset, term_id, term_limit)
+
+
+def _check_one(ints: np.ndarray, available: int, d: "RecordingDescriptor", offset: int, term_limit: int,
+               term_id: int, path: os.PathLike[str]) -> tuple[str | None, int]:
+    if offset + dh.HEADER_LENGTH > available:
+        return f"segment file {path} is truncated: it ends inside the frame header at this position", offset
+    problem = _problem_at(ints, d, offset, term_limit, term_id)
+    if problem is not None:
+        return problem, offset
+    frame_length = int(ints[offset // 4])
+    end = offset + dh.align(frame_length)
+    needed = offset + dh.HEADER_LENGTH if int(ints[offset // 4 + 1]) >> 16 & 0xFFFF == dh.HDR_TYPE_PAD else end
+    if needed > available:
+        return f"segment file {path} is truncated: it ends inside the frame at this position", offset
+    return None, end
 
 
 def _check_block(view: memoryview, ints: np.ndarray, d: "RecordingDescriptor", start: int, end: int,
@@ -220,18 +228,8 @@ def _check_block(view: memoryview, ints: np.ndarray, d: "RecordingDescriptor", s
     )
     if not bad.any():
         return None
-    k = int(np.argmax(bad))
-    offset = int(headers[k])
-    i = offset // 4
-    word = int(ints[i + 1])
-    if word & 0xFF != dh.CURRENT_VERSION:
-        return offset, f"frame version {word & 0xFF} is not {dh.CURRENT_VERSION}"
-    if word >> 16 & 0xFFFF != dh.HDR_TYPE_DATA:
-        return offset, f"frame type {word >> 16 & 0xFFFF:#x} is neither DATA (0x1) nor PAD (0x0)"
-    problem = _header_mismatch(int(ints[i + 2]), int(ints[i + 5]), int(ints[i + 3]), int(ints[i + 4]), d, offset,
-                               term_id)
-    if problem is not None:
-        return offset, problem
-    if int(ints[i]) < dh.HEADER_LENGTH:
-        return offset, f"frame length {int(ints[i])} is shorter than the {dh.HEADER_LENGTH}-byte header"
-    return offset, f"frame length {int(ints[i])} exceeds the recording's MTU {d.mtu}"
+    offset = int(headers[int(np.argmax(bad))])
+    problem = _problem_at(ints, d, offset, end, term_id)  # the frames lie within [start, end)
+    if problem is None:  # a PAD among the DATA frames (the block scanner stops before padding)
+        problem = f"frame type {int(ints[offset // 4 + 1]) >> 16 & 0xFFFF:#x} is neither DATA (0x1) nor PAD (0x0)"
+    return offset, problem
