@@ -23,6 +23,7 @@ from typing import Final
 
 import structlog
 
+from logbuf import log_buffer_descriptor as lbd
 from logbuf.process import pid_alive
 
 from archive import catalog_descriptor as cat
@@ -82,8 +83,7 @@ class RecordingDescriptor:
 
     def term_id_of(self, position: int) -> int:
         """Term id of the term holding ``position`` (wrapping as int32)."""
-        value = (self.initial_term_id + (position >> self.position_bits_to_shift)) & 0xFFFFFFFF
-        return value - (1 << 32) if value >= 1 << 31 else value
+        return lbd.compute_term_id_from_position(position, self.position_bits_to_shift, self.initial_term_id)
 
 
 def recorder_alive(pid: int, heartbeat_ms: int, now_ms: int) -> bool:

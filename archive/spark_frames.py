@@ -153,10 +153,6 @@ def empty_rows() -> Rows:
                 np.zeros(0, np.int64), np.zeros(1, np.int32), np.zeros(0, np.uint8))
 
 
-def _term_id_of(d: RecordingDescriptor, position: int) -> int:
-    return d.term_id_of(position)
-
-
 def parse_chunk(segment: npt.NDArray[np.uint8], segment_base: int, lo: int, hi: int,
                 d: RecordingDescriptor) -> ChunkFrames:
     """The frame chain over positions ``[lo, hi)`` of one segment (``segment`` = the file's bytes).
@@ -252,7 +248,7 @@ def describe_bad_frame(region: npt.NDArray[np.uint8], lo: int, position: int, hi
     frame_length, version, _flags, frame_type, term_offset_field, session_id, stream_id, term_id, _reserved = (
         _HEADER.unpack_from(region.data, offset))
     problem = frame_problem(frame_length, version, frame_type, term_offset_field, session_id, stream_id, term_id, d,
-                            term_offset, _term_id_of(d, position), hi - (position - term_offset))
+                            term_offset, d.term_id_of(position), hi - (position - term_offset))
     if problem is not None:
         return problem
     return "segment file is truncated: it ends inside the frame at this position"
