@@ -95,8 +95,7 @@ class RecordingSession:
         self.block_length = block_length
         self.start_position = image.position
         self.position = self.start_position
-        self._shift = self.term_length.bit_length() - 1
-        self._initial_term_id = image.initial_term_id
+        self._position_of = log.position_of
         self.recording_id = catalog.add_recording(
             channel=channel, source_identity=image.source_identity, stream_id=image.stream_id,
             session_id=image.session_id, initial_term_id=image.initial_term_id, term_length=self.term_length,
@@ -135,7 +134,7 @@ class RecordingSession:
             return 0
 
     def _on_block(self, block: memoryview, term_offset: int, session_id: int, term_id: int) -> None:
-        position = (((term_id - self._initial_term_id) & 0xFFFFFFFF) << self._shift) + term_offset
+        position = self._position_of(term_id, term_offset)
         if position != self.position:
             raise LogbufError(f"recording {self.recording_id}: block at position {position}, "
                               f"expected {self.position} (term id {term_id}, offset {term_offset})")
