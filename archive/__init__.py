@@ -3,7 +3,7 @@
 The names below are imported on first use, so ``import archive`` stays light (a Spark worker
 that reads segments never loads the client API):
 
-    from archive import Catalog, Recorder, RecorderContext, Replay
+    from logbuf.archive import Catalog, Recorder, RecorderContext, Replay
 """
 
 from __future__ import annotations
@@ -12,20 +12,20 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from archive.catalog import Catalog, CatalogError, RecordingDescriptor, RecordingState, UnknownRecordingError
-    from archive.recorder import Recorder, RecorderContext
-    from archive.replay import Replay, ReplayError
-    from archive.segments import SegmentError, segment_base_position, segment_file_name, segment_files
-    from archive.verify import VerifyResult, verify_recording
+    from logbuf.archive.catalog import Catalog, CatalogError, RecordingDescriptor, RecordingState, UnknownRecordingError
+    from logbuf.archive.recorder import Recorder, RecorderContext
+    from logbuf.archive.replay import Replay, ReplayError
+    from logbuf.archive.segments import SegmentError, segment_base_position, segment_file_name, segment_files
+    from logbuf.archive.verify import VerifyResult, verify_recording
 
 _EXPORTS = {
-    "Catalog": "archive.catalog", "CatalogError": "archive.catalog", "RecordingDescriptor": "archive.catalog",
-    "RecordingState": "archive.catalog", "UnknownRecordingError": "archive.catalog",
-    "Recorder": "archive.recorder", "RecorderContext": "archive.recorder",
-    "Replay": "archive.replay", "ReplayError": "archive.replay",
-    "SegmentError": "archive.segments", "segment_base_position": "archive.segments",
-    "segment_file_name": "archive.segments", "segment_files": "archive.segments",
-    "VerifyResult": "archive.verify", "verify_recording": "archive.verify",
+    "Catalog": "logbuf.archive.catalog", "CatalogError": "logbuf.archive.catalog", "RecordingDescriptor": "logbuf.archive.catalog",
+    "RecordingState": "logbuf.archive.catalog", "UnknownRecordingError": "logbuf.archive.catalog",
+    "Recorder": "logbuf.archive.recorder", "RecorderContext": "logbuf.archive.recorder",
+    "Replay": "logbuf.archive.replay", "ReplayError": "logbuf.archive.replay",
+    "SegmentError": "logbuf.archive.segments", "segment_base_position": "logbuf.archive.segments",
+    "segment_file_name": "logbuf.archive.segments", "segment_files": "logbuf.archive.segments",
+    "VerifyResult": "logbuf.archive.verify", "verify_recording": "logbuf.archive.verify",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -23,10 +23,10 @@ from typing import Final
 
 import structlog
 
-from logbuf import log_buffer_descriptor as lbd
+from logbuf.logbuffer import log_buffer_descriptor as lbd
 from logbuf.process import pid_alive
 
-from archive import catalog_descriptor as cat
+from logbuf.archive import catalog_descriptor as cat
 
 __all__ = ["Catalog", "CatalogError", "RecordingDescriptor", "RecordingState", "UnknownRecordingError"]
 
@@ -352,7 +352,7 @@ class Catalog:
 
     def recover_interrupted(self) -> list[int]:
         """Close every ACTIVE recording whose recorder died at its valid prefix; returns their ids."""
-        from archive.verify import scan_valid_prefix  # verify reads descriptors: imported late
+        from logbuf.archive.verify import scan_valid_prefix  # verify reads descriptors: imported late
 
         self._check_writable()
         recovered = []

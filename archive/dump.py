@@ -10,10 +10,10 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from logbuf import data_header_descriptor as dh
+from logbuf.logbuffer import data_header_descriptor as dh
 
-from archive.catalog import RecordingDescriptor
-from archive.segments import SegmentReader
+from logbuf.archive.catalog import RecordingDescriptor
+from logbuf.archive.segments import SegmentReader
 
 __all__ = ["RecordedFrame", "iter_frames"]
 

@@ -26,12 +26,12 @@ import structlog
 from logbuf.errors import LogbufError
 from logbuf.logging_config import configure_logging
 
-from archive.catalog import Catalog, CatalogError, RecordingDescriptor
-from archive.dump import iter_frames
-from archive.maintenance import delete_recording, purge_segments
-from archive.recorder import Recorder, RecorderContext
-from archive.segments import DEFAULT_SEGMENT_LENGTH, SegmentError, segment_files
-from archive.verify import verify_recording
+from logbuf.archive.catalog import Catalog, CatalogError, RecordingDescriptor
+from logbuf.archive.dump import iter_frames
+from logbuf.archive.maintenance import delete_recording, purge_segments
+from logbuf.archive.recorder import Recorder, RecorderContext
+from logbuf.archive.segments import DEFAULT_SEGMENT_LENGTH, SegmentError, segment_files
+from logbuf.archive.verify import verify_recording
 
 ENV_ARCHIVE_DIR = "LOGBUF_ARCHIVE_DIR"
 
@@ -284,8 +284,8 @@ def _cmd_record(archive_dir: str, args: argparse.Namespace) -> int:
 
 
 def _cmd_replay(archive_dir: str, args: argparse.Namespace) -> int:
-    from client import Aeron, Context
-    from archive.replay import Replay, check_replay_bounds, replay_channel
+    from logbuf.client import Aeron, Context
+    from logbuf.archive.replay import Replay, check_replay_bounds, replay_channel
 
     with Catalog.open(archive_dir) as catalog:  # bad input is reported before connecting to a driver
         d = catalog.recording(args.recording_id)

@@ -7,8 +7,8 @@ import pathlib
 
 import structlog
 
-from archive.catalog import Catalog, CatalogError, RecordingState
-from archive.segments import segment_files
+from logbuf.archive.catalog import Catalog, CatalogError, RecordingState
+from logbuf.archive.segments import segment_files
 
 __all__ = ["delete_recording", "purge_segments"]
 

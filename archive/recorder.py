@@ -32,14 +32,14 @@ from dataclasses import dataclass
 
 import structlog
 
-from client import Aeron, Context, Image, Subscription
-from logbuf import data_header_descriptor as dh
+from logbuf.client import Aeron, Context, Image, Subscription
+from logbuf.logbuffer import data_header_descriptor as dh
 from logbuf.channel_uri import ChannelUri
 from logbuf.errors import DriverTimeoutError, LogbufError
 
-from archive.catalog import Catalog, RecordingPositionWriter
-from archive.catalog_descriptor import RECORDER_HEARTBEAT_INTERVAL_MS
-from archive.segments import DEFAULT_SEGMENT_LENGTH, effective_segment_length, segment_base_position, segment_file_name
+from logbuf.archive.catalog import Catalog, RecordingPositionWriter
+from logbuf.archive.catalog_descriptor import RECORDER_HEARTBEAT_INTERVAL_MS
+from logbuf.archive.segments import DEFAULT_SEGMENT_LENGTH, effective_segment_length, segment_base_position, segment_file_name
 
 __all__ = ["Recorder", "RecorderContext", "RecordingSession"]
 

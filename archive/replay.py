@@ -31,14 +31,14 @@ import time
 import numpy as np
 import structlog
 
-from client import Aeron, Publication
+from logbuf.client import Aeron, Publication
 from logbuf import _native
-from logbuf import data_header_descriptor as dh
-from logbuf import log_buffer_descriptor as lbd
+from logbuf.logbuffer import data_header_descriptor as dh
+from logbuf.logbuffer import log_buffer_descriptor as lbd
 from logbuf.channel_uri import ChannelUri
 
-from archive.catalog import Catalog, CatalogError, RecordingDescriptor, RecordingState
-from archive.segments import SegmentError, SegmentReader
+from logbuf.archive.catalog import Catalog, CatalogError, RecordingDescriptor, RecordingState
+from logbuf.archive.segments import SegmentError, SegmentReader
 
 __all__ = ["Replay", "ReplayError", "check_replay_bounds", "replay_channel"]
 

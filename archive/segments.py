@@ -24,7 +24,7 @@ from typing import Final
 import numpy as np
 import numpy.typing as npt
 
-from logbuf import log_buffer_descriptor as lbd
+from logbuf.logbuffer import log_buffer_descriptor as lbd
 
 __all__ = [
     "DEFAULT_SEGMENT_LENGTH", "SEGMENT_MAX_LENGTH", "SEGMENT_MIN_LENGTH", "SegmentError", "SegmentReader",

@@ -54,12 +54,12 @@ from pyspark.sql.types import (
     BinaryType, DataType, IntegerType, LongType, StringType, StructField, StructType, TimestampType,
 )
 
-from logbuf import data_header_descriptor as dh
+from logbuf.logbuffer import data_header_descriptor as dh
 from logbuf.logging_config import library_logger
 
-from archive.catalog import Catalog, RecordingDescriptor, RecordingState
-from archive.segments import mapped_segment, segment_base_position, segment_file_name
-from archive.spark_frames import (
+from logbuf.archive.catalog import Catalog, RecordingDescriptor, RecordingState
+from logbuf.archive.segments import mapped_segment, segment_base_position, segment_file_name
+from logbuf.archive.spark_frames import (
     TIMESTAMP_UNITS_US, Mode, RowSpec, Rows, arrow_schema, build_batch, parse_chunk, select_rows,
 )
 

@@ -48,10 +48,10 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa  # type: ignore[import-untyped]
 
-from logbuf import data_header_descriptor as dh
+from logbuf.logbuffer import data_header_descriptor as dh
 
-from archive.catalog import RecordingDescriptor
-from archive.verify import frame_problem
+from logbuf.archive.catalog import RecordingDescriptor
+from logbuf.archive.verify import frame_problem
 
 __all__ = [
     "ChunkFrames", "Corruption", "Mode", "RowSpec", "Rows", "arrow_schema", "build_batch", "describe_bad_frame",

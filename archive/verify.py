@@ -28,12 +28,12 @@ from typing import TYPE_CHECKING, Final
 import numpy as np
 
 from logbuf import _native
-from logbuf import data_header_descriptor as dh
+from logbuf.logbuffer import data_header_descriptor as dh
 
-from archive.segments import SegmentError, SegmentReader
+from logbuf.archive.segments import SegmentError, SegmentReader
 
 if TYPE_CHECKING:
-    from archive.catalog import RecordingDescriptor
+    from logbuf.archive.catalog import RecordingDescriptor
 
 __all__ = ["VerifyResult", "scan_valid_prefix", "verify_recording", "walk_frames"]
 

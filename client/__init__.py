@@ -1,10 +1,10 @@
 """logbuf's client API: connect to a media driver, publish and subscribe through shared memory."""
 
-from client.aeron import Aeron, Context, Image, Publication, Subscription
+from logbuf.client.aeron import Aeron, Context, Image, Publication, Subscription
 from logbuf.errors import ClosedError, DriverTimeoutError, LogbufError, RegistrationError
-from logbuf.fragment_assembler import ControlledFragmentAssembler, FragmentAssembler
-from logbuf.image import ControlledPollAction, Header
-from logbuf.publication import BufferClaim, OfferResult
+from logbuf.logbuffer.fragment_assembler import ControlledFragmentAssembler, FragmentAssembler
+from logbuf.logbuffer.image import ControlledPollAction, Header
+from logbuf.logbuffer.publication import BufferClaim, OfferResult
 
 __all__ = [
     "Aeron",

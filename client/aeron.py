@@ -23,19 +23,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
-from logbuf import command_descriptor as cmd
-from logbuf import counters_descriptor as cd
-from logbuf.broadcast import CopyBroadcastReceiver
-from logbuf.cnc import CncFile, cnc_driver_heartbeat_ms
+from logbuf.conduit import command_descriptor as cmd
+from logbuf.conduit import counters_descriptor as cd
+from logbuf.conduit.broadcast import CopyBroadcastReceiver
+from logbuf.conduit.cnc import CncFile, cnc_driver_heartbeat_ms
 from logbuf.errors import ClosedError, ConfigurationError, DriverTimeoutError, RegistrationError
-from logbuf.image import Image as _Image
-from logbuf.log_buffer import LogBuffers
+from logbuf.logbuffer.image import Image as _Image
+from logbuf.logbuffer.log_buffer import LogBuffers
 from logbuf.logging_config import library_logger
-from logbuf.publication import Publication as _Publication
-from logbuf.ring_buffer import ManyToOneRingBuffer
+from logbuf.logbuffer.publication import Publication as _Publication
+from logbuf.conduit.ring_buffer import ManyToOneRingBuffer
 from logbuf.shm import ShmError
 
-from driver.context import resolve_dir
+from logbuf.directory import resolve_dir
 
 __all__ = ["Aeron", "Context", "Image", "Publication", "Subscription"]
 

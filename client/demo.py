@@ -36,7 +36,7 @@ SEQ = struct.Struct("<q")
 
 def _publisher(directory: str, size: int, batch: int, stop: Any, out: Any) -> None:
     configure_logging("warning")
-    from client import Aeron, Context
+    from logbuf.client import Aeron, Context
 
     with Aeron.connect(Context(dir=directory)) as aeron:
         pub = aeron.add_publication(CHANNEL, STREAM_ID)
@@ -58,7 +58,7 @@ def _publisher(directory: str, size: int, batch: int, stop: Any, out: Any) -> No
 
 def _subscriber(directory: str, stop: Any, out: Any) -> None:
     configure_logging("warning")
-    from client import Aeron, Context
+    from logbuf.client import Aeron, Context
 
     expected = 0
     out_of_order = 0
@@ -96,7 +96,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging()
     log = structlog.get_logger().bind(role="demo")
     directory = args.dir or f"/dev/shm/logbuf-demo-{uuid.uuid4().hex[:8]}"
-    driver = subprocess.Popen([sys.executable, "-m", "driver.main", "--dir", directory],
+    driver = subprocess.Popen([sys.executable, "-m", "logbuf.driver.main", "--dir", directory],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     ctx = mp.get_context("spawn")
     stop = ctx.Event()
@@ -104,7 +104,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub_out: Any = ctx.Queue()
     procs: list[Any] = []
     try:
-        from driver.media_driver import wait_for_driver
+        from logbuf.conduit.cnc import wait_for_driver
 
         wait_for_driver(directory)
         log.info("demo.started", dir=directory, seconds=args.seconds, size=args.size, batch=args.batch)
@@ -116,7 +116,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         pub = ctx.Process(target=_publisher, args=(directory, args.size, args.batch, stop, pub_out), daemon=True)
         pub.start()
         procs.append(pub)
-        stat = subprocess.Popen([sys.executable, "-m", "client.stat", "--dir", directory,
+        stat = subprocess.Popen([sys.executable, "-m", "logbuf.client.stat", "--dir", directory,
                                  "--duration", str(args.seconds)])
         try:
             stat.wait(args.seconds + 30)

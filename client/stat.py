@@ -28,12 +28,12 @@ from typing import Any
 import numpy as np
 
 from logbuf import _native
-from logbuf import counters_descriptor as cd
-from logbuf import data_header_descriptor as dh
-from logbuf.cnc import CncError, CncFile, cnc_driver_heartbeat_ms
-from logbuf.counters import CounterInfo, CountersReader
-from logbuf.error_log import read_error_log
-from logbuf.log_buffer import LogBuffers
+from logbuf.conduit import counters_descriptor as cd
+from logbuf.logbuffer import data_header_descriptor as dh
+from logbuf.conduit.cnc import CncError, CncFile, cnc_driver_heartbeat_ms
+from logbuf.conduit.counters import CounterInfo, CountersReader
+from logbuf.conduit.error_log import read_error_log
+from logbuf.logbuffer.log_buffer import LogBuffers
 from logbuf.logging_config import configure_logging
 
 PUBLICATIONS_DIR = "publications"
@@ -406,7 +406,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     configure_logging("warning")
-    from driver.context import resolve_dir
+    from logbuf.directory import resolve_dir
 
     directory = resolve_dir(args.dir)
     try:

@@ -20,21 +20,21 @@ from typing import Any
 
 import structlog
 
-from logbuf import command_descriptor as cmd
-from logbuf import counters_descriptor as cd
+from logbuf.conduit import command_descriptor as cmd
+from logbuf.conduit import counters_descriptor as cd
 from logbuf.channel_uri import ChannelUri, InvalidChannelError
-from logbuf.command_descriptor import ErrorCode, MalformedCommandError
-from logbuf.counters import CountersManager
-from logbuf.log_buffer import LogBuffers
-from logbuf import log_buffer_descriptor as lbd
+from logbuf.conduit.command_descriptor import ErrorCode, MalformedCommandError
+from logbuf.conduit.counters import CountersManager
+from logbuf.logbuffer.log_buffer import LogBuffers
+from logbuf.logbuffer import log_buffer_descriptor as lbd
 
-from driver.context import DriverContext
-from driver.ipc_publication import IpcPublication, PublicationState
-from driver.network_publication import NetworkPublication
-from driver.publication_image import ImageState, PublicationImage
-from driver.udp import (FaultInjector, ImageSettings, ReceiveChannelEndpoint, Receiver, SendChannelEndpoint, Sender,
+from logbuf.driver.context import DriverContext
+from logbuf.driver.ipc_publication import IpcPublication, PublicationState
+from logbuf.driver.network_publication import NetworkPublication
+from logbuf.driver.publication_image import ImageState, PublicationImage
+from logbuf.driver.udp import (FaultInjector, ImageSettings, ReceiveChannelEndpoint, Receiver, SendChannelEndpoint, Sender,
                         SocketSettings, resolve_interface)
-from driver.system_counters import SystemCounterId, SystemCounters
+from logbuf.driver.system_counters import SystemCounterId, SystemCounters
 
 RESERVED_SESSION_ID_LOW = -1
 RESERVED_SESSION_ID_HIGH = 1000

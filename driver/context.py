@@ -11,24 +11,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, Final
 
-from logbuf import data_header_descriptor as dh
-from logbuf import log_buffer_descriptor as lbd
+from logbuf.logbuffer import data_header_descriptor as dh
+from logbuf.logbuffer import log_buffer_descriptor as lbd
 from logbuf.agent import IDLE_STRATEGIES, parse_cpu_list
+from logbuf.directory import ENV_PREFIX, default_dir, resolve_dir
 from logbuf.errors import ConfigurationError
 
-ENV_PREFIX: Final[str] = "LOGBUF_"
-
-
-def default_dir() -> str:
-    """``/dev/shm/logbuf-<user>`` where /dev/shm exists, else ``<tmp>/logbuf-<user>``."""
-    base = "/dev/shm" if os.path.isdir("/dev/shm") else os.environ.get("TMPDIR", "/tmp")
-    return os.path.join(base, f"logbuf-{getpass.getuser()}")
-
-
-def resolve_dir(explicit: str | None = None, env: Mapping[str, str] | None = None) -> str:
-    """Where a driver lives: the explicit value, else ``LOGBUF_DIR``, else :func:`default_dir`."""
-    env = os.environ if env is None else env
-    return explicit or env.get(ENV_PREFIX + "DIR") or default_dir()
 
 
 def _size(text: str) -> int:

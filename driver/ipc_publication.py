@@ -7,7 +7,7 @@ Lifecycle (transitions happen only in :meth:`IpcPublication.on_time_event` and t
 
 The conductor calls :meth:`update_publisher_limit` every duty cycle: it cleans the log more than
 a term behind the slowest subscriber, then publishes ``min(subscriber positions) + window`` as the
-publisher limit (see :mod:`logbuf.flow_control`).
+publisher limit (see :mod:`logbuf.logbuffer.flow_control`).
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from logbuf import _native
-from logbuf import counters_descriptor as cd
-from logbuf.counters import CountersManager
-from logbuf.flow_control import compute_limit_and_clean
-from logbuf.log_buffer import LogBuffers
-from logbuf.term_unblocker import log_unblock
+from logbuf.conduit import counters_descriptor as cd
+from logbuf.conduit.counters import CountersManager
+from logbuf.logbuffer.flow_control import compute_limit_and_clean
+from logbuf.logbuffer.log_buffer import LogBuffers
+from logbuf.logbuffer.term_unblocker import log_unblock
 
 
 class PublicationState(Enum):
@@ -152,7 +152,7 @@ class IpcPublication:
     def check_for_blocked_publisher(self, now_ns: int) -> bool:
         """Aeron's rule: the consumers (subscribers, or the sender) have not moved for the unblock
         timeout while the tail is past them, so a publisher may have died between claim and commit;
-        cover its claim with padding (:mod:`logbuf.term_unblocker`). True if it did."""
+        cover its claim with padding (:mod:`logbuf.logbuffer.term_unblocker`). True if it did."""
         positions = self.flow_control_positions()
         if not positions or self.state is PublicationState.DONE:
             return False

@@ -10,8 +10,8 @@ import structlog
 from logbuf.errors import LogbufError
 from logbuf.logging_config import configure_logging
 
-from driver.context import DriverContext
-from driver.media_driver import MediaDriver, install_signal_handlers
+from logbuf.driver.context import DriverContext
+from logbuf.driver.media_driver import MediaDriver, install_signal_handlers
 
 
 def main(argv: Sequence[str] | None = None) -> int:

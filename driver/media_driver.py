@@ -17,16 +17,16 @@ from types import FrameType
 import structlog
 
 from logbuf.agent import AgentRunner, BackoffIdleStrategy, CompositeAgent, idle_strategy_from_name, parse_cpu_list
-from logbuf.broadcast import BroadcastTransmitter
-from logbuf.cnc import CncFile, is_driver_active
-from logbuf.counters import CountersManager
-from logbuf.error_log import DistinctErrorLog
+from logbuf.conduit.broadcast import BroadcastTransmitter
+from logbuf.conduit.cnc import CncFile, is_driver_active
+from logbuf.conduit.counters import CountersManager
+from logbuf.conduit.error_log import DistinctErrorLog
 from logbuf.errors import LogbufError
-from logbuf.ring_buffer import ManyToOneRingBuffer
+from logbuf.conduit.ring_buffer import ManyToOneRingBuffer
 
-from driver.conductor import DriverConductor
-from driver.context import DriverContext
-from driver.system_counters import SystemCounterId, SystemCounters
+from logbuf.driver.conductor import DriverConductor
+from logbuf.driver.context import DriverContext
+from logbuf.driver.system_counters import SystemCounterId, SystemCounters
 
 COUNTER_FREE_TO_REUSE_TIMEOUT_MS = 1_000
 JUST_BUSY_NS = 1_000_000
@@ -174,13 +174,3 @@ def install_signal_handlers(driver: MediaDriver) -> None:
 
     signal.signal(signal.SIGINT, handler)
     signal.signal(signal.SIGTERM, handler)
-
-
-def wait_for_driver(directory: str, timeout_s: float = 10.0, heartbeat_timeout_ms: int = 10_000) -> None:
-    """Block until a driver in ``directory`` is active (for scripts and tests)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if is_driver_active(directory, heartbeat_timeout_ms):
-            return
-        time.sleep(0.01)
-    raise TimeoutError(f"no active media driver in {directory} after {timeout_s} s")

@@ -23,14 +23,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from logbuf import _native
-from logbuf import data_header_descriptor as dh
+from logbuf.logbuffer import data_header_descriptor as dh
 from logbuf.protocol.data import HeartbeatFrame
 from logbuf.protocol.nak import NakFrame
 from logbuf.protocol.setup import SetupFrame
 from logbuf.protocol.status import StatusMessageFrame
 
-from driver.ipc_publication import IpcPublication, PublicationState
-from driver.system_counters import SystemCounterId, SystemCounters
+from logbuf.driver.ipc_publication import IpcPublication, PublicationState
+from logbuf.driver.system_counters import SystemCounterId, SystemCounters
 
 SETUP_INTERVAL_NS = 100_000_000
 HEARTBEAT_INTERVAL_NS = 100_000_000

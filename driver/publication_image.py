@@ -28,14 +28,14 @@ from enum import Enum
 from typing import Any
 
 from logbuf import _native
-from logbuf import data_header_descriptor as dh
-from logbuf.counters import CountersManager
-from logbuf.log_buffer import LogBuffers
+from logbuf.logbuffer import data_header_descriptor as dh
+from logbuf.conduit.counters import CountersManager
+from logbuf.logbuffer.log_buffer import LogBuffers
 from logbuf.protocol.nak import NakFrame
 from logbuf.protocol.status import StatusMessageFrame
 
-from driver.ipc_publication import SubscriberPosition, allocate_subscriber_position
-from driver.system_counters import SystemCounterId, SystemCounters
+from logbuf.driver.ipc_publication import SubscriberPosition, allocate_subscriber_position
+from logbuf.driver.system_counters import SystemCounterId, SystemCounters
 
 Send = Callable[[Any], int]
 PROGRESS_SM_INTERVAL_NS = 1_000_000

@@ -10,8 +10,8 @@ import struct
 from enum import IntEnum
 
 from logbuf import _native
-from logbuf import counters_descriptor as cd
-from logbuf.counters import CountersManager
+from logbuf.conduit import counters_descriptor as cd
+from logbuf.conduit.counters import CountersManager
 
 
 class SystemCounterId(IntEnum):

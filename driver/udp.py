@@ -34,9 +34,9 @@ from logbuf.protocol import setup as setup_codec
 from logbuf.protocol import status as status_codec
 from logbuf.protocol.frame_header import HDR_TYPE_DATA, HDR_TYPE_NAK, HDR_TYPE_PAD, HDR_TYPE_RTTM, HDR_TYPE_SETUP, HDR_TYPE_SM
 
-from driver.network_publication import NetworkPublication
-from driver.publication_image import ImageState, PublicationImage
-from driver.system_counters import SystemCounterId, SystemCounters
+from logbuf.driver.network_publication import NetworkPublication
+from logbuf.driver.publication_image import ImageState, PublicationImage
+from logbuf.driver.system_counters import SystemCounterId, SystemCounters
 
 MAX_UDP_PAYLOAD = 65504
 READS_PER_POLL = 32

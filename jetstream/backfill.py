@@ -43,12 +43,12 @@ from typing import Final
 
 import structlog
 
-from archive import catalog_descriptor as cat
-from archive.catalog import Catalog, CatalogError, RecordingDescriptor, RecordingState
-from archive.segments import mapped_segment, segment_base_position, segment_file_name
-from logbuf import data_header_descriptor as dh
+from logbuf.archive import catalog_descriptor as cat
+from logbuf.archive.catalog import Catalog, CatalogError, RecordingDescriptor, RecordingState
+from logbuf.archive.segments import mapped_segment, segment_base_position, segment_file_name
+from logbuf.logbuffer import data_header_descriptor as dh
 
-from jetstream.events import EventMeta, parse_event
+from logbuf.jetstream.events import EventMeta, parse_event
 
 __all__ = ["BackfillError", "BackfillResult", "backfill", "matching_recordings", "newest_recorded_time_us",
            "recorded_events"]
@@ -158,7 +158,7 @@ def _read_from(archive_dir: str, d: RecordingDescriptor, cutoff_us: int) -> int:
 def _messages_numpy(archive_dir: str, d: RecordingDescriptor, from_position: int,
                     on_corrupt: Callable[[int, str, int], None]) -> Iterator[bytes]:
     """Every complete message of ``d`` ending in ``(from_position, stop]``, with archive.spark_frames."""
-    from archive.spark_frames import RowSpec, parse_chunk, select_rows  # needs pyarrow: imported by the caller first
+    from logbuf.archive.spark_frames import RowSpec, parse_chunk, select_rows  # needs pyarrow: imported by the caller first
 
     spec = RowSpec(per_message=True)
     stop = d.stop_position
@@ -199,7 +199,7 @@ def _messages_frames(archive_dir: str, d: RecordingDescriptor, from_position: in
                      on_corrupt: Callable[[int, str, int], None]) -> Iterator[bytes]:
     """The same messages as :func:`_messages_numpy`, frame by frame with :func:`archive.dump.iter_frames`
     (no pyarrow needed). It stops at the first frame that is not there, which it reports."""
-    from archive.dump import iter_frames
+    from logbuf.archive.dump import iter_frames
 
     parts: list[bytes] | None = None
     end = from_position
@@ -222,7 +222,7 @@ def _messages_frames(archive_dir: str, d: RecordingDescriptor, from_position: in
 
 def _reader() -> tuple[str, Callable[[str, RecordingDescriptor, int, Callable[[int, str, int], None]], Iterator[bytes]]]:
     try:
-        import archive.spark_frames  # noqa: F401  (needs pyarrow)
+        import logbuf.archive.spark_frames  # noqa: F401  (needs pyarrow)
     except ImportError:
         return "frames", _messages_frames
     return "numpy", _messages_numpy

@@ -66,9 +66,9 @@ import structlog
 import websockets
 from websockets.asyncio.client import connect
 
-from jetstream.events import parse_event
-from jetstream.generator import EventGenerator
-from logbuf.publication import OfferResult
+from logbuf.jetstream.events import parse_event
+from logbuf.jetstream.generator import EventGenerator
+from logbuf.logbuffer.publication import OfferResult
 
 __all__ = [
     "DEFAULT_REWIND_S",

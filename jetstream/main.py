@@ -38,16 +38,17 @@ from typing import Any
 import structlog
 from prometheus_client.core import Metric
 
-from client import Aeron, Context, Publication, Subscription
-from driver.context import DriverContext, resolve_dir
-from driver.media_driver import MediaDriver
-from logbuf.cnc import is_driver_active
+from logbuf.client import Aeron, Context, Publication, Subscription
+from logbuf.directory import resolve_dir
+from logbuf.driver.context import DriverContext
+from logbuf.driver.media_driver import MediaDriver
+from logbuf.conduit.cnc import is_driver_active
 from logbuf.errors import LogbufError
 from logbuf.logging_config import configure_logging
 
-from jetstream.backfill import BackfillError, BackfillResult, backfill, newest_recorded_time_us
-from jetstream.generator import EventGenerator
-from jetstream.ingest import (
+from logbuf.jetstream.backfill import BackfillError, BackfillResult, backfill, newest_recorded_time_us
+from logbuf.jetstream.generator import EventGenerator
+from logbuf.jetstream.ingest import (
     DEFAULT_REWIND_S,
     GeneratorSource,
     Ingest,
@@ -58,7 +59,7 @@ from jetstream.ingest import (
     check_rate,
     check_upstream_url,
 )
-from jetstream.stream import EventStreamAdapter
+from logbuf.jetstream.stream import EventStreamAdapter
 
 __all__ = ["main", "build_parser"]
 
@@ -211,8 +212,8 @@ def _make_source(args: argparse.Namespace, floor_us: int) -> Source:
 
 
 def _start_server(args: argparse.Namespace, run: _Running, subscription: Subscription, log: Any) -> None:
-    from jetstream.metrics import BACKFILL_METRICS, INGEST_METRICS, STREAM_METRICS, stats_metrics
-    from jetstream.server import RelayConfig, RelayServer  # the serving side (imported only when serving)
+    from logbuf.jetstream.metrics import BACKFILL_METRICS, INGEST_METRICS, STREAM_METRICS, stats_metrics
+    from logbuf.jetstream.server import RelayConfig, RelayServer  # the serving side (imported only when serving)
 
     data_dir = args.data_dir
     if data_dir is None:
@@ -245,7 +246,7 @@ def _start_server(args: argparse.Namespace, run: _Running, subscription: Subscri
 
 
 def _start_recorder(args: argparse.Namespace, run: _Running, driver_dir: str) -> None:
-    from archive.recorder import Recorder, RecorderContext
+    from logbuf.archive.recorder import Recorder, RecorderContext
 
     recorder = Recorder(RecorderContext(archive_dir=args.record, channel=args.channel, stream_id=args.stream_id,
                                         driver_dir=driver_dir))

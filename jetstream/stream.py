@@ -14,8 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
-from jetstream.events import EventMeta, parse_event
-from logbuf.fragment_assembler import FragmentAssembler
+from logbuf.jetstream.events import EventMeta, parse_event
+from logbuf.logbuffer.fragment_assembler import FragmentAssembler
 
 __all__ = ["DEFAULT_FRAGMENT_LIMIT", "EventStreamAdapter", "StreamStats"]
 

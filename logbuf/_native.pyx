@@ -84,7 +84,7 @@ cdef enum: TERM_LENGTH_OFFSET = 276
 cdef enum: DEFAULT_FRAME_HEADER_OFFSET = 320
 cdef enum: MAX_MESSAGE_LENGTH = 16777216
 
-# Offer results (negative); mirrored by logbuf.publication.OfferResult.
+# Offer results (negative); mirrored by logbuf.logbuffer.publication.OfferResult.
 cdef enum: NOT_CONNECTED = -1
 cdef enum: BACK_PRESSURED = -2
 cdef enum: ADMIN_ACTION = -3
@@ -93,7 +93,7 @@ cdef enum: MAX_POSITION_EXCEEDED = -5
 cdef enum: TERM_APPEND_FAILED = -2  # term appender: the claim tripped the end of the term
 cdef enum: TRIPPED = -1002  # publication: the claim tripped the term, which was padded and rotated; retry
 
-# Controlled poll actions; mirrored by logbuf.image.ControlledPollAction.
+# Controlled poll actions; mirrored by logbuf.logbuffer.image.ControlledPollAction.
 cdef enum: ACTION_ABORT = 1
 cdef enum: ACTION_BREAK = 2
 cdef enum: ACTION_COMMIT = 3

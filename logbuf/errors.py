@@ -1,6 +1,6 @@
 """logbuf's error vocabulary: one base class, errors that name the bad value.
 
-Hot paths (offer, poll) return codes, not exceptions: see :class:`logbuf.publication.OfferResult`.
+Hot paths (offer, poll) return codes, not exceptions: see :class:`logbuf.logbuffer.publication.OfferResult`.
 Exceptions are for misuse (bad arguments, closed resources) and lifecycle problems.
 """
 
@@ -27,7 +27,7 @@ class RegistrationError(LogbufError):
     """The media driver rejected a command: ``error_code`` (an ErrorCode) and its message."""
 
     def __init__(self, correlation_id: int, error_code: int, message: str) -> None:
-        from logbuf.command_descriptor import ErrorCode
+        from logbuf.conduit.command_descriptor import ErrorCode
 
         try:
             code_name = ErrorCode(error_code).name

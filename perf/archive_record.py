@@ -33,7 +33,7 @@ STREAM = 10
 
 def publisher(directory: str, size: int, batch: int, seconds: float, out: Any) -> None:
     quiet()
-    from client import Aeron, Context
+    from logbuf.client import Aeron, Context
 
     with Aeron.connect(Context(dir=directory)) as aeron:
         pub = aeron.add_publication("aeron:ipc", STREAM)
@@ -64,7 +64,7 @@ def publisher(directory: str, size: int, batch: int, seconds: float, out: Any) -
 def consumer(directory: str, out: Any) -> None:
     """The fastest reader: block polls, nothing done with the bytes."""
     quiet()
-    from client import Aeron, Context
+    from logbuf.client import Aeron, Context
 
     with Aeron.connect(Context(dir=directory)) as aeron:
         sub = aeron.add_subscription("aeron:ipc", STREAM)
@@ -104,7 +104,7 @@ def run_case(directory: str, archive_dir: str | None, size: int, batch: int, sec
         watched_pid = reader.pid
     else:
         recorder = subprocess.Popen(
-            [sys.executable, "-m", "archive.main", "-d", archive_dir, "--log-level", "warning", "record",
+            [sys.executable, "-m", "logbuf.archive.main", "-d", archive_dir, "--log-level", "warning", "record",
              "--channel", "aeron:ipc", "--stream-id", str(STREAM), "--driver-dir", directory],
             cwd=ROOT, stderr=subprocess.DEVNULL,
         )
@@ -127,7 +127,7 @@ def run_case(directory: str, archive_dir: str | None, size: int, batch: int, sec
         case["consumed_all"] = results["consumed_position"] == results["end_position"]
         return case
     assert recorder is not None
-    from archive.catalog import Catalog
+    from logbuf.archive.catalog import Catalog
 
     deadline = time.monotonic() + 60
     while True:  # the recording stops once the publication is closed and drained
@@ -163,13 +163,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         args.seconds = 1.0
     directory = f"/dev/shm/logbuf-perf-{uuid.uuid4().hex[:8]}"
-    driver = subprocess.Popen([sys.executable, "-m", "driver.main", "--dir", directory, "--ipc-term-length", "16m"],
+    driver = subprocess.Popen([sys.executable, "-m", "logbuf.driver.main", "--dir", directory, "--ipc-term-length", "16m"],
                               cwd=ROOT, stderr=subprocess.DEVNULL)
     targets = [("disk", args.archive_dir or tempfile.gettempdir())] + ([] if args.no_tmpfs else [("tmpfs", "/dev/shm")])
     results = new_results("archive_record", seconds=args.seconds, ipc_term_length=16 << 20,
                           segment_length=64 << 20)
     try:
-        from driver.media_driver import wait_for_driver
+        from logbuf.conduit.cnc import wait_for_driver
 
         wait_for_driver(directory)
         for size, batch in ((512, 16), (1344, 1), (64, 64)):

@@ -26,7 +26,7 @@ from _common import (collect, cpu_seconds, new_results, percentiles, print_laten
 # -- logbuf children -----------------------------------------------------------------------------------
 def lb_publisher(directory: str, size: int, seconds: float, batch: int, out: Any) -> None:
     quiet()
-    from client import Aeron, Context
+    from logbuf.client import Aeron, Context
 
     with Aeron.connect(Context(dir=directory)) as aeron:
         pub = aeron.add_publication("aeron:ipc", 10)
@@ -57,7 +57,7 @@ def lb_subscriber(directory: str, size: int, batch: int, out: Any) -> None:
     quiet()
     import numpy as np
 
-    from client import Aeron, Context
+    from logbuf.client import Aeron, Context
     from logbuf._native import frame_index
 
     offsets = np.empty(1 << 16, dtype=np.int32)
@@ -111,7 +111,7 @@ def lb_throughput(directory: str, size: int, seconds: float, batch: int) -> dict
 # -- latency -----------------------------------------------------------------------------------------
 def lb_ponger(directory: str, count: int) -> None:
     quiet()
-    from client import Aeron, Context
+    from logbuf.client import Aeron, Context
 
     with Aeron.connect(Context(dir=directory)) as aeron:
         sub = aeron.add_subscription("aeron:ipc", 20)
@@ -131,7 +131,7 @@ def lb_ponger(directory: str, count: int) -> None:
 
 
 def lb_latency(directory: str, count: int) -> dict[str, float]:
-    from client import Aeron, Context
+    from logbuf.client import Aeron, Context
 
     ctx = mp.get_context("spawn")
     ponger = ctx.Process(target=lb_ponger, args=(directory, count))
@@ -173,10 +173,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         args.seconds, args.pings = 1.0, 10_000
     directory = f"/dev/shm/logbuf-perf-{uuid.uuid4().hex[:8]}"
-    driver = subprocess.Popen([sys.executable, "-m", "driver.main", "--dir", directory], stderr=subprocess.DEVNULL)
+    driver = subprocess.Popen([sys.executable, "-m", "logbuf.driver.main", "--dir", directory], stderr=subprocess.DEVNULL)
     results = new_results("ipc_driver", seconds=args.seconds, pings=args.pings)
     try:
-        from driver.media_driver import wait_for_driver
+        from logbuf.conduit.cnc import wait_for_driver
 
         wait_for_driver(directory)
         time.sleep(1.0)

@@ -22,7 +22,7 @@ from _common import new_results, percentiles, print_latency, quiet, write_result
 
 def ponger(ping_name: str, pong_name: str, count: int, out: Any) -> None:
     quiet()
-    from logbuf.standalone import StreamLog
+    from logbuf.logbuffer.standalone import StreamLog
 
     with StreamLog.open(ping_name) as ping, StreamLog.open(pong_name) as pong:
         image = ping.add_subscriber(join_position=0)
@@ -41,7 +41,7 @@ def ponger(ping_name: str, pong_name: str, count: int, out: Any) -> None:
 
 
 def lb_latency(count: int) -> dict[str, float]:
-    from logbuf.standalone import StreamLog
+    from logbuf.logbuffer.standalone import StreamLog
 
     names = [f"lbperf-{uuid.uuid4().hex[:8]}" for _ in range(2)]
     ctx = mp.get_context("spawn")

@@ -25,7 +25,7 @@ TERM_LENGTH = 16 * 1024 * 1024
 
 def publisher(name: str, size: int, seconds: float, batch: int, out: Any) -> None:
     quiet()
-    from logbuf.standalone import StreamLog
+    from logbuf.logbuffer.standalone import StreamLog
 
     with StreamLog.open(name) as log:
         pub = log.add_publication()
@@ -55,7 +55,7 @@ def subscriber(name: str, size: int, batch: int, out: Any) -> None:
     import numpy as np
 
     from logbuf._native import frame_index
-    from logbuf.standalone import StreamLog
+    from logbuf.logbuffer.standalone import StreamLog
 
     offsets = np.empty(1 << 16, dtype=np.int32)
     lengths = np.empty(1 << 16, dtype=np.int32)
@@ -90,7 +90,7 @@ def subscriber(name: str, size: int, batch: int, out: Any) -> None:
 
 
 def lb_throughput(size: int, seconds: float, batch: int) -> dict[str, Any]:
-    from logbuf.standalone import StreamLog
+    from logbuf.logbuffer.standalone import StreamLog
 
     name = f"lbperf-{uuid.uuid4().hex[:8]}"
     ctx = mp.get_context("spawn")

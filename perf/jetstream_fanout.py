@@ -59,7 +59,7 @@ class Pacer:
     """Events due at ``rate``/s since start, stamped with strictly increasing wall-clock µs."""
 
     def __init__(self, rate: int) -> None:
-        from jetstream.generator import EventGenerator
+        from logbuf.jetstream.generator import EventGenerator
 
         self.gen = EventGenerator(11)
         self.rate = rate
@@ -82,8 +82,8 @@ class Pacer:
 def relay_server(rate: int, flush_interval_s: float, out: Any, stop: Any) -> None:
     quiet()
     raise_nofile(1 << 20)
-    from jetstream.events import parse_event
-    from jetstream.server import RelayConfig, RelayServer
+    from logbuf.jetstream.events import parse_event
+    from logbuf.jetstream.server import RelayConfig, RelayServer
 
     data_dir = tempfile.mkdtemp(prefix="lbperf-jetstream-")
     server = RelayServer(RelayConfig(data_dir=data_dir, port=0, retention=120.0, max_connections_per_ip=1 << 20,

@@ -35,7 +35,7 @@ CHANNEL = "aeron:ipc"
 
 
 def make_events(count: int) -> list[bytes]:
-    from jetstream.generator import EventGenerator
+    from logbuf.jetstream.generator import EventGenerator
 
     gen = EventGenerator(1)
     start = time.time_ns() // 1000 - 3_600_000_000
@@ -45,8 +45,8 @@ def make_events(count: int) -> list[bytes]:
 # -- children ------------------------------------------------------------------------------------------
 def reader(directory: str, stream_id: int, expected: int | None, seconds: float, ready: Any, out: Any) -> None:
     quiet()
-    from client import Aeron, Context
-    from jetstream.stream import EventStreamAdapter
+    from logbuf.client import Aeron, Context
+    from logbuf.jetstream.stream import EventStreamAdapter
 
     count = 0
 
@@ -95,8 +95,8 @@ def upstream_server(count: int, port_out: Any) -> None:
 # -- cases ---------------------------------------------------------------------------------------------
 def run_ingest_case(directory: str, stream_id: int, source_factory: Any, expected: int | None,
                     seconds: float) -> dict[str, Any]:
-    from client import Aeron, Context
-    from jetstream.ingest import Ingest
+    from logbuf.client import Aeron, Context
+    from logbuf.jetstream.ingest import Ingest
 
     ctx = mp.get_context("spawn")
     ready, out = ctx.Event(), ctx.Queue()
@@ -138,13 +138,13 @@ def main() -> int:
     seconds = 2.0 if args.quick else 5.0
     results = new_results("jetstream_ingest", upstream_events=count, generator_seconds=seconds)
     directory = f"/dev/shm/logbuf-perf-{uuid.uuid4().hex[:8]}"
-    driver = subprocess.Popen([sys.executable, "-m", "driver.main", "--dir", directory, "--ipc-term-length", "16m"],
+    driver = subprocess.Popen([sys.executable, "-m", "logbuf.driver.main", "--dir", directory, "--ipc-term-length", "16m"],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     ctx = mp.get_context("spawn")
     try:
-        from driver.media_driver import wait_for_driver
-        from jetstream.generator import EventGenerator
-        from jetstream.ingest import GeneratorSource, OriginClock, Sequencer, UpstreamSource
+        from logbuf.conduit.cnc import wait_for_driver
+        from logbuf.jetstream.generator import EventGenerator
+        from logbuf.jetstream.ingest import GeneratorSource, OriginClock, Sequencer, UpstreamSource
 
         wait_for_driver(directory, timeout_s=20)
         gen = run_ingest_case(directory, 2001, lambda: GeneratorSource(EventGenerator(3), 0, clock=OriginClock()),

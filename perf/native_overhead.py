@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         args.calls = 200_000
     from logbuf import _native
-    from logbuf.standalone import StreamLog
+    from logbuf.logbuffer.standalone import StreamLog
 
     buf = mmap.mmap(-1, 4096)
     i64, i32 = struct.Struct("=q"), struct.Struct("=i")

@@ -46,9 +46,9 @@ STREAM = 10
 # -- the archive ----------------------------------------------------------------------------------------
 def make_archive(archive_dir: str, target_bytes: int) -> dict[str, Any]:
     """Record ``target_bytes`` of mixed messages through a real driver and recorder; returns its facts."""
-    from archive.catalog import Catalog
-    from client import Aeron, Context
-    from driver.media_driver import wait_for_driver
+    from logbuf.archive.catalog import Catalog
+    from logbuf.client import Aeron, Context
+    from logbuf.conduit.cnc import wait_for_driver
 
     marker = os.path.join(archive_dir, "complete.json")
     if os.path.exists(marker):
@@ -60,12 +60,12 @@ def make_archive(archive_dir: str, target_bytes: int) -> dict[str, Any]:
     shutil.rmtree(archive_dir, ignore_errors=True)
     os.makedirs(archive_dir)
     driver_dir = f"/dev/shm/logbuf-perf-{uuid.uuid4().hex[:8]}"
-    driver = subprocess.Popen([sys.executable, "-m", "driver.main", "--dir", driver_dir, "--ipc-term-length", "16m"],
+    driver = subprocess.Popen([sys.executable, "-m", "logbuf.driver.main", "--dir", driver_dir, "--ipc-term-length", "16m"],
                               stderr=subprocess.DEVNULL)
     recorder: subprocess.Popen[bytes] | None = None
     try:
         wait_for_driver(driver_dir)
-        recorder = subprocess.Popen([sys.executable, "-m", "archive.main", "-d", archive_dir, "record", "--channel",
+        recorder = subprocess.Popen([sys.executable, "-m", "logbuf.archive.main", "-d", archive_dir, "record", "--channel",
                                      "aeron:ipc", "--stream-id", str(STREAM), "--driver-dir", driver_dir],
                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         rng = random.Random(7)
@@ -172,7 +172,7 @@ def numpy_parser(d: Any) -> Any:
 
         import numpy as np
 
-        from archive.spark_frames import RowSpec, arrow_schema, build_batch, parse_chunk, select_rows
+        from logbuf.archive.spark_frames import RowSpec, arrow_schema, build_batch, parse_chunk, select_rows
 
         spec = RowSpec()
         full = arrow_schema(None)
@@ -233,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     archive_dir = args.archive_dir or f"/tmp/logbuf-spark-ingest-{target >> 20}m"
     facts = make_archive(archive_dir, target)
 
-    from archive.catalog import Catalog
+    from logbuf.archive.catalog import Catalog
 
     with Catalog.open(archive_dir) as catalog:
         d = catalog.recordings()[0]
@@ -241,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["PYSPARK_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
 
-    from archive.spark import register
+    from logbuf.archive.spark import register
 
     spark = (SparkSession.builder.master("local[2]").appName("spark-ingest").config("spark.ui.enabled", "false")
              .config("spark.driver.memory", "4g").config("spark.ui.showConsoleProgress", "false").config("spark.sql.shuffle.partitions", "2")

@@ -54,11 +54,11 @@ class Driver:
         self.name = name
         self.dir = f"/dev/shm/logbuf-perf-{name}-{uuid.uuid4().hex[:8]}"
         self.log = tempfile.NamedTemporaryFile(prefix=f"udp-driver-{name}-", suffix=".log", delete=False)
-        self.proc = subprocess.Popen([sys.executable, "-m", "driver.main", "--dir", self.dir, *args],
+        self.proc = subprocess.Popen([sys.executable, "-m", "logbuf.driver.main", "--dir", self.dir, *args],
                                      stdout=self.log, stderr=subprocess.STDOUT, cwd=ROOT)
 
     def wait_started(self) -> None:
-        from driver.media_driver import wait_for_driver
+        from logbuf.conduit.cnc import wait_for_driver
 
         try:
             wait_for_driver(self.dir, timeout_s=20)
@@ -109,7 +109,7 @@ def collect_or_raise(q: Any, keys: int, timeout_s: float) -> dict[str, Any]:
 # -- logbuf throughput children ------------------------------------------------------------------------
 def lb_publisher(directory: str, channel: str, size: int, seconds: float, out: Any) -> None:
     quiet()
-    from client import Aeron, Context
+    from logbuf.client import Aeron, Context
 
     with Aeron.connect(Context(dir=directory)) as aeron:
         pub = aeron.add_publication(channel, STREAM_ID)
@@ -139,7 +139,7 @@ def lb_publisher(directory: str, channel: str, size: int, seconds: float, out: A
 
 def lb_subscriber(directory: str, channel: str, size: int, timeout_s: float, out: Any) -> None:
     quiet()
-    from client import Aeron, Context, FragmentAssembler
+    from logbuf.client import Aeron, Context, FragmentAssembler
 
     with Aeron.connect(Context(dir=directory)) as aeron:
         sub = aeron.add_subscription(channel, STREAM_ID)
@@ -209,7 +209,7 @@ def lb_ponger(directory: str, ping_channel: str, pong_channel: str, count: int, 
     quiet()
     if cpu is not None:
         os.sched_setaffinity(0, {cpu})
-    from client import Aeron, Context
+    from logbuf.client import Aeron, Context
 
     with Aeron.connect(Context(dir=directory)) as aeron:
         sub = aeron.add_subscription(ping_channel, PING_STREAM_ID)
@@ -237,7 +237,7 @@ def lb_latency(a: Driver, b: Driver, count: int, warmup: int, pinned: bool = Fal
     ponger on CPU 0, driver B and the pinger on CPU 1 (each hop then crosses to the other CPU, where
     a yielding process is waiting); unpinned, the scheduler sometimes puts both drivers on one CPU
     and the round trip doubles."""
-    from client import Aeron, Context
+    from logbuf.client import Aeron, Context
 
     ping_channel, pong_channel = udp_channel(free_udp_port()), udp_channel(free_udp_port())
     affinity = os.sched_getaffinity(0)

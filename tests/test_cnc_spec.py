@@ -7,7 +7,7 @@ import pathlib
 import re
 
 SPEC = pathlib.Path(__file__).resolve().parent.parent / "protocol_spec" / "cnc.md"
-ROW = re.compile(r"^\|([^|]+)\|\s*(\d+)\s*\|[^|]*\|[^|]*\|\s*`(\w+)\.(\w+)`\s*\|$")
+ROW = re.compile(r"^\|([^|]+)\|\s*(\d+)\s*\|[^|]*\|[^|]*\|\s*`([\w.]+)\.(\w+)`\s*\|$")
 
 
 def rows() -> list[tuple[str, int, str, str]]:
@@ -28,8 +28,8 @@ def test_every_documented_offset_matches_its_constant() -> None:
 
 
 def test_every_cnc_header_field_is_documented() -> None:
-    from logbuf import cnc_descriptor
+    from logbuf.conduit import cnc_descriptor
 
-    documented = {constant for _, _, module, constant in rows() if module == "cnc_descriptor"}
+    documented = {constant for _, _, module, constant in rows() if module == "conduit.cnc_descriptor"}
     fields = {name for name in vars(cnc_descriptor) if name.endswith("_FIELD_OFFSET")}
     assert fields <= documented, f"undocumented CnC header fields: {sorted(fields - documented)}"

@@ -1,4 +1,4 @@
-"""The main job (`python -m client.demo`): a real driver, publisher and subscriber, and logbuf-stat's view."""
+"""The main job (`python -m logbuf.client.demo`): a real driver, publisher and subscriber, and logbuf-stat's view."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import uuid
 
 import pytest
 
-from client import demo
+from logbuf.client import demo
 
 pytestmark = pytest.mark.slow
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -19,7 +19,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 @pytest.mark.parametrize("mode", [[], ["--batch", "16"]], ids=["offer", "offer_batch"])
 def test_demo_delivers_every_message_in_order_shows_the_stream_and_cleans_up(mode: list[str]) -> None:
     directory = f"/dev/shm/logbuf-test-demo-{uuid.uuid4().hex[:12]}"
-    proc = subprocess.run([sys.executable, "-m", "client.demo", "--seconds", "2", "--dir", directory, *mode],
+    proc = subprocess.run([sys.executable, "-m", "logbuf.client.demo", "--seconds", "2", "--dir", directory, *mode],
                           capture_output=True, text=True, timeout=120, cwd=ROOT)
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 import pytest
 
 from logbuf import _native
-from logbuf import counters_descriptor as cd
-from logbuf import data_header_descriptor as dh
-from logbuf import log_buffer_descriptor as lbd
-from logbuf import standalone
+from logbuf.conduit import counters_descriptor as cd
+from logbuf.logbuffer import data_header_descriptor as dh
+from logbuf.logbuffer import log_buffer_descriptor as lbd
+from logbuf.logbuffer import standalone
 
 SPEC_DIR = pathlib.Path(__file__).resolve().parent.parent / "protocol_spec"
 CONSTANT_CELL = re.compile(r"^`([\w.]+)\.([A-Z][A-Z0-9_]*)`$")
@@ -154,25 +154,25 @@ def test_every_data_header_offset_flag_and_type_is_documented() -> None:
     wanted = names(dh, r".*_OFFSET") | names(dh, r".*_FLAGS?") | {"UNFRAGMENTED"} | names(dh, r"HDR_TYPE_.*")
     wanted |= {"HEADER_LENGTH", "MIN_HEADER_LENGTH", "FRAME_ALIGNMENT", "CURRENT_VERSION", "MAX_MESSAGE_LENGTH"}
     assert {"FRAME_LENGTH_FIELD_OFFSET", "DATA_OFFSET", "BEGIN_FLAG", "HDR_TYPE_PAD"} <= wanted
-    missing = wanted - documented("data-frame.md", "data_header_descriptor")
+    missing = wanted - documented("data-frame.md", "logbuffer.data_header_descriptor")
     assert not missing, f"data-frame.md does not document {sorted(missing)}"
 
 
 def test_every_log_metadata_offset_is_documented() -> None:
     wanted = names(lbd, r".*_OFFSET") | {"PARTITION_COUNT", "LOG_META_DATA_LENGTH", "TERM_MIN_LENGTH", "TERM_MAX_LENGTH"}
     assert len(wanted) >= 35
-    missing = wanted - documented("log-buffer.md", "log_buffer_descriptor")
+    missing = wanted - documented("log-buffer.md", "logbuffer.log_buffer_descriptor")
     assert not missing, f"log-buffer.md does not document {sorted(missing)}"
 
 
 def test_every_counters_offset_state_and_type_id_is_documented() -> None:
     wanted = names(cd, r".*_OFFSET") | names(cd, r".*_TYPE_ID") | names(cd, r"RECORD_(UNUSED|ALLOCATED|RECLAIMED)")
     wanted |= {"COUNTER_LENGTH", "METADATA_LENGTH"}
-    missing = wanted - documented("counters.md", "counters_descriptor")
+    missing = wanted - documented("counters.md", "conduit.counters_descriptor")
     assert not missing, f"counters.md does not document {sorted(missing)}"
     standalone_ids = names(standalone, r".*_COUNTER_ID")
     assert len(standalone_ids) == 3
-    missing = standalone_ids - documented("counters.md", "standalone")
+    missing = standalone_ids - documented("counters.md", "logbuffer.standalone")
     assert not missing, f"counters.md does not document {sorted(missing)}"
 
 
@@ -213,7 +213,7 @@ def test_native_core_constants_agree_with_the_descriptors() -> None:
 GOOD = """
 | Field | Offset | Size | Type | Constant | Description |
 |---|---|---|---|---|---|
-| term id | 20 | 4 | int32 | `data_header_descriptor.TERM_ID_FIELD_OFFSET` | ok |
+| term id | 20 | 4 | int32 | `logbuffer.data_header_descriptor.TERM_ID_FIELD_OFFSET` | ok |
 | raw tail 1 | 8 | 8 | int64 |  | no constant: not checked |
 """
 
@@ -225,10 +225,10 @@ def test_checker_accepts_a_correct_table() -> None:
 
 
 def test_checker_reports_a_wrong_offset_and_an_unknown_constant() -> None:
-    bad = GOOD.replace("| 20 |", "| 24 |") + "| ghost | 0x10 | 4 | int32 | `data_header_descriptor.NO_SUCH_OFFSET` | |\n"
+    bad = GOOD.replace("| 20 |", "| 24 |") + "| ghost | 0x10 | 4 | int32 | `logbuffer.data_header_descriptor.NO_SUCH_OFFSET` | |\n"
     problems = mismatches(parse_tables(bad, "bad.md"))
     assert len(problems) == 2
-    assert "spec says 24, logbuf.data_header_descriptor.TERM_ID_FIELD_OFFSET = 20" in problems[0]
+    assert "spec says 24, logbuf.logbuffer.data_header_descriptor.TERM_ID_FIELD_OFFSET = 20" in problems[0]
     assert "has no NO_SUCH_OFFSET" in problems[1]
 
 
@@ -236,8 +236,8 @@ def test_checker_reports_a_wrong_offset_and_an_unknown_constant() -> None:
     "row",
     [
         "| term id | 20 | 4 | int32 | TERM_ID_FIELD_OFFSET | no backticks, no module |",
-        "| term id | twenty | 4 | int32 | `data_header_descriptor.TERM_ID_FIELD_OFFSET` | not a number |",
-        "| term id | 20 | 4 | `data_header_descriptor.TERM_ID_FIELD_OFFSET` | too few cells |",
+        "| term id | twenty | 4 | int32 | `logbuffer.data_header_descriptor.TERM_ID_FIELD_OFFSET` | not a number |",
+        "| term id | 20 | 4 | `logbuffer.data_header_descriptor.TERM_ID_FIELD_OFFSET` | too few cells |",
     ],
 )
 def test_checker_rejects_rows_it_cannot_read(row: str) -> None:

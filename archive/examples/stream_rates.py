@@ -40,7 +40,7 @@ def stream_rates(spark: "SparkSession", archive_dir: str, *, stream_ids: str = "
     """(per stream and second: messages and bytes; how many messages had no timestamp)."""
     from pyspark.sql import functions as F
 
-    from archive.spark import register
+    from logbuf.archive.spark import register
 
     register(spark)
     reader = (spark.read.format("logbuf").option("timestampFrom", "reserved_value")

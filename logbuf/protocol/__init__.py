@@ -7,7 +7,7 @@ Decoders raise :class:`MalformedFrameError` naming what is wrong; the datagram d
 
 Modules: :mod:`~logbuf.protocol.frame_header` (the common 8-byte header and the type codes),
 :mod:`~logbuf.protocol.data` (DATA, PAD, heartbeat; the header layout itself lives in
-:mod:`logbuf.data_header_descriptor`), :mod:`~logbuf.protocol.setup`,
+:mod:`logbuf.logbuffer.data_header_descriptor`), :mod:`~logbuf.protocol.setup`,
 :mod:`~logbuf.protocol.status` (status messages), :mod:`~logbuf.protocol.nak`,
 :mod:`~logbuf.protocol.rttm`, :mod:`~logbuf.protocol.error_frame`,
 :mod:`~logbuf.protocol.resolution`, :mod:`~logbuf.protocol.response_setup`,
@@ -16,13 +16,13 @@ Modules: :mod:`~logbuf.protocol.frame_header` (the common 8-byte header and the 
 
 from __future__ import annotations
 
-from logbuf.data_header_descriptor import FrameError
+from logbuf.logbuffer.data_header_descriptor import FrameError
 
 
 class MalformedFrameError(FrameError):
     """Bytes that do not decode as a frame; ``reason`` says why, naming the field and value.
 
-    A ``ValueError`` (through :class:`logbuf.data_header_descriptor.FrameError`). Raised by the
+    A ``ValueError`` (through :class:`logbuf.logbuffer.data_header_descriptor.FrameError`). Raised by the
     per-frame ``decode`` functions and by ``decode_datagram(..., strict=True)``; the receiver
     path uses :func:`logbuf.protocol.codec.classify` instead and never sees it.
     """

@@ -1,6 +1,6 @@
 """DATA, PAD and heartbeat frames as they travel in datagrams (types 0x01 and 0x00).
 
-The 32-byte header layout is :mod:`logbuf.data_header_descriptor` (the log stores frames
+The 32-byte header layout is :mod:`logbuf.logbuffer.data_header_descriptor` (the log stores frames
 exactly as they are sent); this module adds the wire view: a frozen dataclass per kind of
 frame, and the rules for a datagram of them.
 
@@ -42,7 +42,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final, TypeAlias
 
-from logbuf import data_header_descriptor as dh
+from logbuf.logbuffer import data_header_descriptor as dh
 from logbuf.protocol import MalformedFrameError
 from logbuf.protocol.frame_header import Buffer, WritableBuffer, check_common_header, check_frame_length, pack_into
 

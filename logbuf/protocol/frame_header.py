@@ -13,7 +13,7 @@
 
 ``frame_length`` (int32) is the frame's unaligned length; ``version`` is 0; the meaning of
 ``flags`` depends on ``type`` (uint16). All little-endian. The offsets are the ones of
-:mod:`logbuf.data_header_descriptor`, re-exported here so control-frame modules need one import.
+:mod:`logbuf.logbuffer.data_header_descriptor`, re-exported here so control-frame modules need one import.
 
 The two ``check_*`` helpers run the checks every decoder shares, in a fixed order so that a
 given bad buffer always gets the same reason: enough bytes for the common header, version,
@@ -26,7 +26,7 @@ from __future__ import annotations
 import struct
 from typing import Final, TypeAlias
 
-from logbuf import data_header_descriptor as dh
+from logbuf.logbuffer import data_header_descriptor as dh
 from logbuf.protocol import MalformedFrameError
 
 Buffer: TypeAlias = bytes | bytearray | memoryview

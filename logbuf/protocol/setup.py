@@ -39,8 +39,8 @@ import struct
 from dataclasses import dataclass
 from typing import Final
 
-from logbuf import data_header_descriptor as dh
-from logbuf import log_buffer_descriptor as lbd
+from logbuf.logbuffer import data_header_descriptor as dh
+from logbuf.logbuffer import log_buffer_descriptor as lbd
 from logbuf.protocol import MalformedFrameError
 from logbuf.protocol.frame_header import (
     COMMON_HEADER_LENGTH,

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from client import Publication
-from logbuf.publication import OfferResult
+from logbuf.client import Publication
+from logbuf.logbuffer.publication import OfferResult
 from tests.driver.conftest import DriverProcess, unique_dir
 
 ARCHIVE_DRIVER_ARGS = ["--ipc-term-length", "64k", "--driver-timeout", "2s", "--client-liveness-timeout", "2s",
@@ -63,7 +63,7 @@ class RecorderProcess:
         os.makedirs(self.archive_dir, exist_ok=True)
         with open(self.log_path, "ab") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "archive.main", "-d", self.archive_dir, "record", "--channel", self.channel,
+                [sys.executable, "-m", "logbuf.archive.main", "-d", self.archive_dir, "record", "--channel", self.channel,
                  "--stream-id", str(self.stream_id), "--driver-dir", self.driver_dir, "--segment-length", "128k",
                  *self.extra],
                 stdout=out, stderr=subprocess.STDOUT,

@@ -16,14 +16,14 @@ from typing import Any
 
 import pytest
 
-from archive.catalog import Catalog, RecordingDescriptor, RecordingState
-from archive.replay import Replay, ReplayError
-from archive.segments import segment_base_position, segment_file_name, segment_files
-from archive.verify import verify_recording
-from client import Aeron, Context, FragmentAssembler
-from logbuf import data_header_descriptor as dh
+from logbuf.archive.catalog import Catalog, RecordingDescriptor, RecordingState
+from logbuf.archive.replay import Replay, ReplayError
+from logbuf.archive.segments import segment_base_position, segment_file_name, segment_files
+from logbuf.archive.verify import verify_recording
+from logbuf.client import Aeron, Context, FragmentAssembler
+from logbuf.logbuffer import data_header_descriptor as dh
 from tests.archive.conftest import ARCHIVE_DRIVER_ARGS, RecorderProcess, await_, publish
-from driver.media_driver import wait_for_driver
+from logbuf.conduit.cnc import wait_for_driver
 from tests.driver.conftest import DriverProcess, unique_dir
 
 pytestmark = pytest.mark.slow
@@ -203,7 +203,7 @@ def test_replay_follows_a_recording_that_is_still_active(recorder: RecorderProce
 
 # -- CLI ------------------------------------------------------------------------------------------------------
 def run_cli(archive_dir: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "archive.main", "-d", archive_dir, "--log-level", "warning", *args],
+    return subprocess.run([sys.executable, "-m", "logbuf.archive.main", "-d", archive_dir, "--log-level", "warning", *args],
                           capture_output=True, text=True, timeout=60)
 
 
@@ -377,7 +377,7 @@ def test_a_udp_image_is_recorded_and_replays_identically(
 def restart_driver(directory: str, args: list[str]) -> DriverProcess:
     """A new driver taking over ``directory`` (its predecessor's heartbeat is stale by now)."""
     driver = DriverProcess(directory, args)
-    driver.proc = subprocess.Popen([sys.executable, "-m", "driver.main", "--dir", directory, *args],
+    driver.proc = subprocess.Popen([sys.executable, "-m", "logbuf.driver.main", "--dir", directory, *args],
                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     wait_for_driver(directory, timeout_s=20, heartbeat_timeout_ms=300)  # the new one's heartbeat, not the old
     return driver
@@ -425,7 +425,7 @@ def test_cli_replay_serves_a_subscriber(recorded: tuple[RecordingDescriptor, Pub
     got: list[bytes] = []
     assembler = FragmentAssembler(lambda buf, h: got.append(bytes(buf)))
     with aeron.add_subscription("aeron:ipc", 90) as sub:
-        proc = subprocess.Popen([sys.executable, "-m", "archive.main", "-d", recorder.archive_dir, "--log-level",
+        proc = subprocess.Popen([sys.executable, "-m", "logbuf.archive.main", "-d", recorder.archive_dir, "--log-level",
                                  "warning", "replay", str(d.recording_id), "--stream-id", "90", "--driver-dir",
                                  archive_driver.dir, "--position", str(published.end_positions[1499])],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -446,7 +446,7 @@ def test_a_recording_that_cannot_write_stops_interrupted_and_no_longer_holds_the
     # The recorder with a 256 KiB file-size limit (SIGXFSZ ignored: writes fail with EFBIG instead).
     launcher = ("import resource, runpy, signal, sys; signal.signal(signal.SIGXFSZ, signal.SIG_IGN); "
                 "resource.setrlimit(resource.RLIMIT_FSIZE, (256 * 1024, 256 * 1024)); "
-                "sys.argv = ['logbuf-archive', *sys.argv[1:]]; runpy.run_module('archive.main', run_name='__main__')")
+                "sys.argv = ['logbuf-archive', *sys.argv[1:]]; runpy.run_module('logbuf.archive.main', run_name='__main__')")
     r = RecorderProcess(archive, archive_driver.dir, "aeron:ipc", 15)
     with open(r.log_path, "ab") as out:
         r.proc = subprocess.Popen(

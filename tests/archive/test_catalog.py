@@ -11,11 +11,11 @@ import time
 
 import pytest
 
-from archive import catalog_descriptor as cat
-from archive.catalog import Catalog, CatalogError, RecordingState, UnknownRecordingError
-from archive.segments import SegmentReader, check_segment_length, segment_base_position, segment_file_name, segment_files
-from archive.verify import scan_valid_prefix, verify_recording
-from logbuf import data_header_descriptor as dh
+from logbuf.archive import catalog_descriptor as cat
+from logbuf.archive.catalog import Catalog, CatalogError, RecordingState, UnknownRecordingError
+from logbuf.archive.segments import SegmentReader, check_segment_length, segment_base_position, segment_file_name, segment_files
+from logbuf.archive.verify import scan_valid_prefix, verify_recording
+from logbuf.logbuffer import data_header_descriptor as dh
 from tests.test_protocol_spec import tables
 
 TERM = 64 * 1024

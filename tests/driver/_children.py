@@ -7,7 +7,7 @@ import struct
 import sys
 import time
 
-from client import Aeron, Context, FragmentAssembler, OfferResult
+from logbuf.client import Aeron, Context, FragmentAssembler, OfferResult
 from logbuf.logging_config import configure_logging
 
 SEQ = struct.Struct("<q")

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from driver.media_driver import wait_for_driver
-from logbuf.cnc import CncFile
-from logbuf.error_log import read_error_log
+from logbuf.conduit.cnc import wait_for_driver
+from logbuf.conduit.cnc import CncFile
+from logbuf.conduit.error_log import read_error_log
 
 
 @dataclass
@@ -29,7 +29,7 @@ class DriverProcess:
 
     def start(self, timeout_s: float = 20.0) -> "DriverProcess":
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "driver.main", "--dir", self.dir, *self.args],
+            [sys.executable, "-m", "logbuf.driver.main", "--dir", self.dir, *self.args],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         )
         try:
@@ -68,7 +68,7 @@ class DriverProcess:
 
     def stat_json(self) -> dict:  # type: ignore[type-arg]
         out = subprocess.run(
-            [sys.executable, "-m", "client.stat", "--dir", self.dir, "--once", "--json"],
+            [sys.executable, "-m", "logbuf.client.stat", "--dir", self.dir, "--once", "--json"],
             capture_output=True, timeout=30, check=True,
         ).stdout
         return json.loads(out)  # type: ignore[no-any-return]

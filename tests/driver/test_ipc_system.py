@@ -11,10 +11,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from client import Aeron, Context, DriverTimeoutError, OfferResult, RegistrationError
-from logbuf.cnc import CncFile
-from logbuf.command_descriptor import ErrorCode
-from logbuf.ring_buffer import ManyToOneRingBuffer
+from logbuf.client import Aeron, Context, DriverTimeoutError, OfferResult, RegistrationError
+from logbuf.conduit.cnc import CncFile
+from logbuf.conduit.command_descriptor import ErrorCode
+from logbuf.conduit.ring_buffer import ManyToOneRingBuffer
 
 from tests.driver.conftest import DriverProcess, unique_dir
 
@@ -155,7 +155,7 @@ def test_bad_channels_are_rejected_with_registration_errors(aeron: Aeron, media_
     with pytest.raises(RegistrationError, match="UNKNOWN_PUBLICATION"):
         aeron._conductor._await(  # remove a publication the driver never heard of
             corr := aeron._conductor.to_driver.next_correlation_id(), 0x02,
-            __import__("logbuf.command_descriptor", fromlist=["x"]).RemoveCommand(aeron.client_id, corr, 424242).encode(),
+            __import__("logbuf.conduit.command_descriptor", fromlist=["x"]).RemoveCommand(aeron.client_id, corr, 424242).encode(),
         )
     # The driver keeps serving.
     pub = aeron.add_publication("aeron:ipc", 11)
@@ -231,7 +231,7 @@ def test_killed_driver_raises_driver_timeout_and_a_new_driver_takes_over() -> No
         # a live driver in the same directory is refused; the stale one is taken over
         second = DriverProcess(directory, ["--driver-timeout", "2s", "--ipc-term-length", "1m"]).start()
         try:
-            third = subprocess.run([sys.executable, "-m", "driver.main", "--dir", directory],
+            third = subprocess.run([sys.executable, "-m", "logbuf.driver.main", "--dir", directory],
                                    capture_output=True, text=True, timeout=30)
             assert third.returncode != 0
             assert "active media driver" in third.stderr + third.stdout
@@ -267,7 +267,7 @@ def test_a_publisher_killed_mid_claim_is_unblocked_and_the_stream_goes_on(media_
     program = (
         "import sys, time\n"
         "from client import Aeron, Context\n"
-        "from logbuf.publication import BufferClaim\n"
+        "from logbuf.logbuffer.publication import BufferClaim\n"
         f"aeron = Aeron.connect(Context(dir={media_driver.dir!r}))\n"
         "pub = aeron.add_publication('aeron:ipc', 9)\n"
         "while not pub.is_connected: time.sleep(0.001)\n"

@@ -11,9 +11,9 @@ import sys
 import time
 import urllib.request
 
-from client import Aeron, Context, OfferResult
-from client.stat import StatReader
-from logbuf import data_header_descriptor as dh
+from logbuf.client import Aeron, Context, OfferResult
+from logbuf.client.stat import StatReader
+from logbuf.logbuffer import data_header_descriptor as dh
 
 from tests.driver.conftest import DriverProcess, unique_dir
 
@@ -21,7 +21,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def _stat(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "client.stat", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "logbuf.client.stat", *args], capture_output=True, text=True,
                           timeout=timeout, cwd=ROOT)
 
 
@@ -89,7 +89,7 @@ def test_once_json_prometheus_and_live_view(media_driver: DriverProcess) -> None
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
-        server = subprocess.Popen([sys.executable, "-m", "client.stat", "--dir", media_driver.dir, "--json",
+        server = subprocess.Popen([sys.executable, "-m", "logbuf.client.stat", "--dir", media_driver.dir, "--json",
                                    "--prometheus", str(port), "--duration", "20"], cwd=ROOT,
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from client import Aeron, Context, FragmentAssembler, OfferResult
+from logbuf.client import Aeron, Context, FragmentAssembler, OfferResult
 from logbuf.protocol import DataFrame, SetupFrame, StatusMessageFrame, encode_datagram
 from logbuf.protocol import rttm as rttm_codec
 
@@ -48,7 +48,7 @@ def drivers(request: pytest.FixtureRequest) -> Iterator[tuple[DriverProcess, Dri
 
 
 def counters(driver: DriverProcess) -> dict[str, int]:
-    out = subprocess.run([sys.executable, "-m", "client.stat", "--dir", driver.dir, "--once", "--json", "--interval",
+    out = subprocess.run([sys.executable, "-m", "logbuf.client.stat", "--dir", driver.dir, "--once", "--json", "--interval",
                           "0.05"], capture_output=True, timeout=30, check=True).stdout
     return {c["label"]: c["value"] for c in json.loads(out)["counters"] if c["type_id"] == 0}
 
@@ -109,12 +109,12 @@ def test_messages_cross_to_two_subscribers_and_a_spy_in_order(drivers: tuple[Dri
         assert subs[0].images[0].source_identity.startswith("127.0.0.1:")
         got = stream(pub, [*subs, spy], 20_000, 90)
         assert got == [list(range(20_000))] * 3
-        seen = json.loads(subprocess.run([sys.executable, "-m", "client.stat", "--dir", b.dir, "--once", "--json",
+        seen = json.loads(subprocess.run([sys.executable, "-m", "logbuf.client.stat", "--dir", b.dir, "--once", "--json",
                                           "--interval", "0.05"], capture_output=True, timeout=30, check=True).stdout)
         [image] = [s for s in seen["streams"] if s["stream_id"] == 10]
         assert image["kind"] == "image" and len(image["subscribers"]) == 2
         assert image["receiver_hwm"] == image["publisher_position"] == subs[0].images[0].position
-        seen = json.loads(subprocess.run([sys.executable, "-m", "client.stat", "--dir", a.dir, "--once", "--json",
+        seen = json.loads(subprocess.run([sys.executable, "-m", "logbuf.client.stat", "--dir", a.dir, "--once", "--json",
                                           "--interval", "0.05"], capture_output=True, timeout=30, check=True).stdout)
         [publication] = [s for s in seen["streams"] if s["stream_id"] == 10]
         assert publication["sender_position"] == publication["publisher_position"] == pub.position

@@ -14,20 +14,20 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from client import FragmentAssembler
+from logbuf.client import FragmentAssembler
 from logbuf import _native
-from logbuf import counters_descriptor as cd
-from logbuf.counters import CountersManager
-from logbuf.image import Image
-from logbuf.log_buffer import LogBuffers
+from logbuf.conduit import counters_descriptor as cd
+from logbuf.conduit.counters import CountersManager
+from logbuf.logbuffer.image import Image
+from logbuf.logbuffer.log_buffer import LogBuffers
 from logbuf.protocol import nak as nak_codec
 from logbuf.protocol import setup as setup_codec
 from logbuf.protocol import status as status_codec
-from logbuf.publication import Publication
+from logbuf.logbuffer.publication import Publication
 
-from driver.network_publication import NetworkPublication
-from driver.publication_image import PublicationImage
-from driver.system_counters import SystemCounterId, SystemCounters
+from logbuf.driver.network_publication import NetworkPublication
+from logbuf.driver.publication_image import PublicationImage
+from logbuf.driver.system_counters import SystemCounterId, SystemCounters
 
 TERM = 64 * 1024
 MTU = 1408

@@ -30,8 +30,8 @@ from typing import Any
 from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.http11 import Request, Response
 
-from client import Aeron, Context, FragmentAssembler
-from jetstream.generator import EventGenerator
+from logbuf.client import Aeron, Context, FragmentAssembler
+from logbuf.jetstream.generator import EventGenerator
 
 from tests.driver.conftest import DriverProcess, unique_dir
 
@@ -275,11 +275,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 class RelayProcess:
-    """``python -m jetstream.main ARGS`` with its JSON log lines (stderr) collected on a thread."""
+    """``python -m logbuf.jetstream.main ARGS`` with its JSON log lines (stderr) collected on a thread."""
 
     def __init__(self, args: list[str]) -> None:
         self.args = args
-        self.proc = subprocess.Popen([sys.executable, "-m", "jetstream.main", *args], cwd=ROOT,
+        self.proc = subprocess.Popen([sys.executable, "-m", "logbuf.jetstream.main", *args], cwd=ROOT,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         self.lines: list[str] = []
         self.log: list[dict[str, Any]] = []

@@ -18,10 +18,10 @@ from urllib.parse import urlencode
 import pytest
 from websockets.sync.client import ClientConnection, connect
 
-from jetstream import BUNDLED_ZSTD_DICTIONARY
-from jetstream.events import EventMeta, parse_event
-from jetstream.generator import EventGenerator
-from jetstream.server import RelayConfig, RelayServer
+from logbuf.jetstream import BUNDLED_ZSTD_DICTIONARY
+from logbuf.jetstream.events import EventMeta, parse_event
+from logbuf.jetstream.generator import EventGenerator
+from logbuf.jetstream.server import RelayConfig, RelayServer
 
 T = TypeVar("T")
 

@@ -18,14 +18,14 @@ from typing import Any
 
 import pytest
 
-from archive.catalog import Catalog
-from archive.recorder import Recorder, RecorderContext
-from client import Aeron, Context
-from jetstream.backfill import (
+from logbuf.archive.catalog import Catalog
+from logbuf.archive.recorder import Recorder, RecorderContext
+from logbuf.client import Aeron, Context
+from logbuf.jetstream.backfill import (
     BackfillResult, _messages_frames, backfill, matching_recordings, newest_recorded_time_us, recorded_events,
 )
-from jetstream.events import EventMeta, parse_event
-from jetstream.generator import EventGenerator
+from logbuf.jetstream.events import EventMeta, parse_event
+from logbuf.jetstream.generator import EventGenerator
 
 from tests.archive.conftest import publish
 from tests.jetstream._ingest_support import (

@@ -1,4 +1,4 @@
-"""``logbuf-jetstream`` (``python -m jetstream.main``) as a user runs it: real processes, a real
+"""``logbuf-jetstream`` (``python -m logbuf.jetstream.main``) as a user runs it: real processes, a real
 media driver, real websocket clients."""
 
 from __future__ import annotations
@@ -10,15 +10,15 @@ import sys
 
 import pytest
 
-from jetstream import BUNDLED_ZSTD_DICTIONARY
-from jetstream.events import parse_event
-from jetstream.main import main
+from logbuf.jetstream import BUNDLED_ZSTD_DICTIONARY
+from logbuf.jetstream.events import parse_event
+from logbuf.jetstream.main import main
 
 from tests.jetstream._ingest_support import ROOT, RelayProcess, StreamReader, driver_process, unique_driver_dir
 
 
 def run_cli(*args: str, timeout_s: float = 30.0) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "jetstream.main", *args], cwd=ROOT, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "logbuf.jetstream.main", *args], cwd=ROOT, capture_output=True,
                           text=True, timeout=timeout_s)
 
 
@@ -103,8 +103,8 @@ def test_embedded_driver_directory_is_removed_at_exit() -> None:
 
 
 def test_record_option_records_the_event_stream_into_an_archive(tmp_path: object) -> None:
-    from archive.catalog import Catalog
-    from archive.verify import verify_recording
+    from logbuf.archive.catalog import Catalog
+    from logbuf.archive.verify import verify_recording
 
     archive_dir = os.path.join(str(tmp_path), "archive")
     with driver_process() as driver:

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from jetstream.events import EventMeta, parse_event
-from jetstream.generator import EventGenerator
+from logbuf.jetstream.events import EventMeta, parse_event
+from logbuf.jetstream.generator import EventGenerator
 
 DID = "did:plc:abcdefghijklmnopqrstuvwx"
 # The examples of the facts file (§3), as one line each.

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from jetstream.generator import COLLECTIONS, EventGenerator, iso_time, tid
+from logbuf.jetstream.generator import COLLECTIONS, EventGenerator, iso_time, tid
 
 T0 = 1_725_911_162_329_308
 DID_PLC = re.compile(r"^did:plc:[a-z2-7]{24}$")

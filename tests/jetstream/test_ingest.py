@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from client import Aeron, Context
-from jetstream.generator import EventGenerator
-from jetstream.ingest import (
+from logbuf.client import Aeron, Context
+from logbuf.jetstream.generator import EventGenerator
+from logbuf.jetstream.ingest import (
     GeneratorSource,
     Ingest,
     IngestStats,

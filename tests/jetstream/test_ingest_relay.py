@@ -7,7 +7,7 @@ import asyncio
 import os
 import time
 
-from jetstream.events import parse_event
+from logbuf.jetstream.events import parse_event
 
 from tests.jetstream._ingest_support import RelayProcess, TcpProxy, await_condition, read_events, unique_driver_dir
 

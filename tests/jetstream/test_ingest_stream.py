@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 import time
 
-from client import Aeron, Context, OfferResult
-from jetstream.events import EventMeta
-from jetstream.generator import EventGenerator
-from jetstream.ingest import GeneratorSource, Ingest, OriginClock
-from jetstream.stream import EventStreamAdapter
+from logbuf.client import Aeron, Context, OfferResult
+from logbuf.jetstream.events import EventMeta
+from logbuf.jetstream.generator import EventGenerator
+from logbuf.jetstream.ingest import GeneratorSource, Ingest, OriginClock
+from logbuf.jetstream.stream import EventStreamAdapter
 
 from tests.jetstream._ingest_support import await_condition, driver_process, time_us_of
 

@@ -25,8 +25,8 @@ import pytest
 from websockets.asyncio.client import connect as async_connect
 from websockets.frames import Close, Frame, Opcode
 
-from jetstream.events import parse_event
-from jetstream.generator import EventGenerator
+from logbuf.jetstream.events import parse_event
+from logbuf.jetstream.generator import EventGenerator
 from tests.jetstream._relay_support import (
     BASE_US,
     DICTIONARY_PATH,

@@ -14,7 +14,7 @@ import pytest
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import ClientConnection
 
-from jetstream.filters import MAX_CLIENT_MESSAGE_LENGTH, MAX_WANTED_COLLECTIONS, MAX_WANTED_DIDS
+from logbuf.jetstream.filters import MAX_CLIENT_MESSAGE_LENGTH, MAX_WANTED_COLLECTIONS, MAX_WANTED_DIDS
 from tests.jetstream._relay_support import (
     BASE_US,
     RelayHandle,
@@ -219,7 +219,7 @@ def test_non_increasing_time_us_is_counted_and_dropped(tmp_path: Path) -> None:
     ({"zstd_dictionary": "/nonexistent/dict"}, "zstd_dictionary='/nonexistent/dict'"),
 ])
 def test_config_errors_name_the_setting(tmp_path: Path, overrides: dict[str, Any], text: str) -> None:
-    from jetstream.server import RelayConfig, RelayServer
+    from logbuf.jetstream.server import RelayConfig, RelayServer
     from logbuf.errors import ConfigurationError
 
     settings: dict[str, Any] = {"data_dir": str(tmp_path), "port": 0, **overrides}
@@ -228,7 +228,7 @@ def test_config_errors_name_the_setting(tmp_path: Path, overrides: dict[str, Any
 
 
 def test_a_failing_duty_stops_the_relay_but_clients_still_get_1001(tmp_path: Path) -> None:
-    from jetstream.server import RelayConfig, RelayServer
+    from logbuf.jetstream.server import RelayConfig, RelayServer
 
     server = RelayServer(RelayConfig(data_dir=str(tmp_path), port=0))
     broken = [False]

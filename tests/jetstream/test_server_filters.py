@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from websockets.exceptions import ConnectionClosed
 
-from jetstream.filters import MAX_WANTED_COLLECTIONS, MAX_WANTED_DIDS
+from logbuf.jetstream.filters import MAX_WANTED_COLLECTIONS, MAX_WANTED_DIDS
 from tests.jetstream._relay_support import (
     BASE_US,
     DID_A,

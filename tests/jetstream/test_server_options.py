@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from jetstream.filters import (
+from logbuf.jetstream.filters import (
     MAX_WANTED_COLLECTIONS,
     MAX_WANTED_DIDS,
     CollectionFilter,

@@ -11,7 +11,7 @@ import pytest
 import zstandard
 from websockets.frames import Frame, Opcode
 
-from jetstream.store import FRAMES_FILE, PLAIN, PUNCH_ALIGN, ZSTD, FrameStore, ws_frame_header
+from logbuf.jetstream.store import FRAMES_FILE, PLAIN, PUNCH_ALIGN, ZSTD, FrameStore, ws_frame_header
 from tests.jetstream._relay_support import BASE_US, make_events, need_dictionary
 
 DID_A = "did:plc:aaaaaaaaaaaaaaaaaaaaaaaa"

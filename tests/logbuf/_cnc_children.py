@@ -13,10 +13,10 @@ import subprocess
 import sys
 import time
 
-from logbuf.broadcast import CopyBroadcastReceiver
-from logbuf.cnc import CncFile
-from logbuf.error_log import DistinctErrorLog
-from logbuf.ring_buffer import ManyToOneRingBuffer
+from logbuf.conduit.broadcast import CopyBroadcastReceiver
+from logbuf.conduit.cnc import CncFile
+from logbuf.conduit.error_log import DistinctErrorLog
+from logbuf.conduit.ring_buffer import ManyToOneRingBuffer
 
 PRODUCER_MSG = struct.Struct("<ii")
 """producer id, sequence number; followed by (sequence % 23) filler bytes so record lengths vary."""

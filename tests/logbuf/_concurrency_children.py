@@ -30,10 +30,10 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from logbuf.fragment_assembler import FragmentAssembler
-from logbuf.image import Header
-from logbuf.publication import OfferResult
-from logbuf.standalone import StreamLog
+from logbuf.logbuffer.fragment_assembler import FragmentAssembler
+from logbuf.logbuffer.image import Header
+from logbuf.logbuffer.publication import OfferResult
+from logbuf.logbuffer.standalone import StreamLog
 
 MTU_LENGTH = 1408
 MAX_MESSAGE_SIZE = 3 * MTU_LENGTH

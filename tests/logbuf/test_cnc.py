@@ -11,9 +11,9 @@ from collections.abc import Iterator
 import pytest
 
 from logbuf import _native
-from logbuf import cnc_descriptor as cnd
-from logbuf.broadcast import BroadcastTransmitter, CopyBroadcastReceiver
-from logbuf.cnc import (
+from logbuf.conduit import cnc_descriptor as cnd
+from logbuf.conduit.broadcast import BroadcastTransmitter, CopyBroadcastReceiver
+from logbuf.conduit.cnc import (
     CncError,
     CncFile,
     CncNotReadyError,
@@ -22,8 +22,8 @@ from logbuf.cnc import (
     cnc_path,
     is_driver_active,
 )
-from logbuf.error_log import DistinctErrorLog, read_error_log
-from logbuf.ring_buffer import ManyToOneRingBuffer
+from logbuf.conduit.error_log import DistinctErrorLog, read_error_log
+from logbuf.conduit.ring_buffer import ManyToOneRingBuffer
 
 from tests.logbuf._cnc_children import result_of, spawn
 

@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
-from logbuf.publication import OfferResult
-from logbuf.standalone import LIVENESS_CHECK_INTERVAL_S, StreamLog
+from logbuf.logbuffer.publication import OfferResult
+from logbuf.logbuffer.standalone import LIVENESS_CHECK_INTERVAL_S, StreamLog
 from tests.logbuf import _concurrency_children as children
 
 TERM_LENGTH = 64 * 1024

@@ -9,8 +9,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from logbuf import error_log_descriptor as ed
-from logbuf.error_log import DistinctErrorLog, ErrorObservation, error_text, read_error_log
+from logbuf.conduit import error_log_descriptor as ed
+from logbuf.conduit.error_log import DistinctErrorLog, ErrorObservation, error_text, read_error_log
 
 from tests.logbuf._cnc_children import spawn
 

@@ -23,16 +23,16 @@ from typing import Any
 import pytest
 
 from logbuf import _native
-from logbuf import command_descriptor as cmd
-from logbuf import data_header_descriptor as dh
-from logbuf import log_buffer_descriptor as lbd
+from logbuf.conduit import command_descriptor as cmd
+from logbuf.logbuffer import data_header_descriptor as dh
+from logbuf.logbuffer import log_buffer_descriptor as lbd
 from logbuf.errors import ConfigurationError, LogbufError
-from logbuf.fragment_assembler import ControlledFragmentAssembler, FragmentAssembler
-from logbuf.image import ControlledPollAction, Header, Image
-from logbuf.log_buffer import LogBuffers, LogParams
-from logbuf.publication import BufferClaim, OfferResult, Publication
+from logbuf.logbuffer.fragment_assembler import ControlledFragmentAssembler, FragmentAssembler
+from logbuf.logbuffer.image import ControlledPollAction, Header, Image
+from logbuf.logbuffer.log_buffer import LogBuffers, LogParams
+from logbuf.logbuffer.publication import BufferClaim, OfferResult, Publication
 from logbuf.shm import Segment, ShmError
-from logbuf.standalone import StreamLog
+from logbuf.logbuffer.standalone import StreamLog
 
 TERM_LENGTH = 64 * 1024
 MTU_LENGTH = 1408

@@ -31,12 +31,12 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from logbuf import _native
-from logbuf import data_header_descriptor as dh
-from logbuf import log_buffer_descriptor as lbd
-from logbuf.fragment_assembler import FragmentAssembler
-from logbuf.image import Header, Image
-from logbuf.publication import BufferClaim, OfferResult
-from logbuf.standalone import StreamLog
+from logbuf.logbuffer import data_header_descriptor as dh
+from logbuf.logbuffer import log_buffer_descriptor as lbd
+from logbuf.logbuffer.fragment_assembler import FragmentAssembler
+from logbuf.logbuffer.image import Header, Image
+from logbuf.logbuffer.publication import BufferClaim, OfferResult
+from logbuf.logbuffer.standalone import StreamLog
 
 TERM_LENGTH = 64 * 1024
 MAX_MESSAGE_LENGTH = dh.compute_max_message_length(TERM_LENGTH)  # 8 KiB

@@ -9,8 +9,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from logbuf import ring_buffer_descriptor as rd
-from logbuf.ring_buffer import ManyToOneRingBuffer
+from logbuf.conduit import ring_buffer_descriptor as rd
+from logbuf.conduit.ring_buffer import ManyToOneRingBuffer
 
 from tests.logbuf._cnc_children import PRODUCER_MSG, PRODUCER_MSG_TYPE_ID, result_of, spawn
 

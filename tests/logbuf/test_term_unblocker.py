@@ -1,4 +1,4 @@
-"""Unblocking a log after a publisher died between claim and commit (logbuf.term_unblocker)."""
+"""Unblocking a log after a publisher died between claim and commit (logbuf.logbuffer.term_unblocker)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 from logbuf import _native
-from logbuf.fragment_assembler import FragmentAssembler
-from logbuf.publication import BufferClaim
-from logbuf.standalone import StreamLog
-from logbuf.term_unblocker import log_unblock
+from logbuf.logbuffer.fragment_assembler import FragmentAssembler
+from logbuf.logbuffer.publication import BufferClaim
+from logbuf.logbuffer.standalone import StreamLog
+from logbuf.logbuffer.term_unblocker import log_unblock
 
 TERM = 64 * 1024
 

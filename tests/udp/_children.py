@@ -21,7 +21,7 @@ import zlib
 from collections.abc import Callable
 from typing import Any
 
-from client import Aeron, Context, FragmentAssembler, OfferResult
+from logbuf.client import Aeron, Context, FragmentAssembler, OfferResult
 from logbuf.logging_config import configure_logging
 
 HEADER = struct.Struct("<qiI")

@@ -30,12 +30,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from client import Aeron, Context, FragmentAssembler, Image, RegistrationError, Subscription
-from driver.media_driver import wait_for_driver
-from logbuf import counters_descriptor as cd
-from logbuf.cnc import CncFile, is_driver_active
-from logbuf.command_descriptor import ErrorCode
-from logbuf.counters import CountersReader
+from logbuf.client import Aeron, Context, FragmentAssembler, Image, RegistrationError, Subscription
+from logbuf.conduit.cnc import wait_for_driver
+from logbuf.conduit import counters_descriptor as cd
+from logbuf.conduit.cnc import CncFile, is_driver_active
+from logbuf.conduit.command_descriptor import ErrorCode
+from logbuf.conduit.counters import CountersReader
 from logbuf.protocol import classify
 from logbuf.protocol.data import DataFrame, HeartbeatFrame
 from logbuf.protocol.frame_header import HDR_TYPE_NAK, HDR_TYPE_RTTM, HDR_TYPE_SM
@@ -80,7 +80,7 @@ class LoggedDriver(DriverProcess):
     def start(self, timeout_s: float = 20.0, heartbeat_timeout_ms: int = 5_000) -> "LoggedDriver":
         self.log_path = self.log_path or f"{self.dir}.log"
         with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen([sys.executable, "-m", "driver.main", "--dir", self.dir, *self.args],
+            self.proc = subprocess.Popen([sys.executable, "-m", "logbuf.driver.main", "--dir", self.dir, *self.args],
                                          stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
         deadline = time.monotonic() + timeout_s
         while True:

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from archive.catalog import Catalog, RecordingDescriptor
-from client import Aeron, Context, Publication
+from logbuf.archive.catalog import Catalog, RecordingDescriptor
+from logbuf.client import Aeron, Context, Publication
 from tests.archive.conftest import ARCHIVE_DRIVER_ARGS, RecorderProcess, await_
 from tests.archive.conftest import publish as publish_stamped
 from tests.driver.conftest import DriverProcess, unique_dir
@@ -120,7 +120,7 @@ def spark() -> Iterator["SparkSession"]:
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
 
-    from archive.spark import register
+    from logbuf.archive.spark import register
 
     session = (SparkSession.builder.master("local[2]").appName("logbuf-tests")
                .config("spark.ui.enabled", "false")

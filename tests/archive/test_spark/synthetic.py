@@ -10,9 +10,9 @@ import os
 import pathlib
 from dataclasses import dataclass, field
 
-from archive.catalog import RecordingDescriptor, RecordingState
-from archive.segments import segment_base_position, segment_file_name
-from logbuf import data_header_descriptor as dh
+from logbuf.archive.catalog import RecordingDescriptor, RecordingState
+from logbuf.archive.segments import segment_base_position, segment_file_name
+from logbuf.logbuffer import data_header_descriptor as dh
 
 TERM = 64 * 1024
 MTU = dh.DEFAULT_MTU_LENGTH

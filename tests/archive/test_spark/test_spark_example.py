@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from archive.examples import stream_rates
+from logbuf.archive.examples import stream_rates
 from tests.archive.test_spark.conftest import RecordedArchive
 
 if TYPE_CHECKING:

@@ -17,10 +17,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from structlog.testing import capture_logs
 
-from archive.catalog import RecordingDescriptor
-from archive.spark import LogbufSourceError, ReadOptions, plan_partitions, read_partition
-from archive.spark_frames import Mode, arrow_schema, parse_chunk
-from logbuf import data_header_descriptor as dh
+from logbuf.archive.catalog import RecordingDescriptor
+from logbuf.archive.spark import LogbufSourceError, ReadOptions, plan_partitions, read_partition
+from logbuf.archive.spark_frames import Mode, arrow_schema, parse_chunk
+from logbuf.logbuffer import data_header_descriptor as dh
 from tests.archive.test_spark.conftest import RecordedArchive
 from tests.archive.test_spark.synthetic import MTU, TERM, SyntheticRecording
 

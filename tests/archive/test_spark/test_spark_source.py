@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from archive.segments import segment_files
-from logbuf import data_header_descriptor as dh
+from logbuf.archive.segments import segment_files
+from logbuf.logbuffer import data_header_descriptor as dh
 from tests.archive.test_spark.conftest import MAX_PAYLOAD, RecordedArchive
 
 if TYPE_CHECKING:

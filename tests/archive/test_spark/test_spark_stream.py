@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from client import Aeron
+from logbuf.client import Aeron
 from tests.archive.conftest import RecorderProcess, await_
 from tests.archive.test_spark.conftest import await_recorded, payloads_for, publish
 from tests.driver.conftest import DriverProcess

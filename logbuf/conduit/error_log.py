@@ -20,8 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from logbuf import _native
-from logbuf import error_log_descriptor as ed
-from logbuf.ring_buffer import byte_view
+from logbuf.conduit import error_log_descriptor as ed
+from logbuf.conduit.ring_buffer import byte_view
 
 
 def epoch_ms() -> int:

@@ -1,6 +1,6 @@
 """Broadcast: one transmitter, many receivers in any process, loss detected (Agrona's algorithm).
 
-Theory of operation (layout in :mod:`logbuf.broadcast_descriptor`):
+Theory of operation (layout in :mod:`logbuf.conduit.broadcast_descriptor`):
 
 * **Transmit.** The single transmitter announces the tail it is about to reach (*tail intent*, a
   fenced store) before overwriting anything, then writes the record (with a padding record first
@@ -22,9 +22,9 @@ from collections.abc import Callable
 from typing import Final
 
 from logbuf import _native
-from logbuf import broadcast_descriptor as bd
+from logbuf.conduit import broadcast_descriptor as bd
 from logbuf.errors import LogbufError
-from logbuf.ring_buffer import byte_view
+from logbuf.conduit.ring_buffer import byte_view
 
 SCRATCH_BUFFER_LENGTH: Final[int] = 4096
 

@@ -7,8 +7,8 @@ import struct
 from dataclasses import dataclass
 
 from logbuf import _native
-from logbuf import data_header_descriptor as dh
-from logbuf import log_buffer_descriptor as lbd
+from logbuf.logbuffer import data_header_descriptor as dh
+from logbuf.logbuffer import log_buffer_descriptor as lbd
 from logbuf.shm import OWNER_ONLY, Segment
 
 _MAX_INT64 = (1 << 63) - 1

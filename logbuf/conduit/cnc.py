@@ -3,7 +3,7 @@
 The creator sizes the file, fills the header, sets the to-driver ring's consumer heartbeat to the
 start time and only then release-stores the version: an opener that reads version 0 (or finds the
 file empty or short) knows the driver is still initialising and may retry
-(:class:`CncNotReadyError`). Layout in :mod:`logbuf.cnc_descriptor`.
+(:class:`CncNotReadyError`). Layout in :mod:`logbuf.conduit.cnc_descriptor`.
 
 Views: ``to_driver``, ``to_clients``, ``counters_metadata``, ``counters_values`` and ``error_log``
 are memoryviews into the mapping. :meth:`CncFile.close` releases them and unmaps; views derived
@@ -16,8 +16,8 @@ import os
 import time
 
 from logbuf import _native
-from logbuf import cnc_descriptor as cnd
-from logbuf import ring_buffer_descriptor as rd
+from logbuf.conduit import cnc_descriptor as cnd
+from logbuf.conduit import ring_buffer_descriptor as rd
 from logbuf.shm import OWNER_ONLY, Segment, ShmError
 
 
@@ -196,3 +196,13 @@ def is_driver_active(directory: str, timeout_ms: int, now_ms: int | None = None)
         return now - cnc_driver_heartbeat_ms(cnc) <= timeout_ms
     finally:
         cnc.close()
+
+
+def wait_for_driver(directory: str, timeout_s: float = 10.0, heartbeat_timeout_ms: int = 10_000) -> None:
+    """Block until a driver in ``directory`` is active (for scripts and tests)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if is_driver_active(directory, heartbeat_timeout_ms):
+            return
+        time.sleep(0.01)
+    raise TimeoutError(f"no active media driver in {directory} after {timeout_s} s")

@@ -22,13 +22,13 @@ import time
 from typing import Any
 
 from logbuf import _native
-from logbuf import counters_descriptor as cd
-from logbuf.counters import CountersManager
-from logbuf.flow_control import compute_limit_and_clean
-from logbuf.image import Image
-from logbuf.log_buffer import LogBuffers
+from logbuf.conduit import counters_descriptor as cd
+from logbuf.conduit.counters import CountersManager
+from logbuf.logbuffer.flow_control import compute_limit_and_clean
+from logbuf.logbuffer.image import Image
+from logbuf.logbuffer.log_buffer import LogBuffers
 from logbuf.process import pid_alive
-from logbuf.publication import Publication
+from logbuf.logbuffer.publication import Publication
 from logbuf.shm import OWNER_ONLY, Segment
 
 PUBLISHER_LIMIT_COUNTER_ID = 0

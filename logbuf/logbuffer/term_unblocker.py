@@ -22,9 +22,9 @@ from enum import Enum
 import numpy as np
 
 from logbuf import _native
-from logbuf import data_header_descriptor as dh
-from logbuf import log_buffer_descriptor as lbd
-from logbuf.log_buffer import LogBuffers
+from logbuf.logbuffer import data_header_descriptor as dh
+from logbuf.logbuffer import log_buffer_descriptor as lbd
+from logbuf.logbuffer.log_buffer import LogBuffers
 
 
 class UnblockStatus(Enum):

@@ -9,7 +9,7 @@ half a term, a publisher writing below the limit only ever lands in a partition 
 contents lie below the cleaned position, and never overtakes unread data.
 
 The update is one small function (:func:`compute_limit_and_clean`). A media driver's conductor
-calls it from one thread; standalone logs (:mod:`logbuf.standalone`) call it from whichever
+calls it from one thread; standalone logs (:mod:`logbuf.logbuffer.standalone`) call it from whichever
 publisher reaches the limit, serialised by a lock word in shared memory holding the pid of
 the updater (a dead holder is taken over).
 """

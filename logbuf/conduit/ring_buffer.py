@@ -1,6 +1,6 @@
 """ManyToOneRingBuffer: many producer processes, one consumer, over shared memory (Agrona's algorithm).
 
-Theory of operation (layout in :mod:`logbuf.ring_buffer_descriptor`):
+Theory of operation (layout in :mod:`logbuf.conduit.ring_buffer_descriptor`):
 
 * **Claim.** A producer reads the tail and checks the space against its cached head (refreshing
   the head cache from the real head only when the cache says "full"). If the record does not fit
@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from logbuf import _native
-from logbuf import ring_buffer_descriptor as rd
+from logbuf.conduit import ring_buffer_descriptor as rd
 
 MessageHandler = Callable[[int, memoryview], None]
 """``handler(msg_type_id, message)``; the view is only valid during the call."""

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from logbuf import _native
-from logbuf import counters_descriptor as cd
+from logbuf.conduit import counters_descriptor as cd
 
 _I32 = struct.Struct("=i")
 _I64 = struct.Struct("=q")

@@ -51,10 +51,10 @@ from __future__ import annotations
 import struct
 from typing import Final
 
-from logbuf import broadcast_descriptor as bd
-from logbuf import counters_descriptor as cd
-from logbuf import error_log_descriptor as ed
-from logbuf import ring_buffer_descriptor as rd
+from logbuf.conduit import broadcast_descriptor as bd
+from logbuf.conduit import counters_descriptor as cd
+from logbuf.conduit import error_log_descriptor as ed
+from logbuf.conduit import ring_buffer_descriptor as rd
 
 CNC_FILE: Final[str] = "cnc.dat"
 
