@@ -23,10 +23,9 @@ from typing import Final
 
 import structlog
 
+from logbuf.archive import catalog_descriptor as cat
 from logbuf.logbuffer import log_buffer_descriptor as lbd
 from logbuf.process import pid_alive
-
-from logbuf.archive import catalog_descriptor as cat
 
 __all__ = ["Catalog", "CatalogError", "RecordingDescriptor", "RecordingState", "UnknownRecordingError"]
 
@@ -112,7 +111,7 @@ class Catalog:
 
     # -- opening ----------------------------------------------------------------------------------
     @classmethod
-    def open(cls, archive_dir: str | os.PathLike[str]) -> "Catalog":
+    def open(cls, archive_dir: str | os.PathLike[str]) -> Catalog:
         """Map the catalog read-only (any process, also while a recorder writes it)."""
         path = pathlib.Path(archive_dir) / cat.CATALOG_FILE_NAME
         try:
@@ -122,8 +121,14 @@ class Catalog:
         return cls._map(path, fd, writable=False)
 
     @classmethod
-    def open_writable(cls, archive_dir: str | os.PathLike[str], *, create: bool = True,
-                      capacity: int = cat.DEFAULT_CAPACITY, recover: bool = True) -> "Catalog":
+    def open_writable(
+        cls,
+        archive_dir: str | os.PathLike[str],
+        *,
+        create: bool = True,
+        capacity: int = cat.DEFAULT_CAPACITY,
+        recover: bool = True,
+    ) -> Catalog:
         """Map the catalog for writing (creating the directory and file if ``create``).
 
         With ``recover``, recordings whose recorder died are closed at their valid prefix.
@@ -160,7 +165,7 @@ class Catalog:
         return catalog
 
     @classmethod
-    def _map(cls, path: pathlib.Path, fd: int, *, writable: bool) -> "Catalog":
+    def _map(cls, path: pathlib.Path, fd: int, *, writable: bool) -> Catalog:
         try:
             size = os.fstat(fd).st_size
             if size < cat.HEADER_LENGTH:
@@ -221,7 +226,8 @@ class Catalog:
         if not isinstance(recording_id, int) or not 0 <= recording_id < count:
             raise UnknownRecordingError(
                 f"no recording {recording_id!r} in {self.path} (recording ids are 0..{count - 1})"
-                if count else f"no recording {recording_id!r} in {self.path}: the catalog is empty"
+                if count
+                else f"no recording {recording_id!r} in {self.path}: the catalog is empty"
             )
         buffer = self._ensure_mapped(cat.entry_offset(recording_id + 1))
         descriptor = self._read(buffer, recording_id, _now_ms())
@@ -238,7 +244,9 @@ class Catalog:
         stop_position = cat.stop_position_volatile(buffer, entry)
         heartbeat_ms = cat.heartbeat_volatile(buffer, entry)
         pid = cat.INT32.unpack_from(buffer, entry + cat.RECORDER_PID_OFFSET)[0]
-        rid, start_position, start_time_ms, stop_time_ms = cat.IDENTITY.unpack_from(buffer, entry + cat.RECORDING_ID_OFFSET)
+        rid, start_position, start_time_ms, stop_time_ms = cat.IDENTITY.unpack_from(
+            buffer, entry + cat.RECORDING_ID_OFFSET
+        )
         initial_term_id, term_length, mtu, segment_length, session_id, stream_id = cat.STREAM_PARAMS.unpack_from(
             buffer, entry + cat.INITIAL_TERM_ID_OFFSET
         )
@@ -250,11 +258,21 @@ class Catalog:
             # Not yet recovered by a writer: the stored stop position is a safe (maybe short) prefix.
             active, interrupted, stop_time_ms = False, True, heartbeat_ms
         return RecordingDescriptor(
-            recording_id=rid, state=RecordingState(state) if state in (1, 2) else RecordingState.INVALID,
-            active=active, channel=channel, source_identity=source_identity, stream_id=stream_id,
-            session_id=session_id, initial_term_id=initial_term_id, term_length=term_length, mtu=mtu,
-            segment_length=segment_length, start_position=start_position, stop_position=stop_position,
-            start_time_ms=start_time_ms, stop_time_ms=stop_time_ms if not active else cat.NULL_TIME,
+            recording_id=rid,
+            state=RecordingState(state) if state in (1, 2) else RecordingState.INVALID,
+            active=active,
+            channel=channel,
+            source_identity=source_identity,
+            stream_id=stream_id,
+            session_id=session_id,
+            initial_term_id=initial_term_id,
+            term_length=term_length,
+            mtu=mtu,
+            segment_length=segment_length,
+            start_position=start_position,
+            stop_position=stop_position,
+            start_time_ms=start_time_ms,
+            stop_time_ms=stop_time_ms if not active else cat.NULL_TIME,
             interrupted=interrupted,
         )
 
@@ -271,9 +289,21 @@ class Catalog:
         self._ensure_mapped(cat.entry_offset(recording_id + 1))
         return cat.entry_offset(recording_id)
 
-    def add_recording(self, *, channel: str, source_identity: str, stream_id: int, session_id: int,
-                      initial_term_id: int, term_length: int, mtu: int, segment_length: int,
-                      start_position: int, start_time_ms: int | None = None, pid: int | None = None) -> int:
+    def add_recording(
+        self,
+        *,
+        channel: str,
+        source_identity: str,
+        stream_id: int,
+        session_id: int,
+        initial_term_id: int,
+        term_length: int,
+        mtu: int,
+        segment_length: int,
+        start_position: int,
+        start_time_ms: int | None = None,
+        pid: int | None = None,
+    ) -> int:
         """Add an ACTIVE recording (this process as its recorder); returns its id."""
         self._check_writable()
         channel_bytes = cat.check_string("channel", channel, cat.CHANNEL_MAX_LENGTH)
@@ -289,17 +319,26 @@ class Catalog:
             if entry + cat.ENTRY_LENGTH > os.fstat(self._fd).st_size:
                 os.ftruncate(self._fd, max(2 * os.fstat(self._fd).st_size, entry + cat.ENTRY_LENGTH))
             buffer = self._ensure_mapped(entry + cat.ENTRY_LENGTH)
-            buffer[entry:entry + cat.ENTRY_LENGTH] = bytes(cat.ENTRY_LENGTH)  # an INVALID leftover of a crash
+            buffer[entry : entry + cat.ENTRY_LENGTH] = bytes(cat.ENTRY_LENGTH)  # an INVALID leftover of a crash
             cat.INT32.pack_into(buffer, entry + cat.RECORDER_PID_OFFSET, os.getpid() if pid is None else pid)
-            cat.IDENTITY.pack_into(buffer, entry + cat.RECORDING_ID_OFFSET, recording_id, start_position, now_ms,
-                                   cat.NULL_TIME)
-            cat.STREAM_PARAMS.pack_into(buffer, entry + cat.INITIAL_TERM_ID_OFFSET, initial_term_id, term_length, mtu,
-                                        segment_length, session_id, stream_id)
+            cat.IDENTITY.pack_into(
+                buffer, entry + cat.RECORDING_ID_OFFSET, recording_id, start_position, now_ms, cat.NULL_TIME
+            )
+            cat.STREAM_PARAMS.pack_into(
+                buffer,
+                entry + cat.INITIAL_TERM_ID_OFFSET,
+                initial_term_id,
+                term_length,
+                mtu,
+                segment_length,
+                session_id,
+                stream_id,
+            )
             cat.INT32.pack_into(buffer, entry + cat.CHANNEL_LENGTH_OFFSET, len(channel_bytes))
-            buffer[entry + cat.CHANNEL_OFFSET:entry + cat.CHANNEL_OFFSET + len(channel_bytes)] = channel_bytes
+            buffer[entry + cat.CHANNEL_OFFSET : entry + cat.CHANNEL_OFFSET + len(channel_bytes)] = channel_bytes
             cat.INT32.pack_into(buffer, entry + cat.SOURCE_IDENTITY_LENGTH_OFFSET, len(source_bytes))
             start = entry + cat.SOURCE_IDENTITY_OFFSET
-            buffer[start:start + len(source_bytes)] = source_bytes
+            buffer[start : start + len(source_bytes)] = source_bytes
             cat.stop_position_ordered(buffer, entry, start_position)
             cat.heartbeat_ordered(buffer, entry, _now_ms())
             cat.flags_ordered(buffer, entry, cat.FLAG_ACTIVE)
@@ -307,11 +346,17 @@ class Catalog:
             cat.next_recording_id_ordered(buffer, recording_id + 1)
         finally:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
-        self._log.info("recording.added", recording_id=recording_id, channel=channel, stream_id=stream_id,
-                       session_id=session_id, start_position=start_position)
+        self._log.info(
+            "recording.added",
+            recording_id=recording_id,
+            channel=channel,
+            stream_id=stream_id,
+            session_id=session_id,
+            start_position=start_position,
+        )
         return recording_id
 
-    def position_writer(self, recording_id: int) -> "RecordingPositionWriter":
+    def position_writer(self, recording_id: int) -> RecordingPositionWriter:
         """The recorder's handle on one entry's hot fields (stop position, heartbeat)."""
         self._check_writable()
         return RecordingPositionWriter(self, self._entry(recording_id))
@@ -320,8 +365,9 @@ class Catalog:
         self._check_writable()
         cat.stop_position_ordered(self._buffer, self._entry(recording_id), position)
 
-    def stop_recording(self, recording_id: int, stop_position: int, *, interrupted: bool = False,
-                       stop_time_ms: int | None = None) -> None:
+    def stop_recording(
+        self, recording_id: int, stop_position: int, *, interrupted: bool = False, stop_time_ms: int | None = None
+    ) -> None:
         """Record the final stop position and time and clear ACTIVE (INTERRUPTED if ``interrupted``)."""
         self._check_writable()
         entry = self._entry(recording_id)
@@ -329,8 +375,9 @@ class Catalog:
         cat.stop_position_ordered(buffer, entry, stop_position)
         cat.INT64.pack_into(buffer, entry + cat.STOP_TIME_OFFSET, _now_ms() if stop_time_ms is None else stop_time_ms)
         cat.flags_ordered(buffer, entry, cat.FLAG_INTERRUPTED if interrupted else 0)
-        self._log.info("recording.stopped", recording_id=recording_id, stop_position=stop_position,
-                       interrupted=interrupted)
+        self._log.info(
+            "recording.stopped", recording_id=recording_id, stop_position=stop_position, interrupted=interrupted
+        )
 
     def set_state(self, recording_id: int, state: RecordingState) -> None:
         self._check_writable()
@@ -375,8 +422,13 @@ class Catalog:
             stored = descriptor.stop_position
             end = scan_valid_prefix(self.archive_dir, descriptor, stored)
             self.stop_recording(recording_id, end, interrupted=True, stop_time_ms=heartbeat_ms)
-            self._log.warning("recording.interrupted", recording_id=recording_id, recorder_pid=pid,
-                              stored_stop_position=stored, recovered_stop_position=end)
+            self._log.warning(
+                "recording.interrupted",
+                recording_id=recording_id,
+                recorder_pid=pid,
+                stored_stop_position=stored,
+                recovered_stop_position=end,
+            )
             recovered.append(recording_id)
         return recovered
 
@@ -391,7 +443,7 @@ class Catalog:
             pass
         os.close(self._fd)
 
-    def __enter__(self) -> "Catalog":
+    def __enter__(self) -> Catalog:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -419,4 +471,4 @@ def _string(buffer: mmap.mmap, length_offset: int, max_length: int) -> str:
     length = struct.unpack_from("<i", buffer, length_offset)[0]
     length = max(0, min(length, max_length))
     start = length_offset + 4
-    return bytes(buffer[start:start + length]).decode(errors="replace")
+    return bytes(buffer[start : start + length]).decode(errors="replace")

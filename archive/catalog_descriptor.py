@@ -197,7 +197,9 @@ def check_string(name: str, value: str, max_length: int) -> bytes:
     """UTF-8 bytes of ``value``, or a ValueError naming the field and its length limit."""
     encoded = value.encode()
     if len(encoded) > max_length:
-        raise ValueError(f"{name} is {len(encoded)} bytes long; the catalog holds at most {max_length}: {value[:80]!r}...")
+        raise ValueError(
+            f"{name} is {len(encoded)} bytes long; the catalog holds at most {max_length}: {value[:80]!r}..."
+        )
     return encoded
 
 

@@ -10,10 +10,9 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from logbuf.logbuffer import data_header_descriptor as dh
-
 from logbuf.archive.catalog import RecordingDescriptor
 from logbuf.archive.segments import SegmentReader
+from logbuf.logbuffer import data_header_descriptor as dh
 
 __all__ = ["RecordedFrame", "iter_frames"]
 
@@ -41,27 +40,41 @@ class RecordedFrame:
 
     @property
     def flags_text(self) -> str:
-        text = "".join(c for bit, c in ((dh.BEGIN_FLAG, "B"), (dh.END_FLAG, "E"), (dh.EOS_FLAG, "S")) if self.flags & bit)
+        text = "".join(
+            c for bit, c in ((dh.BEGIN_FLAG, "B"), (dh.END_FLAG, "E"), (dh.EOS_FLAG, "S")) if self.flags & bit
+        )
         return text or "-"
 
     def as_dict(self, payload_bytes: int) -> dict[str, object]:
         return {
-            "position": self.position, "type": self.type_name, "frame_length": self.frame_length,
-            "flags": self.flags, "term_id": self.term_id, "term_offset": self.term_offset,
-            "session_id": self.session_id, "stream_id": self.stream_id, "reserved_value": self.reserved_value,
+            "position": self.position,
+            "type": self.type_name,
+            "frame_length": self.frame_length,
+            "flags": self.flags,
+            "term_id": self.term_id,
+            "term_offset": self.term_offset,
+            "session_id": self.session_id,
+            "stream_id": self.stream_id,
+            "reserved_value": self.reserved_value,
             "payload_hex": self.payload[:payload_bytes].hex(),
         }
 
     def text(self, payload_bytes: int) -> str:
         shown = self.payload[:payload_bytes].hex()
         more = "..." if len(self.payload) > payload_bytes else ""
-        return (f"{self.position:>14} {self.type_name:<4} len={self.frame_length:<6} flags={self.flags_text:<3} "
-                f"term={self.term_id} off={self.term_offset} session={self.session_id} stream={self.stream_id} "
-                f"reserved={self.reserved_value} {shown}{more}")
+        return (
+            f"{self.position:>14} {self.type_name:<4} len={self.frame_length:<6} flags={self.flags_text:<3} "
+            f"term={self.term_id} off={self.term_offset} session={self.session_id} stream={self.stream_id} "
+            f"reserved={self.reserved_value} {shown}{more}"
+        )
 
 
-def iter_frames(archive_dir: str | os.PathLike[str], d: RecordingDescriptor, from_position: int | None = None,
-                to_position: int | None = None) -> Iterator[RecordedFrame]:
+def iter_frames(
+    archive_dir: str | os.PathLike[str],
+    d: RecordingDescriptor,
+    from_position: int | None = None,
+    to_position: int | None = None,
+) -> Iterator[RecordedFrame]:
     """Frames from ``from_position`` (default start) to ``to_position`` (default stop).
 
     Stops quietly at a frame that is not there (length <= 0) or that the files do not hold;
@@ -81,8 +94,22 @@ def iter_frames(archive_dir: str | os.PathLike[str], d: RecordingDescriptor, fro
             aligned = dh.align(length)
             if length <= 0 or (position & mask) + aligned > d.term_length:
                 return
-            payload = b"" if frame_type == dh.HDR_TYPE_PAD else reader.read(position + dh.HEADER_LENGTH,
-                                                                            length - dh.HEADER_LENGTH)
-            yield RecordedFrame(position, length, version, flags, frame_type, term_offset, session_id, stream_id,
-                                term_id, reserved, payload)
+            payload = (
+                b""
+                if frame_type == dh.HDR_TYPE_PAD
+                else reader.read(position + dh.HEADER_LENGTH, length - dh.HEADER_LENGTH)
+            )
+            yield RecordedFrame(
+                position,
+                length,
+                version,
+                flags,
+                frame_type,
+                term_offset,
+                session_id,
+                stream_id,
+                term_id,
+                reserved,
+                payload,
+            )
             position += aligned

@@ -23,15 +23,14 @@ from typing import Any
 
 import structlog
 
-from logbuf.errors import LogbufError
-from logbuf.logging_config import configure_logging
-
 from logbuf.archive.catalog import Catalog, CatalogError, RecordingDescriptor
 from logbuf.archive.dump import iter_frames
 from logbuf.archive.maintenance import delete_recording, purge_segments
 from logbuf.archive.recorder import Recorder, RecorderContext
 from logbuf.archive.segments import DEFAULT_SEGMENT_LENGTH, SegmentError, segment_files
 from logbuf.archive.verify import verify_recording
+from logbuf.errors import LogbufError
+from logbuf.logging_config import configure_logging
 
 ENV_ARCHIVE_DIR = "LOGBUF_ARCHIVE_DIR"
 
@@ -76,7 +75,7 @@ def _time_ms(text: str) -> int:
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is neither epoch milliseconds nor an ISO 8601 time") from None
     if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=datetime.timezone.utc)
+        moment = moment.replace(tzinfo=datetime.UTC)
     return int(moment.timestamp() * 1000)
 
 
@@ -92,16 +91,21 @@ def _non_negative(text: str) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="logbuf-archive", formatter_class=argparse.RawDescriptionHelpFormatter,
+        prog="logbuf-archive",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Record streams into an archive directory, replay them, and inspect or trim the archive.",
         epilog="examples:\n"
-               "  logbuf-archive -d /data/archive record --channel aeron:ipc --stream-id 10\n"
-               "  logbuf-archive -d /data/archive list\n"
-               "  logbuf-archive -d /data/archive verify\n"
-               "  logbuf-archive -d /data/archive replay 0 --stream-id 99",
+        "  logbuf-archive -d /data/archive record --channel aeron:ipc --stream-id 10\n"
+        "  logbuf-archive -d /data/archive list\n"
+        "  logbuf-archive -d /data/archive verify\n"
+        "  logbuf-archive -d /data/archive replay 0 --stream-id 99",
     )
-    parser.add_argument("-d", "--archive-dir", default=os.environ.get(ENV_ARCHIVE_DIR),
-                        help=f"archive directory (default ${ENV_ARCHIVE_DIR})")
+    parser.add_argument(
+        "-d",
+        "--archive-dir",
+        default=os.environ.get(ENV_ARCHIVE_DIR),
+        help=f"archive directory (default ${ENV_ARCHIVE_DIR})",
+    )
     parser.add_argument("--log-level", default="info", help="structlog level (debug, info, warning, error)")
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("-d", "--archive-dir", dest="sub_archive_dir", default=None, help=argparse.SUPPRESS)
@@ -109,7 +113,6 @@ def build_parser() -> argparse.ArgumentParser:
 
     def command(name: str, help: str) -> argparse.ArgumentParser:  # every command also takes -d
         return sub.add_parser(name, help=help, parents=[common])
-
 
     p = command("list", "one line per recording")
     p.add_argument("--json", action="store_true", help="JSON lines (every descriptor field)")
@@ -146,8 +149,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--channel", required=True, help="e.g. aeron:ipc or aeron:udp?endpoint=localhost:40123")
     p.add_argument("--stream-id", type=int, required=True)
     p.add_argument("--driver-dir", default="", help="the media driver's directory (default $LOGBUF_DIR)")
-    p.add_argument("--segment-length", type=_size, default=DEFAULT_SEGMENT_LENGTH,
-                   help="segment file length, a power of two 64k..1g (default 64m; at least the term length)")
+    p.add_argument(
+        "--segment-length",
+        type=_size,
+        default=DEFAULT_SEGMENT_LENGTH,
+        help="segment file length, a power of two 64k..1g (default 64m; at least the term length)",
+    )
     p.add_argument("--driver-timeout", type=_duration_ms, default=10_000, help="driver liveness timeout (default 10s)")
     p.add_argument("--no-reconnect", action="store_true", help="end when the driver goes away")
 
@@ -158,8 +165,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--position", type=_non_negative, help="default: the start position")
     p.add_argument("--length", type=_non_negative, help="bytes to replay (default: to the end, following a live one)")
     p.add_argument("--driver-dir", default="", help="the media driver's directory (default $LOGBUF_DIR)")
-    p.add_argument("--connect-timeout", type=_duration_ms, default=30_000,
-                   help="how long to wait for a subscriber (default 30s)")
+    p.add_argument(
+        "--connect-timeout", type=_duration_ms, default=30_000, help="how long to wait for a subscriber (default 30s)"
+    )
     return parser
 
 
@@ -180,16 +188,20 @@ def _cmd_list(archive_dir: str, args: argparse.Namespace) -> int:
             print(json.dumps(_descriptor_dict(d)))
         else:
             status = "active" if d.active else ("interrupted" if d.interrupted else "stopped")
-            print(f"{d.recording_id:>4} {d.state.name:<7} {status:<11} stream={d.stream_id} session={d.session_id} "
-                  f"start={d.start_position} stop={d.stop_position} bytes={d.recorded_length} {d.channel}")
+            print(
+                f"{d.recording_id:>4} {d.state.name:<7} {status:<11} stream={d.stream_id} session={d.session_id} "
+                f"start={d.start_position} stop={d.stop_position} bytes={d.recorded_length} {d.channel}"
+            )
     return 0
 
 
 def _cmd_describe(archive_dir: str, args: argparse.Namespace) -> int:
     with Catalog.open(archive_dir) as catalog:
         d = catalog.recording(args.recording_id)
-    segments = [{"base_position": base, "file": path.name, "bytes": path.stat().st_size}
-                for base, path in segment_files(archive_dir, d.recording_id)]
+    segments = [
+        {"base_position": base, "file": path.name, "bytes": path.stat().st_size}
+        for base, path in segment_files(archive_dir, d.recording_id)
+    ]
     if args.json:
         print(json.dumps({**_descriptor_dict(d), "segments": segments}))
         return 0
@@ -211,8 +223,17 @@ def _cmd_verify(archive_dir: str, args: argparse.Namespace) -> int:
     for d in recordings:
         result = verify_recording(archive_dir, d)
         if args.json:
-            print(json.dumps({"recording_id": d.recording_id, "ok": result.ok, "frames": result.frames,
-                              "position": result.end_position, "reason": result.reason}))
+            print(
+                json.dumps(
+                    {
+                        "recording_id": d.recording_id,
+                        "ok": result.ok,
+                        "frames": result.frames,
+                        "position": result.end_position,
+                        "reason": result.reason,
+                    }
+                )
+            )
         elif result.ok:
             print(f"recording {d.recording_id}: OK, {result.frames} frames, {d.start_position}..{d.stop_position}")
         else:
@@ -225,8 +246,10 @@ def _cmd_dump(archive_dir: str, args: argparse.Namespace) -> int:
     with Catalog.open(archive_dir) as catalog:
         d = catalog.recording(args.recording_id)
     if not args.json:
-        print(f"recording {d.recording_id} stream={d.stream_id} session={d.session_id} "
-              f"{d.start_position}..{d.stop_position} {d.channel}")
+        print(
+            f"recording {d.recording_id} stream={d.stream_id} session={d.session_id} "
+            f"{d.start_position}..{d.stop_position} {d.channel}"
+        )
     for count, frame in enumerate(iter_frames(archive_dir, d, args.from_position, args.to_position)):
         if args.limit is not None and count >= args.limit:
             break
@@ -254,8 +277,9 @@ def _cmd_retention(archive_dir: str, args: argparse.Namespace) -> int:
         else:
             ids = [d.recording_id for d in catalog.recordings() if d.state.name == "VALID"]
         for recording_id in ids:
-            removed = purge_segments(catalog, recording_id, before_position=args.before_position,
-                                     before_time_ms=before_time)
+            removed = purge_segments(
+                catalog, recording_id, before_position=args.before_position, before_time_ms=before_time
+            )
             start = catalog.recording(recording_id).start_position
             print(f"recording {recording_id}: {len(removed)} segment files removed, start position {start}")
     return 0
@@ -273,9 +297,15 @@ def _cmd_recover(archive_dir: str, args: argparse.Namespace) -> int:
 
 
 def _cmd_record(archive_dir: str, args: argparse.Namespace) -> int:
-    ctx = RecorderContext(archive_dir=archive_dir, channel=args.channel, stream_id=args.stream_id,
-                          driver_dir=args.driver_dir, segment_length=args.segment_length,
-                          driver_timeout_ms=args.driver_timeout, reconnect=not args.no_reconnect)
+    ctx = RecorderContext(
+        archive_dir=archive_dir,
+        channel=args.channel,
+        stream_id=args.stream_id,
+        driver_dir=args.driver_dir,
+        segment_length=args.segment_length,
+        driver_timeout_ms=args.driver_timeout,
+        reconnect=not args.no_reconnect,
+    )
     recorder = Recorder(ctx)
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: recorder.stop())
@@ -284,16 +314,24 @@ def _cmd_record(archive_dir: str, args: argparse.Namespace) -> int:
 
 
 def _cmd_replay(archive_dir: str, args: argparse.Namespace) -> int:
-    from logbuf.client import Aeron, Context
     from logbuf.archive.replay import Replay, check_replay_bounds, replay_channel
+    from logbuf.client import Aeron, Context
 
     with Catalog.open(archive_dir) as catalog:  # bad input is reported before connecting to a driver
         d = catalog.recording(args.recording_id)
     check_replay_bounds(archive_dir, d, d.start_position if args.position is None else args.position, args.length)
     replay_channel(args.channel, d, d.start_position)
     with Aeron.connect(Context(dir=args.driver_dir)) as aeron:
-        replay = Replay(aeron, archive_dir, args.recording_id, stream_id=args.stream_id, position=args.position,
-                        length=args.length, channel=args.channel, connect_timeout_ms=args.connect_timeout)
+        replay = Replay(
+            aeron,
+            archive_dir,
+            args.recording_id,
+            stream_id=args.stream_id,
+            position=args.position,
+            length=args.length,
+            channel=args.channel,
+            connect_timeout_ms=args.connect_timeout,
+        )
         stop = []
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, lambda *_: stop.append(True))
@@ -306,14 +344,23 @@ def _cmd_replay(archive_dir: str, args: argparse.Namespace) -> int:
         if replay.error is not None:
             print(f"logbuf-archive: replay of recording {args.recording_id} failed: {replay.error}", file=sys.stderr)
             return 1
-        print(f"replayed recording {args.recording_id} from {replay.start_position} to {replay.position} "
-              f"on {replay.channel} stream {args.stream_id}")
+        print(
+            f"replayed recording {args.recording_id} from {replay.start_position} to {replay.position} "
+            f"on {replay.channel} stream {args.stream_id}"
+        )
     return 0
 
 
 COMMANDS = {
-    "list": _cmd_list, "describe": _cmd_describe, "verify": _cmd_verify, "dump": _cmd_dump, "delete": _cmd_delete,
-    "retention": _cmd_retention, "recover": _cmd_recover, "record": _cmd_record, "replay": _cmd_replay,
+    "list": _cmd_list,
+    "describe": _cmd_describe,
+    "verify": _cmd_verify,
+    "dump": _cmd_dump,
+    "delete": _cmd_delete,
+    "retention": _cmd_retention,
+    "recover": _cmd_recover,
+    "record": _cmd_record,
+    "replay": _cmd_replay,
 }
 
 

@@ -30,8 +30,9 @@ def delete_recording(catalog: Catalog, recording_id: int) -> list[pathlib.Path]:
     return removed
 
 
-def purge_segments(catalog: Catalog, recording_id: int, *, before_position: int | None = None,
-                   before_time_ms: int | None = None) -> list[pathlib.Path]:
+def purge_segments(
+    catalog: Catalog, recording_id: int, *, before_position: int | None = None, before_time_ms: int | None = None
+) -> list[pathlib.Path]:
     """Drop the recording's oldest whole segments and move its start position past them.
 
     A segment goes if it ends at or before ``before_position`` and/or was last written before
@@ -62,6 +63,7 @@ def purge_segments(catalog: Catalog, recording_id: int, *, before_position: int 
     catalog.set_start_position(recording_id, new_start)
     for path in dropped:
         path.unlink(missing_ok=True)
-    structlog.get_logger().info("recording.segments_purged", recording_id=recording_id, segments_removed=len(dropped),
-                                start_position=new_start)
+    structlog.get_logger().info(
+        "recording.segments_purged", recording_id=recording_id, segments_removed=len(dropped), start_position=new_start
+    )
     return dropped

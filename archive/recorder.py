@@ -32,14 +32,18 @@ from dataclasses import dataclass
 
 import structlog
 
-from logbuf.client import Aeron, Context, Image, Subscription
-from logbuf.logbuffer import data_header_descriptor as dh
-from logbuf.channel_uri import ChannelUri
-from logbuf.errors import DriverTimeoutError, LogbufError
-
 from logbuf.archive.catalog import Catalog, RecordingPositionWriter
 from logbuf.archive.catalog_descriptor import RECORDER_HEARTBEAT_INTERVAL_MS
-from logbuf.archive.segments import DEFAULT_SEGMENT_LENGTH, effective_segment_length, segment_base_position, segment_file_name
+from logbuf.archive.segments import (
+    DEFAULT_SEGMENT_LENGTH,
+    effective_segment_length,
+    segment_base_position,
+    segment_file_name,
+)
+from logbuf.channel_uri import ChannelUri
+from logbuf.client import Aeron, Context, Image, Subscription
+from logbuf.errors import DriverTimeoutError, LogbufError
+from logbuf.logbuffer import data_header_descriptor as dh
 
 __all__ = ["Recorder", "RecorderContext", "RecordingSession"]
 
@@ -70,7 +74,7 @@ class RecorderContext:
     max_idle_sleep_s: float = 0.002
     """Longest sleep when nothing was recorded for 10 ms (the recorder's CPU use when idle)."""
 
-    def conclude(self) -> "RecorderContext":
+    def conclude(self) -> RecorderContext:
         ChannelUri.parse(self.channel)  # InvalidChannelError (a ValueError) naming the bad part
         if not -(1 << 31) <= self.stream_id < (1 << 31):
             raise ValueError(f"stream_id={self.stream_id} is not a 32-bit signed integer")
@@ -97,9 +101,15 @@ class RecordingSession:
         self.position = self.start_position
         self._position_of = log.position_of
         self.recording_id = catalog.add_recording(
-            channel=channel, source_identity=image.source_identity, stream_id=image.stream_id,
-            session_id=image.session_id, initial_term_id=image.initial_term_id, term_length=self.term_length,
-            mtu=log.mtu_length, segment_length=self.segment_length, start_position=self.start_position,
+            channel=channel,
+            source_identity=image.source_identity,
+            stream_id=image.stream_id,
+            session_id=image.session_id,
+            initial_term_id=image.initial_term_id,
+            term_length=self.term_length,
+            mtu=log.mtu_length,
+            segment_length=self.segment_length,
+            start_position=self.start_position,
         )
         self._writer: RecordingPositionWriter = catalog.position_writer(self.recording_id)
         self._fd = -1
@@ -109,10 +119,16 @@ class RecordingSession:
         self.stopped = False
         self.failed: str | None = None
         """Why writing failed (the recording then stopped as interrupted at its last whole block)."""
-        self._log = structlog.get_logger().bind(role="recorder", recording_id=self.recording_id,
-                                                session_id=image.session_id, stream_id=image.stream_id)
-        self._log.info("recording.started", channel=channel, start_position=self.start_position,
-                       term_length=self.term_length, segment_length=self.segment_length)
+        self._log = structlog.get_logger().bind(
+            role="recorder", recording_id=self.recording_id, session_id=image.session_id, stream_id=image.stream_id
+        )
+        self._log.info(
+            "recording.started",
+            channel=channel,
+            start_position=self.start_position,
+            term_length=self.term_length,
+            segment_length=self.segment_length,
+        )
 
     def do_work(self) -> int:
         """Record what the image holds now (one block); returns the bytes recorded."""
@@ -136,14 +152,16 @@ class RecordingSession:
     def _on_block(self, block: memoryview, term_offset: int, session_id: int, term_id: int) -> None:
         position = self._position_of(term_id, term_offset)
         if position != self.position:
-            raise LogbufError(f"recording {self.recording_id}: block at position {position}, "
-                              f"expected {self.position} (term id {term_id}, offset {term_offset})")
+            raise LogbufError(
+                f"recording {self.recording_id}: block at position {position}, "
+                f"expected {self.position} (term id {term_id}, offset {term_offset})"
+            )
         if position >= self._segment_end:
             self._open_segment(position)
         length = len(block)
         file_offset = position - self._segment_base
         if block[dh.TYPE_FIELD_OFFSET] == dh.HDR_TYPE_PAD and block[dh.TYPE_FIELD_OFFSET + 1] == 0:
-            written = block[:dh.HEADER_LENGTH]  # a PAD: its header only; the offset moves by its whole length
+            written = block[: dh.HEADER_LENGTH]  # a PAD: its header only; the offset moves by its whole length
         else:
             written = block
         _pwrite_all(self._fd, written[_FIRST_WORD:], file_offset + _FIRST_WORD)
@@ -196,8 +214,12 @@ class RecordingSession:
         self.stopped = True
         self._close_segment()
         self.catalog.stop_recording(self.recording_id, self.position)
-        self._log.info("recording.session_stopped", reason=reason, stop_position=self.position,
-                       recorded_length=self.position - self.start_position)
+        self._log.info(
+            "recording.session_stopped",
+            reason=reason,
+            stop_position=self.position,
+            recorded_length=self.position - self.start_position,
+        )
 
 
 def _pwrite_all(fd: int, data: memoryview, offset: int) -> None:
@@ -214,8 +236,9 @@ def _discard(block: memoryview, term_offset: int, session_id: int, term_id: int)
 class Recorder:
     """Records every image of one channel and stream id into an archive directory (see the module doc)."""
 
-    def __init__(self, ctx: RecorderContext, *, on_recording_started: Callable[[RecordingSession], None] | None = None
-                 ) -> None:
+    def __init__(
+        self, ctx: RecorderContext, *, on_recording_started: Callable[[RecordingSession], None] | None = None
+    ) -> None:
         self.ctx = ctx.conclude()
         self.catalog = Catalog.open_writable(ctx.archive_dir)
         self.sessions: dict[int, RecordingSession] = {}
@@ -229,8 +252,9 @@ class Recorder:
 
     # -- client callbacks (on this thread, from aeron.do_work()) -----------------------------------
     def _on_available_image(self, image: Image) -> None:
-        session = RecordingSession(self.catalog, image, self.ctx.channel, self.ctx.segment_length,
-                                   self.ctx.block_length)
+        session = RecordingSession(
+            self.catalog, image, self.ctx.channel, self.ctx.segment_length, self.ctx.block_length
+        )
         self.sessions[image.correlation_id] = session
         if self._on_started is not None:
             self._on_started(session)
@@ -244,8 +268,9 @@ class Recorder:
     # -- lifecycle -------------------------------------------------------------------------------------
     def connect(self) -> None:
         """Connect to the driver (waiting up to the driver timeout) and subscribe."""
-        context = Context(dir=self.ctx.driver_dir, use_conductor_thread=False,
-                          driver_timeout_ms=self.ctx.driver_timeout_ms)
+        context = Context(
+            dir=self.ctx.driver_dir, use_conductor_thread=False, driver_timeout_ms=self.ctx.driver_timeout_ms
+        )
         self._aeron = Aeron.connect(context)
         self._subscription = self._aeron.add_subscription(
             self.ctx.channel, self.ctx.stream_id, self._on_available_image, self._on_unavailable_image

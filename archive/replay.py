@@ -31,14 +31,13 @@ import time
 import numpy as np
 import structlog
 
-from logbuf.client import Aeron, Publication
 from logbuf import _native
-from logbuf.logbuffer import data_header_descriptor as dh
-from logbuf.logbuffer import log_buffer_descriptor as lbd
-from logbuf.channel_uri import ChannelUri
-
 from logbuf.archive.catalog import Catalog, CatalogError, RecordingDescriptor, RecordingState
 from logbuf.archive.segments import SegmentError, SegmentReader
+from logbuf.channel_uri import ChannelUri
+from logbuf.client import Aeron, Publication
+from logbuf.logbuffer import data_header_descriptor as dh
+from logbuf.logbuffer import log_buffer_descriptor as lbd
 
 __all__ = ["Replay", "ReplayError", "check_replay_bounds", "replay_channel"]
 
@@ -54,15 +53,20 @@ def replay_channel(base_channel: str, descriptor: RecordingDescriptor, position:
         raise ReplayError(f"replay channel {base_channel!r} must be aeron:ipc (UDP replay is not supported yet)")
     clashing = sorted({"init-term-id", "term-id", "term-offset", "term-length", "mtu"} & set(uri.params))
     if clashing:
-        raise ReplayError(f"replay channel {base_channel!r} must not set {', '.join(clashing)}: the recording sets them")
-    params = (f"init-term-id={descriptor.initial_term_id}|term-id={descriptor.term_id_of(position)}"
-              f"|term-offset={position & (descriptor.term_length - 1)}|term-length={descriptor.term_length}"
-              f"|mtu={descriptor.mtu}")
+        raise ReplayError(
+            f"replay channel {base_channel!r} must not set {', '.join(clashing)}: the recording sets them"
+        )
+    params = (
+        f"init-term-id={descriptor.initial_term_id}|term-id={descriptor.term_id_of(position)}"
+        f"|term-offset={position & (descriptor.term_length - 1)}|term-length={descriptor.term_length}"
+        f"|mtu={descriptor.mtu}"
+    )
     return base_channel + ("|" if "?" in base_channel else "?") + params
 
 
-def check_replay_bounds(archive_dir: str | os.PathLike[str], d: RecordingDescriptor, position: int,
-                        length: int | None) -> None:
+def check_replay_bounds(
+    archive_dir: str | os.PathLike[str], d: RecordingDescriptor, position: int, length: int | None
+) -> None:
     """Raise :class:`ReplayError` naming the problem if the replay cannot start at ``position``."""
     rid = d.recording_id
     if d.state != RecordingState.VALID:
@@ -72,16 +76,19 @@ def check_replay_bounds(archive_dir: str | os.PathLike[str], d: RecordingDescrip
     if position < d.start_position:
         raise ReplayError(f"replay position {position} is before recording {rid}'s start position {d.start_position}")
     if not d.active and position >= d.stop_position:
-        raise ReplayError(f"replay position {position} is not before recording {rid}'s stop position "
-                          f"{d.stop_position} (the recording is stopped)")
+        raise ReplayError(
+            f"replay position {position} is not before recording {rid}'s stop position "
+            f"{d.stop_position} (the recording is stopped)"
+        )
     if d.active and position > d.stop_position:
         raise ReplayError(f"replay position {position} is past recording {rid}'s recorded position {d.stop_position}")
     if length is not None:
         if length < 0:
             raise ReplayError(f"replay length {length} must not be negative (None replays to the end)")
         if not d.active and position + length > d.stop_position:
-            raise ReplayError(f"replay of {length} bytes from {position} runs past recording {rid}'s stop position "
-                              f"{d.stop_position}")
+            raise ReplayError(
+                f"replay of {length} bytes from {position} runs past recording {rid}'s stop position {d.stop_position}"
+            )
     if position < d.stop_position:
         with SegmentReader(archive_dir, rid, d.start_position, d.term_length, d.segment_length) as reader:
             try:
@@ -98,15 +105,24 @@ def check_replay_bounds(archive_dir: str | os.PathLike[str], d: RecordingDescrip
 class Replay:
     """Replays one recording into a new exclusive publication; drive it with :meth:`do_work`.
 
-        replay = Replay(aeron, "/data/archive", 0, stream_id=99)
-        sub = aeron.add_subscription("aeron:ipc", 99)     # before or after: the replay waits for it
-        while not replay.is_done:
-            replay.do_work(); sub.poll(handler, 100)
+    replay = Replay(aeron, "/data/archive", 0, stream_id=99)
+    sub = aeron.add_subscription("aeron:ipc", 99)     # before or after: the replay waits for it
+    while not replay.is_done:
+        replay.do_work(); sub.poll(handler, 100)
     """
 
-    def __init__(self, aeron: Aeron, archive_dir: str | os.PathLike[str], recording_id: int, *,
-                 stream_id: int, position: int | None = None, length: int | None = None,
-                 channel: str = "aeron:ipc", connect_timeout_ms: int = 5_000) -> None:
+    def __init__(
+        self,
+        aeron: Aeron,
+        archive_dir: str | os.PathLike[str],
+        recording_id: int,
+        *,
+        stream_id: int,
+        position: int | None = None,
+        length: int | None = None,
+        channel: str = "aeron:ipc",
+        connect_timeout_ms: int = 5_000,
+    ) -> None:
         self.archive_dir = archive_dir
         self.recording_id = recording_id
         try:
@@ -145,10 +161,10 @@ class Replay:
         self.error: str | None = None
         self._scratch = np.empty(d.term_length // dh.HEADER_LENGTH, dtype=np.int32)
         self._scratch_lengths = np.empty_like(self._scratch)
-        self._log = structlog.get_logger().bind(role="replay", recording_id=recording_id, stream_id=stream_id,
-                                                session_id=self.publication.session_id)
-        self._log.info("replay.started", position=start, length=length, channel=self.channel,
-                       recording_active=d.active)
+        self._log = structlog.get_logger().bind(
+            role="replay", recording_id=recording_id, stream_id=stream_id, session_id=self.publication.session_id
+        )
+        self._log.info("replay.started", position=start, length=length, channel=self.channel, recording_active=d.active)
 
     @property
     def session_id(self) -> int:
@@ -165,8 +181,10 @@ class Replay:
             if publication.is_connected:
                 self._connected = True
             elif time.monotonic_ns() > self._connect_deadline_ns:
-                self._fail(f"no subscriber connected to {self.channel} stream {self.stream_id} within "
-                           f"{self.connect_timeout_ms} ms")
+                self._fail(
+                    f"no subscriber connected to {self.channel} stream {self.stream_id} within "
+                    f"{self.connect_timeout_ms} ms"
+                )
                 return 0
             else:
                 return 0
@@ -210,14 +228,16 @@ class Replay:
             return 0
         with view:
             if len(view) < term_length:
-                self._fail(f"recording {self.recording_id}: segment file for position {position} is truncated "
-                           f"({len(view)} of {term_length} bytes of this term)")
+                self._fail(
+                    f"recording {self.recording_id}: segment file for position {position} is truncated "
+                    f"({len(view)} of {term_length} bytes of this term)"
+                )
                 return 0
             soft_end = min(hard_end, limit - term_begin)
             end = _whole_frames_end(view, term_offset, soft_end, hard_end)
             if end == term_offset:
                 if soft_end < hard_end:  # below the limit, one frame may go past it (as any publisher's claim)
-                    first = dh.align(max(int.from_bytes(view[term_offset:term_offset + 4], "little"), 0))
+                    first = dh.align(max(int.from_bytes(view[term_offset : term_offset + 4], "little"), 0))
                     end = _whole_frames_end(view, term_offset, min(hard_end, term_offset + first), hard_end)
                 if end == term_offset:
                     if self.end_position is not None and target == self.end_position and soft_end == hard_end:
@@ -231,7 +251,7 @@ class Replay:
         index = (position >> self._shift) % lbd.PARTITION_COUNT
         term = self._terms[index]
         src = view[start:end]
-        term[start + 4:end] = src[4:]
+        term[start + 4 : end] = src[4:]
         count = _native.frame_index(src, self._scratch, self._scratch_lengths)
         if count:
             ints = self._term_ints[index]
@@ -245,14 +265,16 @@ class Replay:
         if end == self._mask + 1:  # rotate, as an exclusive publication does: next tail, then the term count
             term_count = (position >> self._shift) + 1
             next_index = term_count % lbd.PARTITION_COUNT
-            _native.put_int64_ordered(self._meta, lbd.TERM_TAIL_COUNTERS_OFFSET + 8 * next_index,
-                                      lbd.pack_tail(term_id + 1, 0))
+            _native.put_int64_ordered(
+                self._meta, lbd.TERM_TAIL_COUNTERS_OFFSET + 8 * next_index, lbd.pack_tail(term_id + 1, 0)
+            )
             _native.put_int32_ordered(self._meta, lbd.LOG_ACTIVE_TERM_COUNT_OFFSET, lbd._int32(term_count))
 
     # -- ending --------------------------------------------------------------------------------------------
     def _finish(self) -> None:
-        self._log.info("replay.finished", stop_position=self.position,
-                       replayed_length=self.position - self.start_position)
+        self._log.info(
+            "replay.finished", stop_position=self.position, replayed_length=self.position - self.start_position
+        )
         self.close()
 
     def _fail(self, reason: str) -> None:
@@ -287,7 +309,7 @@ class Replay:
         self._catalog.close()
         self.publication.close()
 
-    def __enter__(self) -> "Replay":
+    def __enter__(self) -> Replay:
         return self
 
     def __exit__(self, *exc: object) -> None:

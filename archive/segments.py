@@ -27,8 +27,15 @@ import numpy.typing as npt
 from logbuf.logbuffer import log_buffer_descriptor as lbd
 
 __all__ = [
-    "DEFAULT_SEGMENT_LENGTH", "SEGMENT_MAX_LENGTH", "SEGMENT_MIN_LENGTH", "SegmentError", "SegmentReader",
-    "check_segment_length", "effective_segment_length", "segment_base_position", "segment_file_name",
+    "DEFAULT_SEGMENT_LENGTH",
+    "SEGMENT_MAX_LENGTH",
+    "SEGMENT_MIN_LENGTH",
+    "SegmentError",
+    "SegmentReader",
+    "check_segment_length",
+    "effective_segment_length",
+    "segment_base_position",
+    "segment_file_name",
     "segment_files",
 ]
 
@@ -93,8 +100,14 @@ class SegmentReader:
     :meth:`close`; a file that is missing raises :class:`SegmentError` naming it.
     """
 
-    def __init__(self, archive_dir: str | os.PathLike[str], recording_id: int, start_position: int,
-                 term_length: int, segment_length: int) -> None:
+    def __init__(
+        self,
+        archive_dir: str | os.PathLike[str],
+        recording_id: int,
+        start_position: int,
+        term_length: int,
+        segment_length: int,
+    ) -> None:
         self.archive_dir = pathlib.Path(archive_dir)
         self.recording_id = recording_id
         self.start_position = start_position
@@ -137,14 +150,14 @@ class SegmentReader:
         if mapped is None:
             return memoryview(b"")
         end = min(term_start + self.term_length, len(mapped))
-        return memoryview(mapped)[term_start:max(term_start, end)]
+        return memoryview(mapped)[term_start : max(term_start, end)]
 
     def read(self, position: int, length: int) -> bytes:
         """Copy ``length`` bytes from ``position`` (within one term); short if the file is."""
         view = self.term_view(position)
         offset = position & (self.term_length - 1)
         with view:
-            return bytes(view[offset:offset + length])
+            return bytes(view[offset : offset + length])
 
     def close(self) -> None:
         for mapped in self._maps.values():
@@ -155,7 +168,7 @@ class SegmentReader:
                     pass
         self._maps.clear()
 
-    def __enter__(self) -> "SegmentReader":
+    def __enter__(self) -> SegmentReader:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -51,23 +51,41 @@ import pyarrow as pa  # type: ignore[import-untyped]
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 from pyspark.sql.types import (
-    BinaryType, DataType, IntegerType, LongType, StringType, StructField, StructType, TimestampType,
+    BinaryType,
+    DataType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
 )
-
-from logbuf.logbuffer import data_header_descriptor as dh
-from logbuf.logging_config import library_logger
 
 from logbuf.archive.catalog import Catalog, RecordingDescriptor, RecordingState
 from logbuf.archive.segments import mapped_segment, segment_base_position, segment_file_name
 from logbuf.archive.spark_frames import (
-    TIMESTAMP_UNITS_US, Mode, RowSpec, Rows, arrow_schema, build_batch, parse_chunk, select_rows,
+    TIMESTAMP_UNITS_US,
+    Mode,
+    Rows,
+    RowSpec,
+    arrow_schema,
+    build_batch,
+    parse_chunk,
+    select_rows,
 )
+from logbuf.logbuffer import data_header_descriptor as dh
+from logbuf.logging_config import library_logger
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 __all__ = [
-    "LogbufDataSource", "LogbufReader", "LogbufStreamReader", "ReadOptions", "SegmentPartition", "register",
+    "LogbufDataSource",
+    "LogbufReader",
+    "LogbufStreamReader",
+    "ReadOptions",
+    "SegmentPartition",
+    "register",
 ]
 
 FORMAT_NAME: Final[str] = "logbuf"
@@ -78,9 +96,16 @@ per-batch cost, smaller ones bound executor memory (about 3x this per task)."""
 _MAX_POSITION: Final[int] = (1 << 63) - 1
 
 _COLUMNS: Final[tuple[tuple[str, DataType], ...]] = (
-    ("recording_id", LongType()), ("stream_id", IntegerType()), ("session_id", IntegerType()),
-    ("term_id", IntegerType()), ("term_offset", IntegerType()), ("position", LongType()), ("flags", IntegerType()),
-    ("reserved_value", LongType()), ("timestamp", TimestampType()), ("payload", BinaryType()),
+    ("recording_id", LongType()),
+    ("stream_id", IntegerType()),
+    ("session_id", IntegerType()),
+    ("term_id", IntegerType()),
+    ("term_offset", IntegerType()),
+    ("position", LongType()),
+    ("flags", IntegerType()),
+    ("reserved_value", LongType()),
+    ("timestamp", TimestampType()),
+    ("payload", BinaryType()),
 )
 """The columns (all nullable: a PERMISSIVE corrupt row has nulls); spark_frames.arrow_schema matches."""
 
@@ -89,7 +114,7 @@ class LogbufSourceError(ValueError):
     """A bad option, or a corrupt frame in FAILFAST mode (the message names the value or position)."""
 
 
-def register(spark: "SparkSession") -> None:
+def register(spark: SparkSession) -> None:
     """Make ``format("logbuf")`` available in this session (batch and streaming)."""
     spark.dataSource.register(LogbufDataSource)
 
@@ -123,7 +148,7 @@ class ReadOptions:
     batch_bytes: int = DEFAULT_BATCH_BYTES
 
     @classmethod
-    def parse(cls, options: Mapping[str, str]) -> "ReadOptions":
+    def parse(cls, options: Mapping[str, str]) -> ReadOptions:
         lowered = {k.lower(): v for k, v in options.items()}
 
         def get(name: str) -> str | None:
@@ -161,10 +186,17 @@ class ReadOptions:
         if batch_bytes <= 0:
             raise LogbufSourceError(f"batchBytes={batch_bytes} must be positive")
         return cls(
-            archive_dir=archive_dir, recording_ids=_ids_option(get, "recordingId"),
-            stream_ids=_ids_option(get, "streamId"), start_position=start, stop_position=stop,
-            per_message=rows_per == "message", timestamp_unit=unit if timestamp_from == "reserved_value" else None,
-            mode=mode, corrupt_column=corrupt_column, starting=starting, batch_bytes=batch_bytes,
+            archive_dir=archive_dir,
+            recording_ids=_ids_option(get, "recordingId"),
+            stream_ids=_ids_option(get, "streamId"),
+            start_position=start,
+            stop_position=stop,
+            per_message=rows_per == "message",
+            timestamp_unit=unit if timestamp_from == "reserved_value" else None,
+            mode=mode,
+            corrupt_column=corrupt_column,
+            starting=starting,
+            batch_bytes=batch_bytes,
         )
 
     @property
@@ -182,9 +214,11 @@ class ReadOptions:
         return StructType(fields)
 
     def wants(self, d: RecordingDescriptor) -> bool:
-        return (d.state == RecordingState.VALID
-                and (self.recording_ids is None or d.recording_id in self.recording_ids)
-                and (self.stream_ids is None or d.stream_id in self.stream_ids))
+        return (
+            d.state == RecordingState.VALID
+            and (self.recording_ids is None or d.recording_id in self.recording_ids)
+            and (self.stream_ids is None or d.stream_id in self.stream_ids)
+        )
 
 
 def _int_option(get: Any, name: str, default: int) -> int:
@@ -234,8 +268,9 @@ class SegmentPartition(InputPartition):
         return pathlib.Path(self.archive_dir) / segment_file_name(self.recording.recording_id, self.base_position)
 
 
-def plan_partitions(options: ReadOptions, d: RecordingDescriptor, from_position: int, to_position: int,
-                    *, from_is_frame_start: bool) -> list[SegmentPartition]:
+def plan_partitions(
+    options: ReadOptions, d: RecordingDescriptor, from_position: int, to_position: int, *, from_is_frame_start: bool
+) -> list[SegmentPartition]:
     """Partitions (one per segment) for rows of ``d`` with ``from_position < position <= to_position``.
 
     ``to_position`` is capped at the recorded stop position; with ``from_is_frame_start`` the
@@ -258,12 +293,18 @@ def plan_partitions(options: ReadOptions, d: RecordingDescriptor, from_position:
     while base < parse_stop_all:
         segment_end = base + d.segment_length
         parse_start = max(first_parse, base)
-        partitions.append(SegmentPartition(
-            archive_dir=options.archive_dir, recording=d, base_position=base, parse_start=parse_start,
-            parse_stop=min(parse_stop_all, segment_end), from_position=max(from_position, base),
-            to_position=min(to_position, segment_end),
-            check_mid_message=options.per_message and from_is_frame_start and parse_start == from_position,
-        ))
+        partitions.append(
+            SegmentPartition(
+                archive_dir=options.archive_dir,
+                recording=d,
+                base_position=base,
+                parse_start=parse_start,
+                parse_stop=min(parse_stop_all, segment_end),
+                from_position=max(from_position, base),
+                to_position=min(to_position, segment_end),
+                check_mid_message=options.per_message and from_is_frame_start and parse_start == from_position,
+            )
+        )
         base = segment_end
     return partitions
 
@@ -301,8 +342,9 @@ def read_partition(partition: SegmentPartition, options: ReadOptions) -> Iterato
         del segment  # so that the mapping closes now
 
 
-def _read_segment(segment: npt.NDArray[np.uint8], p: SegmentPartition, options: ReadOptions, schema: pa.Schema,
-                  spec: RowSpec) -> Iterator[pa.RecordBatch]:
+def _read_segment(
+    segment: npt.NDArray[np.uint8], p: SegmentPartition, options: ReadOptions, schema: pa.Schema, spec: RowSpec
+) -> Iterator[pa.RecordBatch]:
     d = p.recording
     base = p.base_position
     term_length = d.term_length
@@ -331,16 +373,22 @@ def _read_segment(segment: npt.NDArray[np.uint8], p: SegmentPartition, options: 
             parts.append(rows)
             pending += len(rows.payload_values) + 64 * len(rows)
         if bad is not None and p.from_position <= bad.position < p.to_position:
-            text = f"{bad.reason} (recording {d.recording_id}, position {bad.position}; " \
-                   f"skipped to position {bad.resume_position})"
+            text = (
+                f"{bad.reason} (recording {d.recording_id}, position {bad.position}; "
+                f"skipped to position {bad.resume_position})"
+            )
             if options.mode is Mode.FAILFAST:
                 raise LogbufSourceError(f"malformed frame (mode FAILFAST): {text}")
             if options.mode is Mode.PERMISSIVE:
                 corrupt.append((bad.position, text))
             else:
-                library_logger(role="spark-source").warning("frames.malformed_dropped", recording_id=d.recording_id,
-                                                            position=bad.position, reason=bad.reason,
-                                                            resume_position=bad.resume_position)
+                library_logger(role="spark-source").warning(
+                    "frames.malformed_dropped",
+                    recording_id=d.recording_id,
+                    position=bad.position,
+                    reason=bad.reason,
+                    resume_position=bad.resume_position,
+                )
         position = bad.resume_position if bad is not None else chunk_end
         if pending >= options.batch_bytes or corrupt:
             yield build_batch(schema, d, parts, spec, corrupt)
@@ -358,14 +406,26 @@ def _is_continuation(segment: npt.NDArray[np.uint8], offset: int) -> bool:
     return frame_type == dh.HDR_TYPE_DATA and not flags & dh.BEGIN_FLAG
 
 
-def _on_corruption(options: ReadOptions, d: RecordingDescriptor, position: int, reason: str, resume: int,
-                   schema: pa.Schema, spec: RowSpec) -> pa.RecordBatch | None:
+def _on_corruption(
+    options: ReadOptions,
+    d: RecordingDescriptor,
+    position: int,
+    reason: str,
+    resume: int,
+    schema: pa.Schema,
+    spec: RowSpec,
+) -> pa.RecordBatch | None:
     text = f"{reason} (recording {d.recording_id}, position {position}; skipped to position {resume})"
     if options.mode is Mode.FAILFAST:
         raise LogbufSourceError(f"malformed frame (mode FAILFAST): {text}")
     if options.mode is Mode.DROPMALFORMED:
-        library_logger(role="spark-source").warning("frames.malformed_dropped", recording_id=d.recording_id,
-                                                    position=position, reason=reason, resume_position=resume)
+        library_logger(role="spark-source").warning(
+            "frames.malformed_dropped",
+            recording_id=d.recording_id,
+            position=position,
+            reason=reason,
+            resume_position=resume,
+        )
         return None
     return build_batch(schema, d, [], spec, [(position, text)])
 
@@ -381,12 +441,12 @@ class LogbufDataSource(DataSource):
     def schema(self) -> StructType:
         return ReadOptions.parse(self.options).schema()
 
-    def reader(self, schema: StructType) -> "LogbufReader":
+    def reader(self, schema: StructType) -> LogbufReader:
         options = ReadOptions.parse(self.options)
         _check_schema(options, schema)
         return LogbufReader(options)
 
-    def streamReader(self, schema: StructType) -> "LogbufStreamReader":
+    def streamReader(self, schema: StructType) -> LogbufStreamReader:
         options = ReadOptions.parse(self.options)
         _check_schema(options, schema)
         return LogbufStreamReader(options)

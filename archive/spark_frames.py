@@ -48,14 +48,22 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa  # type: ignore[import-untyped]
 
-from logbuf.logbuffer import data_header_descriptor as dh
-
 from logbuf.archive.catalog import RecordingDescriptor
 from logbuf.archive.verify import frame_problem
+from logbuf.logbuffer import data_header_descriptor as dh
 
 __all__ = [
-    "ChunkFrames", "Corruption", "Mode", "RowSpec", "Rows", "arrow_schema", "build_batch", "describe_bad_frame",
-    "empty_rows", "parse_chunk", "select_rows",
+    "ChunkFrames",
+    "Corruption",
+    "Mode",
+    "RowSpec",
+    "Rows",
+    "arrow_schema",
+    "build_batch",
+    "describe_bad_frame",
+    "empty_rows",
+    "parse_chunk",
+    "select_rows",
 ]
 
 _SLOT: Final[int] = dh.FRAME_ALIGNMENT
@@ -71,7 +79,10 @@ _FLAGS_SHIFT: Final[int] = (dh.FLAGS_FIELD_OFFSET - dh.VERSION_FIELD_OFFSET) * 8
 _TYPE_SHIFT: Final[int] = (dh.TYPE_FIELD_OFFSET - dh.VERSION_FIELD_OFFSET) * 8
 
 TIMESTAMP_UNITS_US: Final[dict[str, tuple[int, int]]] = {
-    "s": (1_000_000, 1), "ms": (1_000, 1), "us": (1, 1), "ns": (1, 1_000),
+    "s": (1_000_000, 1),
+    "ms": (1_000, 1),
+    "us": (1, 1),
+    "ns": (1, 1_000),
 }
 """Unit of the reserved value -> (multiply, divide) that gives epoch microseconds."""
 
@@ -89,10 +100,16 @@ class Mode(str, Enum):
 def arrow_schema(corrupt_column: str | None) -> pa.Schema:
     """The Arrow schema of the batches (what Spark's ``to_arrow_schema(schema, "UTC")`` gives)."""
     fields = [
-        pa.field("recording_id", pa.int64()), pa.field("stream_id", pa.int32()), pa.field("session_id", pa.int32()),
-        pa.field("term_id", pa.int32()), pa.field("term_offset", pa.int32()), pa.field("position", pa.int64()),
-        pa.field("flags", pa.int32()), pa.field("reserved_value", pa.int64()),
-        pa.field("timestamp", pa.timestamp("us", tz="UTC")), pa.field("payload", pa.binary()),
+        pa.field("recording_id", pa.int64()),
+        pa.field("stream_id", pa.int32()),
+        pa.field("session_id", pa.int32()),
+        pa.field("term_id", pa.int32()),
+        pa.field("term_offset", pa.int32()),
+        pa.field("position", pa.int64()),
+        pa.field("flags", pa.int32()),
+        pa.field("reserved_value", pa.int64()),
+        pa.field("timestamp", pa.timestamp("us", tz="UTC")),
+        pa.field("payload", pa.binary()),
     ]
     if corrupt_column is not None:
         fields.append(pa.field(corrupt_column, pa.string()))
@@ -149,12 +166,20 @@ class Rows:
 
 
 def empty_rows() -> Rows:
-    return Rows(np.zeros(0, np.int32), np.zeros(0, np.int32), np.zeros(0, np.int64), np.zeros(0, np.int32),
-                np.zeros(0, np.int64), np.zeros(1, np.int32), np.zeros(0, np.uint8))
+    return Rows(
+        np.zeros(0, np.int32),
+        np.zeros(0, np.int32),
+        np.zeros(0, np.int64),
+        np.zeros(0, np.int32),
+        np.zeros(0, np.int64),
+        np.zeros(1, np.int32),
+        np.zeros(0, np.uint8),
+    )
 
 
-def parse_chunk(segment: npt.NDArray[np.uint8], segment_base: int, lo: int, hi: int,
-                d: RecordingDescriptor) -> ChunkFrames:
+def parse_chunk(
+    segment: npt.NDArray[np.uint8], segment_base: int, lo: int, hi: int, d: RecordingDescriptor
+) -> ChunkFrames:
     """The frame chain over positions ``[lo, hi)`` of one segment (``segment`` = the file's bytes).
 
     ``lo`` must be a frame start and ``hi`` the end of a term or the recorded stop position, both
@@ -163,10 +188,10 @@ def parse_chunk(segment: npt.NDArray[np.uint8], segment_base: int, lo: int, hi: 
     term_mask = d.term_length - 1
     start_in_file = lo - segment_base
     available = max(0, min(len(segment) - start_in_file, hi - lo))
-    region = segment[start_in_file:start_in_file + available]
+    region = segment[start_in_file : start_in_file + available]
     n = available // _SLOT  # whole slots present
     n_full = (hi - lo) // _SLOT  # slots the chain must cover
-    ints = region[:n * _SLOT].view("<i4").reshape(n, _INTS_PER_SLOT)
+    ints = region[: n * _SLOT].view("<i4").reshape(n, _INTS_PER_SLOT)
     lengths = ints[:, _LENGTH_INT]
     expected_offset = ((lo & term_mask) + _SLOT * np.arange(n, dtype=np.int64)) & term_mask
     candidates = np.flatnonzero((ints[:, _TERM_OFFSET_INT] == expected_offset) & (lengths > 0))
@@ -208,13 +233,25 @@ def parse_chunk(segment: npt.NDArray[np.uint8], segment_base: int, lo: int, hi: 
     if bad_slot >= 0:
         bad_position = lo + bad_slot * _SLOT
         term_end = bad_position - (bad_position & term_mask) + d.term_length
-        corruption = Corruption(bad_position, describe_bad_frame(region, lo, bad_position, hi, d),
-                                min(term_end, hi if hi > bad_position else term_end))
+        corruption = Corruption(
+            bad_position,
+            describe_bad_frame(region, lo, bad_position, hi, d),
+            min(term_end, hi if hi > bad_position else term_end),
+        )
     return ChunkFrames(region, lo, candidates[chosen], lengths[candidates[chosen]], words[chosen], corruption)
 
 
-def _frame_checks(ints: npt.NDArray[np.int32], candidates: Int64Array, flen: Int64Array, words: npt.NDArray[np.int32],
-                  nxt: Int64Array, n_full: int, available: int, lo: int, d: RecordingDescriptor) -> npt.NDArray[np.bool_]:
+def _frame_checks(
+    ints: npt.NDArray[np.int32],
+    candidates: Int64Array,
+    flen: Int64Array,
+    words: npt.NDArray[np.int32],
+    nxt: Int64Array,
+    n_full: int,
+    available: int,
+    lo: int,
+    d: RecordingDescriptor,
+) -> npt.NDArray[np.bool_]:
     """verify's rules, for every candidate at once (term offset and length > 0 already hold)."""
     version = words & 0xFF
     frame_type = (words >> _TYPE_SHIFT) & 0xFFFF
@@ -246,16 +283,29 @@ def describe_bad_frame(region: npt.NDArray[np.uint8], lo: int, position: int, hi
     if offset + dh.HEADER_LENGTH > len(region):
         return "segment file is truncated: it ends inside the frame header at this position"
     frame_length, version, _flags, frame_type, term_offset_field, session_id, stream_id, term_id, _reserved = (
-        _HEADER.unpack_from(region.data, offset))
-    problem = frame_problem(frame_length, version, frame_type, term_offset_field, session_id, stream_id, term_id, d,
-                            term_offset, d.term_id_of(position), hi - (position - term_offset))
+        _HEADER.unpack_from(region.data, offset)
+    )
+    problem = frame_problem(
+        frame_length,
+        version,
+        frame_type,
+        term_offset_field,
+        session_id,
+        stream_id,
+        term_id,
+        d,
+        term_offset,
+        d.term_id_of(position),
+        hi - (position - term_offset),
+    )
     if problem is not None:
         return problem
     return "segment file is truncated: it ends inside the frame at this position"
 
 
-def select_rows(frames: ChunkFrames, spec: RowSpec, from_position: int, to_position: int,
-                d: RecordingDescriptor) -> Rows:
+def select_rows(
+    frames: ChunkFrames, spec: RowSpec, from_position: int, to_position: int, d: RecordingDescriptor
+) -> Rows:
     """Rows (frames or whole messages) of a chunk whose position lies in ``(from_position, to_position]``."""
     words = frames.words
     is_data = ((words >> _TYPE_SHIFT) & 0xFFFF) == dh.HDR_TYPE_DATA
@@ -279,8 +329,7 @@ def select_rows(frames: ChunkFrames, spec: RowSpec, from_position: int, to_posit
         first, last = first[complete], last[complete]
         frame_in_row = np.zeros(len(flags), dtype=bool)
         if len(first):
-            marks = (np.bincount(first, minlength=len(flags) + 1)
-                     - np.bincount(last + 1, minlength=len(flags) + 1))
+            marks = np.bincount(first, minlength=len(flags) + 1) - np.bincount(last + 1, minlength=len(flags) + 1)
             frame_in_row = np.cumsum(marks[:-1]) > 0
         row_flags = flags[first] | flags[last]
         row_slot = slot[first]
@@ -300,8 +349,8 @@ def select_rows(frames: ChunkFrames, spec: RowSpec, from_position: int, to_posit
         payload_length = flen[selected] - dh.HEADER_LENGTH
         row_lengths = payload_length
     region = frames.region
-    ints = region[:(len(region) // _SLOT) * _SLOT].view("<i4").reshape(-1, _INTS_PER_SLOT)
-    reserved = region[:(len(region) // _SLOT) * _SLOT].view("<i8").reshape(-1, _INTS_PER_SLOT // 2)
+    ints = region[: (len(region) // _SLOT) * _SLOT].view("<i4").reshape(-1, _INTS_PER_SLOT)
+    reserved = region[: (len(region) // _SLOT) * _SLOT].view("<i8").reshape(-1, _INTS_PER_SLOT // 2)
     positions = lo + row_slot * _SLOT
     offsets = np.zeros(len(row_lengths) + 1, dtype=np.int64)
     np.cumsum(row_lengths, out=offsets[1:])
@@ -332,15 +381,19 @@ def _gather(region: npt.NDArray[np.uint8], starts: Int64Array, lengths: Int64Arr
     offsets = np.empty(2 * n, dtype=np.int32)
     offsets[0::2] = starts - first
     offsets[1::2] = starts + lengths - first
-    values = pa.Array.from_buffers(pa.binary(), 2 * n - 1, [None, pa.py_buffer(offsets),
-                                                            pa.py_buffer(region[first:])])
+    values = pa.Array.from_buffers(pa.binary(), 2 * n - 1, [None, pa.py_buffer(offsets), pa.py_buffer(region[first:])])
     taken = values.take(pa.array(np.arange(0, 2 * n, 2, dtype=np.int32)))
     data = taken.buffers()[2]
-    return np.frombuffer(data, dtype=np.uint8)[:int(lengths.sum())]
+    return np.frombuffer(data, dtype=np.uint8)[: int(lengths.sum())]
 
 
-def build_batch(schema: pa.Schema, recording: RecordingDescriptor, parts: Sequence[Rows],
-                spec: RowSpec, corrupt: Sequence[tuple[int, str]] = ()) -> pa.RecordBatch:
+def build_batch(
+    schema: pa.Schema,
+    recording: RecordingDescriptor,
+    parts: Sequence[Rows],
+    spec: RowSpec,
+    corrupt: Sequence[tuple[int, str]] = (),
+) -> pa.RecordBatch:
     """One Arrow batch of the rows of ``parts`` then, if any, PERMISSIVE rows for ``corrupt``
     (position, text) pairs. The schema has the corrupt-record column only in PERMISSIVE mode."""
     rows = _concat(parts)
@@ -368,16 +421,20 @@ def build_batch(schema: pa.Schema, recording: RecordingDescriptor, parts: Sequen
     payload_offsets = rows.payload_offsets
     if n_bad:
         payload_offsets = np.concatenate([payload_offsets, np.full(n_bad, payload_offsets[-1], np.int32)])
-    payload = pa.Array.from_buffers(pa.binary(), n, [valid, pa.py_buffer(payload_offsets),
-                                                     pa.py_buffer(rows.payload_values)], null_count=n_bad)
+    payload = pa.Array.from_buffers(
+        pa.binary(), n, [valid, pa.py_buffer(payload_offsets), pa.py_buffer(rows.payload_values)], null_count=n_bad
+    )
     columns: list[pa.Array] = [
         pa.array(np.full(n, recording.recording_id, np.int64)),
         pa.array(np.full(n, recording.stream_id, np.int32)),
         pa.array(np.full(n, recording.session_id, np.int32)),
-        pa.array(term_id, type=pa.int32()), pa.array(term_offset, type=pa.int32()),
+        pa.array(term_id, type=pa.int32()),
+        pa.array(term_offset, type=pa.int32()),
         pa.array(position, type=pa.int64()),
-        nullable(rows.flags, pa.int32()), nullable(rows.reserved_value, pa.int64()),
-        timestamp, payload,
+        nullable(rows.flags, pa.int32()),
+        nullable(rows.reserved_value, pa.int64()),
+        timestamp,
+        payload,
     ]
     if len(schema) > len(columns):
         columns.append(pa.array([None] * n_good + [text for _, text in corrupt], type=pa.string()))
@@ -404,8 +461,9 @@ def _concat(parts: Sequence[Rows]) -> Rows:
     shifts = np.cumsum([0] + [int(p.payload_offsets[-1]) for p in parts[:-1]])
     if int(shifts[-1]) + int(parts[-1].payload_offsets[-1]) >= 1 << 31:
         raise ValueError("too many payload bytes for one Arrow binary column")
-    offsets = np.concatenate([np.zeros(1, np.int32)] + [p.payload_offsets[1:] + np.int32(s)
-                                                        for p, s in zip(parts, shifts)])
+    offsets = np.concatenate(
+        [np.zeros(1, np.int32)] + [p.payload_offsets[1:] + np.int32(s) for p, s in zip(parts, shifts)]
+    )
     return Rows(
         term_id=np.concatenate([p.term_id for p in parts]),
         term_offset=np.concatenate([p.term_offset for p in parts]),
@@ -415,4 +473,3 @@ def _concat(parts: Sequence[Rows]) -> Rows:
         payload_offsets=offsets.astype(np.int32),
         payload_values=np.concatenate([p.payload_values for p in parts]),
     )
-

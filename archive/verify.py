@@ -28,9 +28,8 @@ from typing import TYPE_CHECKING, Final
 import numpy as np
 
 from logbuf import _native
-from logbuf.logbuffer import data_header_descriptor as dh
-
 from logbuf.archive.segments import SegmentError, SegmentReader
+from logbuf.logbuffer import data_header_descriptor as dh
 
 if TYPE_CHECKING:
     from logbuf.archive.catalog import RecordingDescriptor
@@ -58,8 +57,12 @@ class _Walk:
     reason: str | None
 
 
-def walk_frames(archive_dir: str | os.PathLike[str], descriptor: "RecordingDescriptor", from_position: int,
-                limit_position: int | None) -> tuple[int, int, str | None]:
+def walk_frames(
+    archive_dir: str | os.PathLike[str],
+    descriptor: RecordingDescriptor,
+    from_position: int,
+    limit_position: int | None,
+) -> tuple[int, int, str | None]:
     """Walk frames from ``from_position`` (up to ``limit_position``, or while valid if None).
 
     Returns (end position, frames walked, reason the walk stopped early or None).
@@ -68,7 +71,7 @@ def walk_frames(archive_dir: str | os.PathLike[str], descriptor: "RecordingDescr
     return walk.end_position, walk.frames, walk.reason
 
 
-def verify_recording(archive_dir: str | os.PathLike[str], descriptor: "RecordingDescriptor") -> VerifyResult:
+def verify_recording(archive_dir: str | os.PathLike[str], descriptor: RecordingDescriptor) -> VerifyResult:
     """Check every frame from the start to the stop position; the first bad one is reported."""
     d = descriptor
     problem = _check_descriptor(d)
@@ -78,12 +81,12 @@ def verify_recording(archive_dir: str | os.PathLike[str], descriptor: "Recording
     return VerifyResult(d.recording_id, walk.reason is None, walk.frames, walk.end_position, walk.reason)
 
 
-def scan_valid_prefix(archive_dir: str | os.PathLike[str], descriptor: "RecordingDescriptor", from_position: int) -> int:
+def scan_valid_prefix(archive_dir: str | os.PathLike[str], descriptor: RecordingDescriptor, from_position: int) -> int:
     """End of the run of valid frames that starts at ``from_position`` (a frame boundary)."""
     return _walk(archive_dir, descriptor, from_position, None).end_position
 
 
-def _check_descriptor(d: "RecordingDescriptor") -> str | None:
+def _check_descriptor(d: RecordingDescriptor) -> str | None:
     if d.term_length < 64 * 1024 or d.term_length & (d.term_length - 1):
         return f"term length {d.term_length} in the catalog is not a power of two >= 64 KiB"
     if d.segment_length < d.term_length or d.segment_length & (d.segment_length - 1):
@@ -95,8 +98,9 @@ def _check_descriptor(d: "RecordingDescriptor") -> str | None:
     return None
 
 
-def _walk(archive_dir: str | os.PathLike[str], d: "RecordingDescriptor", from_position: int,
-          limit_position: int | None) -> _Walk:
+def _walk(
+    archive_dir: str | os.PathLike[str], d: RecordingDescriptor, from_position: int, limit_position: int | None
+) -> _Walk:
     mask = d.term_length - 1
     position = from_position
     frames = 0
@@ -108,9 +112,18 @@ def _walk(archive_dir: str | os.PathLike[str], d: "RecordingDescriptor", from_po
             except SegmentError as e:
                 return _Walk(position, frames, None if limit_position is None else str(e))
             with view:
-                term_limit = d.term_length if limit_position is None else min(d.term_length, limit_position - term_begin)
-                offset, count, reason = _walk_term(view, d, position & mask, term_limit, d.term_id_of(position),
-                                                   limit_position is None, reader.path_of(reader.base_of(position)))
+                term_limit = (
+                    d.term_length if limit_position is None else min(d.term_length, limit_position - term_begin)
+                )
+                offset, count, reason = _walk_term(
+                    view,
+                    d,
+                    position & mask,
+                    term_limit,
+                    d.term_id_of(position),
+                    limit_position is None,
+                    reader.path_of(reader.base_of(position)),
+                )
             frames += count
             position = term_begin + offset
             if reason is not None or offset < term_limit:
@@ -118,8 +131,15 @@ def _walk(archive_dir: str | os.PathLike[str], d: "RecordingDescriptor", from_po
     return _Walk(position, frames, None)
 
 
-def _walk_term(view: memoryview, d: "RecordingDescriptor", offset: int, term_limit: int, term_id: int,
-               lenient: bool, path: os.PathLike[str]) -> tuple[int, int, str | None]:
+def _walk_term(
+    view: memoryview,
+    d: RecordingDescriptor,
+    offset: int,
+    term_limit: int,
+    term_id: int,
+    lenient: bool,
+    path: os.PathLike[str],
+) -> tuple[int, int, str | None]:
     """Walk one term from ``offset`` to ``term_limit``; returns (end offset, frames, reason or None).
 
     ``lenient`` (prefix scan): an absent or bad frame ends the walk without a reason.
@@ -152,9 +172,19 @@ def _count(view: memoryview, start: int, end: int) -> int:
     return _native.count_frames(view[start:end], True) if end > start else 0
 
 
-def frame_problem(frame_length: int, version: int, frame_type: int, term_offset_field: int, session_id: int,
-                  stream_id: int, term_id_field: int, d: "RecordingDescriptor", term_offset: int, term_id: int,
-                  term_limit: int) -> str | None:
+def frame_problem(
+    frame_length: int,
+    version: int,
+    frame_type: int,
+    term_offset_field: int,
+    session_id: int,
+    stream_id: int,
+    term_id_field: int,
+    d: RecordingDescriptor,
+    term_offset: int,
+    term_id: int,
+    term_limit: int,
+) -> str | None:
     """What is wrong with the frame header at ``term_offset`` of term ``term_id`` (None: nothing), as
     ``logbuf-archive verify`` words it; ``term_limit`` is where the recorded data ends in this term.
     The Spark reader reports its corrupt frames with this too."""
@@ -184,15 +214,33 @@ def frame_problem(frame_length: int, version: int, frame_type: int, term_offset_
     return None
 
 
-def _problem_at(ints: np.ndarray, d: "RecordingDescriptor", offset: int, term_limit: int, term_id: int) -> str | None:
+def _problem_at(ints: np.ndarray, d: RecordingDescriptor, offset: int, term_limit: int, term_id: int) -> str | None:
     i = offset // 4
     word = int(ints[i + 1])
-    return frame_problem(int(ints[i]), word & 0xFF, word >> 16 & 0xFFFF, int(ints[i + 2]), int(ints[i + 3]),
-                         int(ints[i + 4]), int(ints[i + 5]), d, offset, term_id, term_limit)
+    return frame_problem(
+        int(ints[i]),
+        word & 0xFF,
+        word >> 16 & 0xFFFF,
+        int(ints[i + 2]),
+        int(ints[i + 3]),
+        int(ints[i + 4]),
+        int(ints[i + 5]),
+        d,
+        offset,
+        term_id,
+        term_limit,
+    )
 
 
-def _check_one(ints: np.ndarray, available: int, d: "RecordingDescriptor", offset: int, term_limit: int,
-               term_id: int, path: os.PathLike[str]) -> tuple[str | None, int]:
+def _check_one(
+    ints: np.ndarray,
+    available: int,
+    d: RecordingDescriptor,
+    offset: int,
+    term_limit: int,
+    term_id: int,
+    path: os.PathLike[str],
+) -> tuple[str | None, int]:
     if offset + dh.HEADER_LENGTH > available:
         return f"segment file {path} is truncated: it ends inside the frame header at this position", offset
     problem = _problem_at(ints, d, offset, term_limit, term_id)
@@ -206,8 +254,9 @@ def _check_one(ints: np.ndarray, available: int, d: "RecordingDescriptor", offse
     return None, end
 
 
-def _check_block(view: memoryview, ints: np.ndarray, d: "RecordingDescriptor", start: int, end: int,
-                 term_id: int) -> tuple[int, str] | None:
+def _check_block(
+    view: memoryview, ints: np.ndarray, d: RecordingDescriptor, start: int, end: int, term_id: int
+) -> tuple[int, str] | None:
     """Vectorised header checks over the DATA frames in [start, end); the first bad one, if any."""
     capacity = (end - start) // dh.HEADER_LENGTH
     offsets = np.empty(capacity, dtype=np.int32)

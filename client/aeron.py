@@ -15,27 +15,24 @@ calls on the mapped log and the position counters in the CnC.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-
 from logbuf.conduit import command_descriptor as cmd
 from logbuf.conduit import counters_descriptor as cd
 from logbuf.conduit.broadcast import CopyBroadcastReceiver
 from logbuf.conduit.cnc import CncFile, cnc_driver_heartbeat_ms
+from logbuf.conduit.ring_buffer import ManyToOneRingBuffer
+from logbuf.directory import resolve_dir
 from logbuf.errors import ClosedError, ConfigurationError, DriverTimeoutError, RegistrationError
 from logbuf.logbuffer.image import Image as _Image
 from logbuf.logbuffer.log_buffer import LogBuffers
-from logbuf.logging_config import library_logger
 from logbuf.logbuffer.publication import Publication as _Publication
-from logbuf.conduit.ring_buffer import ManyToOneRingBuffer
+from logbuf.logging_config import library_logger
 from logbuf.shm import ShmError
-
-from logbuf.directory import resolve_dir
 
 __all__ = ["Aeron", "Context", "Image", "Publication", "Subscription"]
 
@@ -51,11 +48,11 @@ class Context:
     driver_timeout_ms: int = 10_000
     keepalive_interval_ms: int = 500
     error_handler: Callable[[BaseException], None] | None = None
-    on_available_image: Callable[["Image"], None] | None = None
-    on_unavailable_image: Callable[["Image"], None] | None = None
+    on_available_image: Callable[[Image], None] | None = None
+    on_unavailable_image: Callable[[Image], None] | None = None
     use_conductor_thread: bool = True
 
-    def conclude(self) -> "Context":
+    def conclude(self) -> Context:
         self.dir = resolve_dir(self.dir or None)
         if self.driver_timeout_ms <= 0:
             raise ConfigurationError(f"driver_timeout_ms={self.driver_timeout_ms} must be positive")
@@ -69,7 +66,7 @@ class Publication(_Publication):
 
     channel: str
     registration_id: int
-    _conductor: "ClientConductor"
+    _conductor: ClientConductor
     _log_buffers: LogBuffers
 
     def close(self) -> None:
@@ -84,7 +81,7 @@ class Image(_Image):
     """One publisher's stream as seen by a subscription."""
 
     correlation_id: int
-    subscription: "Subscription"
+    subscription: Subscription
     source_identity: str
     _log_buffers: LogBuffers
     _log_file_name: str
@@ -93,9 +90,15 @@ class Image(_Image):
 class Subscription:
     """Receives from every image (publisher session) matching its channel and stream id."""
 
-    def __init__(self, conductor: "ClientConductor", registration_id: int, channel: str, stream_id: int,
-                 on_available_image: Callable[[Image], None] | None,
-                 on_unavailable_image: Callable[[Image], None] | None) -> None:
+    def __init__(
+        self,
+        conductor: ClientConductor,
+        registration_id: int,
+        channel: str,
+        stream_id: int,
+        on_available_image: Callable[[Image], None] | None,
+        on_unavailable_image: Callable[[Image], None] | None,
+    ) -> None:
         self._conductor = conductor
         self.registration_id = registration_id
         self.channel = channel
@@ -180,15 +183,17 @@ class Subscription:
             self._closed = True
             self._conductor.release_subscription(self)
 
-    def __enter__(self) -> "Subscription":
+    def __enter__(self) -> Subscription:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
     def __repr__(self) -> str:
-        return (f"Subscription(registration_id={self.registration_id}, channel={self.channel!r}, "
-                f"stream_id={self.stream_id}, images={len(self._images)})")
+        return (
+            f"Subscription(registration_id={self.registration_id}, channel={self.channel!r}, "
+            f"stream_id={self.stream_id}, images={len(self._images)})"
+        )
 
 
 @dataclass
@@ -383,16 +388,23 @@ class ClientConductor:
                 correlation_id, cmd.ADD_EXCLUSIVE_PUBLICATION if exclusive else cmd.ADD_PUBLICATION, command.encode()
             )
             log = self._map_log(ready.log_file_name)
-            publication = Publication(log.view, self.cnc.counters_values,
-                                      cd.values_offset(ready.position_limit_counter_id), exclusive, None)
+            publication = Publication(
+                log.view, self.cnc.counters_values, cd.values_offset(ready.position_limit_counter_id), exclusive, None
+            )
             publication.channel = channel
             publication.registration_id = correlation_id
             publication._conductor = self
             publication._log_buffers = log
             publication._log_file_name = ready.log_file_name  # type: ignore[attr-defined]
             self._publications[correlation_id] = publication
-            self._log.info("client.publication_added", registration_id=correlation_id, channel=channel,
-                           stream_id=stream_id, session_id=ready.session_id, exclusive=exclusive)
+            self._log.info(
+                "client.publication_added",
+                registration_id=correlation_id,
+                channel=channel,
+                stream_id=stream_id,
+                session_id=ready.session_id,
+                exclusive=exclusive,
+            )
             return publication
 
     def release_publication(self, publication: Publication) -> None:
@@ -407,14 +419,21 @@ class ClientConductor:
             self._await(correlation_id, cmd.REMOVE_PUBLICATION, command.encode())
 
     # -- subscriptions ------------------------------------------------------------------------------------
-    def add_subscription(self, channel: str, stream_id: int,
-                         on_available_image: Callable[[Image], None] | None,
-                         on_unavailable_image: Callable[[Image], None] | None) -> Subscription:
+    def add_subscription(
+        self,
+        channel: str,
+        stream_id: int,
+        on_available_image: Callable[[Image], None] | None,
+        on_unavailable_image: Callable[[Image], None] | None,
+    ) -> Subscription:
         with self._lock:
             self._ensure_usable()
             correlation_id = self.to_driver.next_correlation_id()
             subscription = Subscription(
-                self, correlation_id, channel, stream_id,
+                self,
+                correlation_id,
+                channel,
+                stream_id,
                 on_available_image or self.ctx.on_available_image,
                 on_unavailable_image or self.ctx.on_unavailable_image,
             )
@@ -426,8 +445,9 @@ class ClientConductor:
             except BaseException:
                 self._subscriptions.pop(correlation_id, None)
                 raise
-            self._log.info("client.subscription_added", registration_id=correlation_id, channel=channel,
-                           stream_id=stream_id)
+            self._log.info(
+                "client.subscription_added", registration_id=correlation_id, channel=channel, stream_id=stream_id
+            )
             return subscription
 
     def release_subscription(self, subscription: Subscription) -> None:
@@ -547,9 +567,9 @@ def _await_cnc(ctx: Context) -> CncFile:
 class Aeron:
     """A connection to a media driver (context manager).
 
-        with Aeron.connect() as aeron:
-            pub = aeron.add_publication("aeron:ipc", 10)
-            sub = aeron.add_subscription("aeron:ipc", 10)
+    with Aeron.connect() as aeron:
+        pub = aeron.add_publication("aeron:ipc", 10)
+        sub = aeron.add_subscription("aeron:ipc", 10)
     """
 
     def __init__(self, ctx: Context) -> None:
@@ -557,7 +577,7 @@ class Aeron:
         self._conductor = ClientConductor(ctx)
 
     @classmethod
-    def connect(cls, context: Context | None = None) -> "Aeron":
+    def connect(cls, context: Context | None = None) -> Aeron:
         """Map the driver's CnC (waiting up to the driver timeout) and start the client conductor."""
         return cls((context or Context()).conclude())
 
@@ -581,9 +601,13 @@ class Aeron:
         """A publication with its own session, for a single writer thread."""
         return self._conductor.add_publication(channel, stream_id, exclusive=True)
 
-    def add_subscription(self, channel: str, stream_id: int,
-                         on_available_image: Callable[[Image], None] | None = None,
-                         on_unavailable_image: Callable[[Image], None] | None = None) -> Subscription:
+    def add_subscription(
+        self,
+        channel: str,
+        stream_id: int,
+        on_available_image: Callable[[Image], None] | None = None,
+        on_unavailable_image: Callable[[Image], None] | None = None,
+    ) -> Subscription:
         return self._conductor.add_subscription(channel, stream_id, on_available_image, on_unavailable_image)
 
     def do_work(self) -> int:
@@ -593,7 +617,7 @@ class Aeron:
     def close(self) -> None:
         self._conductor.close()
 
-    def __enter__(self) -> "Aeron":
+    def __enter__(self) -> Aeron:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing as mp
-import os
 import shutil
 import signal
 import struct
@@ -82,8 +81,9 @@ def _subscriber(directory: str, stop: Any, out: Any) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="logbuf-demo", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="logbuf-demo", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--seconds", type=float, default=10.0, help="how long to run (default 10)")
     parser.add_argument("--size", type=int, default=32, help="message length in bytes (>= 8, default 32)")
     parser.add_argument("--batch", type=int, default=1, help="messages per offer_batch call (1 = offer)")
@@ -96,8 +96,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging()
     log = structlog.get_logger().bind(role="demo")
     directory = args.dir or f"/dev/shm/logbuf-demo-{uuid.uuid4().hex[:8]}"
-    driver = subprocess.Popen([sys.executable, "-m", "logbuf.driver.main", "--dir", directory],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "logbuf.driver.main", "--dir", directory],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     ctx = mp.get_context("spawn")
     stop = ctx.Event()
     pub_out: Any = ctx.Queue()
@@ -116,8 +119,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         pub = ctx.Process(target=_publisher, args=(directory, args.size, args.batch, stop, pub_out), daemon=True)
         pub.start()
         procs.append(pub)
-        stat = subprocess.Popen([sys.executable, "-m", "logbuf.client.stat", "--dir", directory,
-                                 "--duration", str(args.seconds)])
+        stat = subprocess.Popen(
+            [sys.executable, "-m", "logbuf.client.stat", "--dir", directory, "--duration", str(args.seconds)]
+        )
         try:
             stat.wait(args.seconds + 30)
         except subprocess.TimeoutExpired:
@@ -139,12 +143,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not args.dir:
             shutil.rmtree(directory, ignore_errors=True)
     lost = published - received
-    summary = {"published": published, "received": received, "lost": lost, "out_of_order": out_of_order,
-               "msgs_per_s": received / args.seconds, "mb_per_s": received * args.size / args.seconds / 1e6}
+    summary = {
+        "published": published,
+        "received": received,
+        "lost": lost,
+        "out_of_order": out_of_order,
+        "msgs_per_s": received / args.seconds,
+        "mb_per_s": received * args.size / args.seconds / 1e6,
+    }
     log.info("demo.finished", **summary)
-    print(json.dumps(summary) if not sys.stdout.isatty() else
-          f"published {published:,}  received {received:,}  lost {lost}  out of order {out_of_order}  "
-          f"~{summary['msgs_per_s'] / 1e6:.2f} M msgs/s  {summary['mb_per_s']:.0f} MB/s")
+    print(
+        json.dumps(summary)
+        if not sys.stdout.isatty()
+        else f"published {published:,}  received {received:,}  lost {lost}  out of order {out_of_order}  "
+        f"~{summary['msgs_per_s'] / 1e6:.2f} M msgs/s  {summary['mb_per_s']:.0f} MB/s"
+    )
     return 0 if lost == 0 and out_of_order == 0 else 1
 
 

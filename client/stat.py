@@ -29,10 +29,10 @@ import numpy as np
 
 from logbuf import _native
 from logbuf.conduit import counters_descriptor as cd
-from logbuf.logbuffer import data_header_descriptor as dh
 from logbuf.conduit.cnc import CncError, CncFile, cnc_driver_heartbeat_ms
 from logbuf.conduit.counters import CounterInfo, CountersReader
 from logbuf.conduit.error_log import read_error_log
+from logbuf.logbuffer import data_header_descriptor as dh
 from logbuf.logbuffer.log_buffer import LogBuffers
 from logbuf.logging_config import configure_logging
 
@@ -162,7 +162,7 @@ class StatReader:
         self._logs.clear()
         self.cnc.close()
 
-    def __enter__(self) -> "StatReader":
+    def __enter__(self) -> StatReader:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -191,8 +191,10 @@ class StatReader:
             time_ms=now_ms,
             streams=streams,
             counters=[CounterStat(i.counter_id, i.type_id, i.label, i.value) for i in infos],
-            errors=[ErrorStat(e.count, e.first_observation_ms, e.last_observation_ms, e.text)
-                    for e in sorted(read_error_log(self.cnc.error_log), key=lambda e: -e.last_observation_ms)],
+            errors=[
+                ErrorStat(e.count, e.first_observation_ms, e.last_observation_ms, e.text)
+                for e in sorted(read_error_log(self.cnc.error_log), key=lambda e: -e.last_observation_ms)
+            ],
         )
 
     def _streams(self, infos: Iterable[CounterInfo]) -> list[StreamStat]:
@@ -202,9 +204,15 @@ class StatReader:
         extra: dict[tuple[int, int, int], CounterInfo] = {}  # (type id, session, stream) -> counter
         images: dict[tuple[int, int], CounterInfo] = {}  # rcv-pos counters
         for info in infos:
-            if info.type_id not in (cd.PUBLISHER_LIMIT_TYPE_ID, cd.PUBLISHER_POSITION_TYPE_ID,
-                                    cd.SUBSCRIBER_POSITION_TYPE_ID, cd.SENDER_POSITION_TYPE_ID,
-                                    cd.SENDER_LIMIT_TYPE_ID, cd.RECEIVER_HWM_TYPE_ID, cd.RECEIVER_POSITION_TYPE_ID):
+            if info.type_id not in (
+                cd.PUBLISHER_LIMIT_TYPE_ID,
+                cd.PUBLISHER_POSITION_TYPE_ID,
+                cd.SUBSCRIBER_POSITION_TYPE_ID,
+                cd.SENDER_POSITION_TYPE_ID,
+                cd.SENDER_LIMIT_TYPE_ID,
+                cd.RECEIVER_HWM_TYPE_ID,
+                cd.RECEIVER_POSITION_TYPE_ID,
+            ):
                 continue
             _, session_id, stream_id, _ = cd.STREAM_KEY.unpack_from(info.key)
             key = (session_id, stream_id)
@@ -248,19 +256,30 @@ class StatReader:
             if kind == "image" and " @" in channel:
                 channel = channel.rsplit(" @", 1)[0]
 
-            def value(type_id: int) -> int | None:
+            def value(type_id: int, key: tuple[int, int] = key) -> int | None:
                 info = extra.get((type_id, key[0], key[1]))
                 return info.value if info is not None else None
 
-            stream = StreamStat(registration_id, key[0], key[1], channel, position,
-                                head.value if kind == "publication" else (value(cd.RECEIVER_HWM_TYPE_ID) or position),
-                                msgs_per_s, bytes_per_s, kind=kind,
-                                sender_position=value(cd.SENDER_POSITION_TYPE_ID) if kind == "publication" else None,
-                                sender_limit=value(cd.SENDER_LIMIT_TYPE_ID) if kind == "publication" else None,
-                                receiver_hwm=value(cd.RECEIVER_HWM_TYPE_ID) if kind == "image" else None)
+            stream = StreamStat(
+                registration_id,
+                key[0],
+                key[1],
+                channel,
+                position,
+                head.value if kind == "publication" else (value(cd.RECEIVER_HWM_TYPE_ID) or position),
+                msgs_per_s,
+                bytes_per_s,
+                kind=kind,
+                sender_position=value(cd.SENDER_POSITION_TYPE_ID) if kind == "publication" else None,
+                sender_limit=value(cd.SENDER_LIMIT_TYPE_ID) if kind == "publication" else None,
+                receiver_hwm=value(cd.RECEIVER_HWM_TYPE_ID) if kind == "image" else None,
+            )
             for sub in subscribers.get(key, []):
-                stream.subscribers.append(SubscriberStat(sub.counter_id, sub.registration_id, sub.owner_id,
-                                                         sub.value, max(0, position - sub.value)))
+                stream.subscribers.append(
+                    SubscriberStat(
+                        sub.counter_id, sub.registration_id, sub.owner_id, sub.value, max(0, position - sub.value)
+                    )
+                )
             if stream.subscribers:
                 min(stream.subscribers, key=lambda s: s.position).slowest = True
             streams.append(stream)
@@ -289,24 +308,52 @@ def render(snapshot: Snapshot) -> Any:
     from rich.text import Text
 
     state = Text("alive", style="bold green") if snapshot.alive else Text("NOT ALIVE", style="bold red")
-    title = Text.assemble("driver ", state, f"  pid {snapshot.driver_pid}  heartbeat {snapshot.heartbeat_age_ms} ms ago"
-                          f"  dir {snapshot.dir}")
+    title = Text.assemble(
+        "driver ",
+        state,
+        f"  pid {snapshot.driver_pid}  heartbeat {snapshot.heartbeat_age_ms} ms ago  dir {snapshot.dir}",
+    )
     streams = Table(title="streams", expand=True, padding=(0, 0))
-    for name, justify in (("stream", "right"), ("session", "right"), ("channel", "left"), ("position", "right"),
-                          ("limit", "right"), ("msgs/s", "right"), ("bytes/s", "right")):
-        streams.add_column(name, justify=justify, no_wrap=True,  # type: ignore[arg-type]
-                           min_width=13 if name in ("position", "limit") else None)
+    for name, justify in (
+        ("stream", "right"),
+        ("session", "right"),
+        ("channel", "left"),
+        ("position", "right"),
+        ("limit", "right"),
+        ("msgs/s", "right"),
+        ("bytes/s", "right"),
+    ):
+        streams.add_column(
+            name,
+            justify=justify,  # type: ignore[arg-type]
+            no_wrap=True,
+            min_width=13 if name in ("position", "limit") else None,
+        )
     subscribers = Table(title="subscribers (slowest of a stream in red)", expand=True)
     for name in ("stream", "session", "subscription", "client", "position", "lag"):
         subscribers.add_column(name, justify="right", no_wrap=True)
     for s in snapshot.streams:
         channel = s.channel if s.kind == "publication" else f"{s.channel} (image)"
-        streams.add_row(str(s.stream_id), str(s.session_id), channel, f"{s.publisher_position:,}",
-                        f"{s.publisher_limit:,}", _rate(s.msgs_per_s), _rate(s.bytes_per_s, "B"))
+        streams.add_row(
+            str(s.stream_id),
+            str(s.session_id),
+            channel,
+            f"{s.publisher_position:,}",
+            f"{s.publisher_limit:,}",
+            _rate(s.msgs_per_s),
+            _rate(s.bytes_per_s, "B"),
+        )
         for sub in s.subscribers:
             style = "bold red" if sub.slowest and len(s.subscribers) > 1 and sub.lag > 0 else None
-            subscribers.add_row(str(s.stream_id), str(s.session_id), str(sub.registration_id), str(sub.client_id),
-                                f"{sub.position:,}", f"{sub.lag:,}", style=style)
+            subscribers.add_row(
+                str(s.stream_id),
+                str(s.session_id),
+                str(sub.registration_id),
+                str(sub.client_id),
+                f"{sub.position:,}",
+                f"{sub.lag:,}",
+                style=style,
+            )
     counters = Table(title="system counters", expand=True)
     counters.add_column("id", justify="right")
     counters.add_column("label")
@@ -352,10 +399,14 @@ def serve_prometheus(directory: str, port: int, *, alive_timeout_ms: int = DEFAU
             labels = ["stream_id", "session_id", "channel"]
             pub = GaugeMetricFamily("logbuf_publisher_position_bytes", "Publisher position", labels=labels)
             lmt = GaugeMetricFamily("logbuf_publisher_limit_bytes", "Publisher limit", labels=labels)
-            sub = GaugeMetricFamily("logbuf_subscriber_position_bytes", "Subscriber position",
-                                    labels=[*labels, "registration_id"])
-            lag = GaugeMetricFamily("logbuf_subscriber_lag_bytes", "Subscriber lag behind the publisher",
-                                    labels=[*labels, "registration_id"])
+            sub = GaugeMetricFamily(
+                "logbuf_subscriber_position_bytes", "Subscriber position", labels=[*labels, "registration_id"]
+            )
+            lag = GaugeMetricFamily(
+                "logbuf_subscriber_lag_bytes",
+                "Subscriber lag behind the publisher",
+                labels=[*labels, "registration_id"],
+            )
             for s in snap.streams:
                 values = [str(s.stream_id), str(s.session_id), s.channel]
                 pub.add_metric(values, float(s.publisher_position))
@@ -391,8 +442,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--interval", type=float, default=1.0, help="seconds between samples (default 1)")
     parser.add_argument("--duration", type=float, default=None, help="stop after this many seconds")
     parser.add_argument("--prometheus", type=int, metavar="PORT", default=None, help="serve /metrics on PORT")
-    parser.add_argument("--alive-timeout-ms", type=int, default=DEFAULT_ALIVE_TIMEOUT_MS,
-                        help="heartbeat age beyond which the driver is reported not alive")
+    parser.add_argument(
+        "--alive-timeout-ms",
+        type=int,
+        default=DEFAULT_ALIVE_TIMEOUT_MS,
+        help="heartbeat age beyond which the driver is reported not alive",
+    )
     args = parser.parse_args(argv)
     if args.interval <= 0:
         parser.error(f"--interval={args.interval} must be positive")

@@ -20,21 +20,27 @@ from typing import Any
 
 import structlog
 
+from logbuf.channel_uri import ChannelUri, InvalidChannelError
 from logbuf.conduit import command_descriptor as cmd
 from logbuf.conduit import counters_descriptor as cd
-from logbuf.channel_uri import ChannelUri, InvalidChannelError
 from logbuf.conduit.command_descriptor import ErrorCode, MalformedCommandError
 from logbuf.conduit.counters import CountersManager
-from logbuf.logbuffer.log_buffer import LogBuffers
-from logbuf.logbuffer import log_buffer_descriptor as lbd
-
 from logbuf.driver.context import DriverContext
 from logbuf.driver.ipc_publication import IpcPublication, PublicationState
 from logbuf.driver.network_publication import NetworkPublication
 from logbuf.driver.publication_image import ImageState, PublicationImage
-from logbuf.driver.udp import (FaultInjector, ImageSettings, ReceiveChannelEndpoint, Receiver, SendChannelEndpoint, Sender,
-                        SocketSettings, resolve_interface)
 from logbuf.driver.system_counters import SystemCounterId, SystemCounters
+from logbuf.driver.udp import (
+    FaultInjector,
+    ImageSettings,
+    ReceiveChannelEndpoint,
+    Receiver,
+    SendChannelEndpoint,
+    Sender,
+    SocketSettings,
+    resolve_interface,
+)
+from logbuf.logbuffer.log_buffer import LogBuffers
 
 RESERVED_SESSION_ID_LOW = -1
 RESERVED_SESSION_ID_HIGH = 1000
@@ -181,8 +187,11 @@ class DriverConductor:
         now_ns = self.clock_ns()
         if session is None:
             counter_id = self.counters.allocate(
-                f"client-heartbeat: id={client_id}", cd.CLIENT_HEARTBEAT_TYPE_ID,
-                registration_id=client_id, owner_id=client_id, initial_value=self.epoch_ms(),
+                f"client-heartbeat: id={client_id}",
+                cd.CLIENT_HEARTBEAT_TYPE_ID,
+                registration_id=client_id,
+                owner_id=client_id,
+                initial_value=self.epoch_ms(),
             )
             session = self.clients[client_id] = ClientSession(client_id, now_ns, counter_id)
             self.system_counters.set(SystemCounterId.ACTIVE_CLIENTS, len(self.clients))
@@ -196,14 +205,18 @@ class DriverConductor:
     def _parse_channel(channel: str, *, spy_allowed: bool = False) -> ChannelUri:
         uri = ChannelUri.parse(channel)
         if uri.prefix and not (spy_allowed and uri.media == "udp"):
-            raise CommandError(ErrorCode.INVALID_CHANNEL,
-                               f"channel prefix {uri.prefix!r} is only for subscriptions to udp channels: {channel}")
+            raise CommandError(
+                ErrorCode.INVALID_CHANNEL,
+                f"channel prefix {uri.prefix!r} is only for subscriptions to udp channels: {channel}",
+            )
         if uri.media == "udp":
             if uri.endpoint() is None:
                 raise CommandError(ErrorCode.INVALID_CHANNEL, f"udp channel needs endpoint=host:port: {channel}")
             if uri.control() is not None or uri.control_mode() is not None:
-                raise CommandError(ErrorCode.NOT_SUPPORTED,
-                                   f"control= and control-mode= (multicast, MDC) are not supported yet: {channel}")
+                raise CommandError(
+                    ErrorCode.NOT_SUPPORTED,
+                    f"control= and control-mode= (multicast, MDC) are not supported yet: {channel}",
+                )
         return uri
 
     def _socket_settings(self, uri: ChannelUri) -> SocketSettings:
@@ -220,8 +233,10 @@ class DriverConductor:
         try:
             return resolve_interface(host, prefix), port
         except OSError as e:
-            raise CommandError(ErrorCode.INVALID_CHANNEL, f"channel parameter interface={uri.interface()!r}: {e}: "
-                                                           f"{uri.original or uri}") from None
+            raise CommandError(
+                ErrorCode.INVALID_CHANNEL,
+                f"channel parameter interface={uri.interface()!r}: {e}: {uri.original or uri}",
+            ) from None
 
     @staticmethod
     def _resolve(uri: ChannelUri) -> tuple[str, int]:
@@ -265,8 +280,12 @@ class DriverConductor:
         publication = None
         if not exclusive and uri.session_id() is None:
             for candidate in self.publications:
-                if (not candidate.exclusive and candidate.state is PublicationState.ACTIVE
-                        and candidate.stream_id == command.stream_id and candidate.channel == canonical):
+                if (
+                    not candidate.exclusive
+                    and candidate.state is PublicationState.ACTIVE
+                    and candidate.stream_id == command.stream_id
+                    and candidate.channel == canonical
+                ):
                     publication = candidate
                     publication.ref_count += 1
                     break
@@ -274,12 +293,19 @@ class DriverConductor:
             publication = self._new_publication(command.correlation_id, command.stream_id, uri, exclusive)
         session.publication_links[command.correlation_id] = publication
         ready = cmd.PublicationReady(
-            command.correlation_id, publication.registration_id, publication.session_id, publication.stream_id,
-            publication.publisher_limit_id, -1, publication.log_file_name,
+            command.correlation_id,
+            publication.registration_id,
+            publication.session_id,
+            publication.stream_id,
+            publication.publisher_limit_id,
+            -1,
+            publication.log_file_name,
         )
         self._transmit(cmd.ON_EXCLUSIVE_PUBLICATION_READY if exclusive else cmd.ON_PUBLICATION_READY, ready.encode())
 
-    def _new_publication(self, registration_id: int, stream_id: int, uri: ChannelUri, exclusive: bool) -> IpcPublication:
+    def _new_publication(
+        self, registration_id: int, stream_id: int, uri: ChannelUri, exclusive: bool
+    ) -> IpcPublication:
         network = uri.media == "udp"
         destination = self._resolve(uri) if network else None
         term_length = uri.term_length() or (self.ctx.term_length if network else self.ctx.ipc_term_length)
@@ -294,8 +320,14 @@ class DriverConductor:
         path = os.path.join(self._publications_dir, f"{registration_id}.logbuffer")
         try:
             log = LogBuffers.create_file(
-                path, mode=self.ctx.file_mode, term_length=term_length, mtu_length=mtu, session_id=session_id,
-                stream_id=stream_id, initial_term_id=initial_term_id, correlation_id=registration_id,
+                path,
+                mode=self.ctx.file_mode,
+                term_length=term_length,
+                mtu_length=mtu,
+                session_id=session_id,
+                stream_id=stream_id,
+                initial_term_id=initial_term_id,
+                correlation_id=registration_id,
                 term_window_length=min(self.ctx.ipc_term_window_length or term_length // 2, term_length // 2),
             )
         except OSError as e:
@@ -305,36 +337,78 @@ class DriverConductor:
         label = cd.stream_label("{}", registration_id, session_id, stream_id, canonical)
         key = cd.STREAM_KEY.pack(registration_id, session_id, stream_id, 0)
         start = log.tail_position()
-        limit_id = self.counters.allocate(label.format("pub-lmt"), cd.PUBLISHER_LIMIT_TYPE_ID, key,
-                                          registration_id=registration_id, initial_value=start)
-        pos_id = self.counters.allocate(label.format("pub-pos (sampled)"), cd.PUBLISHER_POSITION_TYPE_ID, key,
-                                        registration_id=registration_id, initial_value=start)
+        limit_id = self.counters.allocate(
+            label.format("pub-lmt"),
+            cd.PUBLISHER_LIMIT_TYPE_ID,
+            key,
+            registration_id=registration_id,
+            initial_value=start,
+        )
+        pos_id = self.counters.allocate(
+            label.format("pub-pos (sampled)"),
+            cd.PUBLISHER_POSITION_TYPE_ID,
+            key,
+            registration_id=registration_id,
+            initial_value=start,
+        )
         common = dict(
-            registration_id=registration_id, session_id=session_id, stream_id=stream_id, channel=canonical,
-            exclusive=exclusive, log=log, log_file_name=path, publisher_limit_id=limit_id,
-            publisher_limit=self.counters.position(limit_id), publisher_position_id=pos_id,
-            counters=self.counters, linger_timeout_ns=linger, clean_position=start,
+            registration_id=registration_id,
+            session_id=session_id,
+            stream_id=stream_id,
+            channel=canonical,
+            exclusive=exclusive,
+            log=log,
+            log_file_name=path,
+            publisher_limit_id=limit_id,
+            publisher_limit=self.counters.position(limit_id),
+            publisher_position_id=pos_id,
+            counters=self.counters,
+            linger_timeout_ns=linger,
+            clean_position=start,
             unblock_timeout_ns=self.ctx.publication_unblock_timeout,
         )
         publication: IpcPublication
         if destination is not None:
-            snd_pos = self.counters.allocate(label.format("snd-pos"), cd.SENDER_POSITION_TYPE_ID, key,
-                                             registration_id=registration_id, initial_value=start)
-            snd_lmt = self.counters.allocate(label.format("snd-lmt"), cd.SENDER_LIMIT_TYPE_ID, key,
-                                             registration_id=registration_id, initial_value=start)
+            snd_pos = self.counters.allocate(
+                label.format("snd-pos"),
+                cd.SENDER_POSITION_TYPE_ID,
+                key,
+                registration_id=registration_id,
+                initial_value=start,
+            )
+            snd_lmt = self.counters.allocate(
+                label.format("snd-lmt"),
+                cd.SENDER_LIMIT_TYPE_ID,
+                key,
+                registration_id=registration_id,
+                initial_value=start,
+            )
             network_publication = NetworkPublication(
-                **common, sender_position_id=snd_pos, sender_limit_id=snd_lmt,  # type: ignore[arg-type]
-                sender_position=self.counters.position(snd_pos), system_counters=self.system_counters, mtu_length=mtu,
-                connection_timeout_ns=self.ctx.publication_connection_timeout, sender_limit=start,
+                **common,  # type: ignore[arg-type]
+                sender_position_id=snd_pos,
+                sender_limit_id=snd_lmt,
+                sender_position=self.counters.position(snd_pos),
+                system_counters=self.system_counters,
+                mtu_length=mtu,
+                connection_timeout_ns=self.ctx.publication_connection_timeout,
+                sender_limit=start,
             )
             endpoint = self.send_endpoints.get(canonical)
             if endpoint is None:
                 try:
-                    endpoint = SendChannelEndpoint(canonical, destination, self.system_counters, self._faults(),
-                                                   self._socket_settings(uri), self._interface_bind(uri))
+                    endpoint = SendChannelEndpoint(
+                        canonical,
+                        destination,
+                        self.system_counters,
+                        self._faults(),
+                        self._socket_settings(uri),
+                        self._interface_bind(uri),
+                    )
                 except OSError as e:
                     network_publication.close()
-                    raise CommandError(ErrorCode.CHANNEL_ENDPOINT_ERROR, f"cannot open a socket for {canonical}: {e}") from e
+                    raise CommandError(
+                        ErrorCode.CHANNEL_ENDPOINT_ERROR, f"cannot open a socket for {canonical}: {e}"
+                    ) from e
                 endpoint.clock_ns = self.clock_ns
                 self.send_endpoints[canonical] = endpoint
                 self.sender.endpoints.append(endpoint)
@@ -344,8 +418,15 @@ class DriverConductor:
             publication = IpcPublication(**common)  # type: ignore[arg-type]
         self.publications.append(publication)
         self.system_counters.set(SystemCounterId.ACTIVE_PUBLICATIONS, len(self.publications))
-        self._log.info("publication.added", registration_id=registration_id, session_id=session_id,
-                       stream_id=stream_id, channel=canonical, exclusive=exclusive, term_length=term_length)
+        self._log.info(
+            "publication.added",
+            registration_id=registration_id,
+            session_id=session_id,
+            stream_id=stream_id,
+            channel=canonical,
+            exclusive=exclusive,
+            term_length=term_length,
+        )
         for link in self.subscriptions.values():
             if link.stream_id == stream_id and link.canonical == canonical and link.spy == network:
                 self._link_subscriber(publication, link)
@@ -356,8 +437,9 @@ class DriverConductor:
         session = self._client(command.client_id)
         publication = session.publication_links.pop(command.registration_id, None)
         if publication is None:
-            raise CommandError(ErrorCode.UNKNOWN_PUBLICATION,
-                               f"unknown publication registration_id={command.registration_id}")
+            raise CommandError(
+                ErrorCode.UNKNOWN_PUBLICATION, f"unknown publication registration_id={command.registration_id}"
+            )
         publication.decrement_ref(self.clock_ns())
         self._transmit(cmd.ON_OPERATION_SUCCESS, cmd.OperationSuccess(command.correlation_id).encode())
 
@@ -368,44 +450,66 @@ class DriverConductor:
         uri = self._parse_channel(command.channel, spy_allowed=True)
         self._check_stream_id(command.stream_id)
         spy = bool(uri.prefix)
-        link = SubscriptionLink(command.correlation_id, command.client_id, command.stream_id, command.channel,
-                                uri.canonical_form(), spy)
+        link = SubscriptionLink(
+            command.correlation_id, command.client_id, command.stream_id, command.channel, uri.canonical_form(), spy
+        )
         if uri.media == "udp" and not spy:
             address = self._resolve(uri)
             endpoint = self.receive_endpoints.get(address)
             if endpoint is None:
                 try:
-                    endpoint = ReceiveChannelEndpoint(link.canonical, address, self.system_counters, self._faults(),
-                                                      self._socket_settings(uri), self._on_setup)
+                    endpoint = ReceiveChannelEndpoint(
+                        link.canonical,
+                        address,
+                        self.system_counters,
+                        self._faults(),
+                        self._socket_settings(uri),
+                        self._on_setup,
+                    )
                 except OSError as e:
-                    raise CommandError(ErrorCode.CHANNEL_ENDPOINT_ERROR,
-                                       f"cannot bind {address[0]}:{address[1]} for {command.channel}: {e}") from e
+                    raise CommandError(
+                        ErrorCode.CHANNEL_ENDPOINT_ERROR,
+                        f"cannot bind {address[0]}:{address[1]} for {command.channel}: {e}",
+                    ) from e
                 endpoint.clock_ns = self.clock_ns
                 self.receive_endpoints[address] = endpoint
                 self.receiver.endpoints.append(endpoint)
             settings = ImageSettings(uri.reliable(), uri.receiver_window_length(), uri.nak_delay_ns())
             existing = endpoint.image_settings.setdefault(link.stream_id, settings)
             if existing != settings:
-                raise CommandError(ErrorCode.INVALID_CHANNEL,
-                                   f"{settings} conflicts with {existing} of an existing subscription to stream "
-                                   f"{link.stream_id}: {command.channel}")
+                raise CommandError(
+                    ErrorCode.INVALID_CHANNEL,
+                    f"{settings} conflicts with {existing} of an existing subscription to stream "
+                    f"{link.stream_id}: {command.channel}",
+                )
             endpoint.stream_ids[link.stream_id] = endpoint.stream_ids.get(link.stream_id, 0) + 1
             link.endpoint_key = address
         self.subscriptions[link.registration_id] = link
         session.subscription_ids.add(link.registration_id)
         self._transmit(cmd.ON_SUBSCRIPTION_READY, cmd.SubscriptionReady(command.correlation_id, -1).encode())
-        self._log.info("subscription.added", registration_id=link.registration_id, stream_id=link.stream_id,
-                       channel=link.channel, client_id=link.client_id)
+        self._log.info(
+            "subscription.added",
+            registration_id=link.registration_id,
+            stream_id=link.stream_id,
+            channel=link.channel,
+            client_id=link.client_id,
+        )
         if link.endpoint_key is not None:
             for image in self.images:
-                if (image.state is ImageState.ACTIVE and image.stream_id == link.stream_id
-                        and image.channel == link.canonical):
+                if (
+                    image.state is ImageState.ACTIVE
+                    and image.stream_id == link.stream_id
+                    and image.channel == link.canonical
+                ):
                     self._link_subscriber(image, link)  # type: ignore[arg-type]
             return
         for publication in self.publications:
-            if (publication.state is PublicationState.ACTIVE and publication.stream_id == link.stream_id
-                    and publication.channel == link.canonical
-                    and isinstance(publication, NetworkPublication) == link.spy):
+            if (
+                publication.state is PublicationState.ACTIVE
+                and publication.stream_id == link.stream_id
+                and publication.channel == link.canonical
+                and isinstance(publication, NetworkPublication) == link.spy
+            ):
                 self._link_subscriber(publication, link)
 
     # -- images --------------------------------------------------------------------------------------------
@@ -415,8 +519,13 @@ class DriverConductor:
         path = os.path.join(self._images_dir, f"{registration_id}.logbuffer")
         try:
             log = LogBuffers.create_file(
-                path, mode=self.ctx.file_mode, term_length=setup.term_length, mtu_length=setup.mtu_length,
-                session_id=setup.session_id, stream_id=setup.stream_id, initial_term_id=setup.initial_term_id,
+                path,
+                mode=self.ctx.file_mode,
+                term_length=setup.term_length,
+                mtu_length=setup.mtu_length,
+                session_id=setup.session_id,
+                stream_id=setup.stream_id,
+                initial_term_id=setup.initial_term_id,
                 correlation_id=registration_id,
             )
         except (OSError, ValueError) as e:
@@ -430,29 +539,57 @@ class DriverConductor:
             self._retire_image(old)
         label = cd.stream_label("{}", registration_id, setup.session_id, setup.stream_id, endpoint.channel)
         key = cd.STREAM_KEY.pack(registration_id, setup.session_id, setup.stream_id, 0)
-        hwm_id = self.counters.allocate(label.format("rcv-hwm"), cd.RECEIVER_HWM_TYPE_ID, key,
-                                        registration_id=registration_id, initial_value=join)
-        rebuild_id = self.counters.allocate(label.format("rcv-pos"), cd.RECEIVER_POSITION_TYPE_ID, key,
-                                            registration_id=registration_id, initial_value=join)
+        hwm_id = self.counters.allocate(
+            label.format("rcv-hwm"), cd.RECEIVER_HWM_TYPE_ID, key, registration_id=registration_id, initial_value=join
+        )
+        rebuild_id = self.counters.allocate(
+            label.format("rcv-pos"),
+            cd.RECEIVER_POSITION_TYPE_ID,
+            key,
+            registration_id=registration_id,
+            initial_value=join,
+        )
         now = self.clock_ns()
         settings = endpoint.image_settings.get(setup.stream_id, ImageSettings())
         image = PublicationImage(
-            registration_id=registration_id, session_id=setup.session_id, stream_id=setup.stream_id,
-            channel=endpoint.channel, source_identity=f"{source[0]}:{source[1]}", source_address=source, log=log,
-            log_file_name=path, counters=self.counters, system_counters=self.system_counters, hwm_id=hwm_id,
-            rebuild_id=rebuild_id, receiver_id=endpoint.receiver_id, join_position=join,
+            registration_id=registration_id,
+            session_id=setup.session_id,
+            stream_id=setup.stream_id,
+            channel=endpoint.channel,
+            source_identity=f"{source[0]}:{source[1]}",
+            source_address=source,
+            log=log,
+            log_file_name=path,
+            counters=self.counters,
+            system_counters=self.system_counters,
+            hwm_id=hwm_id,
+            rebuild_id=rebuild_id,
+            receiver_id=endpoint.receiver_id,
+            join_position=join,
             window_length=min(settings.window_length or self.ctx.initial_window_length, setup.term_length // 2),
             liveness_timeout_ns=self.ctx.image_liveness_timeout,
             nak_delay_ns=self.ctx.nak_delay if settings.nak_delay_ns is None else settings.nak_delay_ns,
-            nak_retry_ns=self.ctx.nak_retry_delay, sm_interval_ns=self.ctx.status_message_timeout, now_ns=now,
+            nak_retry_ns=self.ctx.nak_retry_delay,
+            sm_interval_ns=self.ctx.status_message_timeout,
+            now_ns=now,
             reliable=settings.reliable,
         )
         endpoint.images[(setup.session_id, setup.stream_id)] = image
         self.images.append(image)
-        self._log.info("image.created", registration_id=registration_id, session_id=setup.session_id,
-                       stream_id=setup.stream_id, source=image.source_identity, join_position=join)
+        self._log.info(
+            "image.created",
+            registration_id=registration_id,
+            session_id=setup.session_id,
+            stream_id=setup.stream_id,
+            source=image.source_identity,
+            join_position=join,
+        )
         for link in self.subscriptions.values():
-            if link.endpoint_key is not None and link.stream_id == setup.stream_id and link.canonical == endpoint.channel:
+            if (
+                link.endpoint_key is not None
+                and link.stream_id == setup.stream_id
+                and link.canonical == endpoint.channel
+            ):
                 self._link_subscriber(image, link)  # type: ignore[arg-type]
 
     def _retire_image(self, image: PublicationImage) -> None:
@@ -466,44 +603,69 @@ class DriverConductor:
         if image in self.images:
             self.images.remove(image)
         self._count_images()
-        self._log.info("image.removed", registration_id=image.registration_id, session_id=image.session_id,
-                       stream_id=image.stream_id)
+        self._log.info(
+            "image.removed",
+            registration_id=image.registration_id,
+            session_id=image.session_id,
+            stream_id=image.stream_id,
+        )
 
     def _link_subscriber(self, publication: IpcPublication, link: SubscriptionLink) -> None:
         sub = publication.add_subscriber(link.registration_id, link.client_id, link.channel)
         if not isinstance(publication, PublicationImage):
             publication.update_publisher_limit()
         image = cmd.ImageReady(
-            publication.registration_id, publication.session_id, publication.stream_id, link.registration_id,
-            sub.counter_id, publication.log_file_name, getattr(publication, "source_identity", "aeron:ipc"),
+            publication.registration_id,
+            publication.session_id,
+            publication.stream_id,
+            link.registration_id,
+            sub.counter_id,
+            publication.log_file_name,
+            getattr(publication, "source_identity", "aeron:ipc"),
         )
         self._transmit(cmd.ON_AVAILABLE_IMAGE, image.encode())
         self._count_images()
-        self._log.info("image.available", registration_id=publication.registration_id,
-                       session_id=publication.session_id, stream_id=publication.stream_id,
-                       subscription_id=link.registration_id, join_position=sub.join_position)
+        self._log.info(
+            "image.available",
+            registration_id=publication.registration_id,
+            session_id=publication.session_id,
+            stream_id=publication.stream_id,
+            subscription_id=link.registration_id,
+            join_position=sub.join_position,
+        )
 
     def _unlink_subscriber(self, publication: IpcPublication, subscription_id: int, notify: bool = True) -> None:
         sub = publication.remove_subscriber(subscription_id)
         if sub is not None and notify:
             link = self.subscriptions.get(subscription_id)
-            message = cmd.ImageMessage(publication.registration_id, subscription_id, publication.stream_id,
-                                       link.channel if link else publication.channel)
+            message = cmd.ImageMessage(
+                publication.registration_id,
+                subscription_id,
+                publication.stream_id,
+                link.channel if link else publication.channel,
+            )
             self._transmit(cmd.ON_UNAVAILABLE_IMAGE, message.encode())
-            self._log.info("image.unavailable", registration_id=publication.registration_id,
-                           session_id=publication.session_id, subscription_id=subscription_id)
+            self._log.info(
+                "image.unavailable",
+                registration_id=publication.registration_id,
+                session_id=publication.session_id,
+                subscription_id=subscription_id,
+            )
         self._count_images()
 
     def _count_images(self) -> None:
-        self.system_counters.set(SystemCounterId.ACTIVE_IMAGES, sum(len(p.subscribers) for p in self.publications)
-                                 + sum(len(i.subscribers) for i in self.images))
+        self.system_counters.set(
+            SystemCounterId.ACTIVE_IMAGES,
+            sum(len(p.subscribers) for p in self.publications) + sum(len(i.subscribers) for i in self.images),
+        )
 
     def _on_remove_subscription(self, buffer: memoryview) -> None:
         command = cmd.RemoveCommand.decode(buffer)
         session = self._client(command.client_id)
         if command.registration_id not in session.subscription_ids:
-            raise CommandError(ErrorCode.UNKNOWN_SUBSCRIPTION,
-                               f"unknown subscription registration_id={command.registration_id}")
+            raise CommandError(
+                ErrorCode.UNKNOWN_SUBSCRIPTION, f"unknown subscription registration_id={command.registration_id}"
+            )
         self._remove_subscription(session, command.registration_id, notify=False)
         self._transmit(cmd.ON_OPERATION_SUCCESS, cmd.OperationSuccess(command.correlation_id).encode())
 
@@ -587,9 +749,13 @@ class DriverConductor:
             publication.on_time_event(now_ns)
             if publication.check_for_blocked_publisher(now_ns):
                 self.system_counters.increment(SystemCounterId.UNBLOCKED_PUBLICATIONS)
-                self._log.warning("publication.unblocked", registration_id=publication.registration_id,
-                                  session_id=publication.session_id, stream_id=publication.stream_id,
-                                  position=publication.last_consumer_position)
+                self._log.warning(
+                    "publication.unblocked",
+                    registration_id=publication.registration_id,
+                    session_id=publication.session_id,
+                    stream_id=publication.stream_id,
+                    position=publication.last_consumer_position,
+                )
             if publication.state is PublicationState.DONE:
                 for subscription_id in list(publication.subscribers):
                     self._unlink_subscriber(publication, subscription_id)
@@ -598,8 +764,12 @@ class DriverConductor:
                 publication.close()
                 self.publications.remove(publication)
                 self.system_counters.set(SystemCounterId.ACTIVE_PUBLICATIONS, len(self.publications))
-                self._log.info("publication.removed", registration_id=publication.registration_id,
-                               session_id=publication.session_id, stream_id=publication.stream_id)
+                self._log.info(
+                    "publication.removed",
+                    registration_id=publication.registration_id,
+                    session_id=publication.session_id,
+                    stream_id=publication.stream_id,
+                )
                 work += 1
         for image in list(self.images):
             image.on_time_event(now_ns)

@@ -5,18 +5,16 @@ default and trade-off, gathered in :class:`DriverContext` and validated once by 
 from __future__ import annotations
 
 import argparse
-import getpass
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any, Final
+from typing import Any
 
+from logbuf.agent import IDLE_STRATEGIES, parse_cpu_list
+from logbuf.directory import ENV_PREFIX, resolve_dir
+from logbuf.errors import ConfigurationError
 from logbuf.logbuffer import data_header_descriptor as dh
 from logbuf.logbuffer import log_buffer_descriptor as lbd
-from logbuf.agent import IDLE_STRATEGIES, parse_cpu_list
-from logbuf.directory import ENV_PREFIX, default_dir, resolve_dir
-from logbuf.errors import ConfigurationError
-
 
 
 def _size(text: str) -> int:
@@ -44,7 +42,14 @@ def _bool(text: str) -> bool:
     raise ValueError(f"{text!r} is not a boolean (true/false)")
 
 
-_PARSERS: dict[str, Callable[[str], Any]] = {"float": float, "size": _size, "duration": _duration_ns, "bool": _bool, "str": str, "int": int}
+_PARSERS: dict[str, Callable[[str], Any]] = {
+    "float": float,
+    "size": _size,
+    "duration": _duration_ns,
+    "bool": _bool,
+    "str": str,
+    "int": int,
+}
 
 
 def setting(default: Any, kind: str, doc: str) -> Any:
@@ -57,36 +62,49 @@ class DriverContext:
     """Media driver settings. CLI ``--term-length``/env ``LOGBUF_TERM_LENGTH`` for field ``term_length``, etc."""
 
     dir: str = setting("", "str", "Where the CnC and logs live (default /dev/shm/logbuf-<user>); clients use the same.")
-    ipc_term_length: int = setting(64 * 1024 * 1024, "size",
-                                   "Term length of IPC logs: larger absorbs bursts, costs 3x in shared memory.")
+    ipc_term_length: int = setting(
+        64 * 1024 * 1024, "size", "Term length of IPC logs: larger absorbs bursts, costs 3x in shared memory."
+    )
     term_length: int = setting(16 * 1024 * 1024, "size", "Term length of network logs (UDP).")
     mtu: int = setting(dh.DEFAULT_MTU_LENGTH, "size", "Largest frame: larger means fewer fragments for big messages.")
-    ipc_term_window_length: int = setting(0, "size",
-                                          "How far publishers may run ahead of the slowest subscriber (0 = term/2).")
-    client_liveness_timeout: int = setting(10_000_000_000, "duration",
-                                           "A client silent this long is timed out and its resources reclaimed.")
-    driver_timeout: int = setting(10_000_000_000, "duration",
-                                  "Clients give up on a driver whose heartbeat is older than this.")
-    publication_linger_timeout: int = setting(5_000_000_000, "duration",
-                                              "How long a closed publication's log stays for subscribers to drain.")
-    publication_unblock_timeout: int = setting(15_000_000_000, "duration",
-                                               "A publication whose consumers are stuck below its tail this long "
-                                               "has a dead publisher's claim padded over (Aeron's unblock).")
-    timer_interval: int = setting(100_000_000, "duration",
-                                  "How often the conductor heartbeats and checks timeouts.")
+    ipc_term_window_length: int = setting(
+        0, "size", "How far publishers may run ahead of the slowest subscriber (0 = term/2)."
+    )
+    client_liveness_timeout: int = setting(
+        10_000_000_000, "duration", "A client silent this long is timed out and its resources reclaimed."
+    )
+    driver_timeout: int = setting(
+        10_000_000_000, "duration", "Clients give up on a driver whose heartbeat is older than this."
+    )
+    publication_linger_timeout: int = setting(
+        5_000_000_000, "duration", "How long a closed publication's log stays for subscribers to drain."
+    )
+    publication_unblock_timeout: int = setting(
+        15_000_000_000,
+        "duration",
+        "A publication whose consumers are stuck below its tail this long "
+        "has a dead publisher's claim padded over (Aeron's unblock).",
+    )
+    timer_interval: int = setting(100_000_000, "duration", "How often the conductor heartbeats and checks timeouts.")
     idle_strategy: str = setting("backoff", "str", "Conductor idle strategy: backoff (default), sleep, yield, spin.")
-    cpu_affinity: str = setting("", "str", "CPUs the duty cycle runs on, e.g. 0 or 0-1 (default: any). On a small "
-                                           "machine, giving each driver its own core halves UDP round trips.")
+    cpu_affinity: str = setting(
+        "",
+        "str",
+        "CPUs the duty cycle runs on, e.g. 0 or 0-1 (default: any). On a small "
+        "machine, giving each driver its own core halves UDP round trips.",
+    )
     to_driver_buffer_length: int = setting(1024 * 1024, "size", "Command ring capacity (power of 2).")
     to_clients_buffer_length: int = setting(1024 * 1024, "size", "Response broadcast capacity (power of 2).")
     counters_buffer_length: int = setting(1024 * 1024, "size", "Counter values buffer (128 bytes per counter).")
     error_buffer_length: int = setting(1024 * 1024, "size", "Distinct error log length.")
     group_access: bool = setting(False, "bool", "Create files group-readable/writable (0660) instead of owner-only.")
     dir_delete_on_shutdown: bool = setting(True, "bool", "Remove the driver directory on clean shutdown.")
-    image_liveness_timeout: int = setting(10_000_000_000, "duration",
-                                          "An image with no packets this long becomes unavailable.")
-    publication_connection_timeout: int = setting(5_000_000_000, "duration",
-                                                  "A network publication with no status message this long is not connected.")
+    image_liveness_timeout: int = setting(
+        10_000_000_000, "duration", "An image with no packets this long becomes unavailable."
+    )
+    publication_connection_timeout: int = setting(
+        5_000_000_000, "duration", "A network publication with no status message this long is not connected."
+    )
     status_message_timeout: int = setting(200_000_000, "duration", "Longest gap between a receiver's status messages.")
     nak_delay: int = setting(100_000, "duration", "Delay before a gap is NAKed (lets reordered data arrive).")
     nak_retry_delay: int = setting(10_000_000, "duration", "Delay before a still-open gap is NAKed again.")
@@ -97,7 +115,7 @@ class DriverContext:
     udp_reorder_rate: float = setting(0.0, "float", "Fault injection: fraction of received datagrams reordered.")
     udp_fault_seed: int = setting(0, "int", "Fault injection: random seed.")
 
-    def conclude(self) -> "DriverContext":
+    def conclude(self) -> DriverContext:
         """Validate everything once; errors name the setting and its value."""
         self.dir = resolve_dir(self.dir or None)
         if not os.path.isabs(self.dir):
@@ -115,8 +133,13 @@ class DriverContext:
             raise ConfigurationError(
                 f"ipc_term_window_length={self.ipc_term_window_length} must be within mtu..ipc_term_length/2"
             )
-        for name in ("client_liveness_timeout", "driver_timeout", "publication_linger_timeout",
-                     "publication_unblock_timeout", "timer_interval"):
+        for name in (
+            "client_liveness_timeout",
+            "driver_timeout",
+            "publication_linger_timeout",
+            "publication_unblock_timeout",
+            "timer_interval",
+        ):
             if getattr(self, name) <= 0:
                 raise ConfigurationError(f"{name}={getattr(self, name)} must be a positive duration")
         try:
@@ -136,12 +159,18 @@ class DriverContext:
         for name in ("udp_drop_rate", "udp_duplicate_rate", "udp_reorder_rate"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ConfigurationError(f"{name}={getattr(self, name)} must be a fraction within 0..1")
-        for name in ("image_liveness_timeout", "publication_connection_timeout", "status_message_timeout",
-                     "nak_retry_delay"):
+        for name in (
+            "image_liveness_timeout",
+            "publication_connection_timeout",
+            "status_message_timeout",
+            "nak_retry_delay",
+        ):
             if getattr(self, name) <= 0:
                 raise ConfigurationError(f"{name}={getattr(self, name)} must be a positive duration")
         if self.initial_window_length < self.mtu:
-            raise ConfigurationError(f"initial_window_length={self.initial_window_length} must be at least mtu={self.mtu}")
+            raise ConfigurationError(
+                f"initial_window_length={self.initial_window_length} must be at least mtu={self.mtu}"
+            )
         if self.error_buffer_length < 4096:
             raise ConfigurationError(f"error_buffer_length={self.error_buffer_length} must be at least 4096")
         return self
@@ -156,7 +185,7 @@ class DriverContext:
 
     # -- construction from the environment and the command line -----------------------------------------
     @classmethod
-    def from_sources(cls, argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> "DriverContext":
+    def from_sources(cls, argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> DriverContext:
         """Defaults, overridden by ``LOGBUF_*`` environment variables, overridden by CLI flags."""
         env = os.environ if env is None else env
         values: dict[str, Any] = {}
@@ -187,8 +216,12 @@ class DriverContext:
             epilog="Every flag also reads from LOGBUF_<NAME> (e.g. LOGBUF_DIR, LOGBUF_IPC_TERM_LENGTH).",
         )
         for f in fields(cls):
-            parser.add_argument("--" + f.name.replace("_", "-"), dest=f.name, default=None,
-                                help=f"{f.metadata['doc']} (default: {f.default!r})")
+            parser.add_argument(
+                "--" + f.name.replace("_", "-"),
+                dest=f.name,
+                default=None,
+                help=f"{f.metadata['doc']} (default: {f.default!r})",
+            )
         return parser
 
     def summary(self) -> dict[str, Any]:

@@ -39,14 +39,26 @@ class SubscriberPosition:
     join_position: int
 
 
-def allocate_subscriber_position(counters: CountersManager, subscription_registration_id: int, client_id: int,
-                                 session_id: int, stream_id: int, channel: str, join: int) -> SubscriberPosition:
+def allocate_subscriber_position(
+    counters: CountersManager,
+    subscription_registration_id: int,
+    client_id: int,
+    session_id: int,
+    stream_id: int,
+    channel: str,
+    join: int,
+) -> SubscriberPosition:
     """A subscriber's ``sub-pos`` counter (owned by its client), starting at ``join``."""
     label = cd.stream_label("sub-pos", subscription_registration_id, session_id, stream_id, channel)
     key = cd.STREAM_KEY.pack(subscription_registration_id, session_id, stream_id, 0)
-    counter_id = counters.allocate(f"{label} @{join}", cd.SUBSCRIBER_POSITION_TYPE_ID, key,
-                                   registration_id=subscription_registration_id, owner_id=client_id,
-                                   initial_value=join)
+    counter_id = counters.allocate(
+        f"{label} @{join}",
+        cd.SUBSCRIBER_POSITION_TYPE_ID,
+        key,
+        registration_id=subscription_registration_id,
+        owner_id=client_id,
+        initial_value=join,
+    )
     return SubscriberPosition(subscription_registration_id, client_id, counter_id, counters.position(counter_id), join)
 
 
@@ -83,8 +95,15 @@ class IpcPublication:
     # -- subscribers ------------------------------------------------------------------------------
     def add_subscriber(self, subscription_registration_id: int, client_id: int, channel: str) -> SubscriberPosition:
         """A subscriber joins at the current tail, with its own sub-pos counter."""
-        sub = allocate_subscriber_position(self.counters, subscription_registration_id, client_id, self.session_id,
-                                           self.stream_id, channel, self.tail_position())
+        sub = allocate_subscriber_position(
+            self.counters,
+            subscription_registration_id,
+            client_id,
+            self.session_id,
+            self.stream_id,
+            channel,
+            self.tail_position(),
+        )
         self.subscribers[subscription_registration_id] = sub
         self.log.set_connected(True)
         return sub
@@ -113,12 +132,17 @@ class IpcPublication:
             # Nobody reads: pin the limit to the tail so offers see NOT_CONNECTED.
             return 0
         min_position = min(positions)
-        if (min_position + self.term_window_length <= current
-                and min_position - self.log.term_length <= self.clean_position):
+        if (
+            min_position + self.term_window_length <= current
+            and min_position - self.log.term_length <= self.clean_position
+        ):
             return 0  # the common idle cycle: nothing to raise, nothing to clean
         update = compute_limit_and_clean(
-            positions, current_limit=current, clean_position=self.clean_position,
-            term_length=self.log.term_length, term_window_length=self.term_window_length,
+            positions,
+            current_limit=current,
+            clean_position=self.clean_position,
+            term_length=self.log.term_length,
+            term_window_length=self.term_window_length,
         )
         if update.clean_to > update.clean_from:
             self.log.clean(update.clean_from, update.clean_to)

@@ -7,11 +7,10 @@ from collections.abc import Sequence
 
 import structlog
 
-from logbuf.errors import LogbufError
-from logbuf.logging_config import configure_logging
-
 from logbuf.driver.context import DriverContext
 from logbuf.driver.media_driver import MediaDriver, install_signal_handlers
+from logbuf.errors import LogbufError
+from logbuf.logging_config import configure_logging
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -21,12 +21,11 @@ from logbuf.conduit.broadcast import BroadcastTransmitter
 from logbuf.conduit.cnc import CncFile, is_driver_active
 from logbuf.conduit.counters import CountersManager
 from logbuf.conduit.error_log import DistinctErrorLog
-from logbuf.errors import LogbufError
 from logbuf.conduit.ring_buffer import ManyToOneRingBuffer
-
 from logbuf.driver.conductor import DriverConductor
 from logbuf.driver.context import DriverContext
 from logbuf.driver.system_counters import SystemCounterId, SystemCounters
+from logbuf.errors import LogbufError
 
 COUNTER_FREE_TO_REUSE_TIMEOUT_MS = 1_000
 JUST_BUSY_NS = 1_000_000
@@ -69,7 +68,8 @@ class MediaDriver:
             mode=ctx.file_mode,
         )
         self.counters = CountersManager(
-            self.cnc.counters_metadata, self.cnc.counters_values,
+            self.cnc.counters_metadata,
+            self.cnc.counters_values,
             free_to_reuse_timeout_ms=COUNTER_FREE_TO_REUSE_TIMEOUT_MS,
         )
         self.system_counters = SystemCounters(self.counters)
@@ -92,14 +92,18 @@ class MediaDriver:
             self.agents,
             idle,
             error_handler=self._on_agent_error,
-            max_cycle_ns_recorder=lambda ns: self.system_counters.propose_max(SystemCounterId.CONDUCTOR_MAX_CYCLE_TIME, ns),
+            max_cycle_ns_recorder=lambda ns: self.system_counters.propose_max(
+                SystemCounterId.CONDUCTOR_MAX_CYCLE_TIME, ns
+            ),
             cpus=parse_cpu_list(ctx.cpu_affinity) or None,
         )
         self._log = structlog.get_logger().bind(role="driver", dir=ctx.dir)
         self._closed = False
 
     def _park(self, seconds: float) -> None:
-        sockets = [e.socket for e in self.conductor.sender.endpoints] + [e.socket for e in self.conductor.receiver.endpoints]
+        sockets = [e.socket for e in self.conductor.sender.endpoints] + [
+            e.socket for e in self.conductor.receiver.endpoints
+        ]
         if sockets:
             since_busy_ns = time.monotonic_ns() - self.agents.last_busy_ns
             if since_busy_ns < JUST_BUSY_NS:
@@ -112,7 +116,7 @@ class MediaDriver:
             time.sleep(seconds)
 
     @classmethod
-    def launch(cls, ctx: DriverContext | None = None) -> "MediaDriver":
+    def launch(cls, ctx: DriverContext | None = None) -> MediaDriver:
         """Validate settings, prepare the directory (refusing a live driver), create the CnC."""
         ctx = (ctx or DriverContext()).conclude()
         prepare_directory(ctx)
@@ -145,7 +149,7 @@ class MediaDriver:
         if self.ctx.dir_delete_on_shutdown:
             shutil.rmtree(self.ctx.dir, ignore_errors=True)
 
-    def __enter__(self) -> "MediaDriver":
+    def __enter__(self) -> MediaDriver:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -158,8 +162,10 @@ def prepare_directory(ctx: DriverContext) -> None:
     if os.path.isdir(ctx.dir):
         timeout_ms = ctx.driver_timeout // 1_000_000
         if is_driver_active(ctx.dir, timeout_ms):
-            raise ActiveDriverError(f"an active media driver is already running in {ctx.dir} "
-                                    f"(its heartbeat is fresher than driver_timeout={timeout_ms} ms)")
+            raise ActiveDriverError(
+                f"an active media driver is already running in {ctx.dir} "
+                f"(its heartbeat is fresher than driver_timeout={timeout_ms} ms)"
+            )
         log.warning("driver.stale_directory_taken_over")
         shutil.rmtree(ctx.dir)
     os.makedirs(ctx.dir, mode=ctx.dir_mode)

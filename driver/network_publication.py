@@ -23,14 +23,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from logbuf import _native
+from logbuf.driver.ipc_publication import IpcPublication, PublicationState
+from logbuf.driver.system_counters import SystemCounterId, SystemCounters
 from logbuf.logbuffer import data_header_descriptor as dh
 from logbuf.protocol.data import HeartbeatFrame
 from logbuf.protocol.nak import NakFrame
 from logbuf.protocol.setup import SetupFrame
 from logbuf.protocol.status import StatusMessageFrame
-
-from logbuf.driver.ipc_publication import IpcPublication, PublicationState
-from logbuf.driver.system_counters import SystemCounterId, SystemCounters
 
 SETUP_INTERVAL_NS = 100_000_000
 HEARTBEAT_INTERVAL_NS = 100_000_000
@@ -74,8 +73,15 @@ class NetworkPublication(IpcPublication):
         if self.should_send_setup and now_ns >= self.next_setup_ns:
             position = self.sender_position.get()
             term_id, term_offset = self.log.term_of(position)
-            setup = SetupFrame(term_offset, self.session_id, self.stream_id, self.log.initial_term_id, term_id,
-                               self.log.term_length, self.mtu_length)
+            setup = SetupFrame(
+                term_offset,
+                self.session_id,
+                self.stream_id,
+                self.log.initial_term_id,
+                term_id,
+                self.log.term_length,
+                self.mtu_length,
+            )
             sent += self._send(send, setup.encode())
             counters.increment(SystemCounterId.SETUPS_SENT)
             self.next_setup_ns = now_ns + SETUP_INTERVAL_NS
@@ -89,8 +95,13 @@ class NetworkPublication(IpcPublication):
             while position < limit and datagrams < MAX_DATAGRAMS_PER_SEND:
                 term = self.log.terms[(position // term_length) % 3]
                 if send_frames is not None:  # the native batch: one sendmmsg
-                    covered, n = send_frames(term, position & (term_length - 1), limit - position, self.mtu_length,
-                                             MAX_DATAGRAMS_PER_SEND - datagrams)
+                    covered, n = send_frames(
+                        term,
+                        position & (term_length - 1),
+                        limit - position,
+                        self.mtu_length,
+                        MAX_DATAGRAMS_PER_SEND - datagrams,
+                    )
                 else:
                     covered, _ = self._send_datagram(term, position & (term_length - 1), limit - position, send)
                     n = 1
@@ -103,13 +114,17 @@ class NetworkPublication(IpcPublication):
             if datagrams:
                 self.sender_position.set_ordered(position)
                 self.time_of_last_send_ns = now_ns
-            elif idle_ns >= BLOCKED_HEARTBEAT_INTERVAL_NS and now_ns >= self._next_blocked_check_ns and (
-                    idle_ns >= HEARTBEAT_INTERVAL_NS or self._blocked(position, now_ns)):
+            elif (
+                idle_ns >= BLOCKED_HEARTBEAT_INTERVAL_NS
+                and now_ns >= self._next_blocked_check_ns
+                and (idle_ns >= HEARTBEAT_INTERVAL_NS or self._blocked(position, now_ns))
+            ):
                 term_id, term_offset = self.log.term_of(position)
                 eos = self.state is not PublicationState.ACTIVE and position >= self.log.end_of_stream_position()
                 flags = dh.BEGIN_END_AND_EOS_FLAGS if eos else dh.UNFRAGMENTED
-                sent += self._send(send, HeartbeatFrame(term_offset, self.session_id, self.stream_id, term_id,
-                                                        flags).encode())
+                sent += self._send(
+                    send, HeartbeatFrame(term_offset, self.session_id, self.stream_id, term_id, flags).encode()
+                )
                 counters.increment(SystemCounterId.HEARTBEATS_SENT)
                 self.time_of_last_send_ns = now_ns
         return sent
@@ -205,7 +220,8 @@ class NetworkPublication(IpcPublication):
             spies_done = all(s.position.get_volatile() >= eos for s in self.subscribers.values())
             sent = not self.is_connected or self.sender_position.get_volatile() >= eos
             if (spies_done and sent and now_ns >= self.draining_deadline_ns) or (
-                    now_ns >= self.draining_deadline_ns + self.linger_timeout_ns):
+                now_ns >= self.draining_deadline_ns + self.linger_timeout_ns
+            ):
                 self.state = PublicationState.DONE
 
     def close(self) -> None:
@@ -213,4 +229,3 @@ class NetworkPublication(IpcPublication):
         self.counters.free(self.sender_position_id)
         self.counters.free(self.sender_limit_id)
         super().close()
-

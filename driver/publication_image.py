@@ -28,14 +28,13 @@ from enum import Enum
 from typing import Any
 
 from logbuf import _native
-from logbuf.logbuffer import data_header_descriptor as dh
 from logbuf.conduit.counters import CountersManager
+from logbuf.driver.ipc_publication import SubscriberPosition, allocate_subscriber_position
+from logbuf.driver.system_counters import SystemCounterId, SystemCounters
+from logbuf.logbuffer import data_header_descriptor as dh
 from logbuf.logbuffer.log_buffer import LogBuffers
 from logbuf.protocol.nak import NakFrame
 from logbuf.protocol.status import StatusMessageFrame
-
-from logbuf.driver.ipc_publication import SubscriberPosition, allocate_subscriber_position
-from logbuf.driver.system_counters import SystemCounterId, SystemCounters
 
 Send = Callable[[Any], int]
 PROGRESS_SM_INTERVAL_NS = 1_000_000
@@ -106,8 +105,15 @@ class PublicationImage:
 
     # -- subscribers (the conductor links them like an IPC publication's) ------------------------------
     def add_subscriber(self, subscription_registration_id: int, client_id: int, channel: str) -> SubscriberPosition:
-        sub = allocate_subscriber_position(self.counters, subscription_registration_id, client_id, self.session_id,
-                                           self.stream_id, channel, self.rebuild)
+        sub = allocate_subscriber_position(
+            self.counters,
+            subscription_registration_id,
+            client_id,
+            self.session_id,
+            self.stream_id,
+            channel,
+            self.rebuild,
+        )
         self.subscribers[subscription_registration_id] = sub
         self.log.set_connected(True)
         return sub
@@ -156,8 +162,11 @@ class PublicationImage:
         gaps: dict[int, int] = {}
         while position < self.hwm and len(gaps) < MAX_GAPS:
             term_start = position - (position & (term_length - 1))
-            end, length = _native.term_gap_scan(self.log.terms[(position // term_length) % 3], position - term_start,
-                                                min(self.hwm - term_start, term_length))
+            end, length = _native.term_gap_scan(
+                self.log.terms[(position // term_length) % 3],
+                position - term_start,
+                min(self.hwm - term_start, term_length),
+            )
             if length:
                 if first_gap < 0:
                     first_gap = term_start + end
@@ -178,7 +187,11 @@ class PublicationImage:
             self.rebuild = position
             self.counters.set_value(self.rebuild_id, position)
             work += 1
-        if self.eos_position >= 0 and self.rebuild >= self.eos_position and self.log.end_of_stream_position() > self.rebuild:
+        if (
+            self.eos_position >= 0
+            and self.rebuild >= self.eos_position
+            and self.log.end_of_stream_position() > self.rebuild
+        ):
             self.log.set_end_of_stream_position(self.eos_position)
         # loss: NAK every gap between rebuild and HWM, each on its own timer
         timers: dict[int, int] = {}
@@ -200,12 +213,18 @@ class PublicationImage:
         self.nak_timers = timers
         # status messages and cleaning
         consumed = self.min_subscriber_position()
-        if (consumed - self.last_sm_position >= self.window_length // 4 or now_ns >= self.next_sm_ns
-                or ((consumed > self.last_sm_position or self.sm_requested)
-                    and now_ns >= self.last_sm_ns + PROGRESS_SM_INTERVAL_NS)):
+        if (
+            consumed - self.last_sm_position >= self.window_length // 4
+            or now_ns >= self.next_sm_ns
+            or (
+                (consumed > self.last_sm_position or self.sm_requested)
+                and now_ns >= self.last_sm_ns + PROGRESS_SM_INTERVAL_NS
+            )
+        ):
             term_id, term_offset = self.log.term_of(consumed)
-            sm = StatusMessageFrame(self.session_id, self.stream_id, term_id, term_offset, self.window_length,
-                                    self.receiver_id)
+            sm = StatusMessageFrame(
+                self.session_id, self.stream_id, term_id, term_offset, self.window_length, self.receiver_id
+            )
             self._send(send, sm.encode())
             self.system_counters.increment(SystemCounterId.STATUS_MESSAGES_SENT)
             self.last_sm_position = consumed
@@ -222,8 +241,17 @@ class PublicationImage:
     def _fill_gap(self, position: int, length: int) -> None:
         """Cover a gap with one padding frame (its length stored last), unless data arrived there."""
         term_id, term_offset = self.log.term_of(position)
-        pad = dh.HEADER.pack(length, dh.CURRENT_VERSION, dh.UNFRAGMENTED, dh.HDR_TYPE_PAD, term_offset,
-                             self.session_id, self.stream_id, term_id, 0)
+        pad = dh.HEADER.pack(
+            length,
+            dh.CURRENT_VERSION,
+            dh.UNFRAGMENTED,
+            dh.HDR_TYPE_PAD,
+            term_offset,
+            self.session_id,
+            self.stream_id,
+            term_id,
+            0,
+        )
         if _native.term_rebuild_insert(self.log.terms[(position // self.log.term_length) % 3], term_offset, pad):
             self.system_counters.increment(SystemCounterId.LOSS_GAP_FILLS)
 

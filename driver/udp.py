@@ -27,16 +27,22 @@ from typing import Any, Generic, Protocol, TypeVar
 import numpy as np
 
 from logbuf import _native
+from logbuf.driver.network_publication import NetworkPublication
+from logbuf.driver.publication_image import ImageState, PublicationImage
+from logbuf.driver.system_counters import SystemCounterId, SystemCounters
 from logbuf.protocol import MalformedFrameError
 from logbuf.protocol import nak as nak_codec
 from logbuf.protocol import rttm as rttm_codec
 from logbuf.protocol import setup as setup_codec
 from logbuf.protocol import status as status_codec
-from logbuf.protocol.frame_header import HDR_TYPE_DATA, HDR_TYPE_NAK, HDR_TYPE_PAD, HDR_TYPE_RTTM, HDR_TYPE_SETUP, HDR_TYPE_SM
-
-from logbuf.driver.network_publication import NetworkPublication
-from logbuf.driver.publication_image import ImageState, PublicationImage
-from logbuf.driver.system_counters import SystemCounterId, SystemCounters
+from logbuf.protocol.frame_header import (
+    HDR_TYPE_DATA,
+    HDR_TYPE_NAK,
+    HDR_TYPE_PAD,
+    HDR_TYPE_RTTM,
+    HDR_TYPE_SETUP,
+    HDR_TYPE_SM,
+)
 
 MAX_UDP_PAYLOAD = 65504
 READS_PER_POLL = 32
@@ -106,8 +112,13 @@ class ImageSettings:
     nak_delay_ns: int | None = None
 
     def __str__(self) -> str:
-        given = {"rcv-wnd": self.window_length, "nak-delay": None if self.nak_delay_ns is None else f"{self.nak_delay_ns}ns"}
-        return "|".join([f"reliable={str(self.reliable).lower()}"] + [f"{k}={v}" for k, v in given.items() if v is not None])
+        given = {
+            "rcv-wnd": self.window_length,
+            "nak-delay": None if self.nak_delay_ns is None else f"{self.nak_delay_ns}ns",
+        }
+        return "|".join(
+            [f"reliable={str(self.reliable).lower()}"] + [f"{k}={v}" for k, v in given.items() if v is not None]
+        )
 
 
 def local_ipv4_addresses() -> list[str]:
@@ -145,8 +156,13 @@ def _decode_exact(decoder: Callable[[memoryview], _Frame], datagram: memoryview)
 
 
 class UdpEndpoint:
-    def __init__(self, bind: tuple[str, int], system_counters: SystemCounters, faults: FaultInjector | None,
-                 sockets: SocketSettings) -> None:
+    def __init__(
+        self,
+        bind: tuple[str, int],
+        system_counters: SystemCounters,
+        faults: FaultInjector | None,
+        sockets: SocketSettings,
+    ) -> None:
         self.socket = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         try:
             self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, sockets.rcvbuf)
@@ -185,8 +201,10 @@ class UdpEndpoint:
             if address is None:
                 if len(self._addresses) > 1024:
                     self._addresses.clear()
-                address = self._addresses[source] = (socket.inet_ntoa((source >> 16).to_bytes(4, "big")),
-                                                     source & 0xFFFF)
+                address = self._addresses[source] = (
+                    socket.inet_ntoa((source >> 16).to_bytes(4, "big")),
+                    source & 0xFFFF,
+                )
             datagram = view[i * SLOT_LENGTH : i * SLOT_LENGTH + length]
             if self.faults is not None:
                 self.faults.deliver(datagram, address, handler)
@@ -209,24 +227,36 @@ class UdpEndpoint:
 class SendChannelEndpoint(UdpEndpoint):
     """One publication channel: sends to ``destination``, receives SMs and NAKs."""
 
-    def __init__(self, channel: str, destination: tuple[str, int], system_counters: SystemCounters,
-                 faults: FaultInjector | None, sockets: SocketSettings,
-                 bind: tuple[str, int] = ("0.0.0.0", 0)) -> None:
+    def __init__(
+        self,
+        channel: str,
+        destination: tuple[str, int],
+        system_counters: SystemCounters,
+        faults: FaultInjector | None,
+        sockets: SocketSettings,
+        bind: tuple[str, int] = ("0.0.0.0", 0),
+    ) -> None:
         super().__init__(bind, system_counters, faults, sockets)
         self.channel = channel
         self.destination = destination
         self.publications: dict[tuple[int, int], NetworkPublication] = {}
         self.clock_ns: Callable[[], int] = lambda: 0
         self.send = lambda datagram: self.send_to(datagram, self.destination)
-        self._sockaddr = (struct.pack("=H", socket.AF_INET) + struct.pack("!H", destination[1])
-                          + socket.inet_aton(destination[0]) + bytes(8))  # struct sockaddr_in
+        self._sockaddr = (
+            struct.pack("=H", socket.AF_INET)
+            + struct.pack("!H", destination[1])
+            + socket.inet_aton(destination[0])
+            + bytes(8)
+        )  # struct sockaddr_in
 
-    def send_frames(self, term: memoryview, term_offset: int, max_length: int, mtu: int,
-                    max_datagrams: int) -> tuple[int, int]:
+    def send_frames(
+        self, term: memoryview, term_offset: int, max_length: int, mtu: int, max_datagrams: int
+    ) -> tuple[int, int]:
         """Send datagrams of committed frames straight from the term with one sendmmsg (see
         :func:`logbuf._native.term_send_datagrams`): (term bytes covered, datagrams sent)."""
-        covered, datagrams, sent = _native.term_send_datagrams(self.socket.fileno(), term, term_offset, max_length, mtu,
-                                                               self._sockaddr, max_datagrams)
+        covered, datagrams, sent = _native.term_send_datagrams(
+            self.socket.fileno(), term, term_offset, max_length, mtu, self._sockaddr, max_datagrams
+        )
         if datagrams:
             self.system_counters.increment(SystemCounterId.BYTES_SENT, sent)
             self.system_counters.increment(SystemCounterId.DATAGRAMS_SENT, datagrams)
@@ -255,8 +285,9 @@ class SendChannelEndpoint(UdpEndpoint):
                 # cubic) gets its probe answered: flags 0, its timestamp echoed (Aeron's sender rule).
                 rttm = _decode_exact(rttm_codec.decode, datagram)
                 if rttm.is_reply_requested and (rttm.session_id, rttm.stream_id) in self.publications:
-                    reply = rttm_codec.RttMeasurementFrame(rttm.session_id, rttm.stream_id, rttm.echo_timestamp_ns,
-                                                           0, rttm.receiver_id).encode()
+                    reply = rttm_codec.RttMeasurementFrame(
+                        rttm.session_id, rttm.stream_id, rttm.echo_timestamp_ns, 0, rttm.receiver_id
+                    ).encode()
                     counters.count_send(len(reply), self.send_to(reply, source))
             else:
                 raise MalformedFrameError(f"type {frame_type} on a send channel")
@@ -267,9 +298,15 @@ class SendChannelEndpoint(UdpEndpoint):
 class ReceiveChannelEndpoint(UdpEndpoint):
     """One subscription channel: bound to its endpoint, feeds images, answers with SMs and NAKs."""
 
-    def __init__(self, channel: str, bind: tuple[str, int], system_counters: SystemCounters,
-                 faults: FaultInjector | None, sockets: SocketSettings,
-                 on_setup: Callable[["ReceiveChannelEndpoint", setup_codec.SetupFrame, tuple[str, int]], None]) -> None:
+    def __init__(
+        self,
+        channel: str,
+        bind: tuple[str, int],
+        system_counters: SystemCounters,
+        faults: FaultInjector | None,
+        sockets: SocketSettings,
+        on_setup: Callable[[ReceiveChannelEndpoint, setup_codec.SetupFrame, tuple[str, int]], None],
+    ) -> None:
         super().__init__(bind, system_counters, faults, sockets)
         self.channel = channel
         self.stream_ids: dict[int, int] = {}  # stream id -> subscription count
@@ -322,8 +359,11 @@ class ReceiveChannelEndpoint(UdpEndpoint):
             return
         if frame_type in (HDR_TYPE_SM, HDR_TYPE_NAK, HDR_TYPE_RTTM):
             # control frames meant for a sender: not ours, but a malformed one still counts
-            decoder: Callable[[memoryview], Any] = {HDR_TYPE_SM: status_codec.decode, HDR_TYPE_NAK: nak_codec.decode,
-                       HDR_TYPE_RTTM: rttm_codec.decode}[frame_type]
+            decoder: Callable[[memoryview], Any] = {
+                HDR_TYPE_SM: status_codec.decode,
+                HDR_TYPE_NAK: nak_codec.decode,
+                HDR_TYPE_RTTM: rttm_codec.decode,
+            }[frame_type]
             try:
                 _decode_exact(decoder, datagram)
             except (MalformedFrameError, ValueError):

@@ -46,12 +46,17 @@ import structlog
 from logbuf.archive import catalog_descriptor as cat
 from logbuf.archive.catalog import Catalog, CatalogError, RecordingDescriptor, RecordingState
 from logbuf.archive.segments import mapped_segment, segment_base_position, segment_file_name
+from logbuf.jetstream.events import EventMeta, parse_event
 from logbuf.logbuffer import data_header_descriptor as dh
 
-from logbuf.jetstream.events import EventMeta, parse_event
-
-__all__ = ["BackfillError", "BackfillResult", "backfill", "matching_recordings", "newest_recorded_time_us",
-           "recorded_events"]
+__all__ = [
+    "BackfillError",
+    "BackfillResult",
+    "backfill",
+    "matching_recordings",
+    "newest_recorded_time_us",
+    "recorded_events",
+]
 
 CHUNK_BYTES: Final = 16 * 1024 * 1024
 """Bytes of recording parsed at once (whole terms; at least one term)."""
@@ -111,9 +116,14 @@ def matching_recordings(archive_dir: str, channel: str, stream_id: int) -> list[
     if catalog is None:
         return []
     with catalog:
-        return [d for d in catalog.recordings()
-                if d.state is RecordingState.VALID and d.channel == channel and d.stream_id == stream_id
-                and d.stop_position > d.start_position]
+        return [
+            d
+            for d in catalog.recordings()
+            if d.state is RecordingState.VALID
+            and d.channel == channel
+            and d.stream_id == stream_id
+            and d.stop_position > d.start_position
+        ]
 
 
 # -- reading a recording -----------------------------------------------------------------------------
@@ -155,10 +165,15 @@ def _read_from(archive_dir: str, d: RecordingDescriptor, cutoff_us: int) -> int:
     return position
 
 
-def _messages_numpy(archive_dir: str, d: RecordingDescriptor, from_position: int,
-                    on_corrupt: Callable[[int, str, int], None]) -> Iterator[bytes]:
+def _messages_numpy(
+    archive_dir: str, d: RecordingDescriptor, from_position: int, on_corrupt: Callable[[int, str, int], None]
+) -> Iterator[bytes]:
     """Every complete message of ``d`` ending in ``(from_position, stop]``, with archive.spark_frames."""
-    from logbuf.archive.spark_frames import RowSpec, parse_chunk, select_rows  # needs pyarrow: imported by the caller first
+    from logbuf.archive.spark_frames import (
+        RowSpec,
+        parse_chunk,
+        select_rows,
+    )  # needs pyarrow: imported by the caller first
 
     spec = RowSpec(per_message=True)
     stop = d.stop_position
@@ -195,8 +210,9 @@ def _messages_numpy(archive_dir: str, d: RecordingDescriptor, from_position: int
             del segment  # so that the mapping closes now
 
 
-def _messages_frames(archive_dir: str, d: RecordingDescriptor, from_position: int,
-                     on_corrupt: Callable[[int, str, int], None]) -> Iterator[bytes]:
+def _messages_frames(
+    archive_dir: str, d: RecordingDescriptor, from_position: int, on_corrupt: Callable[[int, str, int], None]
+) -> Iterator[bytes]:
     """The same messages as :func:`_messages_numpy`, frame by frame with :func:`archive.dump.iter_frames`
     (no pyarrow needed). It stops at the first frame that is not there, which it reports."""
     from logbuf.archive.dump import iter_frames
@@ -216,11 +232,16 @@ def _messages_frames(archive_dir: str, d: RecordingDescriptor, from_position: in
             yield parts[0] if len(parts) == 1 else b"".join(parts)
             parts = None
     if end < d.stop_position:
-        on_corrupt(end, "no valid frame here before the recorded stop position (logbuf-archive verify says why)",
-                   d.stop_position)
+        on_corrupt(
+            end,
+            "no valid frame here before the recorded stop position (logbuf-archive verify says why)",
+            d.stop_position,
+        )
 
 
-def _reader() -> tuple[str, Callable[[str, RecordingDescriptor, int, Callable[[int, str, int], None]], Iterator[bytes]]]:
+def _reader() -> tuple[
+    str, Callable[[str, RecordingDescriptor, int, Callable[[int, str, int], None]], Iterator[bytes]]
+]:
     try:
         import logbuf.archive.spark_frames  # noqa: F401  (needs pyarrow)
     except ImportError:
@@ -228,8 +249,12 @@ def _reader() -> tuple[str, Callable[[str, RecordingDescriptor, int, Callable[[i
     return "numpy", _messages_numpy
 
 
-def recorded_events(archive_dir: str, d: RecordingDescriptor, from_position: int | None = None,
-                    on_corrupt: Callable[[int, str, int], None] | None = None) -> Iterator[bytes]:
+def recorded_events(
+    archive_dir: str,
+    d: RecordingDescriptor,
+    from_position: int | None = None,
+    on_corrupt: Callable[[int, str, int], None] | None = None,
+) -> Iterator[bytes]:
     """The complete messages of recording ``d`` (each event's JSON bytes, fragments joined), in order,
     from ``from_position`` (a frame start; default the start) to the stop position."""
     _, read = _reader()
@@ -257,12 +282,12 @@ def _last_time_us(archive_dir: str, d: RecordingDescriptor) -> int:
 
 def newest_recorded_time_us(archive_dir: str, channel: str, stream_id: int) -> int:
     """time_us of the newest event recorded for ``channel`` / ``stream_id`` (0 if none)."""
-    return max((_last_time_us(archive_dir, d) for d in matching_recordings(archive_dir, channel, stream_id)),
-               default=0)
+    return max((_last_time_us(archive_dir, d) for d in matching_recordings(archive_dir, channel, stream_id)), default=0)
 
 
-def backfill(archive_dir: str, channel: str, stream_id: int, append: AppendFn, *,
-             retention_s: float | None) -> BackfillResult:
+def backfill(
+    archive_dir: str, channel: str, stream_id: int, append: AppendFn, *, retention_s: float | None
+) -> BackfillResult:
     """Append the recorded events of the last ``retention_s`` (None: all) to ``append``; see the module doc."""
     log = structlog.get_logger().bind(role="jetstream.backfill", archive_dir=archive_dir)
     started = time.monotonic()
@@ -279,12 +304,18 @@ def backfill(archive_dir: str, channel: str, stream_id: int, append: AppendFn, *
     last = 0
 
     for d in recordings:
+
         def on_corrupt(position: int, reason: str, resume: int, d: RecordingDescriptor = d) -> None:
             result.corrupt_regions += 1
             if len(result.errors) < 10:
                 result.errors.append(f"recording {d.recording_id} position {position}: {reason}")
-            log.warning("jetstream.backfill_corrupt", recording_id=d.recording_id, position=position, reason=reason,
-                        resume_position=resume)
+            log.warning(
+                "jetstream.backfill_corrupt",
+                recording_id=d.recording_id,
+                position=position,
+                reason=reason,
+                resume_position=resume,
+            )
 
         result.recordings += 1
         try:
@@ -307,7 +338,9 @@ def backfill(archive_dir: str, channel: str, stream_id: int, append: AppendFn, *
                 result.events += 1
                 result.bytes += len(raw)
         except (OSError, ValueError) as e:
-            raise BackfillError(f"cannot read recording {d.recording_id} in {archive_dir} for the backfill: {e}") from None
+            raise BackfillError(
+                f"cannot read recording {d.recording_id} in {archive_dir} for the backfill: {e}"
+            ) from None
     result.last_time_us = last
     result.duration_s = round(time.monotonic() - started, 3)
     log.info("jetstream.backfilled", **result.snapshot())

@@ -45,11 +45,11 @@ MAX_STEPS_PER_PASS: Final = 64
 
 
 class State(IntEnum):
-    HANDSHAKE = 0     # reading the HTTP request (bounded by the handshake timeout)
-    HELD = 1          # requireHello: 101 sent, nothing else until a valid options_update
-    STREAMING = 2     # sending events
-    CLOSING = 3       # a final response or close frame is queued: flush ``out``, then shut the write side
-    LINGER = 4        # write side shut: read until the peer's EOF (bounded), then close
+    HANDSHAKE = 0  # reading the HTTP request (bounded by the handshake timeout)
+    HELD = 1  # requireHello: 101 sent, nothing else until a valid options_update
+    STREAMING = 2  # sending events
+    CLOSING = 3  # a final response or close frame is queued: flush ``out``, then shut the write side
+    LINGER = 4  # write side shut: read until the peer's EOF (bounded), then close
 
 
 class CompiledFilter:
@@ -59,16 +59,17 @@ class CompiledFilter:
 
     def __init__(self, options: SubscriberOptions) -> None:
         self.options = options
-        self.allowed: npt.NDArray[np.bool_] = np.ones(1, np.bool_)          # id 0 (no collection) passes
+        self.allowed: npt.NDArray[np.bool_] = np.ones(1, np.bool_)  # id 0 (no collection) passes
         self.dids: npt.NDArray[np.int64] | None = (
-            np.sort(np.fromiter((hash(d) for d in options.dids), np.int64, len(options.dids))) if options.dids else None)
+            np.sort(np.fromiter((hash(d) for d in options.dids), np.int64, len(options.dids))) if options.dids else None
+        )
         self.max_length = options.max_message_size_bytes
 
     def allowed_for(self, store: FrameStore) -> npt.NDArray[np.bool_]:
         names = store.collection_names
         if len(self.allowed) < len(names):
             matches = self.options.collections.matches
-            extra = np.fromiter((matches(n) for n in names[len(self.allowed):]), np.bool_)
+            extra = np.fromiter((matches(n) for n in names[len(self.allowed) :]), np.bool_)
             self.allowed = np.concatenate((self.allowed, extra))
         return self.allowed
 
@@ -76,9 +77,31 @@ class CompiledFilter:
 class Subscriber:
     """One connection's state; plain attributes, read and written by the loop thread only."""
 
-    __slots__ = ("sock", "fd", "ip", "protocol", "state", "kind", "options", "filter", "pos", "range_end",
-                 "range_events", "next_seq", "runs", "out", "eof_after_out", "writable", "blocked_since_ns",
-                 "deadline_ns", "next_ping_ns", "bytes_sent", "events_sent", "over_limit", "message")
+    __slots__ = (
+        "sock",
+        "fd",
+        "ip",
+        "protocol",
+        "state",
+        "kind",
+        "options",
+        "filter",
+        "pos",
+        "range_end",
+        "range_events",
+        "next_seq",
+        "runs",
+        "out",
+        "eof_after_out",
+        "writable",
+        "blocked_since_ns",
+        "deadline_ns",
+        "next_ping_ns",
+        "bytes_sent",
+        "events_sent",
+        "over_limit",
+        "message",
+    )
 
     def __init__(self, sock: socket.socket, ip: str, protocol: ServerProtocol, deadline_ns: int) -> None:
         self.sock = sock
@@ -91,10 +114,10 @@ class Subscriber:
         self.filter: CompiledFilter | None = None
         self.pos = 0
         self.range_end = 0
-        self.range_events = 0                 # events in the current range, counted when it completes
-        self.next_seq = 0                     # first event not yet planned
+        self.range_events = 0  # events in the current range, counted when it completes
+        self.next_seq = 0  # first event not yet planned
         self.runs: deque[tuple[int, int, int]] = deque()
-        self.out = bytearray()                # control bytes, written at frame boundaries
+        self.out = bytearray()  # control bytes, written at frame boundaries
         self.eof_after_out = False
         self.writable = True
         self.blocked_since_ns = 0
@@ -102,15 +125,16 @@ class Subscriber:
         self.next_ping_ns = 0
         self.bytes_sent = 0
         self.events_sent = 0
-        self.over_limit = ""                  # "ip" or "total": answer the request with 429 / 503
-        self.message: list[bytes] | None = None   # fragments of a client message being received
+        self.over_limit = ""  # "ip" or "total": answer the request with 429 / 503
+        self.message: list[bytes] | None = None  # fragments of a client message being received
 
 
 class FanOut:
     """Plans and sends every subscriber's ranges; owns the set of connections past the handshake."""
 
-    def __init__(self, store: FrameStore, drop: Callable[[Subscriber, str], None],
-                 on_linger: Callable[[Subscriber], None]) -> None:
+    def __init__(
+        self, store: FrameStore, drop: Callable[[Subscriber, str], None], on_linger: Callable[[Subscriber], None]
+    ) -> None:
         self.store = store
         self._drop = drop
         self._on_linger = on_linger
@@ -137,7 +161,7 @@ class FanOut:
     def set_options(self, sub: Subscriber, options: SubscriberOptions) -> None:
         """Apply new filters from the next frame boundary on (what was planned is re-planned)."""
         self._cut_at_boundary(sub)
-        if sub.runs:                          # planned runs were for the old filter: plan again from them
+        if sub.runs:  # planned runs were for the old filter: plan again from them
             sub.next_seq = self.store.seq_at_or_after(sub.kind, sub.runs[0][0])
             sub.runs.clear()
         sub.options = options
@@ -275,12 +299,12 @@ class FanOut:
             sub.next_seq = n
             return True
         f = sub.filter
-        runs, scanned = self.store.matching_runs(sub.kind, sub.next_seq, SCAN_LIMIT, f.allowed_for(self.store),
-                                                 f.dids, f.max_length)
+        runs, scanned = self.store.matching_runs(
+            sub.kind, sub.next_seq, SCAN_LIMIT, f.allowed_for(self.store), f.dids, f.max_length
+        )
         sub.next_seq = scanned
         if runs:
             sub.runs.extend(runs)
             sub.pos, sub.range_end, sub.range_events = sub.runs.popleft()
             return True
-        return scanned < n                    # nothing wanted in this slice: scan on (bounded by the steps)
-
+        return scanned < n  # nothing wanted in this slice: scan on (bounded by the steps)

@@ -26,9 +26,18 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 __all__ = [
-    "MAX_CLIENT_MESSAGE_LENGTH", "MAX_WANTED_COLLECTIONS", "MAX_WANTED_DIDS", "CollectionFilter", "OptionsError",
-    "OptionsUpdateDecodeError", "SubscriberOptions", "is_valid_did", "is_valid_nsid", "parse_options_update",
-    "parse_query", "truncate_close_reason",
+    "MAX_CLIENT_MESSAGE_LENGTH",
+    "MAX_WANTED_COLLECTIONS",
+    "MAX_WANTED_DIDS",
+    "CollectionFilter",
+    "OptionsError",
+    "OptionsUpdateDecodeError",
+    "SubscriberOptions",
+    "is_valid_did",
+    "is_valid_nsid",
+    "parse_options_update",
+    "parse_query",
+    "truncate_close_reason",
 ]
 
 MAX_WANTED_COLLECTIONS: Final = 100
@@ -95,10 +104,10 @@ class CollectionFilter:
 class SubscriberOptions:
     collections: CollectionFilter = field(default_factory=CollectionFilter)
     dids: frozenset[str] = frozenset()
-    max_message_size_bytes: int = 0           # 0: no limit
-    cursor: int | None = None                 # query only: None = live
-    compress: bool = False                    # query only
-    require_hello: bool = False               # query only
+    max_message_size_bytes: int = 0  # 0: no limit
+    cursor: int | None = None  # query only: None = live
+    compress: bool = False  # query only
+    require_hello: bool = False  # query only
 
     @property
     def wants_everything(self) -> bool:
@@ -107,8 +116,14 @@ class SubscriberOptions:
 
     def with_update(self, update: SubscriberOptions) -> SubscriberOptions:
         """An ``options_update`` replaces the filters and size limit; cursor and compression stay."""
-        return SubscriberOptions(update.collections, update.dids, update.max_message_size_bytes, self.cursor,
-                                 self.compress, self.require_hello)
+        return SubscriberOptions(
+            update.collections,
+            update.dids,
+            update.max_message_size_bytes,
+            self.cursor,
+            self.compress,
+            self.require_hello,
+        )
 
 
 def _collection_filter(values: Sequence[str]) -> CollectionFilter:
@@ -118,7 +133,7 @@ def _collection_filter(values: Sequence[str]) -> CollectionFilter:
     prefixes: dict[str, None] = {}
     for value in values:
         if value.endswith(".*"):
-            prefixes[value[:-1]] = None       # keep the trailing dot: "app.bsky.graph." never matches graphx
+            prefixes[value[:-1]] = None  # keep the trailing dot: "app.bsky.graph." never matches graphx
         elif is_valid_nsid(value):
             exact.add(value)
         else:
@@ -164,7 +179,8 @@ def parse_query(query: Mapping[str, Sequence[str]], headers: Iterable[tuple[str,
             raise OptionsError(f"invalid cursor: {raw}")
         cursor = int(raw)
     compress = query.get("compress", ("",))[0] == "true" or any(
-        name.lower() == "socket-encoding" and "zstd" in value for name, value in headers)
+        name.lower() == "socket-encoding" and "zstd" in value for name, value in headers
+    )
     require_hello = query.get("requireHello", ("",))[0] == "true"
     return SubscriberOptions(collections, dids, max_size, cursor, compress, require_hello)
 
@@ -197,7 +213,7 @@ def parse_options_update(message: str | bytes) -> SubscriberOptions | None:
         raise OptionsUpdateDecodeError("bad options_update payload")
     payload = envelope["payload"]
     if payload is None:
-        payload = {}                          # JSON null decodes to an empty update: every filter off
+        payload = {}  # JSON null decodes to an empty update: every filter off
     if not isinstance(payload, dict):
         raise OptionsUpdateDecodeError("bad options_update payload")
     size = payload.get("maxMessageSizeBytes")
@@ -213,5 +229,5 @@ def truncate_close_reason(text: str) -> str:
     data = text.encode()
     if len(data) <= MAX_CLOSE_REASON_LENGTH:
         return text
-    cut = data[:MAX_CLOSE_REASON_LENGTH - 3].decode("utf-8", errors="ignore")
+    cut = data[: MAX_CLOSE_REASON_LENGTH - 3].decode("utf-8", errors="ignore")
     return cut + "..."

@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any, Final
 
 __all__ = ["COLLECTIONS", "EventGenerator"]
@@ -52,8 +52,15 @@ _WORDS: Final = (
     "bluesky here art thread great night work thanks first year still much back feel want way make "
     "photo music game read book weather coffee morning news open source python rust release update"
 ).split()
-_NON_ASCII_TEXTS: Final = ("おはようございます", "今日はいい天気ですね", "bom dia a todos", "ótimo fim de semana", "große Freude 🎉",
-                           "café ☕ time", "새해 복 많이 받으세요")
+_NON_ASCII_TEXTS: Final = (
+    "おはようございます",
+    "今日はいい天気ですね",
+    "bom dia a todos",
+    "ótimo fim de semana",
+    "große Freude 🎉",
+    "café ☕ time",
+    "새해 복 많이 받으세요",
+)
 _LANGS: Final = (("en",), ("en",), ("en",), ("en",), ("ja",), ("pt",), ("de",), ("es",), ("ko",))
 
 
@@ -73,7 +80,7 @@ def tid(time_us: int, clock_id: int) -> str:
 
 def iso_time(time_us: int) -> str:
     """RFC 3339 with milliseconds and ``Z``, as atproto records and firehose events write it."""
-    dt = datetime.fromtimestamp(time_us / 1_000_000, tz=timezone.utc)
+    dt = datetime.fromtimestamp(time_us / 1_000_000, tz=UTC)
     return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{(time_us // 1000) % 1000:03d}Z"
 
 
@@ -131,8 +138,12 @@ class EventGenerator:
         return "bafyrei" + _b32(self._rng, 52)
 
     def _blob(self, mime: str, low: int, high: int) -> dict[str, Any]:
-        return {"$type": "blob", "ref": {"$link": "bafkrei" + _b32(self._rng, 52)}, "mimeType": mime,
-                "size": self._rng.randrange(low, high)}
+        return {
+            "$type": "blob",
+            "ref": {"$link": "bafkrei" + _b32(self._rng, 52)},
+            "mimeType": mime,
+            "size": self._rng.randrange(low, high),
+        }
 
     def _next_seq(self) -> int:
         self._seq += self._rng.randrange(1, 40)
@@ -161,10 +172,15 @@ class EventGenerator:
 
     # -- commits -----------------------------------------------------------------------------
 
-    def _commit(self, did: str, time_us: int, operation: str, collection: str, rkey: str,
-                record: dict[str, Any] | None) -> dict[str, Any]:
-        commit: dict[str, Any] = {"rev": tid(time_us, self._clock_id), "operation": operation,
-                                  "collection": collection, "rkey": rkey}
+    def _commit(
+        self, did: str, time_us: int, operation: str, collection: str, rkey: str, record: dict[str, Any] | None
+    ) -> dict[str, Any]:
+        commit: dict[str, Any] = {
+            "rev": tid(time_us, self._clock_id),
+            "operation": operation,
+            "collection": collection,
+            "rkey": rkey,
+        }
         if record is not None:
             commit["record"] = record
             commit["cid"] = self._cid()
@@ -203,10 +219,14 @@ class EventGenerator:
         record: dict[str, Any] = {"$type": POST, "createdAt": self._created(time_us)}
         roll = rng.random()
         if roll < 0.25:
-            images = [{"alt": self._text() if rng.random() < 0.3 else "",
-                       "aspectRatio": {"height": rng.randrange(400, 2000), "width": rng.randrange(400, 2000)},
-                       "image": self._blob("image/jpeg", 40_000, 1_000_000)}
-                      for _ in range(rng.choice((1, 1, 1, 2, 4)))]
+            images = [
+                {
+                    "alt": self._text() if rng.random() < 0.3 else "",
+                    "aspectRatio": {"height": rng.randrange(400, 2000), "width": rng.randrange(400, 2000)},
+                    "image": self._blob("image/jpeg", 40_000, 1_000_000),
+                }
+                for _ in range(rng.choice((1, 1, 1, 2, 4)))
+            ]
             record["embed"] = {"$type": "app.bsky.embed.images", "images": images}
         elif roll < 0.32:
             uri, cid = self._some_post()
@@ -215,14 +235,17 @@ class EventGenerator:
             tag = rng.choice(_WORDS)
             text = f"{text} #{tag}"
             start = len(text.encode()) - len(tag) - 1
-            record["facets"] = [{"features": [{"$type": "app.bsky.richtext.facet#tag", "tag": tag}],
-                                 "index": {"byteEnd": start + len(tag) + 1, "byteStart": start}}]
+            record["facets"] = [
+                {
+                    "features": [{"$type": "app.bsky.richtext.facet#tag", "tag": tag}],
+                    "index": {"byteEnd": start + len(tag) + 1, "byteStart": start},
+                }
+            ]
         record["langs"] = list(rng.choice(_LANGS))
         if rng.random() < 0.5:
             parent = self._some_post()
             root = parent if rng.random() < 0.5 else self._some_post()
-            record["reply"] = {"parent": {"cid": parent[1], "uri": parent[0]},
-                               "root": {"cid": root[1], "uri": root[0]}}
+            record["reply"] = {"parent": {"cid": parent[1], "uri": parent[0]}, "root": {"cid": root[1], "uri": root[0]}}
         record["text"] = text
         return record
 

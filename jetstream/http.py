@@ -16,8 +16,15 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from websockets.datastructures import Headers
 from websockets.http11 import Response
 
-__all__ = ["METRICS_PATH", "SUBSCRIBE_PATH", "WELCOME_PATH", "WELCOME_TEXT", "metrics_response", "split_target",
-           "text_response"]
+__all__ = [
+    "METRICS_PATH",
+    "SUBSCRIBE_PATH",
+    "WELCOME_PATH",
+    "WELCOME_TEXT",
+    "metrics_response",
+    "split_target",
+    "text_response",
+]
 
 SUBSCRIBE_PATH: Final = "/subscribe"
 WELCOME_PATH: Final = "/"
@@ -32,12 +39,14 @@ def split_target(target: str) -> tuple[str, dict[str, list[str]]]:
 
 
 def _response(status: int, reason: str, content_type: str, body: bytes) -> Response:
-    headers = Headers([
-        ("Date", email.utils.formatdate(usegmt=True)),
-        ("Connection", "close"),
-        ("Content-Length", str(len(body))),
-        ("Content-Type", content_type),
-    ])
+    headers = Headers(
+        [
+            ("Date", email.utils.formatdate(usegmt=True)),
+            ("Connection", "close"),
+            ("Content-Length", str(len(body))),
+            ("Content-Type", content_type),
+        ]
+    )
     return Response(status, reason, headers, body)
 
 

@@ -182,8 +182,14 @@ class Sequencer:
     event. ``resume_cursor()`` is where a reconnect asks the upstream to start.
     """
 
-    def __init__(self, *, rewind_us: int = int(DEFAULT_REWIND_S * 1e6), floor_us: int = 0,
-                 clock: OriginClock | None = None, stats: IngestStats | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        rewind_us: int = int(DEFAULT_REWIND_S * 1e6),
+        floor_us: int = 0,
+        clock: OriginClock | None = None,
+        stats: IngestStats | None = None,
+    ) -> None:
         if rewind_us < 0:
             raise ValueError(f"rewind_us={rewind_us} must not be negative")
         if floor_us < 0:
@@ -342,8 +348,9 @@ class GeneratorSource:
     """The relay as origin: synthetic events at ``rate`` events/s (0 = unlimited), ``count`` of them
     (None = forever), stamped by an :class:`OriginClock`."""
 
-    def __init__(self, generator: EventGenerator, rate: float, *, count: int | None = None,
-                 clock: OriginClock | None = None) -> None:
+    def __init__(
+        self, generator: EventGenerator, rate: float, *, count: int | None = None, clock: OriginClock | None = None
+    ) -> None:
         self.generator = generator
         self.rate = check_rate(rate)
         if count is not None and count < 0:
@@ -401,8 +408,11 @@ def check_upstream_url(url: str) -> str:
 def with_cursor(url: str, cursor: int | None) -> str:
     """``url`` with its ``cursor`` parameter replaced (other parameters, e.g. filters, kept)."""
     parts = urllib.parse.urlsplit(url)
-    query = [(k, v) for k, v in urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
-             if k not in ("cursor", "compress")]
+    query = [
+        (k, v)
+        for k, v in urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
+        if k not in ("cursor", "compress")
+    ]
     if cursor is not None:
         query.append(("cursor", str(cursor)))
     return urllib.parse.urlunsplit(parts._replace(query=urllib.parse.urlencode(query, safe=":*")))
@@ -411,12 +421,22 @@ def with_cursor(url: str, cursor: int | None) -> str:
 class UpstreamSource:
     """Follow an upstream jetstream, reconnecting with back-off (see the module docstring)."""
 
-    def __init__(self, url: str, sequencer: Sequencer, *, backoff_initial_s: float = 0.25,
-                 backoff_max_s: float = 10.0, open_timeout_s: float = 10.0, ping_interval_s: float = 20.0) -> None:
+    def __init__(
+        self,
+        url: str,
+        sequencer: Sequencer,
+        *,
+        backoff_initial_s: float = 0.25,
+        backoff_max_s: float = 10.0,
+        open_timeout_s: float = 10.0,
+        ping_interval_s: float = 20.0,
+    ) -> None:
         self.url = check_upstream_url(url)
         if not 0 < backoff_initial_s <= backoff_max_s:
-            raise ValueError(f"backoff_initial_s={backoff_initial_s} and backoff_max_s={backoff_max_s} "
-                             "must satisfy 0 < initial <= max")
+            raise ValueError(
+                f"backoff_initial_s={backoff_initial_s} and backoff_max_s={backoff_max_s} "
+                "must satisfy 0 < initial <= max"
+            )
         self.sequencer = sequencer
         self.backoff_initial_s = backoff_initial_s
         self.backoff_max_s = backoff_max_s
@@ -433,10 +453,16 @@ class UpstreamSource:
             url = with_cursor(self.url, cursor)
             received_before = stats.received
             try:
-                async with connect(url, compression=None, max_size=UPSTREAM_MAX_MESSAGE_LENGTH,
-                                   open_timeout=self.open_timeout_s, ping_interval=self.ping_interval_s,
-                                   ping_timeout=self.ping_interval_s, close_timeout=2,
-                                   user_agent_header="logbuf-jetstream") as ws:
+                async with connect(
+                    url,
+                    compression=None,
+                    max_size=UPSTREAM_MAX_MESSAGE_LENGTH,
+                    open_timeout=self.open_timeout_s,
+                    ping_interval=self.ping_interval_s,
+                    ping_timeout=self.ping_interval_s,
+                    close_timeout=2,
+                    user_agent_header="logbuf-jetstream",
+                ) as ws:
                     stats.connections += 1
                     sequencer.on_connect(cursor)
                     self._log.info("upstream.connected", cursor=cursor)
@@ -461,11 +487,15 @@ class UpstreamSource:
                 stats.disconnects += 1
                 stats.last_error = f"HTTP {status} {body}"[:200]
                 self._log.warning("upstream.refused", status=status, body=body, retry_in_s=round(delay, 3))
-            except (OSError, asyncio.TimeoutError, websockets.exceptions.WebSocketException) as e:
+            except (TimeoutError, OSError, websockets.exceptions.WebSocketException) as e:
                 stats.disconnects += 1
                 stats.last_error = f"{type(e).__name__}: {e}"[:200]
-                self._log.warning("upstream.disconnected", error=stats.last_error,
-                                  events=stats.received - received_before, retry_in_s=round(delay, 3))
+                self._log.warning(
+                    "upstream.disconnected",
+                    error=stats.last_error,
+                    events=stats.received - received_before,
+                    retry_in_s=round(delay, 3),
+                )
             if stats.received > received_before:
                 delay = self.backoff_initial_s
             await asyncio.sleep(delay)
@@ -529,4 +559,3 @@ class Ingest:
             except RuntimeError:  # the loop closed in between
                 pass
         self.join(timeout_s)
-

@@ -39,13 +39,11 @@ import structlog
 from prometheus_client.core import Metric
 
 from logbuf.client import Aeron, Context, Publication, Subscription
+from logbuf.conduit.cnc import is_driver_active
 from logbuf.directory import resolve_dir
 from logbuf.driver.context import DriverContext
 from logbuf.driver.media_driver import MediaDriver
-from logbuf.conduit.cnc import is_driver_active
 from logbuf.errors import LogbufError
-from logbuf.logging_config import configure_logging
-
 from logbuf.jetstream.backfill import BackfillError, BackfillResult, backfill, newest_recorded_time_us
 from logbuf.jetstream.generator import EventGenerator
 from logbuf.jetstream.ingest import (
@@ -60,6 +58,7 @@ from logbuf.jetstream.ingest import (
     check_upstream_url,
 )
 from logbuf.jetstream.stream import EventStreamAdapter
+from logbuf.logging_config import configure_logging
 
 __all__ = ["main", "build_parser"]
 
@@ -130,45 +129,94 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="logbuf-jetstream",
         description="A jetstream relay: follows an upstream jetstream (or, with no --upstream, a built-in "
-                    "generator of realistic synthetic events), publishes every event into a logbuf stream "
-                    "and serves the jetstream v1 /subscribe protocol from it.",
+        "generator of realistic synthetic events), publishes every event into a logbuf stream "
+        "and serves the jetstream v1 /subscribe protocol from it.",
     )
     src = p.add_argument_group("source")
-    src.add_argument("--upstream", type=_upstream, default=None, metavar="URL",
-                     help="upstream jetstream to follow, e.g. wss://jetstream2.us-west.bsky.network/subscribe "
-                          "(uncompressed; filters in its query are kept). Default: the built-in generator")
-    src.add_argument("--rate", type=_rate, default=DEFAULT_RATE,
-                     help="generator events per second; 0 = as fast as the stream takes them (default: %(default)g)")
+    src.add_argument(
+        "--upstream",
+        type=_upstream,
+        default=None,
+        metavar="URL",
+        help="upstream jetstream to follow, e.g. wss://jetstream2.us-west.bsky.network/subscribe "
+        "(uncompressed; filters in its query are kept). Default: the built-in generator",
+    )
+    src.add_argument(
+        "--rate",
+        type=_rate,
+        default=DEFAULT_RATE,
+        help="generator events per second; 0 = as fast as the stream takes them (default: %(default)g)",
+    )
     src.add_argument("--seed", type=int, default=0, help="generator random seed (default: %(default)s)")
-    src.add_argument("--rewind", type=_duration_s, default=DEFAULT_REWIND_S, metavar="DURATION",
-                     help="on reconnect, ask the upstream for events from the last time_us minus this "
-                          "(duplicates are dropped; default: %(default)gs)")
+    src.add_argument(
+        "--rewind",
+        type=_duration_s,
+        default=DEFAULT_REWIND_S,
+        metavar="DURATION",
+        help="on reconnect, ask the upstream for events from the last time_us minus this "
+        "(duplicates are dropped; default: %(default)gs)",
+    )
     srv = p.add_argument_group("server")
     srv.add_argument("--host", default="127.0.0.1", help="address to listen on, 0.0.0.0 for all (default: %(default)s)")
-    srv.add_argument("--port", type=_port, default=DEFAULT_PORT, help="port to listen on, 0 = any free port (default: %(default)s)")
-    srv.add_argument("--data-dir", default=None,
-                     help="directory for the frame files (default: a temporary directory removed at exit)")
-    srv.add_argument("--retention", type=_duration_s, default=None, metavar="DURATION",
-                     help="how long events are kept for cursor replay, e.g. 24h (default: the server's, 24h)")
-    srv.add_argument("--zstd-dictionary", default=None, metavar="FILE",
-                     help="jetstream's zstd dictionary: enables compress=true")
+    srv.add_argument(
+        "--port", type=_port, default=DEFAULT_PORT, help="port to listen on, 0 = any free port (default: %(default)s)"
+    )
+    srv.add_argument(
+        "--data-dir",
+        default=None,
+        help="directory for the frame files (default: a temporary directory removed at exit)",
+    )
+    srv.add_argument(
+        "--retention",
+        type=_duration_s,
+        default=None,
+        metavar="DURATION",
+        help="how long events are kept for cursor replay, e.g. 24h (default: the server's, 24h)",
+    )
+    srv.add_argument(
+        "--zstd-dictionary", default=None, metavar="FILE", help="jetstream's zstd dictionary: enables compress=true"
+    )
     st = p.add_argument_group("stream and driver")
     st.add_argument("--channel", default=DEFAULT_CHANNEL, help="channel of the event stream (default: %(default)s)")
-    st.add_argument("--stream-id", type=_stream_id, default=DEFAULT_STREAM_ID, help="stream id of the event stream (default: %(default)s)")
-    st.add_argument("--driver", choices=("auto", "embedded", "external"), default="auto",
-                    help="auto: use a live driver in --driver-dir, else start one embedded; "
-                         "external: require a running driver; embedded: always start one here (default: %(default)s)")
-    st.add_argument("--driver-dir", default=None,
-                    help="media driver directory (default LOGBUF_DIR or /dev/shm/logbuf-<user>)")
-    st.add_argument("--role", choices=("all", "ingest", "serve"), default="all",
-                    help="ingest: only publish into the stream; serve: only serve what the stream carries "
-                         "(default: %(default)s, both)")
-    st.add_argument("--record", default=None, metavar="ARCHIVE_DIR",
-                    help="also record the event stream into this archive directory; at start, its recorded events "
-                         "of the retention window are served again (cursor replay) and the ingest resumes after them")
-    p.add_argument("--duration", type=_duration_s, default=None, help="stop after this long (default: run until SIGINT/SIGTERM)")
-    p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"),
-                   help="log level; JSON lines on stderr unless it is a terminal (default: %(default)s)")
+    st.add_argument(
+        "--stream-id",
+        type=_stream_id,
+        default=DEFAULT_STREAM_ID,
+        help="stream id of the event stream (default: %(default)s)",
+    )
+    st.add_argument(
+        "--driver",
+        choices=("auto", "embedded", "external"),
+        default="auto",
+        help="auto: use a live driver in --driver-dir, else start one embedded; "
+        "external: require a running driver; embedded: always start one here (default: %(default)s)",
+    )
+    st.add_argument(
+        "--driver-dir", default=None, help="media driver directory (default LOGBUF_DIR or /dev/shm/logbuf-<user>)"
+    )
+    st.add_argument(
+        "--role",
+        choices=("all", "ingest", "serve"),
+        default="all",
+        help="ingest: only publish into the stream; serve: only serve what the stream carries "
+        "(default: %(default)s, both)",
+    )
+    st.add_argument(
+        "--record",
+        default=None,
+        metavar="ARCHIVE_DIR",
+        help="also record the event stream into this archive directory; at start, its recorded events "
+        "of the retention window are served again (cursor replay) and the ingest resumes after them",
+    )
+    p.add_argument(
+        "--duration", type=_duration_s, default=None, help="stop after this long (default: run until SIGINT/SIGTERM)"
+    )
+    p.add_argument(
+        "--log-level",
+        default="info",
+        choices=("debug", "info", "warning", "error"),
+        help="log level; JSON lines on stderr unless it is a terminal (default: %(default)s)",
+    )
     return p
 
 
@@ -218,19 +266,27 @@ def _start_server(args: argparse.Namespace, run: _Running, subscription: Subscri
     data_dir = args.data_dir
     if data_dir is None:
         data_dir = run.temp_data_dir = tempfile.mkdtemp(prefix="logbuf-jetstream-")
-    options: dict[str, Any] = {"host": args.host, "port": args.port, "data_dir": data_dir,
-                               "zstd_dictionary": args.zstd_dictionary}
+    options: dict[str, Any] = {
+        "host": args.host,
+        "port": args.port,
+        "data_dir": data_dir,
+        "zstd_dictionary": args.zstd_dictionary,
+    }
     if args.retention is not None:
         options["retention"] = args.retention
     server = RelayServer(RelayConfig(**options))
     run.server = server
     after_us = 0
     if args.record is not None:  # before the first client: the recorded events of the retention window
-        run.backfill = result = backfill(args.record, args.channel, args.stream_id, server.append,
-                                         retention_s=server.config.retention)
+        run.backfill = result = backfill(
+            args.record, args.channel, args.stream_id, server.append, retention_s=server.config.retention
+        )
         after_us = result.last_time_us
         server.add_metrics_source(
-            lambda: stats_metrics("backfill", BACKFILL_METRICS, {**result.snapshot(), "duration_seconds": result.duration_s}))
+            lambda: stats_metrics(
+                "backfill", BACKFILL_METRICS, {**result.snapshot(), "duration_seconds": result.duration_s}
+            )
+        )
     run.adapter = adapter = EventStreamAdapter(subscription, server.append, after_us=after_us)
     server.add_duty(adapter)
     server.add_metrics_source(lambda: stats_metrics("stream", STREAM_METRICS, adapter.stats.__dict__))
@@ -248,8 +304,9 @@ def _start_server(args: argparse.Namespace, run: _Running, subscription: Subscri
 def _start_recorder(args: argparse.Namespace, run: _Running, driver_dir: str) -> None:
     from logbuf.archive.recorder import Recorder, RecorderContext
 
-    recorder = Recorder(RecorderContext(archive_dir=args.record, channel=args.channel, stream_id=args.stream_id,
-                                        driver_dir=driver_dir))
+    recorder = Recorder(
+        RecorderContext(archive_dir=args.record, channel=args.channel, stream_id=args.stream_id, driver_dir=driver_dir)
+    )
     run.recorder = recorder
     run.recorder_thread = threading.Thread(target=recorder.run, name="jetstream-recorder", daemon=True)
     run.recorder_thread.start()
@@ -310,8 +367,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                 floor_us = newest_recorded_time_us(args.record, args.channel, args.stream_id)
             run.ingest = Ingest(publication, _make_source(args, floor_us))
             run.ingest.start()
-        log.info("jetstream.started", source=args.upstream or "generator", rate=args.rate if args.upstream is None else None,
-                 channel=args.channel, stream_id=args.stream_id, relay_role=args.role, floor_us=floor_us)
+        log.info(
+            "jetstream.started",
+            source=args.upstream or "generator",
+            rate=args.rate if args.upstream is None else None,
+            channel=args.channel,
+            stream_id=args.stream_id,
+            relay_role=args.role,
+            floor_us=floor_us,
+        )
         deadline = None if args.duration is None else time.monotonic() + args.duration
         while not stop.wait(0.2):
             if deadline is not None and time.monotonic() >= deadline:

@@ -21,8 +21,14 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 __all__ = [
-    "BACKFILL_METRICS", "INGEST_METRICS", "STREAM_METRICS", "MetricsSnapshot", "MetricsSource", "RelayCollector",
-    "RelayCounters", "stats_metrics",
+    "BACKFILL_METRICS",
+    "INGEST_METRICS",
+    "STREAM_METRICS",
+    "MetricsSnapshot",
+    "MetricsSource",
+    "RelayCollector",
+    "RelayCounters",
+    "stats_metrics",
 ]
 
 
@@ -30,9 +36,9 @@ __all__ = [
 class RelayCounters:
     """Plain counters the loop increments; names are the metric label values."""
 
-    events_rejected: Counter[str] = field(default_factory=Counter)       # reason
-    handshakes: Counter[str] = field(default_factory=Counter)            # outcome: accepted, bad_request, ...
-    clients_dropped: Counter[str] = field(default_factory=Counter)       # reason
+    events_rejected: Counter[str] = field(default_factory=Counter)  # reason
+    handshakes: Counter[str] = field(default_factory=Counter)  # outcome: accepted, bad_request, ...
+    clients_dropped: Counter[str] = field(default_factory=Counter)  # reason
     options_updates: int = 0
     options_update_errors: Counter[str] = field(default_factory=Counter)  # reason
     client_messages_ignored: int = 0
@@ -137,15 +143,26 @@ class RelayCollector(Collector):
                 metric.add_metric([ip], value)
             return metric
 
-        yield per_ip(GaugeMetricFamily("jetstream_subscribers_connected", "Subscribers connected, by IP",
-                                       labels=["ip_address"]), s.connected)
+        yield per_ip(
+            GaugeMetricFamily("jetstream_subscribers_connected", "Subscribers connected, by IP", labels=["ip_address"]),
+            s.connected,
+        )
         yield CounterMetricFamily("jetstream_events_emitted", "Events stored for emission", value=s.events_emitted)
-        yield CounterMetricFamily("jetstream_bytes_emitted", "JSON bytes of the events stored for emission",
-                                  value=s.bytes_emitted)
-        yield per_ip(CounterMetricFamily("jetstream_events_delivered", "Events sent to subscribers, by IP",
-                                         labels=["ip_address"]), s.events_delivered)
-        yield per_ip(CounterMetricFamily("jetstream_bytes_delivered", "Bytes (frames) sent to subscribers, by IP",
-                                         labels=["ip_address"]), s.bytes_delivered)
+        yield CounterMetricFamily(
+            "jetstream_bytes_emitted", "JSON bytes of the events stored for emission", value=s.bytes_emitted
+        )
+        yield per_ip(
+            CounterMetricFamily(
+                "jetstream_events_delivered", "Events sent to subscribers, by IP", labels=["ip_address"]
+            ),
+            s.events_delivered,
+        )
+        yield per_ip(
+            CounterMetricFamily(
+                "jetstream_bytes_delivered", "Bytes (frames) sent to subscribers, by IP", labels=["ip_address"]
+            ),
+            s.bytes_delivered,
+        )
 
         def labelled(name: str, doc: str, label: str, values: Counter[str]) -> Metric:
             metric = CounterMetricFamily(name, doc, labels=[label])
@@ -153,40 +170,58 @@ class RelayCollector(Collector):
                 metric.add_metric([key], value)
             return metric
 
-        yield labelled("logbuf_jetstream_events_rejected", "Appended events refused (non-increasing time_us)",
-                       "reason", c.events_rejected)
+        yield labelled(
+            "logbuf_jetstream_events_rejected",
+            "Appended events refused (non-increasing time_us)",
+            "reason",
+            c.events_rejected,
+        )
         yield labelled("logbuf_jetstream_handshakes", "HTTP requests answered, by outcome", "outcome", c.handshakes)
-        yield labelled("logbuf_jetstream_clients_dropped", "Connections ended by the relay, by reason", "reason",
-                       c.clients_dropped)
-        yield CounterMetricFamily("logbuf_jetstream_options_updates", "Valid options_update messages",
-                                  value=c.options_updates)
-        yield labelled("logbuf_jetstream_options_update_errors", "Client messages that closed the connection",
-                       "reason", c.options_update_errors)
-        yield CounterMetricFamily("logbuf_jetstream_client_messages_ignored",
-                                  "Client messages of an unknown type or binary", value=c.client_messages_ignored)
+        yield labelled(
+            "logbuf_jetstream_clients_dropped", "Connections ended by the relay, by reason", "reason", c.clients_dropped
+        )
+        yield CounterMetricFamily(
+            "logbuf_jetstream_options_updates", "Valid options_update messages", value=c.options_updates
+        )
+        yield labelled(
+            "logbuf_jetstream_options_update_errors",
+            "Client messages that closed the connection",
+            "reason",
+            c.options_update_errors,
+        )
+        yield CounterMetricFamily(
+            "logbuf_jetstream_client_messages_ignored",
+            "Client messages of an unknown type or binary",
+            value=c.client_messages_ignored,
+        )
         yield CounterMetricFamily("logbuf_jetstream_pings_sent", "Pings sent to subscribers", value=c.pings_sent)
-        yield CounterMetricFamily("logbuf_jetstream_loop_iterations", "Event-loop iterations",
-                                  value=c.loop_iterations)
-        yield CounterMetricFamily("logbuf_jetstream_flush_passes", "Passes over the subscribers",
-                                  value=c.flush_passes)
+        yield CounterMetricFamily("logbuf_jetstream_loop_iterations", "Event-loop iterations", value=c.loop_iterations)
+        yield CounterMetricFamily("logbuf_jetstream_flush_passes", "Passes over the subscribers", value=c.flush_passes)
         yield CounterMetricFamily("logbuf_jetstream_sendfile_calls", "sendfile calls", value=c.sendfile_calls)
-        yield CounterMetricFamily("logbuf_jetstream_accept_errors", "accept() failures (fd limit, ...)",
-                                  value=c.accept_errors)
+        yield CounterMetricFamily(
+            "logbuf_jetstream_accept_errors", "accept() failures (fd limit, ...)", value=c.accept_errors
+        )
         yield GaugeMetricFamily("logbuf_jetstream_store_events", "Events retained", value=s.store_events)
-        for name, doc, values in (("logbuf_jetstream_store_bytes", "Apparent size of each frame file", s.store_bytes),
-                                  ("logbuf_jetstream_store_disk_bytes", "Disk blocks of each frame file",
-                                   s.store_disk_bytes)):
+        for name, doc, values in (
+            ("logbuf_jetstream_store_bytes", "Apparent size of each frame file", s.store_bytes),
+            ("logbuf_jetstream_store_disk_bytes", "Disk blocks of each frame file", s.store_disk_bytes),
+        ):
             metric = GaugeMetricFamily(name, doc, labels=["file"])
             for key, value in values.items():
                 metric.add_metric([key], value)
             yield metric
-        yield GaugeMetricFamily("logbuf_jetstream_oldest_time_us", "time_us of the oldest retained event",
-                                value=s.oldest_time_us)
-        yield GaugeMetricFamily("logbuf_jetstream_newest_time_us", "time_us of the newest event",
-                                value=s.newest_time_us)
-        yield CounterMetricFamily("logbuf_jetstream_events_retired", "Events dropped by retention",
-                                  value=s.events_retired)
-        yield CounterMetricFamily("logbuf_jetstream_bytes_punched", "File bytes freed by hole punching",
-                                  value=s.bytes_punched)
-        yield CounterMetricFamily("logbuf_jetstream_punch_failures", "fallocate(PUNCH_HOLE) failures",
-                                  value=s.punch_failures)
+        yield GaugeMetricFamily(
+            "logbuf_jetstream_oldest_time_us", "time_us of the oldest retained event", value=s.oldest_time_us
+        )
+        yield GaugeMetricFamily(
+            "logbuf_jetstream_newest_time_us", "time_us of the newest event", value=s.newest_time_us
+        )
+        yield CounterMetricFamily(
+            "logbuf_jetstream_events_retired", "Events dropped by retention", value=s.events_retired
+        )
+        yield CounterMetricFamily(
+            "logbuf_jetstream_bytes_punched", "File bytes freed by hole punching", value=s.bytes_punched
+        )
+        yield CounterMetricFamily(
+            "logbuf_jetstream_punch_failures", "fallocate(PUNCH_HOLE) failures", value=s.punch_failures
+        )

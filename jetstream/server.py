@@ -76,8 +76,8 @@ CLOSE_INVALID_PAYLOAD: Final = 1007
 CLOSE_POLICY_VIOLATION: Final = 1008
 SHUTDOWN_REASON: Final = "server shutting down"
 TOO_SLOW_REASON: Final = "consumer too slow: cursor fell behind retention"
-TIMER_PERIOD_NS: Final = 100_000_000          # handshake and linger deadlines
-SLOW_TIMER_PERIOD_NS: Final = 1_000_000_000   # pings and write timeouts
+TIMER_PERIOD_NS: Final = 100_000_000  # handshake and linger deadlines
+SLOW_TIMER_PERIOD_NS: Final = 1_000_000_000  # pings and write timeouts
 ACCEPT_BATCH: Final = 256
 READS_PER_EVENT: Final = 16
 RECV_SIZE: Final = 65536
@@ -252,8 +252,9 @@ class RelayServer:
             thread.join(timeout_s)
 
     def serve_forever(self) -> None:
-        self._log.info("relay.started", address=self.address, data_dir=self.config.data_dir,
-                       compressed=self.store.compressed)
+        self._log.info(
+            "relay.started", address=self.address, data_dir=self.config.data_dir, compressed=self.store.compressed
+        )
         try:
             while not self._stop.is_set():
                 self._iterate()
@@ -262,7 +263,7 @@ class RelayServer:
             raise
         finally:
             try:
-                self._duties = []             # a failing duty must not fail the goodbyes too
+                self._duties = []  # a failing duty must not fail the goodbyes too
                 self._shut_down()
             finally:
                 self._close_everything()
@@ -317,7 +318,7 @@ class RelayServer:
             self._dirty = False
             self.counters.flush_passes += 1
             if self.fanout.flush(now):
-                self._dirty = True            # someone may still be owed bytes: look again next pass
+                self._dirty = True  # someone may still be owed bytes: look again next pass
             self._next_flush_ns = now + self._flush_interval_ns
         if now >= self._next_timer_ns:
             self._timers(now)
@@ -368,16 +369,16 @@ class RelayServer:
             except OSError:
                 self._close(sub)
                 return
-            if not data:                      # the peer closed: nothing more can reach it
+            if not data:  # the peer closed: nothing more can reach it
                 self._close(sub)
                 return
             if sub.state is State.LINGER:
-                continue                      # waiting for EOF: discard
+                continue  # waiting for EOF: discard
             protocol.receive_data(data)
             self._on_protocol_events(sub)
             if sub.fd not in self._connections:
                 return
-        self._read_again.add(sub)             # edge-triggered: come back for the rest
+        self._read_again.add(sub)  # edge-triggered: come back for the rest
 
     def _on_protocol_events(self, sub: Subscriber) -> None:
         for event in sub.protocol.events_received():
@@ -402,10 +403,12 @@ class RelayServer:
             sub.state = State.CLOSING
             sub.eof_after_out = True
             self.fanout.add(sub)
-        if protocol.state in (ProtocolState.CLOSING, ProtocolState.CLOSED) and sub.state in (State.HELD,
-                                                                                               State.STREAMING):
+        if protocol.state in (ProtocolState.CLOSING, ProtocolState.CLOSED) and sub.state in (
+            State.HELD,
+            State.STREAMING,
+        ):
             sub.state = State.CLOSING
-            sub.eof_after_out = True          # after our close frame: shut the write side, linger for theirs
+            sub.eof_after_out = True  # after our close frame: shut the write side, linger for theirs
         if (sub.out or sub.eof_after_out) and sub.writable and sub.pos >= sub.range_end:
             self.fanout.send_out(sub)
         self._dirty = True
@@ -419,11 +422,12 @@ class RelayServer:
         options: SubscriberOptions | None = None
         if sub.over_limit:
             if sub.over_limit == "ip":
-                outcome, response = "over_ip_limit", text_response(429, "Too Many Requests",
-                                                                   "too many connections from this address")
+                outcome, response = (
+                    "over_ip_limit",
+                    text_response(429, "Too Many Requests", "too many connections from this address"),
+                )
             else:
-                outcome, response = "over_limit", text_response(503, "Service Unavailable",
-                                                                "too many connections")
+                outcome, response = "over_limit", text_response(503, "Service Unavailable", "too many connections")
         elif path == WELCOME_PATH:
             outcome, response = "welcome", text_response(200, "OK", WELCOME_TEXT)
         elif path == METRICS_PATH:
@@ -434,8 +438,9 @@ class RelayServer:
             try:
                 options = parse_query(query, request.headers.raw_items())
                 if options.compress and not self.store.compressed:
-                    raise OptionsError("invalid subscriber options: compress=true is not available: "
-                                       "this relay has no zstd dictionary")
+                    raise OptionsError(
+                        "invalid subscriber options: compress=true is not available: this relay has no zstd dictionary"
+                    )
             except OptionsError as exc:
                 options = None
                 outcome, response = "bad_request", text_response(400, "Bad Request", str(exc))
@@ -478,7 +483,7 @@ class RelayServer:
 
     def _on_message(self, sub: Subscriber, text: bool, data: bytes) -> None:
         if not text:
-            self.counters.client_messages_ignored += 1     # binary frames are ignored, as jetstream does
+            self.counters.client_messages_ignored += 1  # binary frames are ignored, as jetstream does
             return
         protocol = sub.protocol
         try:
@@ -514,8 +519,11 @@ class RelayServer:
         self.counters.clients_dropped[reason] += 1
         protocol = sub.protocol
         if reason != "socket_error" and protocol.state is ProtocolState.OPEN and sub.pos >= sub.range_end:
-            code, text = ((CLOSE_POLICY_VIOLATION, TOO_SLOW_REASON) if reason == "behind_retention"
-                          else (CLOSE_POLICY_VIOLATION, reason.replace("_", " ")))
+            code, text = (
+                (CLOSE_POLICY_VIOLATION, TOO_SLOW_REASON)
+                if reason == "behind_retention"
+                else (CLOSE_POLICY_VIOLATION, reason.replace("_", " "))
+            )
             protocol.send_close(code, text)
             try:
                 sub.sock.send(bytes(sub.out) + b"".join(protocol.data_to_send()))
@@ -566,8 +574,12 @@ class RelayServer:
         ping_ns = int(cfg.ping_interval_s * 1e9)
         stuck: list[Subscriber] = []
         for sub in list(self.fanout.subscribers.values()):
-            if write_timeout_ns and not sub.writable and sub.blocked_since_ns and \
-                    now - sub.blocked_since_ns > write_timeout_ns:
+            if (
+                write_timeout_ns
+                and not sub.writable
+                and sub.blocked_since_ns
+                and now - sub.blocked_since_ns > write_timeout_ns
+            ):
                 stuck.append(sub)
             elif sub.state in (State.HELD, State.STREAMING) and now >= sub.next_ping_ns:
                 sub.next_ping_ns = now + ping_ns
@@ -585,8 +597,11 @@ class RelayServer:
             return
         if not self.store.punch_supported and not self._punch_warned:
             self._punch_warned = True
-            self._log.warning("relay.punch_unsupported", data_dir=cfg.data_dir,
-                              effect="retention applies to clients and the index; disk space is not returned")
+            self._log.warning(
+                "relay.punch_unsupported",
+                data_dir=cfg.data_dir,
+                effect="retention applies to clients and the index; disk space is not returned",
+            )
         for sub in [s for s in self.fanout.subscribers.values() if self.fanout.is_behind(s)]:
             self._drop(sub, "behind_retention")
 
@@ -633,15 +648,21 @@ class RelayServer:
             events[sub.ip] += sub.events_sent
             sent[sub.ip] += sub.bytes_sent
         store = self.store
-        names = ["plain", "zstd"][:len(store.files)]
+        names = ["plain", "zstd"][: len(store.files)]
         self.counters.sendfile_calls = self.fanout.sendfile_calls
         return MetricsSnapshot(
-            connected=connected, events_delivered=events, bytes_delivered=sent,
-            events_emitted=store.stats.events_appended, bytes_emitted=store.stats.bytes_appended,
+            connected=connected,
+            events_delivered=events,
+            bytes_delivered=sent,
+            events_emitted=store.stats.events_appended,
+            bytes_emitted=store.stats.bytes_appended,
             store_events=store.next_seq - store.first_seq,
             store_bytes={n: store.end(k) for k, n in enumerate(names)},
             store_disk_bytes={n: store.disk_bytes(k) for k, n in enumerate(names)},
             oldest_time_us=store.oldest_time_us(),
-            newest_time_us=store.last_time_us, events_retired=store.stats.events_retired,
-            bytes_punched=store.stats.bytes_punched, punch_failures=store.stats.punch_failures,
-            counters=self.counters)
+            newest_time_us=store.last_time_us,
+            events_retired=store.stats.events_retired,
+            bytes_punched=store.stats.bytes_punched,
+            punch_failures=store.stats.punch_failures,
+            counters=self.counters,
+        )

@@ -82,7 +82,7 @@ def ws_frame_header(opcode: int, payload_length: int) -> bytes:
 @dataclass(slots=True)
 class StoreStats:
     events_appended: int = 0
-    bytes_appended: int = 0                   # JSON bytes
+    bytes_appended: int = 0  # JSON bytes
     events_retired: int = 0
     bytes_punched: int = 0
     punch_failures: int = 0
@@ -95,13 +95,13 @@ class _FrameFile:
         self.path = path
         self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
         self.end = 0
-        self.punched = 0                      # bytes [0, punched) are freed
+        self.punched = 0  # bytes [0, punched) are freed
 
     def append(self, header: bytes, payload: bytes) -> int:
         offset = self.end
         data = header + payload
         written = os.pwrite(self.fd, data, offset)
-        while written < len(data):            # regular files write whole, but be exact
+        while written < len(data):  # regular files write whole, but be exact
             written += os.pwrite(self.fd, data[written:], offset + written)
         self.end = offset + len(data)
         return offset
@@ -120,15 +120,16 @@ class FrameStore:
         if zstd_dictionary is not None:
             dictionary = zstandard.ZstdCompressionDict(zstd_dictionary)
             params = zstandard.ZstdCompressionParameters.from_level(
-                ZSTD_LEVEL, window_log=ZSTD_WINDOW_LOG, write_dict_id=1, write_content_size=1)
+                ZSTD_LEVEL, window_log=ZSTD_WINDOW_LOG, write_dict_id=1, write_content_size=1
+            )
             self._compressor = zstandard.ZstdCompressor(dict_data=dictionary, compression_params=params)
             self.files.append(_FrameFile(os.path.join(data_dir, FRAMES_ZSTD_FILE)))
         self.stats = StoreStats()
         self.punch_supported = True
-        self.first_seq = 0                    # oldest retained event
-        self.next_seq = 0                     # one past the newest
+        self.first_seq = 0  # oldest retained event
+        self.next_seq = 0  # one past the newest
         self.last_time_us = 0
-        self._base = 0                        # seq of row 0 of the columns
+        self._base = 0  # seq of row 0 of the columns
         cap = max(16, initial_capacity)
         self.time_us: npt.NDArray[np.int64] = np.zeros(cap, np.int64)
         self.offsets: list[npt.NDArray[np.int64]] = [np.zeros(cap, np.int64) for _ in self.files]
@@ -226,8 +227,15 @@ class FrameStore:
         lo, hi = self.first_seq - self._base, self.next_seq - self._base
         return self._base + lo + int(np.searchsorted(self.offsets[kind][lo:hi], offset, "left"))
 
-    def matching_runs(self, kind: int, start_seq: int, limit: int, collections_allowed: npt.NDArray[np.bool_],
-                      dids: npt.NDArray[np.int64] | None, max_length: int) -> tuple[list[tuple[int, int, int]], int]:
+    def matching_runs(
+        self,
+        kind: int,
+        start_seq: int,
+        limit: int,
+        collections_allowed: npt.NDArray[np.bool_],
+        dids: npt.NDArray[np.int64] | None,
+        max_length: int,
+    ) -> tuple[list[tuple[int, int, int]], int]:
         """Byte runs of the events a filter wants among ``[start_seq, start_seq + limit)``.
 
         ``collections_allowed[collection_id]`` (id 0 always True), ``dids``: sorted DID hashes or
@@ -267,7 +275,9 @@ class FrameStore:
             return 0
         keep_from = lo
         if max_age_us is not None:
-            keep_from = max(keep_from, lo + int(np.searchsorted(self.time_us[lo:hi], self.last_time_us - max_age_us, "left")))
+            keep_from = max(
+                keep_from, lo + int(np.searchsorted(self.time_us[lo:hi], self.last_time_us - max_age_us, "left"))
+            )
         if max_bytes is not None:
             threshold = self.files[PLAIN].end - max_bytes
             keep_from = max(keep_from, lo + int(np.searchsorted(self.offsets[PLAIN][lo:hi], threshold, "left")))

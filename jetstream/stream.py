@@ -44,8 +44,14 @@ class EventStreamAdapter:
     ``after_us``: skip events at or below this ``time_us`` (the newest one the server already holds).
     """
 
-    def __init__(self, subscription: Pollable, append: Callable[[bytes, EventMeta], None], *,
-                 after_us: int = 0, fragment_limit: int = DEFAULT_FRAGMENT_LIMIT) -> None:
+    def __init__(
+        self,
+        subscription: Pollable,
+        append: Callable[[bytes, EventMeta], None],
+        *,
+        after_us: int = 0,
+        fragment_limit: int = DEFAULT_FRAGMENT_LIMIT,
+    ) -> None:
         if fragment_limit <= 0:
             raise ValueError(f"fragment_limit={fragment_limit} must be positive")
         self.subscription = subscription

@@ -18,8 +18,9 @@ def compare_and_set_int64(buffer: Buffer, offset: int, expected: int, update: in
 def term_scan_block(term_buffer: Buffer, term_offset: int, limit_offset: int) -> int: ...
 def term_scan_for_availability(term_buffer: Buffer, term_offset: int, max_length: int) -> int: ...
 def check_data_datagram(packet: Buffer, term_length: int) -> int: ...
-def term_send_datagrams(fd: int, term_buffer: Buffer, term_offset: int, max_length: int, mtu: int, address: bytes,
-                        max_datagrams: int) -> tuple[int, int, int]: ...
+def term_send_datagrams(
+    fd: int, term_buffer: Buffer, term_offset: int, max_length: int, mtu: int, address: bytes, max_datagrams: int
+) -> tuple[int, int, int]: ...
 def udp_receive_batch(fd: int, buffer: Buffer, slot_length: int, lengths: Any, sources: Any) -> int: ...
 def term_rebuild_insert(term_buffer: Buffer, term_offset: int, packet: Buffer) -> bool: ...
 def term_gap_scan(term_buffer: Buffer, rebuild_offset: int, hwm_offset: int) -> tuple[int, int]: ...
@@ -27,13 +28,21 @@ def term_clean(buffer: Buffer, offset: int, length: int) -> None: ...
 def count_frames(block: Buffer, include_padding: bool = False) -> int: ...
 def frame_index(block: Buffer, offsets: Any, lengths: Any) -> int: ...
 def term_append_unfragmented(
-    metadata: Buffer, partition_index: int, term_buffer: Buffer, header_template: Buffer, payload: Buffer,
+    metadata: Buffer,
+    partition_index: int,
+    term_buffer: Buffer,
+    header_template: Buffer,
+    payload: Buffer,
     reserved_value: int = 0,
 ) -> int: ...
 def rotate_log(metadata: Buffer, term_count: int, term_id: int) -> bool: ...
 def term_read(
-    term_buffer: Buffer, term_offset: int, handler: Callable[[memoryview, Header], Any], fragment_limit: int,
-    header: Header, initial_term_id: int = 0,
+    term_buffer: Buffer,
+    term_offset: int,
+    handler: Callable[[memoryview, Header], Any],
+    fragment_limit: int,
+    header: Header,
+    initial_term_id: int = 0,
 ) -> tuple[int, int]: ...
 
 class Position:
@@ -107,7 +116,11 @@ class PublicationCore:
     exclusive: bool
     limit_updater: Callable[[], object] | None
     def __init__(
-        self, log: LogView, limit_buffer: Buffer, limit_offset: int, exclusive: bool = False,
+        self,
+        log: LogView,
+        limit_buffer: Buffer,
+        limit_offset: int,
+        exclusive: bool = False,
         limit_updater: Callable[[], object] | None = None,
     ) -> None: ...
     @property

@@ -107,7 +107,9 @@ def reduce_timer_slack(slack_ns: int = PARK_TIMER_SLACK_NS) -> bool:
 class BackoffIdleStrategy:
     """Spin, then yield, then sleep with exponential back-off up to ``max_park_ns`` (Agrona's shape)."""
 
-    def __init__(self, max_spins: int = 10, max_yields: int = 20, min_park_ns: int = 1_000, max_park_ns: int = 1_000_000):
+    def __init__(
+        self, max_spins: int = 10, max_yields: int = 20, min_park_ns: int = 1_000, max_park_ns: int = 1_000_000
+    ):
         if not 0 < min_park_ns <= max_park_ns:
             raise ConfigurationError(f"min_park_ns={min_park_ns} must be > 0 and <= max_park_ns={max_park_ns}")
         self.max_spins = max_spins
@@ -164,8 +166,9 @@ def parse_cpu_list(text: str) -> frozenset[int]:
         cpus.update(range(first, last + 1))
     allowed = os.sched_getaffinity(0)
     if not cpus <= allowed:
-        raise ConfigurationError(f"cpu list {text!r}: CPU {sorted(cpus - allowed)} not available "
-                                 f"(this process may use {sorted(allowed)})")
+        raise ConfigurationError(
+            f"cpu list {text!r}: CPU {sorted(cpus - allowed)} not available (this process may use {sorted(allowed)})"
+        )
     return frozenset(cpus)
 
 

@@ -71,7 +71,7 @@ class ChannelUri:
     original: str = ""
 
     @classmethod
-    def parse(cls, uri: str) -> "ChannelUri":
+    def parse(cls, uri: str) -> ChannelUri:
         if not isinstance(uri, str) or not uri:
             raise InvalidChannelError(f"channel must be a non-empty string, got {uri!r}")
         rest = uri
@@ -102,7 +102,9 @@ class ChannelUri:
         return self
 
     def _error(self, key: str, problem: str) -> InvalidChannelError:
-        return InvalidChannelError(f"channel parameter {key}={self.params.get(key)!r} {problem}: {self.original or self}")
+        return InvalidChannelError(
+            f"channel parameter {key}={self.params.get(key)!r} {problem}: {self.original or self}"
+        )
 
     def _validate(self) -> None:
         if self.media == "udp" and "endpoint" not in self.params and "control" not in self.params:
@@ -179,9 +181,12 @@ class ChannelUri:
         match = _DURATION.match(self.params[key])
         if not match:
             raise self._error(key, "is not a duration (e.g. 5s, 100ms, 10us, 500ns)")
-        return int(match[1]) * {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000, None: 1}[
-            match[2].lower() if match[2] else None
-        ]
+        return (
+            int(match[1])
+            * {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000, None: 1}[
+                match[2].lower() if match[2] else None
+            ]
+        )
 
     def linger_ns(self) -> int | None:
         return self._duration_ns("linger")

@@ -44,7 +44,10 @@ def library_logger(**context: Any) -> Any:
         return structlog.get_logger().bind(**context)
     return structlog.wrap_logger(
         structlog.PrintLogger(sys.stderr),
-        processors=[structlog.processors.add_log_level, structlog.processors.TimeStamper(fmt="iso", utc=True),
-                    structlog.dev.ConsoleRenderer(colors=False)],
+        processors=[
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.dev.ConsoleRenderer(colors=False),
+        ],
         wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING),
     ).bind(**context)

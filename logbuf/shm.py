@@ -7,9 +7,9 @@ import os
 import re
 from typing import Final
 
-from logbuf.errors import ConfigurationError
-
 import posix_ipc
+
+from logbuf.errors import ConfigurationError
 
 NAME_PATTERN: Final[re.Pattern[str]] = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
 OWNER_ONLY: Final[int] = 0o600
@@ -23,9 +23,7 @@ class ShmError(ConfigurationError):
 def check_name(name: str) -> str:
     """A segment name: 1-200 characters of letters, digits, '.', '_' or '-' (no slashes)."""
     if not isinstance(name, str) or not NAME_PATTERN.match(name):
-        raise ShmError(
-            f"shared memory name={name!r} is invalid: use 1-200 letters, digits, '.', '_' or '-' (no '/')"
-        )
+        raise ShmError(f"shared memory name={name!r} is invalid: use 1-200 letters, digits, '.', '_' or '-' (no '/')")
     return "/" + name
 
 
@@ -42,7 +40,7 @@ class Segment:
         return len(self.buffer)
 
     @classmethod
-    def create(cls, name: str, length: int, *, mode: int = OWNER_ONLY, exclusive: bool = True) -> "Segment":
+    def create(cls, name: str, length: int, *, mode: int = OWNER_ONLY, exclusive: bool = True) -> Segment:
         path = check_name(name)
         if length <= 0:
             raise ShmError(f"segment length={length} must be positive")
@@ -58,7 +56,7 @@ class Segment:
         return cls(name, mm, True)
 
     @classmethod
-    def open(cls, name: str) -> "Segment":
+    def open(cls, name: str) -> Segment:
         path = check_name(name)
         try:
             shm = posix_ipc.SharedMemory(path)
@@ -74,7 +72,7 @@ class Segment:
         return cls(name, mm, False)
 
     @classmethod
-    def create_file(cls, path: str, length: int, *, mode: int = OWNER_ONLY) -> "Segment":
+    def create_file(cls, path: str, length: int, *, mode: int = OWNER_ONLY) -> Segment:
         """Create a new file (normally under /dev/shm, a tmpfs) of ``length`` bytes and map it."""
         if length <= 0:
             raise ShmError(f"segment length={length} must be positive")
@@ -91,7 +89,7 @@ class Segment:
         return cls(path, mm, True)
 
     @classmethod
-    def open_file(cls, path: str, *, writable: bool = True) -> "Segment":
+    def open_file(cls, path: str, *, writable: bool = True) -> Segment:
         """Map an existing file in full."""
         try:
             fd = os.open(path, os.O_RDWR if writable else os.O_RDONLY)

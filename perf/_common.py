@@ -37,9 +37,11 @@ def cpu_seconds(pid: int) -> float:
 
 def new_results(benchmark: str, **params: Any) -> dict[str, Any]:
     return {
-        "benchmark": benchmark, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "benchmark": benchmark,
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "machine": {"nproc": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
-        "params": params, "cases": [],
+        "params": params,
+        "cases": [],
     }
 
 
@@ -55,8 +57,12 @@ def write_results(results: dict[str, Any]) -> str:
 def percentiles(rtts_ns: list[int]) -> dict[str, float]:
     rtts_ns.sort()
     n = len(rtts_ns)
-    return {"p50_us": rtts_ns[n // 2] / 1e3, "p99_us": rtts_ns[int(n * 0.99)] / 1e3, "max_us": rtts_ns[-1] / 1e3,
-            "count": n}
+    return {
+        "p50_us": rtts_ns[n // 2] / 1e3,
+        "p99_us": rtts_ns[int(n * 0.99)] / 1e3,
+        "max_us": rtts_ns[-1] / 1e3,
+        "count": n,
+    }
 
 
 def collect(q: Any, keys: int, timeout_s: float) -> dict[str, float]:
@@ -71,16 +77,24 @@ def collect(q: Any, keys: int, timeout_s: float) -> dict[str, float]:
 def print_throughput(case: dict[str, Any]) -> None:
     lb, zq = case["logbuf"], case.get("pyzmq")
     extra = f"  driver CPU {lb['driver_cpu_pct']:.1f}%" if "driver_cpu_pct" in lb else ""
-    print(f"{case['case']:<28} logbuf {lb['msgs_per_s'] / 1e6:6.2f} M msgs/s {lb['mb_per_s']:8.1f} MB/s "
-          f"lost {lb['lost']}{extra}"
-          + (f" | pyzmq {zq['msgs_per_s'] / 1e6:5.2f} M msgs/s loss {zq['loss_pct']:.1f}%"
-             f" | ratio {case['ratio_msgs']:.1f}x" if zq else ""))
+    print(
+        f"{case['case']:<28} logbuf {lb['msgs_per_s'] / 1e6:6.2f} M msgs/s {lb['mb_per_s']:8.1f} MB/s "
+        f"lost {lb['lost']}{extra}"
+        + (
+            f" | pyzmq {zq['msgs_per_s'] / 1e6:5.2f} M msgs/s loss {zq['loss_pct']:.1f}%"
+            f" | ratio {case['ratio_msgs']:.1f}x"
+            if zq
+            else ""
+        )
+    )
 
 
 def print_latency(case: dict[str, Any]) -> None:
     lb, zq = case["logbuf"], case["pyzmq"]
-    print(f"{case['case']}: logbuf p50 {lb['p50_us']:.1f} us p99 {lb['p99_us']:.1f} us max {lb['max_us']:.0f} us"
-          f" | pyzmq p50 {zq['p50_us']:.1f} us p99 {zq['p99_us']:.1f} us | pyzmq/logbuf p50 {case['ratio_p50']:.1f}x")
+    print(
+        f"{case['case']}: logbuf p50 {lb['p50_us']:.1f} us p99 {lb['p99_us']:.1f} us max {lb['max_us']:.0f} us"
+        f" | pyzmq p50 {zq['p50_us']:.1f} us p99 {zq['p99_us']:.1f} us | pyzmq/logbuf p50 {case['ratio_p50']:.1f}x"
+    )
 
 
 # -- pyzmq peer ---------------------------------------------------------------------------------------
@@ -145,9 +159,14 @@ def zmq_throughput(size: int, seconds: float) -> dict[str, Any]:
     pub.join(30)
     sub.join(30)
     rate = results["received"] / results["elapsed"]
-    return {"size": size, "sent": results["sent"], "received": results["received"],
-            "loss_pct": 100.0 * (results["sent"] - results["received"]) / max(1, results["sent"]),
-            "msgs_per_s": rate, "mb_per_s": rate * size / 1e6}
+    return {
+        "size": size,
+        "sent": results["sent"],
+        "received": results["received"],
+        "loss_pct": 100.0 * (results["sent"] - results["received"]) / max(1, results["sent"]),
+        "msgs_per_s": rate,
+        "mb_per_s": rate * size / 1e6,
+    }
 
 
 def zmq_ponger(endpoint: str, count: int, cpu: int | None = None) -> None:
@@ -176,8 +195,9 @@ def zmq_latency(count: int, *, endpoint: str | None = None, warmup: int = 0, pin
     ctx = zmq.Context()
     sock = ctx.socket(zmq.PAIR)
     sock.bind(endpoint or f"ipc://{tempfile.gettempdir()}/lbperf-{uuid.uuid4().hex[:8]}")
-    proc = mp.get_context("spawn").Process(target=zmq_ponger, args=(sock.getsockopt_string(zmq.LAST_ENDPOINT),
-                                                                     count + warmup, 0 if pinned else None))
+    proc = mp.get_context("spawn").Process(
+        target=zmq_ponger, args=(sock.getsockopt_string(zmq.LAST_ENDPOINT), count + warmup, 0 if pinned else None)
+    )
     proc.start()
     message = bytes(32)
     rtts = []

@@ -104,9 +104,24 @@ def run_case(directory: str, archive_dir: str | None, size: int, batch: int, sec
         watched_pid = reader.pid
     else:
         recorder = subprocess.Popen(
-            [sys.executable, "-m", "logbuf.archive.main", "-d", archive_dir, "--log-level", "warning", "record",
-             "--channel", "aeron:ipc", "--stream-id", str(STREAM), "--driver-dir", directory],
-            cwd=ROOT, stderr=subprocess.DEVNULL,
+            [
+                sys.executable,
+                "-m",
+                "logbuf.archive.main",
+                "-d",
+                archive_dir,
+                "--log-level",
+                "warning",
+                "record",
+                "--channel",
+                "aeron:ipc",
+                "--stream-id",
+                str(STREAM),
+                "--driver-dir",
+                directory,
+            ],
+            cwd=ROOT,
+            stderr=subprocess.DEVNULL,
         )
         watched_pid = recorder.pid
     pub = ctx.Process(target=publisher, args=(directory, size, batch, seconds, q))
@@ -117,7 +132,9 @@ def run_case(directory: str, archive_dir: str | None, size: int, batch: int, sec
     cpu_s = cpu_seconds(watched_pid) - c0
     pub.join(30)
     case: dict[str, Any] = {
-        "size": size, "batch": batch, "sent": results["sent"],
+        "size": size,
+        "batch": batch,
+        "sent": results["sent"],
         "publish_mb_per_s": results["published_bytes"] / results["publish_elapsed"] / 1e6,
         "publish_msgs_per_s": results["sent"] / results["publish_elapsed"],
     }
@@ -141,13 +158,16 @@ def run_case(directory: str, archive_dir: str | None, size: int, batch: int, sec
     recorder.send_signal(signal.SIGTERM)
     recorder.wait(30)
     recorded = d.stop_position - d.start_position
-    case.update({
-        "recorded_bytes": recorded, "published_bytes": results["published_bytes"],
-        "recorded_everything": d.stop_position == results["end_position"],
-        # The recorder's sub-pos back-pressures the publisher, so it is at most a term window
-        # (8 MiB) behind when publishing ends: the recording rate is the publish rate.
-        "record_mb_per_s": results["published_bytes"] / results["publish_elapsed"] / 1e6,
-    })
+    case.update(
+        {
+            "recorded_bytes": recorded,
+            "published_bytes": results["published_bytes"],
+            "recorded_everything": d.stop_position == results["end_position"],
+            # The recorder's sub-pos back-pressures the publisher, so it is at most a term window
+            # (8 MiB) behind when publishing ends: the recording rate is the publish rate.
+            "record_mb_per_s": results["published_bytes"] / results["publish_elapsed"] / 1e6,
+        }
+    )
     return case
 
 
@@ -155,29 +175,37 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=3.0, help="publishing time per case")
     parser.add_argument("--quick", action="store_true", help="1 s per case")
-    parser.add_argument("--archive-dir", help="where the recorder writes to disk (default: the temp dir); a fresh "
-                        "directory there is removed afterwards")
+    parser.add_argument(
+        "--archive-dir",
+        help="where the recorder writes to disk (default: the temp dir); a fresh directory there is removed afterwards",
+    )
     parser.add_argument("--no-tmpfs", action="store_true", help="skip the runs recording to /dev/shm")
     args = parser.parse_args(argv)
     quiet()
     if args.quick:
         args.seconds = 1.0
     directory = f"/dev/shm/logbuf-perf-{uuid.uuid4().hex[:8]}"
-    driver = subprocess.Popen([sys.executable, "-m", "logbuf.driver.main", "--dir", directory, "--ipc-term-length", "16m"],
-                              cwd=ROOT, stderr=subprocess.DEVNULL)
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "logbuf.driver.main", "--dir", directory, "--ipc-term-length", "16m"],
+        cwd=ROOT,
+        stderr=subprocess.DEVNULL,
+    )
     targets = [("disk", args.archive_dir or tempfile.gettempdir())] + ([] if args.no_tmpfs else [("tmpfs", "/dev/shm")])
-    results = new_results("archive_record", seconds=args.seconds, ipc_term_length=16 << 20,
-                          segment_length=64 << 20)
+    results = new_results("archive_record", seconds=args.seconds, ipc_term_length=16 << 20, segment_length=64 << 20)
     try:
         from logbuf.conduit.cnc import wait_for_driver
 
         wait_for_driver(directory)
         for size, batch in ((512, 16), (1344, 1), (64, 64)):
             alone = run_case(directory, None, size, batch, args.seconds)
-            case: dict[str, Any] = {"case": f"{size} B {'batch ' + str(batch) if batch > 1 else 'offer'}",
-                                    "publisher_alone": alone}
-            line = f"{case['case']:<16} publish alone {alone['publish_mb_per_s']:7.0f} MB/s (reader CPU " \
-                   f"{alone['reader_cpu_pct']:.0f}%)"
+            case: dict[str, Any] = {
+                "case": f"{size} B {'batch ' + str(batch) if batch > 1 else 'offer'}",
+                "publisher_alone": alone,
+            }
+            line = (
+                f"{case['case']:<16} publish alone {alone['publish_mb_per_s']:7.0f} MB/s (reader CPU "
+                f"{alone['reader_cpu_pct']:.0f}%)"
+            )
             for target, base in targets:
                 archive_dir = os.path.join(base, f"logbuf-archive-perf-{uuid.uuid4().hex[:8]}")
                 try:
@@ -187,14 +215,18 @@ def main(argv: list[str] | None = None) -> int:
                 recorded["archive_fs"] = target
                 recorded["publish_rate_ratio"] = recorded["publish_mb_per_s"] / alone["publish_mb_per_s"]
                 case[f"with_recorder_{target}"] = recorded
-                line += (f" | recording to {target} {recorded['record_mb_per_s']:6.0f} MB/s "
-                         f"({100 * recorded['publish_rate_ratio']:.0f}%, recorder CPU {recorded['reader_cpu_pct']:.0f}%, "
-                         f"all recorded: {recorded['recorded_everything']})")
+                line += (
+                    f" | recording to {target} {recorded['record_mb_per_s']:6.0f} MB/s "
+                    f"({100 * recorded['publish_rate_ratio']:.0f}%, recorder CPU {recorded['reader_cpu_pct']:.0f}%, "
+                    f"all recorded: {recorded['recorded_everything']})"
+                )
             results["cases"].append(case)
             print(line)
-        results["note"] = ("2-core machine shared with other work: figures are noisy. With a recorder, the publish "
-                           "rate is the recording rate (the recorder's sub-pos back-pressures the publisher; "
-                           "recorded_everything says nothing was dropped).")
+        results["note"] = (
+            "2-core machine shared with other work: figures are noisy. With a recorder, the publish "
+            "rate is the recording rate (the recorder's sub-pos back-pressures the publisher; "
+            "recorded_everything says nothing was dropped)."
+        )
         write_results(results)
     finally:
         driver.send_signal(signal.SIGTERM)

@@ -19,8 +19,18 @@ import time
 import uuid
 from typing import Any
 
-from _common import (collect, cpu_seconds, new_results, percentiles, print_latency, print_throughput, quiet,
-                     write_results, zmq_latency, zmq_throughput)
+from _common import (
+    collect,
+    cpu_seconds,
+    new_results,
+    percentiles,
+    print_latency,
+    print_throughput,
+    quiet,
+    write_results,
+    zmq_latency,
+    zmq_throughput,
+)
 
 
 # -- logbuf children -----------------------------------------------------------------------------------
@@ -57,8 +67,8 @@ def lb_subscriber(directory: str, size: int, batch: int, out: Any) -> None:
     quiet()
     import numpy as np
 
-    from logbuf.client import Aeron, Context
     from logbuf._native import frame_index
+    from logbuf.client import Aeron, Context
 
     offsets = np.empty(1 << 16, dtype=np.int32)
     lengths = np.empty(1 << 16, dtype=np.int32)
@@ -104,8 +114,15 @@ def lb_throughput(directory: str, size: int, seconds: float, batch: int) -> dict
     pub.join(30)
     sub.join(30)
     rate = results["received"] / results["elapsed"]
-    return {"size": size, "batch": batch, "sent": results["sent"], "received": results["received"],
-            "lost": results["sent"] - results["received"], "msgs_per_s": rate, "mb_per_s": rate * size / 1e6}
+    return {
+        "size": size,
+        "batch": batch,
+        "sent": results["sent"],
+        "received": results["received"],
+        "lost": results["sent"] - results["received"],
+        "msgs_per_s": rate,
+        "mb_per_s": rate * size / 1e6,
+    }
 
 
 # -- latency -----------------------------------------------------------------------------------------
@@ -173,7 +190,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         args.seconds, args.pings = 1.0, 10_000
     directory = f"/dev/shm/logbuf-perf-{uuid.uuid4().hex[:8]}"
-    driver = subprocess.Popen([sys.executable, "-m", "logbuf.driver.main", "--dir", directory], stderr=subprocess.DEVNULL)
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "logbuf.driver.main", "--dir", directory], stderr=subprocess.DEVNULL
+    )
     results = new_results("ipc_driver", seconds=args.seconds, pings=args.pings)
     try:
         from logbuf.conduit.cnc import wait_for_driver
@@ -190,15 +209,23 @@ def main(argv: list[str] | None = None) -> int:
             lb = lb_throughput(directory, size, args.seconds, batch)
             lb["driver_cpu_pct"] = 100 * (cpu_seconds(driver.pid) - c0) / (time.monotonic() - t0)
             zq = zmq_throughput(size, args.seconds) if batch == 1 else None
-            case: dict[str, Any] = {"case": f"throughput {size} B {'batch' if batch > 1 else 'offer'}", "logbuf": lb, "pyzmq": zq}
+            case: dict[str, Any] = {
+                "case": f"throughput {size} B {'batch' if batch > 1 else 'offer'}",
+                "logbuf": lb,
+                "pyzmq": zq,
+            }
             if zq:
                 case["ratio_msgs"] = lb["msgs_per_s"] / zq["msgs_per_s"]
             results["cases"].append(case)
             print_throughput(case)
         lb_lat = lb_latency(directory, args.pings)
         zq_lat = zmq_latency(args.pings)
-        case = {"case": "ping-pong 32 B", "logbuf": lb_lat, "pyzmq": zq_lat,
-                "ratio_p50": zq_lat["p50_us"] / lb_lat["p50_us"]}
+        case = {
+            "case": "ping-pong 32 B",
+            "logbuf": lb_lat,
+            "pyzmq": zq_lat,
+            "ratio_p50": zq_lat["p50_us"] / lb_lat["p50_us"],
+        }
         results["cases"].append(case)
         print_latency(case)
     finally:

@@ -46,7 +46,10 @@ def lb_latency(count: int) -> dict[str, float]:
     names = [f"lbperf-{uuid.uuid4().hex[:8]}" for _ in range(2)]
     ctx = mp.get_context("spawn")
     q: Any = ctx.Queue()
-    with StreamLog.create(names[0], term_length=1 << 20) as ping, StreamLog.create(names[1], term_length=1 << 20) as pong:
+    with (
+        StreamLog.create(names[0], term_length=1 << 20) as ping,
+        StreamLog.create(names[1], term_length=1 << 20) as pong,
+    ):
         try:
             image = pong.add_subscriber(join_position=0)
             proc = ctx.Process(target=ponger, args=(names[0], names[1], count, q))

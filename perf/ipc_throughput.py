@@ -108,8 +108,15 @@ def lb_throughput(size: int, seconds: float, batch: int) -> dict[str, Any]:
         finally:
             log.unlink()
     rate = results["received"] / results["elapsed"]
-    return {"size": size, "batch": batch, "sent": results["sent"], "received": results["received"],
-            "lost": results["sent"] - results["received"], "msgs_per_s": rate, "mb_per_s": rate * size / 1e6}
+    return {
+        "size": size,
+        "batch": batch,
+        "sent": results["sent"],
+        "received": results["received"],
+        "lost": results["sent"] - results["received"],
+        "msgs_per_s": rate,
+        "mb_per_s": rate * size / 1e6,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -127,8 +134,12 @@ def main(argv: list[str] | None = None) -> int:
         if size not in peers:
             peers[size] = zmq_throughput(size, args.seconds)
         zq = peers[size]
-        case = {"case": f"throughput {size} B {'batch' if batch > 1 else 'offer'}", "logbuf": lb, "pyzmq": zq,
-                "ratio_msgs": lb["msgs_per_s"] / zq["msgs_per_s"]}
+        case = {
+            "case": f"throughput {size} B {'batch' if batch > 1 else 'offer'}",
+            "logbuf": lb,
+            "pyzmq": zq,
+            "ratio_msgs": lb["msgs_per_s"] / zq["msgs_per_s"],
+        }
         results["cases"].append(case)
         print_throughput(case)
     write_results(results)

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing as mp
-import os
 import resource
 import select
 import socket
@@ -40,8 +39,10 @@ MAX_EVENTS = 4096
 #: autotuning up to 32 MiB: thousands of those push the kernel into TCP memory pressure).
 CLIENT_RCVBUF = 256 * 1024
 CATCH_UP_LIMIT_S = 30.0
-UPGRADE = (b"GET /subscribe HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-           b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")
+UPGRADE = (
+    b"GET /subscribe HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+    b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+)
 MARK = b'"time_us":'
 #: Clients pause this long between polls so that each read takes what arrived meanwhile (adds <= 10 ms
 #: of lag): it keeps the clients' cost per frame low for both servers.
@@ -86,8 +87,16 @@ def relay_server(rate: int, flush_interval_s: float, out: Any, stop: Any) -> Non
     from logbuf.jetstream.server import RelayConfig, RelayServer
 
     data_dir = tempfile.mkdtemp(prefix="lbperf-jetstream-")
-    server = RelayServer(RelayConfig(data_dir=data_dir, port=0, retention=120.0, max_connections_per_ip=1 << 20,
-                                     flush_interval_s=flush_interval_s, handshake_timeout_s=60.0))
+    server = RelayServer(
+        RelayConfig(
+            data_dir=data_dir,
+            port=0,
+            retention=120.0,
+            max_connections_per_ip=1 << 20,
+            flush_interval_s=flush_interval_s,
+            handshake_timeout_s=60.0,
+        )
+    )
     pacer = Pacer(rate)
     next_check = [0.0]
 
@@ -114,7 +123,7 @@ def baseline_server(rate: int, out: Any, stop: Any) -> None:
     import asyncio
     import logging
 
-    logging.getLogger("asyncio").setLevel(logging.CRITICAL)   # "socket.send() raised" as clients leave
+    logging.getLogger("asyncio").setLevel(logging.CRITICAL)  # "socket.send() raised" as clients leave
     logging.getLogger("websockets").setLevel(logging.CRITICAL)
 
     from websockets.asyncio.server import ServerConnection, broadcast, serve
@@ -231,7 +240,7 @@ def client_proc(port: int, count: int, out: Any, start_measure: Any, stop: Any, 
                 if not head.startswith(b"HTTP/1.1 101"):
                     raise ConnectionError(head.split(b"\r\n", 1)[0].decode())
                 reader.add(s, head.split(b"\r\n\r\n", 1)[1])
-            for _ in range(20):               # keep the connected ones drained while connecting
+            for _ in range(20):  # keep the connected ones drained while connecting
                 if reader.read_ready(0) < MAX_EVENTS:
                     break
     except OSError as exc:
@@ -247,7 +256,7 @@ def client_proc(port: int, count: int, out: Any, start_measure: Any, stop: Any, 
             cpu0 = time.process_time()
         if reader.measuring and time.monotonic() >= window_end:
             break
-        time.sleep(READ_PAUSE_S)              # let bytes gather: one recv takes many frames
+        time.sleep(READ_PAUSE_S)  # let bytes gather: one recv takes many frames
         reader.read_ready(0.05)
         if not caught_up_sent and reader.staleness_us() < CAUGHT_UP_US:
             caught_up_sent = True
@@ -259,10 +268,20 @@ def client_proc(port: int, count: int, out: Any, start_measure: Any, stop: Any, 
     if reader.measuring:
         cpu = time.process_time() - cpu0
         lags = sorted(max(m, now_us - t if t else 10**9) for m, t in zip(reader.max_lag_us, reader.last_us))
-        out.put(("result", {"connections": n, "closed": sum(reader.closed), "bytes": reader.received,
-                            "max_lag_us": lags[-1] if lags else 0,
-                            "p99_lag_us": lags[int(len(lags) * 0.99)] if lags else 0,
-                            "p50_lag_us": lags[len(lags) // 2] if lags else 0, "cpu_s": cpu}))
+        out.put(
+            (
+                "result",
+                {
+                    "connections": n,
+                    "closed": sum(reader.closed),
+                    "bytes": reader.received,
+                    "max_lag_us": lags[-1] if lags else 0,
+                    "p99_lag_us": lags[int(len(lags) * 0.99)] if lags else 0,
+                    "p50_lag_us": lags[len(lags) // 2] if lags else 0,
+                    "cpu_s": cpu,
+                },
+            )
+        )
     for s in reader.socks:
         s.close()
 
@@ -284,8 +303,10 @@ def run_step(kind: str, clients: int, args: argparse.Namespace) -> dict[str, Any
     procs = max(1, min(args.procs, clients // 50 or 1))
     per = [clients // procs + (1 if i < clients % procs else 0) for i in range(procs)]
     client_q: Any = ctx.Queue()
-    children = [ctx.Process(target=client_proc, args=(port, c, client_q, start_measure, stop_clients, args.seconds))
-                for c in per]
+    children = [
+        ctx.Process(target=client_proc, args=(port, c, client_q, start_measure, stop_clients, args.seconds))
+        for c in per
+    ]
     for c in children:
         c.start()
     connected, errors, reports, caught_up = 0, [], 0, 0
@@ -334,18 +355,26 @@ def run_step(kind: str, clients: int, args: argparse.Namespace) -> dict[str, Any
     closed = sum(r["closed"] for r in results)
     max_lag = max((r["max_lag_us"] for r in results), default=0) / 1e6
     step = {
-        "clients": clients, "connected": connected, "catch_up_s": round(catch_up_s, 2), "closed": closed, "connect_errors": errors[:3],
-        "max_lag_s": max_lag, "p99_lag_s": max(r["p99_lag_us"] for r in results) / 1e6,
+        "clients": clients,
+        "connected": connected,
+        "catch_up_s": round(catch_up_s, 2),
+        "closed": closed,
+        "connect_errors": errors[:3],
+        "max_lag_s": max_lag,
+        "p99_lag_s": max(r["p99_lag_us"] for r in results) / 1e6,
         "p50_lag_s": max(r["p50_lag_us"] for r in results) / 1e6,
-        "gbps": total_bytes * 8 / args.seconds / 1e9, "server_cpu_pct": 100 * server_cpu / elapsed,
+        "gbps": total_bytes * 8 / args.seconds / 1e9,
+        "server_cpu_pct": 100 * server_cpu / elapsed,
         "client_cpu_pct": 100 * sum(r["cpu_s"] for r in results) / args.seconds,
     }
     step["kept_up"] = connected == clients and closed == 0 and max_lag < LAG_LIMIT_S
-    print(f"  {kind:<8} {clients:>6} clients: {'kept up ' if step['kept_up'] else 'BEHIND  '} max lag "
-          f"{max_lag:6.3f} s p99 {step['p99_lag_s']:6.3f} s  {step['gbps']:6.2f} Gbps  server CPU "
-          f"{step['server_cpu_pct']:5.1f}%  clients CPU {step['client_cpu_pct']:5.1f}%"
-          + (f"  connected {connected} closed {closed} {errors[:1]}" if connected != clients or closed else ""),
-          flush=True)
+    print(
+        f"  {kind:<8} {clients:>6} clients: {'kept up ' if step['kept_up'] else 'BEHIND  '} max lag "
+        f"{max_lag:6.3f} s p99 {step['p99_lag_s']:6.3f} s  {step['gbps']:6.2f} Gbps  server CPU "
+        f"{step['server_cpu_pct']:5.1f}%  clients CPU {step['client_cpu_pct']:5.1f}%"
+        + (f"  connected {connected} closed {closed} {errors[:1]}" if connected != clients or closed else ""),
+        flush=True,
+    )
     return step
 
 
@@ -358,8 +387,11 @@ def sweep(kind: str, counts: list[int], args: argparse.Namespace) -> dict[str, A
         if not step["kept_up"]:
             break
         best = step
-    return {"steps": steps, "max_clients_kept_up": best["clients"] if best else 0,
-            "gbps_at_max": best["gbps"] if best else 0.0}
+    return {
+        "steps": steps,
+        "max_clients_kept_up": best["clients"] if best else 0,
+        "gbps_at_max": best["gbps"] if best else 0.0,
+    }
 
 
 def main() -> None:
@@ -369,8 +401,12 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=None, help="measuring window per step")
     parser.add_argument("--warmup", type=float, default=2.0, help="seconds after connecting before measuring")
     parser.add_argument("--procs", type=int, default=3, help="client processes")
-    parser.add_argument("--flush-interval", type=float, default=0.05,
-                        help="relay's flush_interval_s (time between passes over the clients)")
+    parser.add_argument(
+        "--flush-interval",
+        type=float,
+        default=0.05,
+        help="relay's flush_interval_s (time between passes over the clients)",
+    )
     parser.add_argument("--relay-steps", default=None, help="comma-separated client counts for the relay")
     parser.add_argument("--baseline-steps", default=None, help="comma-separated client counts for the baseline")
     parser.add_argument("--only", choices=("relay", "baseline"), default=None)
@@ -381,11 +417,22 @@ def main() -> None:
     quick_base, full_base = "100,300,600,1000", "100,200,300,400,500,750,1000,1500,2000"
     relay_steps = [int(x) for x in (args.relay_steps or (quick_relay if args.quick else full_relay)).split(",")]
     base_steps = [int(x) for x in (args.baseline_steps or (quick_base if args.quick else full_base)).split(",")]
-    results = new_results("jetstream_fanout", rate=args.rate, window_s=args.seconds, warmup_s=args.warmup,
-                          client_procs=args.procs, flush_interval_s=args.flush_interval, lag_limit_s=LAG_LIMIT_S,
-                          event_bytes_avg=480, kernel_tcp_mem_pages=open("/proc/sys/net/ipv4/tcp_mem").read().split())
-    print(f"jetstream fan-out, {args.rate} events/s, lag limit {LAG_LIMIT_S} s, {args.seconds} s windows "
-          f"(2 shared cores: noisy)", flush=True)
+    results = new_results(
+        "jetstream_fanout",
+        rate=args.rate,
+        window_s=args.seconds,
+        warmup_s=args.warmup,
+        client_procs=args.procs,
+        flush_interval_s=args.flush_interval,
+        lag_limit_s=LAG_LIMIT_S,
+        event_bytes_avg=480,
+        kernel_tcp_mem_pages=open("/proc/sys/net/ipv4/tcp_mem").read().split(),
+    )
+    print(
+        f"jetstream fan-out, {args.rate} events/s, lag limit {LAG_LIMIT_S} s, {args.seconds} s windows "
+        f"(2 shared cores: noisy)",
+        flush=True,
+    )
     out: dict[str, Any] = {}
     if args.only in (None, "relay"):
         out["relay"] = sweep("relay", relay_steps, args)
@@ -396,8 +443,10 @@ def main() -> None:
         r, b = out["relay"]["max_clients_kept_up"], out["baseline"]["max_clients_kept_up"]
         ratio = r / b if b else float("inf")
         results["ratio_clients"] = ratio
-        print(f"relay kept up {r} clients ({out['relay']['gbps_at_max']:.2f} Gbps), websockets broadcast {b} "
-              f"({out['baseline']['gbps_at_max']:.2f} Gbps): ratio {ratio:.1f}x")
+        print(
+            f"relay kept up {r} clients ({out['relay']['gbps_at_max']:.2f} Gbps), websockets broadcast {b} "
+            f"({out['baseline']['gbps_at_max']:.2f} Gbps): ratio {ratio:.1f}x"
+        )
     write_results(results)
 
 

@@ -68,8 +68,15 @@ def reader(directory: str, stream_id: int, expected: int | None, seconds: float,
             if adapter.do_work() == 0:
                 time.sleep(0.0001)
         elapsed = time.perf_counter() - start
-        out.put({"events": count - first, "seconds": elapsed, "invalid": adapter.stats.invalid,
-                 "out_of_order": adapter.stats.out_of_order, "bytes": adapter.stats.appended_bytes})
+        out.put(
+            {
+                "events": count - first,
+                "seconds": elapsed,
+                "invalid": adapter.stats.invalid,
+                "out_of_order": adapter.stats.out_of_order,
+                "bytes": adapter.stats.appended_bytes,
+            }
+        )
 
 
 def upstream_server(count: int, port_out: Any) -> None:
@@ -80,7 +87,7 @@ def upstream_server(count: int, port_out: Any) -> None:
 
     async def handler(ws: ServerConnection) -> None:
         for i in range(0, len(events), 256):
-            for text in events[i:i + 256]:
+            for text in events[i : i + 256]:
                 await ws.send(text)
         await ws.wait_closed()
 
@@ -93,8 +100,9 @@ def upstream_server(count: int, port_out: Any) -> None:
 
 
 # -- cases ---------------------------------------------------------------------------------------------
-def run_ingest_case(directory: str, stream_id: int, source_factory: Any, expected: int | None,
-                    seconds: float) -> dict[str, Any]:
+def run_ingest_case(
+    directory: str, stream_id: int, source_factory: Any, expected: int | None, seconds: float
+) -> dict[str, Any]:
     from logbuf.client import Aeron, Context
     from logbuf.jetstream.ingest import Ingest
 
@@ -138,8 +146,11 @@ def main() -> int:
     seconds = 2.0 if args.quick else 5.0
     results = new_results("jetstream_ingest", upstream_events=count, generator_seconds=seconds)
     directory = f"/dev/shm/logbuf-perf-{uuid.uuid4().hex[:8]}"
-    driver = subprocess.Popen([sys.executable, "-m", "logbuf.driver.main", "--dir", directory, "--ipc-term-length", "16m"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "logbuf.driver.main", "--dir", directory, "--ipc-term-length", "16m"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     ctx = mp.get_context("spawn")
     try:
         from logbuf.conduit.cnc import wait_for_driver
@@ -147,8 +158,9 @@ def main() -> int:
         from logbuf.jetstream.ingest import GeneratorSource, OriginClock, Sequencer, UpstreamSource
 
         wait_for_driver(directory, timeout_s=20)
-        gen = run_ingest_case(directory, 2001, lambda: GeneratorSource(EventGenerator(3), 0, clock=OriginClock()),
-                              None, seconds)
+        gen = run_ingest_case(
+            directory, 2001, lambda: GeneratorSource(EventGenerator(3), 0, clock=OriginClock()), None, seconds
+        )
         results["cases"].append({"case": "generator", **gen})
         print(f"generator -> stream:       {gen['events_per_s']:10,.0f} events/s  {gen['mb_per_s']:6.1f} MB/s")
 
@@ -157,8 +169,9 @@ def main() -> int:
         server.start()
         try:
             port = port_q.get(timeout=120)
-            up = run_ingest_case(directory, 2002, lambda: UpstreamSource(f"ws://127.0.0.1:{port}/subscribe",
-                                                                         Sequencer()), count - 1, 120)
+            up = run_ingest_case(
+                directory, 2002, lambda: UpstreamSource(f"ws://127.0.0.1:{port}/subscribe", Sequencer()), count - 1, 120
+            )
             results["cases"].append({"case": "upstream", **up})
             print(f"upstream -> stream:        {up['events_per_s']:10,.0f} events/s  {up['mb_per_s']:6.1f} MB/s")
             base = asyncio.run(baseline_client(port, count))

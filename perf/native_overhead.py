@@ -31,7 +31,16 @@ def per_call_ns(fn: Callable[[], Any], calls: int) -> float:
     for _ in range(3):
         start = time.perf_counter_ns()
         for _ in range(loops):
-            fn(); fn(); fn(); fn(); fn(); fn(); fn(); fn(); fn(); fn()  # noqa: E702
+            fn()
+            fn()
+            fn()
+            fn()
+            fn()
+            fn()
+            fn()
+            fn()
+            fn()
+            fn()  # noqa: E702
         best = min(best, (time.perf_counter_ns() - start) / (loops * 10))
     return best
 
@@ -61,12 +70,21 @@ def main(argv: list[str] | None = None) -> int:
     ops: list[tuple[str, Callable[[], Any], Callable[[], Any]]] = [
         ("get_int64_volatile", lambda: _native.get_int64_volatile(buf, off), lambda: i64.unpack_from(buf, off)),
         ("put_int64_ordered", lambda: _native.put_int64_ordered(buf, off, 7), lambda: i64.pack_into(buf, off, 7)),
-        ("get_and_add_int64", lambda: _native.get_and_add_int64(buf, off, 1),
-         lambda: i64.pack_into(buf, off, i64.unpack_from(buf, off)[0] + 1)),
-        ("compare_and_set_int64", lambda: _native.compare_and_set_int64(buf, off, 0, 0),
-         lambda: cas_plain(i64, buf, off)),
-        ("get_and_add_int32", lambda: _native.get_and_add_int32(buf, off, 1),
-         lambda: i32.pack_into(buf, off, i32.unpack_from(buf, off)[0] + 1)),
+        (
+            "get_and_add_int64",
+            lambda: _native.get_and_add_int64(buf, off, 1),
+            lambda: i64.pack_into(buf, off, i64.unpack_from(buf, off)[0] + 1),
+        ),
+        (
+            "compare_and_set_int64",
+            lambda: _native.compare_and_set_int64(buf, off, 0, 0),
+            lambda: cas_plain(i64, buf, off),
+        ),
+        (
+            "get_and_add_int32",
+            lambda: _native.get_and_add_int32(buf, off, 1),
+            lambda: i32.pack_into(buf, off, i32.unpack_from(buf, off)[0] + 1),
+        ),
     ]
     results = new_results("native_overhead", calls=args.calls)
     for name, native, plain in ops:

@@ -60,18 +60,35 @@ def make_archive(archive_dir: str, target_bytes: int) -> dict[str, Any]:
     shutil.rmtree(archive_dir, ignore_errors=True)
     os.makedirs(archive_dir)
     driver_dir = f"/dev/shm/logbuf-perf-{uuid.uuid4().hex[:8]}"
-    driver = subprocess.Popen([sys.executable, "-m", "logbuf.driver.main", "--dir", driver_dir, "--ipc-term-length", "16m"],
-                              stderr=subprocess.DEVNULL)
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "logbuf.driver.main", "--dir", driver_dir, "--ipc-term-length", "16m"],
+        stderr=subprocess.DEVNULL,
+    )
     recorder: subprocess.Popen[bytes] | None = None
     try:
         wait_for_driver(driver_dir)
-        recorder = subprocess.Popen([sys.executable, "-m", "logbuf.archive.main", "-d", archive_dir, "record", "--channel",
-                                     "aeron:ipc", "--stream-id", str(STREAM), "--driver-dir", driver_dir],
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        recorder = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "logbuf.archive.main",
+                "-d",
+                archive_dir,
+                "record",
+                "--channel",
+                "aeron:ipc",
+                "--stream-id",
+                str(STREAM),
+                "--driver-dir",
+                driver_dir,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         rng = random.Random(7)
         pool = [bytes(rng.randrange(256) for _ in range(16)) * 32 for _ in range(64)]
         sizes = [rng.randrange(32, 513) for _ in range(4096)]
-        batches = [[pool[i % 64][:sizes[(i * 31 + j) % 4096]] for j in range(32)] for i in range(256)]
+        batches = [[pool[i % 64][: sizes[(i * 31 + j) % 4096]] for j in range(32)] for i in range(256)]
         big = bytes(3000)
         messages = 0
         started = time.monotonic()
@@ -98,8 +115,11 @@ def make_archive(archive_dir: str, target_bytes: int) -> dict[str, Any]:
             deadline = time.monotonic() + 120
             while True:
                 with Catalog.open(archive_dir) as catalog:
-                    done = [d for d in catalog.recordings() if d.session_id == session_id
-                            and d.stop_position >= end_position]
+                    done = [
+                        d
+                        for d in catalog.recordings()
+                        if d.session_id == session_id and d.stop_position >= end_position
+                    ]
                 if done:
                     break
                 assert time.monotonic() < deadline, "the recording did not catch up in 120 s"
@@ -114,12 +134,19 @@ def make_archive(archive_dir: str, target_bytes: int) -> dict[str, Any]:
         shutil.rmtree(driver_dir, ignore_errors=True)
     with Catalog.open(archive_dir) as catalog:
         d = catalog.recordings()[0]
-    facts = {"target_bytes": target_bytes, "recorded_bytes": d.stop_position - d.start_position,
-             "messages": messages, "term_length": d.term_length, "segment_length": d.segment_length,
-             "record_seconds": seconds}
+    facts = {
+        "target_bytes": target_bytes,
+        "recorded_bytes": d.stop_position - d.start_position,
+        "messages": messages,
+        "term_length": d.term_length,
+        "segment_length": d.segment_length,
+        "record_seconds": seconds,
+    }
     with open(marker, "w") as f:
         json.dump(facts, f)
-    print(f"recorded {facts['recorded_bytes'] / 2**20:.0f} MiB, {messages} messages in {seconds:.1f} s -> {archive_dir}")
+    print(
+        f"recorded {facts['recorded_bytes'] / 2**20:.0f} MiB, {messages} messages in {seconds:.1f} s -> {archive_dir}"
+    )
     return facts
 
 
@@ -139,13 +166,14 @@ def struct_walk_batches(iterator: Iterator[Any]) -> Iterator[Any]:
             cols: dict[str, list[Any]] = {name: [] for name in schema.names}
             offset, n, partial = 0, len(content), b""
             while offset + 32 <= n:
-                length, _v, flags, ftype, term_offset, session, stream, term_id, reserved = header.unpack_from(content,
-                                                                                                          offset)
+                length, _v, flags, ftype, term_offset, session, stream, term_id, reserved = header.unpack_from(
+                    content, offset
+                )
                 if length <= 0:
                     break
                 aligned = (length + 31) & ~31
                 if ftype == 1:
-                    payload = content[offset + 32:offset + length]
+                    payload = content[offset + 32 : offset + length]
                     if flags & 0xC0 == 0xC0:
                         message = payload
                     elif flags & 0x80:
@@ -154,10 +182,17 @@ def struct_walk_batches(iterator: Iterator[Any]) -> Iterator[Any]:
                         partial += payload
                         message = partial if flags & 0x40 else None
                     if message is not None:
-                        for name, value in (("recording_id", 0), ("stream_id", stream), ("session_id", session),
-                                            ("term_id", term_id), ("term_offset", term_offset),
-                                            ("position", base + offset + aligned), ("flags", flags | 0xC0),
-                                            ("reserved_value", reserved), ("payload", message)):
+                        for name, value in (
+                            ("recording_id", 0),
+                            ("stream_id", stream),
+                            ("session_id", session),
+                            ("term_id", term_id),
+                            ("term_offset", term_offset),
+                            ("position", base + offset + aligned),
+                            ("flags", flags | 0xC0),
+                            ("reserved_value", reserved),
+                            ("payload", message),
+                        ):
                             cols[name].append(value)
                 offset += aligned
             if cols["position"]:
@@ -195,13 +230,25 @@ def numpy_parser(d: Any) -> Any:
 def baseline_arrow_schema() -> Any:
     import pyarrow as pa
 
-    return pa.schema([("recording_id", pa.int64()), ("stream_id", pa.int32()), ("session_id", pa.int32()),
-                      ("term_id", pa.int32()), ("term_offset", pa.int32()), ("position", pa.int64()),
-                      ("flags", pa.int32()), ("reserved_value", pa.int64()), ("payload", pa.binary())])
+    return pa.schema(
+        [
+            ("recording_id", pa.int64()),
+            ("stream_id", pa.int32()),
+            ("session_id", pa.int32()),
+            ("term_id", pa.int32()),
+            ("term_offset", pa.int32()),
+            ("position", pa.int64()),
+            ("flags", pa.int32()),
+            ("reserved_value", pa.int64()),
+            ("payload", pa.binary()),
+        ]
+    )
 
 
-BASELINE_DDL = ("recording_id long, stream_id int, session_id int, term_id int, term_offset int, position long, "
-                "flags int, reserved_value long, payload binary")
+BASELINE_DDL = (
+    "recording_id long, stream_id int, session_id int, term_id int, term_offset int, position long, "
+    "flags int, reserved_value long, payload binary"
+)
 
 
 # -- measurement ----------------------------------------------------------------------------------------
@@ -213,10 +260,19 @@ def measure(name: str, make_df: Any, runs: int, recorded_bytes: int, expected_ro
         result = make_df().selectExpr("count(*) AS rows", "sum(length(payload)) AS payload").first()
         best = min(best, time.perf_counter() - t0)
         rows, payload = int(result.rows), int(result.payload or 0)
-    case = {"reader": name, "seconds": best, "rows": rows, "payload_bytes": payload,
-            "mb_per_s": recorded_bytes / best / 1e6, "rows_per_s": rows / best, "rows_ok": rows == expected_rows}
-    print(f"{name:<44} {best:6.2f} s {case['mb_per_s']:8.1f} MB/s {case['rows_per_s'] / 1e6:6.2f} M rows/s"
-          f"{'' if case['rows_ok'] else f'  ROWS {rows} != {expected_rows}'}")
+    case = {
+        "reader": name,
+        "seconds": best,
+        "rows": rows,
+        "payload_bytes": payload,
+        "mb_per_s": recorded_bytes / best / 1e6,
+        "rows_per_s": rows / best,
+        "rows_ok": rows == expected_rows,
+    }
+    print(
+        f"{name:<44} {best:6.2f} s {case['mb_per_s']:8.1f} MB/s {case['rows_per_s'] / 1e6:6.2f} M rows/s"
+        f"{'' if case['rows_ok'] else f'  ROWS {rows} != {expected_rows}'}"
+    )
     return case
 
 
@@ -243,13 +299,25 @@ def main(argv: list[str] | None = None) -> int:
 
     from logbuf.archive.spark import register
 
-    spark = (SparkSession.builder.master("local[2]").appName("spark-ingest").config("spark.ui.enabled", "false")
-             .config("spark.driver.memory", "4g").config("spark.ui.showConsoleProgress", "false").config("spark.sql.shuffle.partitions", "2")
-             .getOrCreate())
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("spark-ingest")
+        .config("spark.ui.enabled", "false")
+        .config("spark.driver.memory", "4g")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .getOrCreate()
+    )
     spark.sparkContext.setLogLevel("ERROR")
-    results = new_results("spark_ingest", archive_bytes=facts["recorded_bytes"], messages=facts["messages"],
-                          term_length=facts["term_length"], segment_length=facts["segment_length"], runs=runs,
-                          master="local[2]")
+    results = new_results(
+        "spark_ingest",
+        archive_bytes=facts["recorded_bytes"],
+        messages=facts["messages"],
+        term_length=facts["term_length"],
+        segment_length=facts["segment_length"],
+        runs=runs,
+        master="local[2]",
+    )
     try:
         register(spark)
         files = os.path.join(archive_dir, "*.rec")
@@ -261,17 +329,24 @@ def main(argv: list[str] | None = None) -> int:
             return (reader.option("stopPosition", first_stop) if warm else reader).load(archive_dir)
 
         def binary_file(parser: Any) -> Any:
-            return lambda warm: (spark.read.format("binaryFile").load(first_file if warm else files)
-                                 .select("path", "content").mapInArrow(parser, BASELINE_DDL))
+            return lambda warm: (
+                spark.read.format("binaryFile")
+                .load(first_file if warm else files)
+                .select("path", "content")
+                .mapInArrow(parser, BASELINE_DDL)
+            )
 
-        readers = {"logbuf data source": logbuf_source,
-                   "binaryFile + mapInArrow (our numpy parser)": binary_file(numpy_parser(d))}
+        readers = {
+            "logbuf data source": logbuf_source,
+            "binaryFile + mapInArrow (our numpy parser)": binary_file(numpy_parser(d)),
+        }
         if not args.skip_struct_walk:
             readers["binaryFile + mapInArrow (struct walk)"] = binary_file(struct_walk_batches)
         for name, make in readers.items():
             make(True).selectExpr("count(*)").first()  # warm-up on one segment: planner, workers
-            results["cases"].append(measure(name, lambda make=make: make(False), runs, facts["recorded_bytes"],
-                                            facts["messages"]))
+            results["cases"].append(
+                measure(name, lambda make=make: make(False), runs, facts["recorded_bytes"], facts["messages"])
+            )
         base = {c["reader"]: c for c in results["cases"]}
         ours = base["logbuf data source"]
         for name, case in base.items():
@@ -279,8 +354,10 @@ def main(argv: list[str] | None = None) -> int:
                 ratio = ours["mb_per_s"] / case["mb_per_s"]
                 results[f"ratio_vs_{name}"] = ratio
                 print(f"logbuf data source / {name}: {ratio:.2f}x")
-        results["note"] = ("2-core machine shared with other work: figures are noisy. MB/s counts the recorded "
-                           "bytes (headers and padding included); rows are whole messages (fragments reassembled).")
+        results["note"] = (
+            "2-core machine shared with other work: figures are noisy. MB/s counts the recorded "
+            "bytes (headers and padding included); rows are whole messages (fragments reassembled)."
+        )
     finally:
         spark.stop()
     write_results(results)

@@ -54,8 +54,12 @@ class Driver:
         self.name = name
         self.dir = f"/dev/shm/logbuf-perf-{name}-{uuid.uuid4().hex[:8]}"
         self.log = tempfile.NamedTemporaryFile(prefix=f"udp-driver-{name}-", suffix=".log", delete=False)
-        self.proc = subprocess.Popen([sys.executable, "-m", "logbuf.driver.main", "--dir", self.dir, *args],
-                                     stdout=self.log, stderr=subprocess.STDOUT, cwd=ROOT)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "logbuf.driver.main", "--dir", self.dir, *args],
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+        )
 
     def wait_started(self) -> None:
         from logbuf.conduit.cnc import wait_for_driver
@@ -200,8 +204,15 @@ def lb_throughput(a: Driver, b: Driver, size: int, seconds: float, mtu: int | No
     if not results["completed"]:
         raise RuntimeError(f"subscriber timed out: {results['received']:.0f} of {results['sent']:.0f} messages")
     rate = results["received"] / results["elapsed"]
-    return {"size": size, "mtu": mtu or 1408, "sent": int(results["sent"]), "received": int(results["received"]),
-            "lost": int(results["sent"] - results["received"]), "msgs_per_s": rate, "mb_per_s": rate * size / 1e6}
+    return {
+        "size": size,
+        "mtu": mtu or 1408,
+        "sent": int(results["sent"]),
+        "received": int(results["received"]),
+        "lost": int(results["sent"] - results["received"]),
+        "msgs_per_s": rate,
+        "mb_per_s": rate * size / 1e6,
+    }
 
 
 # -- logbuf latency --------------------------------------------------------------------------------
@@ -245,8 +256,9 @@ def lb_latency(a: Driver, b: Driver, count: int, warmup: int, pinned: bool = Fal
         os.sched_setaffinity(a.proc.pid, {0})
         os.sched_setaffinity(b.proc.pid, {1})
         os.sched_setaffinity(0, {1})
-    ponger = mp.get_context("spawn").Process(target=lb_ponger, args=(b.dir, ping_channel, pong_channel,
-                                                                       count + warmup, 0 if pinned else None))
+    ponger = mp.get_context("spawn").Process(
+        target=lb_ponger, args=(b.dir, ping_channel, pong_channel, count + warmup, 0 if pinned else None)
+    )
     ponger.start()
     try:
         with Aeron.connect(Context(dir=a.dir)) as aeron:
@@ -344,17 +356,25 @@ def zmq_tcp_throughput(size: int, seconds: float) -> dict[str, Any]:
     pusher.start()
     results = run_children([pusher, puller], q, 3, seconds + 60)
     rate = results["received"] / results["elapsed"]
-    return {"size": size, "socket": "PUSH/PULL tcp", "sent": results["sent"], "received": results["received"],
-            "loss_pct": 100.0 * (results["sent"] - results["received"]) / max(1, results["sent"]),
-            "msgs_per_s": rate, "mb_per_s": rate * size / 1e6}
+    return {
+        "size": size,
+        "socket": "PUSH/PULL tcp",
+        "sent": results["sent"],
+        "received": results["received"],
+        "loss_pct": 100.0 * (results["sent"] - results["received"]) / max(1, results["sent"]),
+        "msgs_per_s": rate,
+        "mb_per_s": rate * size / 1e6,
+    }
 
 
 # -- main ------------------------------------------------------------------------------------------------
 def print_latency(case: dict[str, Any]) -> None:
     lb, zq = case["logbuf"], case["pyzmq"]
-    print(f"{case['case']}: logbuf p50 {lb['p50_us']:.1f} us p99 {lb['p99_us']:.1f} us max {lb['max_us']:.0f} us"
-          f" | pyzmq tcp p50 {zq['p50_us']:.1f} us p99 {zq['p99_us']:.1f} us max {zq['max_us']:.0f} us"
-          f" | pyzmq/logbuf p50 {case['ratio_p50']:.3g}x")
+    print(
+        f"{case['case']}: logbuf p50 {lb['p50_us']:.1f} us p99 {lb['p99_us']:.1f} us max {lb['max_us']:.0f} us"
+        f" | pyzmq tcp p50 {zq['p50_us']:.1f} us p99 {zq['p99_us']:.1f} us max {zq['max_us']:.0f} us"
+        f" | pyzmq/logbuf p50 {case['ratio_p50']:.3g}x"
+    )
 
 
 def print_case(case: dict[str, Any]) -> None:
@@ -362,9 +382,11 @@ def print_case(case: dict[str, Any]) -> None:
     if "error" in lb:
         print(f"{case['case']:<30} logbuf FAILED: {lb['error']} | pyzmq tcp {zq['msgs_per_s'] / 1e6:6.3f} M msgs/s")
         return
-    print(f"{case['case']:<30} logbuf {lb['msgs_per_s'] / 1e6:6.3f} M msgs/s {lb['mb_per_s']:8.1f} MB/s "
-          f"lost {lb['lost']}  CPU A {lb['driver_a_cpu_pct']:.0f}% B {lb['driver_b_cpu_pct']:.0f}%"
-          f" | pyzmq tcp {zq['msgs_per_s'] / 1e6:6.3f} M msgs/s | logbuf/pyzmq {case['ratio_msgs']:.2f}x")
+    print(
+        f"{case['case']:<30} logbuf {lb['msgs_per_s'] / 1e6:6.3f} M msgs/s {lb['mb_per_s']:8.1f} MB/s "
+        f"lost {lb['lost']}  CPU A {lb['driver_a_cpu_pct']:.0f}% B {lb['driver_b_cpu_pct']:.0f}%"
+        f" | pyzmq tcp {zq['msgs_per_s'] / 1e6:6.3f} M msgs/s | logbuf/pyzmq {case['ratio_msgs']:.2f}x"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -372,15 +394,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=5.0, help="duration of each throughput case")
     parser.add_argument("--pings", type=int, default=20_000, help="round trips per latency case")
     parser.add_argument("--quick", action="store_true", help="1 s per case, 5,000 round trips")
-    parser.add_argument("--driver-arg", action="append", default=[],
-                        help="extra argument for both drivers (repeat: --driver-arg=--mtu --driver-arg=1408)")
+    parser.add_argument(
+        "--driver-arg",
+        action="append",
+        default=[],
+        help="extra argument for both drivers (repeat: --driver-arg=--mtu --driver-arg=1408)",
+    )
     args = parser.parse_args(argv)
     quiet()
     if args.quick:
         args.seconds, args.pings = 1.0, 5_000
     warmup = min(1_000, args.pings // 10)
-    results = new_results("udp_driver", seconds=args.seconds, pings=args.pings, warmup=warmup,
-                          driver_args=args.driver_arg, peer="pyzmq over tcp://127.0.0.1")
+    results = new_results(
+        "udp_driver",
+        seconds=args.seconds,
+        pings=args.pings,
+        warmup=warmup,
+        driver_args=args.driver_arg,
+        peer="pyzmq over tcp://127.0.0.1",
+    )
     failures: list[str] = []
     a, b = Driver("a", args.driver_arg), Driver("b", args.driver_arg)
     try:
@@ -391,8 +423,10 @@ def main(argv: list[str] | None = None) -> int:
         time.sleep(2.0)
         wall = time.monotonic() - t0
         results["driver_cpu_idle_pct"] = {"a": 100 * (a.cpu() - ca) / wall, "b": 100 * (b.cpu() - cb) / wall}
-        print(f"drivers' CPU idle: A {results['driver_cpu_idle_pct']['a']:.1f}% "
-              f"B {results['driver_cpu_idle_pct']['b']:.1f}% of a core")
+        print(
+            f"drivers' CPU idle: A {results['driver_cpu_idle_pct']['a']:.1f}% "
+            f"B {results['driver_cpu_idle_pct']['b']:.1f}% of a core"
+        )
         zmq_cache: dict[int, dict[str, Any]] = {}
         for size, mtu in ((32, None), (512, None), (8192, None), (512, 8192)):
             name = f"throughput {size} B mtu {mtu or 1408}" + (" (fragmented)" if size > 1376 else "")
@@ -415,11 +449,17 @@ def main(argv: list[str] | None = None) -> int:
             print_case(case)
         for pinned in (False, True) if len(os.sched_getaffinity(0)) >= 2 else (False,):
             zq_lat = zmq_latency(args.pings, endpoint="tcp://127.0.0.1:*", warmup=warmup, pinned=pinned)
-            name = "ping-pong 32 B" + (" (pinned: driver A + ponger on CPU 0, driver B + pinger on CPU 1)"
-                                       if pinned else "")
+            name = "ping-pong 32 B" + (
+                " (pinned: driver A + ponger on CPU 0, driver B + pinger on CPU 1)" if pinned else ""
+            )
             try:
                 lb_lat = lb_latency(a, b, args.pings, warmup, pinned)
-                case = {"case": name, "logbuf": lb_lat, "pyzmq": zq_lat, "ratio_p50": zq_lat["p50_us"] / lb_lat["p50_us"]}
+                case = {
+                    "case": name,
+                    "logbuf": lb_lat,
+                    "pyzmq": zq_lat,
+                    "ratio_p50": zq_lat["p50_us"] / lb_lat["p50_us"],
+                }
                 print_latency(case)
             except Exception as e:
                 case = {"case": name, "logbuf": {"error": repr(e)}, "pyzmq": zq_lat}
@@ -429,8 +469,10 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         a_alive, b_alive = a.proc.poll() is None, b.proc.poll() is None
         if failures or not (a_alive and b_alive):
-            print(f"--- driver A output (alive {a_alive}) ---\n{a.output()}\n--- driver B output (alive {b_alive}) ---\n"
-                  f"{b.output()}")
+            print(
+                f"--- driver A output (alive {a_alive}) ---\n{a.output()}\n--- driver B output (alive {b_alive}) ---\n"
+                f"{b.output()}"
+            )
         a.close()
         b.close()
     if failures:

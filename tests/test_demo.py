@@ -19,8 +19,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 @pytest.mark.parametrize("mode", [[], ["--batch", "16"]], ids=["offer", "offer_batch"])
 def test_demo_delivers_every_message_in_order_shows_the_stream_and_cleans_up(mode: list[str]) -> None:
     directory = f"/dev/shm/logbuf-test-demo-{uuid.uuid4().hex[:12]}"
-    proc = subprocess.run([sys.executable, "-m", "logbuf.client.demo", "--seconds", "2", "--dir", directory, *mode],
-                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+    proc = subprocess.run(
+        [sys.executable, "-m", "logbuf.client.demo", "--seconds", "2", "--dir", directory, *mode],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output
     summary = json.loads(proc.stdout.strip().splitlines()[-1])

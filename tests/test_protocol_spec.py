@@ -109,7 +109,9 @@ def mismatches(rows: list[SpecRow]) -> list[str]:
             continue
         value = getattr(module, row.constant)
         if value != row.number:
-            problems.append(f"{row.where}: {row.field}: spec says {row.number}, logbuf.{row.module}.{row.constant} = {value}")
+            problems.append(
+                f"{row.where}: {row.field}: spec says {row.number}, logbuf.{row.module}.{row.constant} = {value}"
+            )
     return problems
 
 
@@ -159,7 +161,12 @@ def test_every_data_header_offset_flag_and_type_is_documented() -> None:
 
 
 def test_every_log_metadata_offset_is_documented() -> None:
-    wanted = names(lbd, r".*_OFFSET") | {"PARTITION_COUNT", "LOG_META_DATA_LENGTH", "TERM_MIN_LENGTH", "TERM_MAX_LENGTH"}
+    wanted = names(lbd, r".*_OFFSET") | {
+        "PARTITION_COUNT",
+        "LOG_META_DATA_LENGTH",
+        "TERM_MIN_LENGTH",
+        "TERM_MAX_LENGTH",
+    }
     assert len(wanted) >= 35
     missing = wanted - documented("log-buffer.md", "logbuffer.log_buffer_descriptor")
     assert not missing, f"log-buffer.md does not document {sorted(missing)}"
@@ -206,7 +213,9 @@ def test_native_core_constants_agree_with_the_descriptors() -> None:
         holders = [m for m in (dh, lbd) if hasattr(m, name)]
         assert holders, f"_native.NATIVE_CONSTANTS[{name!r}] names no descriptor constant"
         for module in holders:
-            assert getattr(module, name) == value, f"native {name}={value}, {module.__name__}.{name}={getattr(module, name)}"
+            assert getattr(module, name) == value, (
+                f"native {name}={value}, {module.__name__}.{name}={getattr(module, name)}"
+            )
 
 
 # -- the checker itself can fail ---------------------------------------------------------------
@@ -225,7 +234,10 @@ def test_checker_accepts_a_correct_table() -> None:
 
 
 def test_checker_reports_a_wrong_offset_and_an_unknown_constant() -> None:
-    bad = GOOD.replace("| 20 |", "| 24 |") + "| ghost | 0x10 | 4 | int32 | `logbuffer.data_header_descriptor.NO_SUCH_OFFSET` | |\n"
+    bad = (
+        GOOD.replace("| 20 |", "| 24 |")
+        + "| ghost | 0x10 | 4 | int32 | `logbuffer.data_header_descriptor.NO_SUCH_OFFSET` | |\n"
+    )
     problems = mismatches(parse_tables(bad, "bad.md"))
     assert len(problems) == 2
     assert "spec says 24, logbuf.logbuffer.data_header_descriptor.TERM_ID_FIELD_OFFSET = 20" in problems[0]

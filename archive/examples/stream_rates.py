@@ -30,33 +30,44 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("archive_dir", help="the archive directory (logbuf-archive record -d DIR)")
     parser.add_argument("out", help="where to write the Parquet output (replaced if it exists)")
     parser.add_argument("--stream-id", default="", help="only these stream ids (comma-separated)")
-    parser.add_argument("--timestamp-unit", default="us", choices=("s", "ms", "us", "ns"),
-                        help="unit of the epoch time in each message's reserved value (default us)")
+    parser.add_argument(
+        "--timestamp-unit",
+        default="us",
+        choices=("s", "ms", "us", "ns"),
+        help="unit of the epoch time in each message's reserved value (default us)",
+    )
     return parser
 
 
-def stream_rates(spark: "SparkSession", archive_dir: str, *, stream_ids: str = "",
-                 timestamp_unit: str = "us") -> tuple["DataFrame", int]:
+def stream_rates(
+    spark: SparkSession, archive_dir: str, *, stream_ids: str = "", timestamp_unit: str = "us"
+) -> tuple[DataFrame, int]:
     """(per stream and second: messages and bytes; how many messages had no timestamp)."""
     from pyspark.sql import functions as F
 
     from logbuf.archive.spark import register
 
     register(spark)
-    reader = (spark.read.format("logbuf").option("timestampFrom", "reserved_value")
-              .option("timestampUnit", timestamp_unit).option("mode", "DROPMALFORMED"))
+    reader = (
+        spark.read.format("logbuf")
+        .option("timestampFrom", "reserved_value")
+        .option("timestampUnit", timestamp_unit)
+        .option("mode", "DROPMALFORMED")
+    )
     if stream_ids:
         reader = reader.option("streamId", stream_ids)
     messages = reader.load(archive_dir).select("stream_id", "timestamp", F.length("payload").alias("length"))
     unstamped = messages.filter(F.col("timestamp").isNull()).count()
-    rates = (messages.filter(F.col("timestamp").isNotNull())
-             .groupBy("stream_id", F.date_trunc("second", "timestamp").alias("second"))
-             .agg(F.count("*").alias("messages"), F.sum("length").alias("bytes"))
-             .orderBy("stream_id", "second"))
+    rates = (
+        messages.filter(F.col("timestamp").isNotNull())
+        .groupBy("stream_id", F.date_trunc("second", "timestamp").alias("second"))
+        .agg(F.count("*").alias("messages"), F.sum("length").alias("bytes"))
+        .orderBy("stream_id", "second")
+    )
     return rates, unstamped
 
 
-def session() -> "SparkSession":
+def session() -> SparkSession:
     """The session spark-submit configured, or local[*] when no master is set."""
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -70,16 +81,19 @@ def session() -> "SparkSession":
     return builder.getOrCreate()
 
 
-def run(spark: "SparkSession", args: argparse.Namespace) -> str:
+def run(spark: SparkSession, args: argparse.Namespace) -> str:
     """Compute and write the rates; returns the one-line summary."""
-    rates, unstamped = stream_rates(spark, args.archive_dir, stream_ids=args.stream_id,
-                                    timestamp_unit=args.timestamp_unit)
+    rates, unstamped = stream_rates(
+        spark, args.archive_dir, stream_ids=args.stream_id, timestamp_unit=args.timestamp_unit
+    )
     rates.write.mode("overwrite").parquet(args.out)
     written = spark.read.parquet(args.out)
     totals = written.groupBy().sum("messages", "bytes").first()
     messages, payload_bytes = (totals[0] or 0, totals[1] or 0) if totals is not None else (0, 0)
-    return (f"stream_rates ({spark.sparkContext.master}): {written.count()} rows (stream, second), {messages} messages, {payload_bytes} bytes"
-            f" -> {args.out}; {unstamped} messages without a timestamp")
+    return (
+        f"stream_rates ({spark.sparkContext.master}): {written.count()} rows (stream, second), {messages} messages, {payload_bytes} bytes"
+        f" -> {args.out}; {unstamped} messages without a timestamp"
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -23,8 +23,8 @@ from typing import Final
 
 from logbuf import _native
 from logbuf.conduit import broadcast_descriptor as bd
-from logbuf.errors import LogbufError
 from logbuf.conduit.ring_buffer import byte_view
+from logbuf.errors import LogbufError
 
 SCRATCH_BUFFER_LENGTH: Final[int] = 4096
 

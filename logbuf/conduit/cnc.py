@@ -52,7 +52,9 @@ class CncFile:
             self.start_timestamp_ms,
             self.pid,
         ) = cnd.HEADER_LENGTHS.unpack_from(base, cnd.TO_DRIVER_BUFFER_LENGTH_FIELD_OFFSET)
-        expected = cnd.file_length(to_driver_length, to_clients_length, metadata_length, values_length, error_log_length)
+        expected = cnd.file_length(
+            to_driver_length, to_clients_length, metadata_length, values_length, error_log_length
+        )
         file_length = len(base)
         if min(to_driver_length, to_clients_length, metadata_length, values_length, error_log_length) <= 0 or (
             expected != file_length
@@ -81,7 +83,7 @@ class CncFile:
         error_log_length: int = cnd.DEFAULT_ERROR_LOG_LENGTH,
         client_liveness_timeout_ns: int = cnd.DEFAULT_CLIENT_LIVENESS_TIMEOUT_NS,
         mode: int = OWNER_ONLY,
-    ) -> "CncFile":
+    ) -> CncFile:
         """Create ``<directory>/cnc.dat`` (the directory is created if missing; the file must not exist)."""
         cnd.check_lengths(to_driver_capacity, to_clients_capacity, counters_values_length, error_log_length)
         if client_liveness_timeout_ns <= 0:
@@ -101,7 +103,12 @@ class CncFile:
         start_ms = time.time_ns() // 1_000_000
         buffer = segment.buffer
         cnd.HEADER_LENGTHS.pack_into(
-            buffer, cnd.TO_DRIVER_BUFFER_LENGTH_FIELD_OFFSET, *lengths, client_liveness_timeout_ns, start_ms, os.getpid()
+            buffer,
+            cnd.TO_DRIVER_BUFFER_LENGTH_FIELD_OFFSET,
+            *lengths,
+            client_liveness_timeout_ns,
+            start_ms,
+            os.getpid(),
         )
         heartbeat_offset = cnd.END_OF_METADATA_OFFSET + to_driver_capacity + rd.CONSUMER_HEARTBEAT_OFFSET
         _native.put_int64_ordered(buffer, heartbeat_offset, start_ms)
@@ -109,7 +116,7 @@ class CncFile:
         return cls(path, segment)
 
     @classmethod
-    def open(cls, directory: str) -> "CncFile":
+    def open(cls, directory: str) -> CncFile:
         """Map an existing, initialised CnC file of a compatible version.
 
         Raises :class:`CncError` if there is no file, :class:`CncNotReadyError` while it is being
@@ -146,7 +153,7 @@ class CncFile:
         except BufferError as e:  # close what holds the views (e.g. Position counters), then retry
             raise BufferError(f"cannot unmap {self.path}: a view into it is still in use ({e})") from e
 
-    def __enter__(self) -> "CncFile":
+    def __enter__(self) -> CncFile:
         return self
 
     def __exit__(self, *exc: object) -> None:

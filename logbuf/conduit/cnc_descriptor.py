@@ -127,7 +127,9 @@ def check_lengths(
         ("error_log_length", error_log_length),
     ):
         if length > MAX_BUFFER_LENGTH:
-            raise ValueError(f"{name} makes a {length}-byte buffer; the header holds int32 lengths (max {MAX_BUFFER_LENGTH})")
+            raise ValueError(
+                f"{name} makes a {length}-byte buffer; the header holds int32 lengths (max {MAX_BUFFER_LENGTH})"
+            )
 
 
 def to_driver_buffer_length(capacity: int) -> int:
@@ -146,4 +148,11 @@ def file_length(
     to_driver_length: int, to_clients_length: int, metadata_length: int, values_length: int, error_log_length: int
 ) -> int:
     """Total CnC file length from the buffer lengths as stored in the header."""
-    return END_OF_METADATA_OFFSET + to_driver_length + to_clients_length + metadata_length + values_length + error_log_length
+    return (
+        END_OF_METADATA_OFFSET
+        + to_driver_length
+        + to_clients_length
+        + metadata_length
+        + values_length
+        + error_log_length
+    )

@@ -146,7 +146,7 @@ class PublicationCommand:
         return PUBLICATION_FIXED.pack(self.client_id, self.correlation_id, self.stream_id, len(raw)) + raw
 
     @classmethod
-    def decode(cls, buffer: bytes | memoryview) -> "PublicationCommand":
+    def decode(cls, buffer: bytes | memoryview) -> PublicationCommand:
         client_id, correlation_id, stream_id, _ = _fixed(PUBLICATION_FIXED, buffer, "publication command")
         channel, _end = _string(buffer, PUBLICATION_FIXED.size - 4, "publication command channel")
         return cls(client_id, correlation_id, stream_id, channel)
@@ -170,7 +170,7 @@ class SubscriptionCommand:
         )
 
     @classmethod
-    def decode(cls, buffer: bytes | memoryview) -> "SubscriptionCommand":
+    def decode(cls, buffer: bytes | memoryview) -> SubscriptionCommand:
         client_id, correlation_id, reg, stream_id, _ = _fixed(SUBSCRIPTION_FIXED, buffer, "subscription command")
         channel, _end = _string(buffer, SUBSCRIPTION_FIXED.size - 4, "subscription command channel")
         return cls(client_id, correlation_id, reg, stream_id, channel)
@@ -186,7 +186,7 @@ class RemoveCommand:
         return REMOVE.pack(self.client_id, self.correlation_id, self.registration_id)
 
     @classmethod
-    def decode(cls, buffer: bytes | memoryview) -> "RemoveCommand":
+    def decode(cls, buffer: bytes | memoryview) -> RemoveCommand:
         return cls(*_fixed(REMOVE, buffer, "remove command"))
 
 
@@ -199,7 +199,7 @@ class CorrelatedCommand:
         return CORRELATED.pack(self.client_id, self.correlation_id)
 
     @classmethod
-    def decode(cls, buffer: bytes | memoryview) -> "CorrelatedCommand":
+    def decode(cls, buffer: bytes | memoryview) -> CorrelatedCommand:
         return cls(*_fixed(CORRELATED, buffer, "correlated command"))
 
 
@@ -215,7 +215,7 @@ class ErrorResponse:
         return ERROR_FIXED.pack(self.offending_correlation_id, self.error_code, len(raw)) + raw
 
     @classmethod
-    def decode(cls, buffer: bytes | memoryview) -> "ErrorResponse":
+    def decode(cls, buffer: bytes | memoryview) -> ErrorResponse:
         correlation_id, code, _ = _fixed(ERROR_FIXED, buffer, "error response")
         message, _end = _string(buffer, ERROR_FIXED.size - 4, "error response message")
         return cls(correlation_id, code, message)
@@ -235,14 +235,19 @@ class PublicationReady:
         raw = self.log_file_name.encode("utf-8")
         return (
             PUBLICATION_READY_FIXED.pack(
-                self.correlation_id, self.registration_id, self.session_id, self.stream_id,
-                self.position_limit_counter_id, self.channel_status_indicator_id, len(raw),
+                self.correlation_id,
+                self.registration_id,
+                self.session_id,
+                self.stream_id,
+                self.position_limit_counter_id,
+                self.channel_status_indicator_id,
+                len(raw),
             )
             + raw
         )
 
     @classmethod
-    def decode(cls, buffer: bytes | memoryview) -> "PublicationReady":
+    def decode(cls, buffer: bytes | memoryview) -> PublicationReady:
         fields = _fixed(PUBLICATION_READY_FIXED, buffer, "publication ready")
         name, _end = _string(buffer, PUBLICATION_READY_FIXED.size - 4, "publication ready log file name")
         return cls(fields[0], fields[1], fields[2], fields[3], fields[4], fields[5], name)
@@ -262,15 +267,19 @@ class ImageReady:
         raw = self.log_file_name.encode("utf-8")
         return (
             AVAILABLE_IMAGE_FIXED.pack(
-                self.correlation_id, self.session_id, self.stream_id, self.subscription_registration_id,
-                self.subscriber_position_id, len(raw),
+                self.correlation_id,
+                self.session_id,
+                self.stream_id,
+                self.subscription_registration_id,
+                self.subscriber_position_id,
+                len(raw),
             )
             + raw
             + _encode_string(self.source_identity)
         )
 
     @classmethod
-    def decode(cls, buffer: bytes | memoryview) -> "ImageReady":
+    def decode(cls, buffer: bytes | memoryview) -> ImageReady:
         fields = _fixed(AVAILABLE_IMAGE_FIXED, buffer, "available image")
         name, end = _string(buffer, AVAILABLE_IMAGE_FIXED.size - 4, "available image log file name")
         source, _end = _string(buffer, end, "available image source identity")
@@ -287,12 +296,14 @@ class ImageMessage:
     def encode(self) -> bytes:
         raw = self.channel.encode("utf-8")
         return (
-            UNAVAILABLE_IMAGE_FIXED.pack(self.correlation_id, self.subscription_registration_id, self.stream_id, len(raw))
+            UNAVAILABLE_IMAGE_FIXED.pack(
+                self.correlation_id, self.subscription_registration_id, self.stream_id, len(raw)
+            )
             + raw
         )
 
     @classmethod
-    def decode(cls, buffer: bytes | memoryview) -> "ImageMessage":
+    def decode(cls, buffer: bytes | memoryview) -> ImageMessage:
         fields = _fixed(UNAVAILABLE_IMAGE_FIXED, buffer, "unavailable image")
         channel, _end = _string(buffer, UNAVAILABLE_IMAGE_FIXED.size - 4, "unavailable image channel")
         return cls(fields[0], fields[1], fields[2], channel)
@@ -307,7 +318,7 @@ class SubscriptionReady:
         return SUBSCRIPTION_READY.pack(self.correlation_id, self.channel_status_indicator_id)
 
     @classmethod
-    def decode(cls, buffer: bytes | memoryview) -> "SubscriptionReady":
+    def decode(cls, buffer: bytes | memoryview) -> SubscriptionReady:
         return cls(*_fixed(SUBSCRIPTION_READY, buffer, "subscription ready"))
 
 
@@ -319,7 +330,7 @@ class OperationSuccess:
         return OPERATION_SUCCESS.pack(self.correlation_id)
 
     @classmethod
-    def decode(cls, buffer: bytes | memoryview) -> "OperationSuccess":
+    def decode(cls, buffer: bytes | memoryview) -> OperationSuccess:
         return cls(*_fixed(OPERATION_SUCCESS, buffer, "operation success"))
 
 
@@ -331,5 +342,5 @@ class ClientTimeout:
         return CLIENT_TIMEOUT.pack(self.client_id)
 
     @classmethod
-    def decode(cls, buffer: bytes | memoryview) -> "ClientTimeout":
+    def decode(cls, buffer: bytes | memoryview) -> ClientTimeout:
         return cls(*_fixed(CLIENT_TIMEOUT, buffer, "client timeout"))

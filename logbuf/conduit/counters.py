@@ -82,8 +82,14 @@ class CountersReader:
         base = cd.values_offset(counter_id)
         reg, owner, ref = struct.unpack_from("=qqq", self.values, base + cd.REGISTRATION_ID_OFFSET)
         return CounterInfo(
-            counter_id, self.type_id(counter_id), self.value(counter_id), self.label(counter_id),
-            self.key(counter_id), reg, owner, ref,
+            counter_id,
+            self.type_id(counter_id),
+            self.value(counter_id),
+            self.label(counter_id),
+            self.key(counter_id),
+            reg,
+            owner,
+            ref,
         )
 
     def __iter__(self) -> Iterator[CounterInfo]:
@@ -140,7 +146,9 @@ class CountersManager(CountersReader):
             struct.pack_into("=qqqq", self.values, value, initial_value, registration_id, owner_id, reference_id)
             struct.pack_into("=i", self.metadata, meta + cd.TYPE_ID_OFFSET, type_id)
             struct.pack_into("=q", self.metadata, meta + cd.FREE_FOR_REUSE_DEADLINE_OFFSET, cd.NOT_FREE_TO_REUSE)
-            self.metadata[meta + cd.KEY_OFFSET : meta + cd.KEY_OFFSET + cd.MAX_KEY_LENGTH] = key.ljust(cd.MAX_KEY_LENGTH, b"\0")
+            self.metadata[meta + cd.KEY_OFFSET : meta + cd.KEY_OFFSET + cd.MAX_KEY_LENGTH] = key.ljust(
+                cd.MAX_KEY_LENGTH, b"\0"
+            )
             struct.pack_into("=i", self.metadata, meta + cd.LABEL_LENGTH_OFFSET, len(encoded))
             self.metadata[meta + cd.LABEL_OFFSET : meta + cd.LABEL_OFFSET + len(encoded)] = encoded
             _native.put_int64_ordered(self.values, value, initial_value)

@@ -84,7 +84,9 @@ def check_capacity(buffer_length: int) -> int:
 
 def check_msg_type_id(msg_type_id: int) -> None:
     if not 1 <= msg_type_id <= MAX_MSG_TYPE_ID:
-        raise ValueError(f"msg_type_id={msg_type_id} must be >= 1 and <= {MAX_MSG_TYPE_ID} (-1 is padding, 0 is reserved)")
+        raise ValueError(
+            f"msg_type_id={msg_type_id} must be >= 1 and <= {MAX_MSG_TYPE_ID} (-1 is padding, 0 is reserved)"
+        )
 
 
 def check_msg_length(length: int, max_msg_length: int) -> None:

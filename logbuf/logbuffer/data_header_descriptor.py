@@ -39,9 +39,8 @@ from __future__ import annotations
 import struct
 from typing import TYPE_CHECKING, Final
 
-from logbuf.errors import LogbufError
-
 from logbuf import _native
+from logbuf.errors import LogbufError
 
 if TYPE_CHECKING:
     from typing_extensions import Buffer

@@ -32,7 +32,7 @@ class Image(_native.ImageCore):
     or ``header.snapshot()`` to keep them).
     """
 
-    def __enter__(self) -> "Image":
+    def __enter__(self) -> Image:
         return self
 
     def __exit__(self, *exc: Any) -> None:

@@ -28,7 +28,7 @@ class LogParams:
     page_size: int = lbd.PAGE_MIN_SIZE
     term_window_length: int = 0
 
-    def check(self) -> "LogParams":
+    def check(self) -> LogParams:
         lbd.check_term_length(self.term_length)
         lbd.check_page_size(self.page_size)
         dh.check_mtu_length(self.mtu_length, self.term_length)
@@ -51,13 +51,30 @@ class LogParams:
         """Write a new log's metadata: tails, term count, parameters, default header; EOS = max."""
         meta_off = lbd.metadata_offset(self.term_length)
         struct.pack_into(
-            "=qiiiiiii", buf, meta_off + lbd.LOG_CORRELATION_ID_OFFSET,
-            self.correlation_id, self.initial_term_id, dh.HEADER_LENGTH, self.mtu_length, self.term_length,
-            self.page_size, self.term_window_length or self.term_length // 2, 0,
+            "=qiiiiiii",
+            buf,
+            meta_off + lbd.LOG_CORRELATION_ID_OFFSET,
+            self.correlation_id,
+            self.initial_term_id,
+            dh.HEADER_LENGTH,
+            self.mtu_length,
+            self.term_length,
+            self.page_size,
+            self.term_window_length or self.term_length // 2,
+            0,
         )
         dh.HEADER.pack_into(
-            buf, meta_off + lbd.LOG_DEFAULT_FRAME_HEADER_OFFSET, 0, dh.CURRENT_VERSION, dh.UNFRAGMENTED,
-            dh.HDR_TYPE_DATA, 0, self.session_id, self.stream_id, self.initial_term_id, 0,
+            buf,
+            meta_off + lbd.LOG_DEFAULT_FRAME_HEADER_OFFSET,
+            0,
+            dh.CURRENT_VERSION,
+            dh.UNFRAGMENTED,
+            dh.HDR_TYPE_DATA,
+            0,
+            self.session_id,
+            self.stream_id,
+            self.initial_term_id,
+            0,
         )
         struct.pack_into("=q", buf, meta_off + lbd.LOG_END_OF_STREAM_POSITION_OFFSET, _MAX_INT64)
         for index in range(1, lbd.PARTITION_COUNT):
@@ -96,7 +113,7 @@ class LogBuffers:
         return self.segment.name
 
     @classmethod
-    def create(cls, name: str, *, mode: int = OWNER_ONLY, **params: int) -> "LogBuffers":
+    def create(cls, name: str, *, mode: int = OWNER_ONLY, **params: int) -> LogBuffers:
         """Create and initialise a new log in POSIX shared memory; fails if ``name`` exists.
 
         ``params``: the fields of :class:`LogParams`.
@@ -107,7 +124,7 @@ class LogBuffers:
         return cls(segment)
 
     @classmethod
-    def create_file(cls, path: str, *, mode: int = OWNER_ONLY, **params: int) -> "LogBuffers":
+    def create_file(cls, path: str, *, mode: int = OWNER_ONLY, **params: int) -> LogBuffers:
         """Create and initialise a new log as a file (a media driver's logs, under /dev/shm)."""
         log_params = LogParams(**params).check()
         segment = Segment.create_file(path, log_params.log_length, mode=mode)
@@ -115,7 +132,7 @@ class LogBuffers:
         return cls(segment)
 
     @classmethod
-    def open_file(cls, path: str) -> "LogBuffers":
+    def open_file(cls, path: str) -> LogBuffers:
         """Map an existing log file."""
         segment = Segment.open_file(path)
         try:
@@ -140,7 +157,7 @@ class LogBuffers:
             _native.put_int32_ordered(meta, lbd.LOG_ACTIVE_TERM_COUNT_OFFSET, count)
 
     @classmethod
-    def open(cls, name: str) -> "LogBuffers":
+    def open(cls, name: str) -> LogBuffers:
         """Map an existing log by name."""
         segment = Segment.open(name)
         try:
@@ -172,8 +189,10 @@ class LogBuffers:
 
     def term_of(self, position: int) -> tuple[int, int]:
         """(term id, term offset) of a stream position."""
-        return (lbd.compute_term_id_from_position(position, self.position_bits_to_shift, self.initial_term_id),
-                position & (self.term_length - 1))
+        return (
+            lbd.compute_term_id_from_position(position, self.position_bits_to_shift, self.initial_term_id),
+            position & (self.term_length - 1),
+        )
 
     def tail_position(self) -> int:
         """Position of the active term's tail (where the next claim starts)."""
@@ -226,7 +245,7 @@ class LogBuffers:
     def unlink(self) -> None:
         Segment.unlink(self.segment.name)
 
-    def __enter__(self) -> "LogBuffers":
+    def __enter__(self) -> LogBuffers:
         return self
 
     def __exit__(self, *exc: object) -> None:

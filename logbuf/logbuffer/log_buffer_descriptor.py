@@ -42,9 +42,8 @@ from __future__ import annotations
 import struct
 from typing import TYPE_CHECKING, Final
 
-from logbuf.errors import ConfigurationError
-
 from logbuf import _native
+from logbuf.errors import ConfigurationError
 
 if TYPE_CHECKING:
     from typing_extensions import Buffer

@@ -37,7 +37,7 @@ class Publication(_native.PublicationCore):
     ``offer`` returns the new stream position (> 0) or a negative :class:`OfferResult`.
     """
 
-    def __enter__(self) -> "Publication":
+    def __enter__(self) -> Publication:
         return self
 
     def __exit__(self, *exc: Any) -> None:

@@ -27,8 +27,8 @@ from logbuf.conduit.counters import CountersManager
 from logbuf.logbuffer.flow_control import compute_limit_and_clean
 from logbuf.logbuffer.image import Image
 from logbuf.logbuffer.log_buffer import LogBuffers
-from logbuf.process import pid_alive
 from logbuf.logbuffer.publication import Publication
+from logbuf.process import pid_alive
 from logbuf.shm import OWNER_ONLY, Segment
 
 PUBLISHER_LIMIT_COUNTER_ID = 0
@@ -80,13 +80,19 @@ class StreamLog:
         term_window_length: int = 0,
         max_subscribers: int = DEFAULT_MAX_SUBSCRIBERS,
         mode: int = OWNER_ONLY,
-    ) -> "StreamLog":
+    ) -> StreamLog:
         """Create the log and its counters; fails if a log of that name exists."""
         if max_subscribers < 1:
             raise ValueError(f"max_subscribers={max_subscribers} must be at least 1")
         log = LogBuffers.create(
-            name, mode=mode, term_length=term_length, mtu_length=mtu_length, session_id=session_id,
-            stream_id=stream_id, initial_term_id=initial_term_id, term_window_length=term_window_length,
+            name,
+            mode=mode,
+            term_length=term_length,
+            mtu_length=mtu_length,
+            session_id=session_id,
+            stream_id=stream_id,
+            initial_term_id=initial_term_id,
+            term_window_length=term_window_length,
         )
         try:
             records = max_subscribers + 3
@@ -98,12 +104,18 @@ class StreamLog:
         self = cls(log, counters)
         label = f"{{}}: 0 {session_id} {stream_id} standalone:{name}"
         assert self.counters.allocate(label.format("pub-lmt"), cd.PUBLISHER_LIMIT_TYPE_ID) == PUBLISHER_LIMIT_COUNTER_ID
-        assert self.counters.allocate(label.format("log-clean-pos"), cd.LOG_CLEAN_POSITION_TYPE_ID) == CLEAN_POSITION_COUNTER_ID
-        assert self.counters.allocate(label.format("fc-lock"), cd.FLOW_CONTROL_LOCK_TYPE_ID) == FLOW_CONTROL_LOCK_COUNTER_ID
+        assert (
+            self.counters.allocate(label.format("log-clean-pos"), cd.LOG_CLEAN_POSITION_TYPE_ID)
+            == CLEAN_POSITION_COUNTER_ID
+        )
+        assert (
+            self.counters.allocate(label.format("fc-lock"), cd.FLOW_CONTROL_LOCK_TYPE_ID)
+            == FLOW_CONTROL_LOCK_COUNTER_ID
+        )
         return self
 
     @classmethod
-    def open(cls, name: str) -> "StreamLog":
+    def open(cls, name: str) -> StreamLog:
         """Map an existing named log and its counters."""
         log = LogBuffers.open(name)
         try:
@@ -141,7 +153,7 @@ class StreamLog:
         self.log.close()
         self._counters_segment.close()
 
-    def __enter__(self) -> "StreamLog":
+    def __enter__(self) -> StreamLog:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -150,8 +162,13 @@ class StreamLog:
     # -- attaching -----------------------------------------------------------------------------------
     def add_publication(self, *, exclusive: bool = False) -> Publication:
         """A publication on this log (concurrent by default: any number of processes may offer)."""
-        pub = Publication(self.log.view, self._values, cd.values_offset(PUBLISHER_LIMIT_COUNTER_ID), exclusive,
-                          self.update_publisher_limit)
+        pub = Publication(
+            self.log.view,
+            self._values,
+            cd.values_offset(PUBLISHER_LIMIT_COUNTER_ID),
+            exclusive,
+            self.update_publisher_limit,
+        )
         self._owned.append(pub)
         return pub
 
@@ -164,7 +181,9 @@ class StreamLog:
         counter_id = self.counters.allocate(
             label, cd.SUBSCRIBER_POSITION_TYPE_ID, owner_id=self._pid, initial_value=position
         )
-        self._subscriber_counters[id(image := Image(self.log.view, self._values, cd.values_offset(counter_id)))] = counter_id
+        self._subscriber_counters[id(image := Image(self.log.view, self._values, cd.values_offset(counter_id)))] = (
+            counter_id
+        )
         self._owned.append(image)
         self.update_publisher_limit()
         return image

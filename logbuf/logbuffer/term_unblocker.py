@@ -33,12 +33,24 @@ class UnblockStatus(Enum):
     UNBLOCKED_TO_END = "unblocked to the end of the term"
 
 
-def write_padding(term: memoryview, term_offset: int, length: int, term_id: int, session_id: int,
-                  stream_id: int) -> None:
+def write_padding(
+    term: memoryview, term_offset: int, length: int, term_id: int, session_id: int, stream_id: int
+) -> None:
     """A PAD frame of ``length`` bytes at ``term_offset``: header with a negative length first, then
     the length release-stored (readers see either nothing or the whole frame)."""
-    dh.HEADER.pack_into(term, term_offset, -length, dh.CURRENT_VERSION, dh.UNFRAGMENTED, dh.HDR_TYPE_PAD,
-                        term_offset, session_id, stream_id, term_id, 0)
+    dh.HEADER.pack_into(
+        term,
+        term_offset,
+        -length,
+        dh.CURRENT_VERSION,
+        dh.UNFRAGMENTED,
+        dh.HDR_TYPE_PAD,
+        term_offset,
+        session_id,
+        stream_id,
+        term_id,
+        0,
+    )
     _native.put_int32_ordered(term, term_offset, length)
 
 
@@ -51,8 +63,9 @@ def _zero_from(term: memoryview, start: int, end: int) -> int:
     return start + int(nonzero[0]) * dh.FRAME_ALIGNMENT if nonzero.size else end
 
 
-def term_unblock(term: memoryview, blocked_offset: int, tail_offset: int, term_id: int, session_id: int,
-                 stream_id: int) -> UnblockStatus:
+def term_unblock(
+    term: memoryview, blocked_offset: int, tail_offset: int, term_id: int, session_id: int, stream_id: int
+) -> UnblockStatus:
     """Cover the dead claim at ``blocked_offset`` with padding if it can be bounded safely."""
     frame_length = _native.get_int32_volatile(term, blocked_offset)
     if frame_length < 0:  # the header was written, the commit never came
@@ -91,8 +104,9 @@ def log_unblock(log: LogBuffers, blocked_position: int) -> bool:
         raw = lbd.raw_tail_volatile(meta, index)
         term_id = lbd.term_id(raw)
         term = log.term_buffer(index)
-        status = term_unblock(term, blocked_offset, lbd.term_offset(raw, term_length), term_id, log.session_id,
-                              log.stream_id)
+        status = term_unblock(
+            term, blocked_offset, lbd.term_offset(raw, term_length), term_id, log.session_id, log.stream_id
+        )
         if status is UnblockStatus.UNBLOCKED_TO_END:
             _native.rotate_log(meta, blocked_term_count, term_id)
         return status is not UnblockStatus.NO_ACTION

@@ -18,8 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Final, TypeAlias
 
-from logbuf.protocol import MalformedFrameError
-from logbuf.protocol import data, error_frame, nak, resolution, response_setup, rttm, setup, status
+from logbuf.protocol import MalformedFrameError, data, error_frame, nak, resolution, response_setup, rttm, setup, status
 from logbuf.protocol.data import DataFrame, HeartbeatFrame, PadFrame
 from logbuf.protocol.error_frame import ErrorFrame
 from logbuf.protocol.frame_header import (

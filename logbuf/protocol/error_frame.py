@@ -133,9 +133,7 @@ def decode(buffer: Buffer, offset: int = 0) -> ErrorFrame:
     (_, _, flags, _, session_id, stream_id, receiver_id, group_tag, error_code,
      length) = HEADER.unpack_from(buffer, offset)  # fmt: skip
     if not 0 <= length <= MAX_ERROR_MESSAGE_LENGTH:
-        raise MalformedFrameError(
-            f"ERR frame: error_string_length={length} is not in [0, {MAX_ERROR_MESSAGE_LENGTH}]"
-        )
+        raise MalformedFrameError(f"ERR frame: error_string_length={length} is not in [0, {MAX_ERROR_MESSAGE_LENGTH}]")
     if frame_length != ERROR_HEADER_LENGTH + length:
         raise MalformedFrameError(
             f"ERR frame: frame_length={frame_length} but error_string_length={length} "

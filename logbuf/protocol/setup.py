@@ -114,9 +114,7 @@ class SetupFrame:
 
 def decode(buffer: Buffer, offset: int = 0) -> SetupFrame:
     """The SETUP frame at ``offset``; bytes after it are not looked at."""
-    frame_length, _, _, available = check_common_header(
-        buffer, offset, (HDR_TYPE_SETUP,), NAME, SETUP_HEADER_LENGTH
-    )
+    frame_length, _, _, available = check_common_header(buffer, offset, (HDR_TYPE_SETUP,), NAME, SETUP_HEADER_LENGTH)
     check_frame_length(frame_length, available, NAME, SETUP_HEADER_LENGTH)
     if frame_length != SETUP_HEADER_LENGTH:
         raise MalformedFrameError(f"SETUP frame: frame_length={frame_length}, must be exactly {SETUP_HEADER_LENGTH}")
@@ -140,11 +138,7 @@ def check_values(term_offset: int, term_length: int, mtu_length: int, ttl: int) 
             f"SETUP frame: term_offset={term_offset} is not a multiple of {FRAME_ALIGNMENT} "
             f"in [0, term_length={term_length})"
         )
-    if (
-        mtu_length <= dh.HEADER_LENGTH
-        or mtu_length > dh.MAX_UDP_PAYLOAD_LENGTH
-        or mtu_length % FRAME_ALIGNMENT
-    ):
+    if mtu_length <= dh.HEADER_LENGTH or mtu_length > dh.MAX_UDP_PAYLOAD_LENGTH or mtu_length % FRAME_ALIGNMENT:
         raise MalformedFrameError(
             f"SETUP frame: mtu_length={mtu_length} is not a multiple of {FRAME_ALIGNMENT} "
             f"in ({dh.HEADER_LENGTH}, {dh.MAX_UDP_PAYLOAD_LENGTH}]"

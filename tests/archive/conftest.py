@@ -17,8 +17,20 @@ from logbuf.client import Publication
 from logbuf.logbuffer.publication import OfferResult
 from tests.driver.conftest import DriverProcess, unique_dir
 
-ARCHIVE_DRIVER_ARGS = ["--ipc-term-length", "64k", "--driver-timeout", "2s", "--client-liveness-timeout", "2s",
-                       "--publication-linger-timeout", "1s", "--image-liveness-timeout", "2s", "--dir-delete-on-shutdown", "false"]
+ARCHIVE_DRIVER_ARGS = [
+    "--ipc-term-length",
+    "64k",
+    "--driver-timeout",
+    "2s",
+    "--client-liveness-timeout",
+    "2s",
+    "--publication-linger-timeout",
+    "1s",
+    "--image-liveness-timeout",
+    "2s",
+    "--dir-delete-on-shutdown",
+    "false",
+]
 
 
 def await_(condition: Callable[[], object], timeout_s: float, what: str) -> None:
@@ -59,14 +71,29 @@ class RecorderProcess:
     def log_path(self) -> str:
         return os.path.join(self.archive_dir, f"recorder-{self.stream_id}.log")
 
-    def start(self) -> "RecorderProcess":
+    def start(self) -> RecorderProcess:
         os.makedirs(self.archive_dir, exist_ok=True)
         with open(self.log_path, "ab") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "logbuf.archive.main", "-d", self.archive_dir, "record", "--channel", self.channel,
-                 "--stream-id", str(self.stream_id), "--driver-dir", self.driver_dir, "--segment-length", "128k",
-                 *self.extra],
-                stdout=out, stderr=subprocess.STDOUT,
+                [
+                    sys.executable,
+                    "-m",
+                    "logbuf.archive.main",
+                    "-d",
+                    self.archive_dir,
+                    "record",
+                    "--channel",
+                    self.channel,
+                    "--stream-id",
+                    str(self.stream_id),
+                    "--driver-dir",
+                    self.driver_dir,
+                    "--segment-length",
+                    "128k",
+                    *self.extra,
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
             )
         return self
 

@@ -21,9 +21,9 @@ from logbuf.archive.replay import Replay, ReplayError
 from logbuf.archive.segments import segment_base_position, segment_file_name, segment_files
 from logbuf.archive.verify import verify_recording
 from logbuf.client import Aeron, Context, FragmentAssembler
+from logbuf.conduit.cnc import wait_for_driver
 from logbuf.logbuffer import data_header_descriptor as dh
 from tests.archive.conftest import ARCHIVE_DRIVER_ARGS, RecorderProcess, await_, publish
-from logbuf.conduit.cnc import wait_for_driver
 from tests.driver.conftest import DriverProcess, unique_dir
 
 pytestmark = pytest.mark.slow
@@ -40,8 +40,9 @@ class Published:
 
 def payloads_for(seed: int, count: int, max_length: int = 4000) -> list[bytes]:
     rng = random.Random(seed)
-    return [rng.randbytes(rng.choice((0, 1, 31, 100, 1376, 1377, 3000, rng.randrange(max_length))))
-            for _ in range(count)]
+    return [
+        rng.randbytes(rng.choice((0, 1, 31, 100, 1376, 1377, 3000, rng.randrange(max_length)))) for _ in range(count)
+    ]
 
 
 def recording_of(archive_dir: str, session_id: int) -> RecordingDescriptor | None:
@@ -54,15 +55,26 @@ def recording_of(archive_dir: str, session_id: int) -> RecordingDescriptor | Non
 
 
 def await_stopped(archive_dir: str, session_id: int, timeout_s: float = 15) -> RecordingDescriptor:
-    await_(lambda: (d := recording_of(archive_dir, session_id)) is not None and not d.active, timeout_s,
-           f"the recording of session {session_id} to stop")
+    await_(
+        lambda: (d := recording_of(archive_dir, session_id)) is not None and not d.active,
+        timeout_s,
+        f"the recording of session {session_id} to stop",
+    )
     d = recording_of(archive_dir, session_id)
     assert d is not None
     return d
 
 
-def replay_all(aeron: Aeron, archive_dir: str, recording_id: int, stream_id: int, *, position: int | None = None,
-               length: int | None = None, timeout_s: float = 20) -> list[tuple[bytes, int, int, int]]:
+def replay_all(
+    aeron: Aeron,
+    archive_dir: str,
+    recording_id: int,
+    stream_id: int,
+    *,
+    position: int | None = None,
+    length: int | None = None,
+    timeout_s: float = 20,
+) -> list[tuple[bytes, int, int, int]]:
     """Replay into ``stream_id`` and read it back whole: (payload, reserved value, end position, session id)."""
     got: list[tuple[bytes, int, int, int]] = []
     assembler = FragmentAssembler(lambda buf, h: got.append((bytes(buf), h.reserved_value, h.position, h.session_id)))
@@ -109,31 +121,49 @@ def recorded(recorder: RecorderProcess, aeron: Aeron) -> tuple[RecordingDescript
 
 # -- recording ----------------------------------------------------------------------------------------------
 def test_recording_descriptor_and_segment_files_match_the_stream(
-        recorded: tuple[RecordingDescriptor, Published], recorder: RecorderProcess) -> None:
+    recorded: tuple[RecordingDescriptor, Published], recorder: RecorderProcess
+) -> None:
     d, published = recorded
     assert d.state == RecordingState.VALID and not d.active and not d.interrupted
-    assert (d.channel, d.source_identity, d.stream_id, d.session_id) == ("aeron:ipc", "aeron:ipc", STREAM,
-                                                                         published.session_id)
+    assert (d.channel, d.source_identity, d.stream_id, d.session_id) == (
+        "aeron:ipc",
+        "aeron:ipc",
+        STREAM,
+        published.session_id,
+    )
     assert (d.term_length, d.mtu, d.segment_length) == (64 * 1024, dh.DEFAULT_MTU_LENGTH, 128 * 1024)
     assert d.start_position == 0 and d.stop_position == published.end_positions[-1]
     assert d.start_time_ms <= d.stop_time_ms <= time.time_ns() // 1_000_000
     files = segment_files(recorder.archive_dir, d.recording_id)
-    expected_bases = sorted({segment_base_position(d.start_position, p, d.term_length, d.segment_length)
-                             for p in range(d.start_position, d.stop_position, d.term_length)})
+    expected_bases = sorted(
+        {
+            segment_base_position(d.start_position, p, d.term_length, d.segment_length)
+            for p in range(d.start_position, d.stop_position, d.term_length)
+        }
+    )
     assert [base for base, _ in files] == expected_bases
     assert all(path.name == segment_file_name(d.recording_id, base) for base, path in files)
     # The first message's frame sits at file offset position - base, header and payload as published.
     first = files[0][1].read_bytes()
-    length, version, flags, frame_type, term_offset, session_id, stream_id, term_id, reserved = dh.HEADER.unpack_from(first)
+    length, version, flags, frame_type, term_offset, session_id, stream_id, term_id, reserved = dh.HEADER.unpack_from(
+        first
+    )
     assert (length, flags, frame_type, term_offset, session_id, term_id) == (
-        len(published.payloads[0]) + 32, dh.UNFRAGMENTED, dh.HDR_TYPE_DATA, 0, d.session_id, d.initial_term_id)
+        len(published.payloads[0]) + 32,
+        dh.UNFRAGMENTED,
+        dh.HDR_TYPE_DATA,
+        0,
+        d.session_id,
+        d.initial_term_id,
+    )
     assert reserved == published.reserved[0] and first[32:length] == published.payloads[0]
     result = verify_recording(recorder.archive_dir, d)
     assert result.ok and result.end_position == d.stop_position, result
 
 
 def test_replay_delivers_byte_identical_messages_at_the_original_positions(
-        recorded: tuple[RecordingDescriptor, Published], recorder: RecorderProcess, aeron: Aeron) -> None:
+    recorded: tuple[RecordingDescriptor, Published], recorder: RecorderProcess, aeron: Aeron
+) -> None:
     d, published = recorded
     got = replay_all(aeron, recorder.archive_dir, d.recording_id, 91)
     assert [g[0] for g in got] == published.payloads
@@ -143,18 +173,20 @@ def test_replay_delivers_byte_identical_messages_at_the_original_positions(
 
 
 def test_bounded_replay_from_a_middle_position_delivers_exactly_that_range(
-        recorded: tuple[RecordingDescriptor, Published], recorder: RecorderProcess, aeron: Aeron) -> None:
+    recorded: tuple[RecordingDescriptor, Published], recorder: RecorderProcess, aeron: Aeron
+) -> None:
     d, published = recorded
     first, last = 700, 1300
     start = published.end_positions[first - 1]
     length = published.end_positions[last] - start
     got = replay_all(aeron, recorder.archive_dir, d.recording_id, 92, position=start, length=length)
-    assert [g[0] for g in got] == published.payloads[first:last + 1]
-    assert [g[2] for g in got] == published.end_positions[first:last + 1]
+    assert [g[0] for g in got] == published.payloads[first : last + 1]
+    assert [g[2] for g in got] == published.end_positions[first : last + 1]
 
 
 def test_replay_rejects_bad_positions_naming_the_problem(
-        recorded: tuple[RecordingDescriptor, Published], recorder: RecorderProcess, aeron: Aeron) -> None:
+    recorded: tuple[RecordingDescriptor, Published], recorder: RecorderProcess, aeron: Aeron
+) -> None:
     d, published = recorded
     k = next(i for i, payload in enumerate(published.payloads) if i and len(payload) > 32)
     inside_a_frame = published.end_positions[k - 1] + 32  # 32 bytes into message k
@@ -178,8 +210,13 @@ def test_replay_follows_a_recording_that_is_still_active(recorder: RecorderProce
     await_(lambda: pub.is_connected, 10, "the recorder to subscribe")
     before, after = payloads_for(2, 300), payloads_for(3, 300)
     publish(pub, before)
-    await_(lambda: (r := recording_of(recorder.archive_dir, pub.session_id)) is not None
-           and r.stop_position == pub.position, 10, "the recording to catch up")
+    await_(
+        lambda: (
+            (r := recording_of(recorder.archive_dir, pub.session_id)) is not None and r.stop_position == pub.position
+        ),
+        10,
+        "the recording to catch up",
+    )
     d = recording_of(recorder.archive_dir, pub.session_id)
     assert d is not None and d.active and d.stop_time_ms == -1
     got: list[bytes] = []
@@ -203,12 +240,17 @@ def test_replay_follows_a_recording_that_is_still_active(recorder: RecorderProce
 
 # -- CLI ------------------------------------------------------------------------------------------------------
 def run_cli(archive_dir: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "logbuf.archive.main", "-d", archive_dir, "--log-level", "warning", *args],
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "logbuf.archive.main", "-d", archive_dir, "--log-level", "warning", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_cli_list_describe_and_dump_show_the_recording(
-        recorded: tuple[RecordingDescriptor, Published], recorder: RecorderProcess) -> None:
+    recorded: tuple[RecordingDescriptor, Published], recorder: RecorderProcess
+) -> None:
     d, published = recorded
     out = run_cli(recorder.archive_dir, "list", "--json")
     assert out.returncode == 0, out.stderr
@@ -236,7 +278,8 @@ def copy_archive(src: str, dst: str) -> str:
 
 
 def test_verify_reports_a_truncated_segment_and_a_corrupted_frame_at_their_positions(
-        recorded: tuple[RecordingDescriptor, Published], recorder: RecorderProcess, tmp_path: Any) -> None:
+    recorded: tuple[RecordingDescriptor, Published], recorder: RecorderProcess, tmp_path: Any
+) -> None:
     d, published = recorded
     archive = copy_archive(recorder.archive_dir, str(tmp_path / "a"))
     assert run_cli(archive, "verify", str(d.recording_id)).returncode == 0
@@ -275,8 +318,8 @@ def test_verify_reports_a_truncated_segment_and_a_corrupted_frame_at_their_posit
 
 
 def test_retention_drops_whole_old_segments_and_delete_removes_the_recording(
-        recorded: tuple[RecordingDescriptor, Published], recorder: RecorderProcess, tmp_path: Any,
-        aeron: Aeron) -> None:
+    recorded: tuple[RecordingDescriptor, Published], recorder: RecorderProcess, tmp_path: Any, aeron: Aeron
+) -> None:
     d, published = recorded
     archive = copy_archive(recorder.archive_dir, str(tmp_path / "a"))
     rid = str(d.recording_id)
@@ -315,7 +358,8 @@ def test_retention_drops_whole_old_segments_and_delete_removes_the_recording(
 
 # -- failures -------------------------------------------------------------------------------------------------
 def test_recorder_killed_mid_stream_leaves_an_interrupted_recording_with_its_valid_prefix(
-        archive_driver: DriverProcess, aeron: Aeron, tmp_path: Any) -> None:
+    archive_driver: DriverProcess, aeron: Aeron, tmp_path: Any
+) -> None:
     archive = str(tmp_path / "killed")
     r = RecorderProcess(archive, archive_driver.dir, "aeron:ipc", 12).start()
     pub = aeron.add_publication("aeron:ipc", 12)
@@ -323,7 +367,7 @@ def test_recorder_killed_mid_stream_leaves_an_interrupted_recording_with_its_val
         await_(lambda: pub.is_connected, 20, "the recorder to subscribe")
         payloads, ends = payloads_for(4, 4000), []
         for i in range(0, len(payloads), 50):
-            ends += publish(pub, payloads[i:i + 50])[1]
+            ends += publish(pub, payloads[i : i + 50])[1]
             d = recording_of(archive, pub.session_id)
             if d is not None and d.stop_position > 300_000:
                 break
@@ -354,7 +398,8 @@ def free_port() -> int:
 
 
 def test_a_udp_image_is_recorded_and_replays_identically(
-        archive_driver: DriverProcess, aeron: Aeron, tmp_path: Any) -> None:
+    archive_driver: DriverProcess, aeron: Aeron, tmp_path: Any
+) -> None:
     channel = f"aeron:udp?endpoint=127.0.0.1:{free_port()}|term-length=64k"
     archive = str(tmp_path / "udp")
     r = RecorderProcess(archive, archive_driver.dir, channel, 13).start()
@@ -377,8 +422,11 @@ def test_a_udp_image_is_recorded_and_replays_identically(
 def restart_driver(directory: str, args: list[str]) -> DriverProcess:
     """A new driver taking over ``directory`` (its predecessor's heartbeat is stale by now)."""
     driver = DriverProcess(directory, args)
-    driver.proc = subprocess.Popen([sys.executable, "-m", "logbuf.driver.main", "--dir", directory, *args],
-                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    driver.proc = subprocess.Popen(
+        [sys.executable, "-m", "logbuf.driver.main", "--dir", directory, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     wait_for_driver(directory, timeout_s=20, heartbeat_timeout_ms=300)  # the new one's heartbeat, not the old
     return driver
 
@@ -395,8 +443,11 @@ def test_recording_survives_a_driver_restart(tmp_path: Any) -> None:
             first = payloads_for(6, 300)
             _, ends = publish(pub, first)
             session_id = pub.session_id
-            await_(lambda: (x := recording_of(archive, session_id)) is not None and x.stop_position == ends[-1],
-                   10, "the recording to catch up")
+            await_(
+                lambda: (x := recording_of(archive, session_id)) is not None and x.stop_position == ends[-1],
+                10,
+                "the recording to catch up",
+            )
             driver.kill()
             d = await_stopped(archive, session_id, timeout_s=10)  # the recorder saw the driver go
         assert not d.interrupted and d.stop_position == ends[-1] and verify_recording(archive, d).ok
@@ -419,16 +470,38 @@ def test_recording_survives_a_driver_restart(tmp_path: Any) -> None:
     assert status == 0, r.output()
 
 
-def test_cli_replay_serves_a_subscriber(recorded: tuple[RecordingDescriptor, Published], recorder: RecorderProcess,
-                                        aeron: Aeron, archive_driver: DriverProcess) -> None:
+def test_cli_replay_serves_a_subscriber(
+    recorded: tuple[RecordingDescriptor, Published],
+    recorder: RecorderProcess,
+    aeron: Aeron,
+    archive_driver: DriverProcess,
+) -> None:
     d, published = recorded
     got: list[bytes] = []
     assembler = FragmentAssembler(lambda buf, h: got.append(bytes(buf)))
     with aeron.add_subscription("aeron:ipc", 90) as sub:
-        proc = subprocess.Popen([sys.executable, "-m", "logbuf.archive.main", "-d", recorder.archive_dir, "--log-level",
-                                 "warning", "replay", str(d.recording_id), "--stream-id", "90", "--driver-dir",
-                                 archive_driver.dir, "--position", str(published.end_positions[1499])],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "logbuf.archive.main",
+                "-d",
+                recorder.archive_dir,
+                "--log-level",
+                "warning",
+                "replay",
+                str(d.recording_id),
+                "--stream-id",
+                "90",
+                "--driver-dir",
+                archive_driver.dir,
+                "--position",
+                str(published.end_positions[1499]),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         deadline = time.monotonic() + 20
         while len(got) < 500:
             sub.poll(assembler, 256)
@@ -440,19 +513,37 @@ def test_cli_replay_serves_a_subscriber(recorded: tuple[RecordingDescriptor, Pub
 
 
 def test_a_recording_that_cannot_write_stops_interrupted_and_no_longer_holds_the_publisher(
-        archive_driver: DriverProcess, aeron: Aeron, tmp_path: Any) -> None:
+    archive_driver: DriverProcess, aeron: Aeron, tmp_path: Any
+) -> None:
     archive = str(tmp_path / "full")
     Catalog.open_writable(archive).close()  # the catalog exists; segment files cannot grow past 256 KiB
     # The recorder with a 256 KiB file-size limit (SIGXFSZ ignored: writes fail with EFBIG instead).
-    launcher = ("import resource, runpy, signal, sys; signal.signal(signal.SIGXFSZ, signal.SIG_IGN); "
-                "resource.setrlimit(resource.RLIMIT_FSIZE, (256 * 1024, 256 * 1024)); "
-                "sys.argv = ['logbuf-archive', *sys.argv[1:]]; runpy.run_module('logbuf.archive.main', run_name='__main__')")
+    launcher = (
+        "import resource, runpy, signal, sys; signal.signal(signal.SIGXFSZ, signal.SIG_IGN); "
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (256 * 1024, 256 * 1024)); "
+        "sys.argv = ['logbuf-archive', *sys.argv[1:]]; runpy.run_module('logbuf.archive.main', run_name='__main__')"
+    )
     r = RecorderProcess(archive, archive_driver.dir, "aeron:ipc", 15)
     with open(r.log_path, "ab") as out:
         r.proc = subprocess.Popen(
-            [sys.executable, "-c", launcher, "-d", archive, "record", "--channel", "aeron:ipc", "--stream-id", "15",
-             "--driver-dir", archive_driver.dir, "--segment-length", "512k"],
-            stdout=out, stderr=subprocess.STDOUT,
+            [
+                sys.executable,
+                "-c",
+                launcher,
+                "-d",
+                archive,
+                "record",
+                "--channel",
+                "aeron:ipc",
+                "--stream-id",
+                "15",
+                "--driver-dir",
+                archive_driver.dir,
+                "--segment-length",
+                "512k",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
         )
     try:
         pub = aeron.add_publication("aeron:ipc", 15)

@@ -13,7 +13,13 @@ import pytest
 
 from logbuf.archive import catalog_descriptor as cat
 from logbuf.archive.catalog import Catalog, CatalogError, RecordingState, UnknownRecordingError
-from logbuf.archive.segments import SegmentReader, check_segment_length, segment_base_position, segment_file_name, segment_files
+from logbuf.archive.segments import (
+    SegmentReader,
+    check_segment_length,
+    segment_base_position,
+    segment_file_name,
+    segment_files,
+)
 from logbuf.archive.verify import scan_valid_prefix, verify_recording
 from logbuf.logbuffer import data_header_descriptor as dh
 from tests.test_protocol_spec import tables
@@ -26,9 +32,19 @@ START = 64
 
 
 def add(catalog: Catalog, *, pid: int | None = None, start: int = START, channel: str = "aeron:ipc") -> int:
-    return catalog.add_recording(channel=channel, source_identity="127.0.0.1:4000", stream_id=STREAM,
-                                 session_id=SESSION, initial_term_id=INITIAL_TERM_ID, term_length=TERM, mtu=1408,
-                                 segment_length=SEGMENT, start_position=start, start_time_ms=1_000, pid=pid)
+    return catalog.add_recording(
+        channel=channel,
+        source_identity="127.0.0.1:4000",
+        stream_id=STREAM,
+        session_id=SESSION,
+        initial_term_id=INITIAL_TERM_ID,
+        term_length=TERM,
+        mtu=1408,
+        segment_length=SEGMENT,
+        start_position=start,
+        start_time_ms=1_000,
+        pid=pid,
+    )
 
 
 def dead_pid() -> int:
@@ -39,8 +55,17 @@ def dead_pid() -> int:
 
 def frame(position: int, payload: bytes, *, frame_type: int = dh.HDR_TYPE_DATA, length: int | None = None) -> bytes:
     term_id = INITIAL_TERM_ID + position // TERM
-    header = dh.HEADER.pack(32 + len(payload) if length is None else length, 0, dh.UNFRAGMENTED, frame_type,
-                            position % TERM, SESSION, STREAM, term_id, position)
+    header = dh.HEADER.pack(
+        32 + len(payload) if length is None else length,
+        0,
+        dh.UNFRAGMENTED,
+        frame_type,
+        position % TERM,
+        SESSION,
+        STREAM,
+        term_id,
+        position,
+    )
     return header + payload
 
 
@@ -64,7 +89,7 @@ def write_recording(archive: pathlib.Path, recording_id: int, count: int) -> lis
 def _put(blobs: dict[int, bytearray], position: int, data: bytes) -> None:
     base = segment_base_position(START, position, TERM, SEGMENT)
     blob = blobs.setdefault(base, bytearray(SEGMENT))
-    blob[position - base:position - base + len(data)] = data
+    blob[position - base : position - base + len(data)] = data
 
 
 # -- catalog -------------------------------------------------------------------------------------------
@@ -149,17 +174,21 @@ def test_a_dead_recorder_is_reported_interrupted_and_recovery_keeps_the_valid_pr
 
 
 # -- segments --------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("start, position, term, segment, expected", [
-    (0, 0, TERM, SEGMENT, 0),
-    (0, SEGMENT - 32, TERM, SEGMENT, 0),
-    (0, SEGMENT, TERM, SEGMENT, SEGMENT),
-    (TERM + 4096, TERM + 4096, TERM, SEGMENT, TERM),  # the grid starts at the start's term
-    (TERM + 4096, TERM + SEGMENT, TERM, SEGMENT, TERM + SEGMENT),
-    (TERM + 4096, TERM + SEGMENT - 32, TERM, SEGMENT, TERM),
-    (5 * TERM, 9 * TERM, TERM, TERM, 9 * TERM),
-])
-def test_segment_base_position_follows_aerons_grid(start: int, position: int, term: int, segment: int,
-                                                   expected: int) -> None:
+@pytest.mark.parametrize(
+    "start, position, term, segment, expected",
+    [
+        (0, 0, TERM, SEGMENT, 0),
+        (0, SEGMENT - 32, TERM, SEGMENT, 0),
+        (0, SEGMENT, TERM, SEGMENT, SEGMENT),
+        (TERM + 4096, TERM + 4096, TERM, SEGMENT, TERM),  # the grid starts at the start's term
+        (TERM + 4096, TERM + SEGMENT, TERM, SEGMENT, TERM + SEGMENT),
+        (TERM + 4096, TERM + SEGMENT - 32, TERM, SEGMENT, TERM),
+        (5 * TERM, 9 * TERM, TERM, TERM, 9 * TERM),
+    ],
+)
+def test_segment_base_position_follows_aerons_grid(
+    start: int, position: int, term: int, segment: int, expected: int
+) -> None:
     assert segment_base_position(start, position, term, segment) == expected
 
 
@@ -167,7 +196,10 @@ def test_segment_files_are_found_by_name_and_sorted(tmp_path: pathlib.Path) -> N
     for name in ("3-262144.rec", "3-0.rec", "3-131072.rec", "31-0.rec", "3-x.rec", "3-0.rec.tmp"):
         (tmp_path / name).write_bytes(b"")
     assert [(b, p.name) for b, p in segment_files(tmp_path, 3)] == [
-        (0, "3-0.rec"), (131072, "3-131072.rec"), (262144, "3-262144.rec")]
+        (0, "3-0.rec"),
+        (131072, "3-131072.rec"),
+        (262144, "3-262144.rec"),
+    ]
     assert segment_file_name(3, 131072) == "3-131072.rec"
     with pytest.raises(ValueError, match="segment_length=100000 must be a power of two"):
         check_segment_length(100_000)
@@ -176,15 +208,18 @@ def test_segment_files_are_found_by_name_and_sorted(tmp_path: pathlib.Path) -> N
 
 
 # -- verify ------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("field_offset, value, reason", [
-    (dh.TERM_OFFSET_FIELD_OFFSET, 96, "term offset field 96 does not match"),
-    (dh.SESSION_ID_FIELD_OFFSET, 8, "session id 8 is not the recording's 7"),
-    (dh.STREAM_ID_FIELD_OFFSET, 4, "stream id 4 is not the recording's 3"),
-    (dh.FRAME_LENGTH_FIELD_OFFSET, 5000, "frame length 5000 exceeds the recording's MTU 1408"),
-    (dh.FRAME_LENGTH_FIELD_OFFSET, 0, "no frame here"),
-    (dh.FRAME_LENGTH_FIELD_OFFSET, 20, "frame length 20 is shorter than the 32-byte header"),
-    (dh.TYPE_FIELD_OFFSET, 7, "frame type 0x7 is neither DATA"),
-])
+@pytest.mark.parametrize(
+    "field_offset, value, reason",
+    [
+        (dh.TERM_OFFSET_FIELD_OFFSET, 96, "term offset field 96 does not match"),
+        (dh.SESSION_ID_FIELD_OFFSET, 8, "session id 8 is not the recording's 7"),
+        (dh.STREAM_ID_FIELD_OFFSET, 4, "stream id 4 is not the recording's 3"),
+        (dh.FRAME_LENGTH_FIELD_OFFSET, 5000, "frame length 5000 exceeds the recording's MTU 1408"),
+        (dh.FRAME_LENGTH_FIELD_OFFSET, 0, "no frame here"),
+        (dh.FRAME_LENGTH_FIELD_OFFSET, 20, "frame length 20 is shorter than the 32-byte header"),
+        (dh.TYPE_FIELD_OFFSET, 7, "frame type 0x7 is neither DATA"),
+    ],
+)
 def test_verify_names_the_first_bad_frame(tmp_path: pathlib.Path, field_offset: int, value: int, reason: str) -> None:
     ends = write_recording(tmp_path, 0, 300)
     with Catalog.open_writable(tmp_path) as writer:

@@ -39,8 +39,9 @@ def publisher(directory: str, stream_id: int, count: int, size: int, timeout_s: 
         return {"published": count, "back_pressured": back_pressured, "position": pub.position}
 
 
-def subscriber(directory: str, stream_id: int, count: int, delay_every: int, delay_s: float,
-               timeout_s: float) -> dict[str, int]:
+def subscriber(
+    directory: str, stream_id: int, count: int, delay_every: int, delay_s: float, timeout_s: float
+) -> dict[str, int]:
     """Receive ``count`` messages in order; sleep ``delay_s`` every ``delay_every`` messages (a slow consumer)."""
     expected = 0
     errors = 0

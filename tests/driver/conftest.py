@@ -3,20 +3,17 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import pytest
 
-from logbuf.conduit.cnc import wait_for_driver
-from logbuf.conduit.cnc import CncFile
+from logbuf.conduit.cnc import CncFile, wait_for_driver
 from logbuf.conduit.error_log import read_error_log
 
 
@@ -27,10 +24,11 @@ class DriverProcess:
     proc: subprocess.Popen[bytes] | None = None
     expected_errors: list[str] = field(default_factory=list)
 
-    def start(self, timeout_s: float = 20.0) -> "DriverProcess":
+    def start(self, timeout_s: float = 20.0) -> DriverProcess:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "logbuf.driver.main", "--dir", self.dir, *self.args],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
         )
         try:
             wait_for_driver(self.dir, timeout_s=timeout_s, heartbeat_timeout_ms=5_000)
@@ -69,7 +67,9 @@ class DriverProcess:
     def stat_json(self) -> dict:  # type: ignore[type-arg]
         out = subprocess.run(
             [sys.executable, "-m", "logbuf.client.stat", "--dir", self.dir, "--once", "--json"],
-            capture_output=True, timeout=30, check=True,
+            capture_output=True,
+            timeout=30,
+            check=True,
         ).stdout
         return json.loads(out)  # type: ignore[no-any-return]
 
@@ -81,8 +81,18 @@ def unique_dir() -> str:
 @pytest.fixture
 def driver_args() -> list[str]:
     """Override in a test module for other settings."""
-    return ["--ipc-term-length", "1m", "--driver-timeout", "3s", "--client-liveness-timeout", "2s",
-            "--publication-linger-timeout", "1s", "--dir-delete-on-shutdown", "false"]
+    return [
+        "--ipc-term-length",
+        "1m",
+        "--driver-timeout",
+        "3s",
+        "--client-liveness-timeout",
+        "2s",
+        "--publication-linger-timeout",
+        "1s",
+        "--dir-delete-on-shutdown",
+        "false",
+    ]
 
 
 @pytest.fixture

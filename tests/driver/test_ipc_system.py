@@ -15,7 +15,6 @@ from logbuf.client import Aeron, Context, DriverTimeoutError, OfferResult, Regis
 from logbuf.conduit.cnc import CncFile
 from logbuf.conduit.command_descriptor import ErrorCode
 from logbuf.conduit.ring_buffer import ManyToOneRingBuffer
-
 from tests.driver.conftest import DriverProcess, unique_dir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -24,7 +23,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 def spawn(role: str, **args: object) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "tests.driver._children", role, json.dumps(args)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
     )
 
 
@@ -32,7 +34,9 @@ def wait_ready(proc: subprocess.Popen[str], timeout_s: float = 20.0) -> None:
     assert proc.stdout is not None
     start = time.monotonic()
     line = proc.stdout.readline()  # children print "ready" once subscribed
-    assert line.strip() == "ready", f"child not ready after {time.monotonic() - start:.1f} s: {line!r} {proc.stderr.read() if proc.poll() is not None else ''}"
+    assert line.strip() == "ready", (
+        f"child not ready after {time.monotonic() - start:.1f} s: {line!r} {proc.stderr.read() if proc.poll() is not None else ''}"
+    )
 
 
 def result_of(proc: subprocess.Popen[str], timeout_s: float) -> dict[str, int]:
@@ -66,18 +70,38 @@ def test_three_subscribers_at_different_speeds_lose_nothing_and_the_slowest_back
 ) -> None:
     count, stream_id = 60_000, 1001
     subs = [
-        spawn("subscriber", directory=media_driver.dir, stream_id=stream_id, count=count, delay_every=0,
-              delay_s=0.0, timeout_s=90),
-        spawn("subscriber", directory=media_driver.dir, stream_id=stream_id, count=count, delay_every=2_000,
-              delay_s=0.002, timeout_s=90),
-        spawn("subscriber", directory=media_driver.dir, stream_id=stream_id, count=count, delay_every=500,
-              delay_s=0.02, timeout_s=90),
+        spawn(
+            "subscriber",
+            directory=media_driver.dir,
+            stream_id=stream_id,
+            count=count,
+            delay_every=0,
+            delay_s=0.0,
+            timeout_s=90,
+        ),
+        spawn(
+            "subscriber",
+            directory=media_driver.dir,
+            stream_id=stream_id,
+            count=count,
+            delay_every=2_000,
+            delay_s=0.002,
+            timeout_s=90,
+        ),
+        spawn(
+            "subscriber",
+            directory=media_driver.dir,
+            stream_id=stream_id,
+            count=count,
+            delay_every=500,
+            delay_s=0.02,
+            timeout_s=90,
+        ),
     ]
     try:
         for sub in subs:
             wait_ready(sub)
-        pub = spawn("publisher", directory=media_driver.dir, stream_id=stream_id, count=count, size=100,
-                    timeout_s=90)
+        pub = spawn("publisher", directory=media_driver.dir, stream_id=stream_id, count=count, size=100, timeout_s=90)
         # While running, the stat tool sees the slowest subscriber lagging behind the publisher.
         lags: list[int] = []
         deadline = time.monotonic() + 30
@@ -109,8 +133,12 @@ def test_publication_and_subscription_round_trip(aeron: Aeron) -> None:
     for i in range(100):
         while pub.offer(b"msg-%d" % i) < 0:
             pass
-    await_condition(lambda: sub.poll(lambda b, h: received.append(bytes(b)), 100) == 0 and len(received) == 100
-                    or len(received) == 100, what="100 messages")
+    await_condition(
+        lambda: (
+            sub.poll(lambda b, h: received.append(bytes(b)), 100) == 0 and len(received) == 100 or len(received) == 100
+        ),
+        what="100 messages",
+    )
     assert received == [b"msg-%d" % i for i in range(100)]
     assert pub.position_limit > pub.position
 
@@ -154,8 +182,11 @@ def test_bad_channels_are_rejected_with_registration_errors(aeron: Aeron, media_
         assert info.value.error_code == ErrorCode.INVALID_CHANNEL
     with pytest.raises(RegistrationError, match="UNKNOWN_PUBLICATION"):
         aeron._conductor._await(  # remove a publication the driver never heard of
-            corr := aeron._conductor.to_driver.next_correlation_id(), 0x02,
-            __import__("logbuf.conduit.command_descriptor", fromlist=["x"]).RemoveCommand(aeron.client_id, corr, 424242).encode(),
+            corr := aeron._conductor.to_driver.next_correlation_id(),
+            0x02,
+            __import__("logbuf.conduit.command_descriptor", fromlist=["x"])
+            .RemoveCommand(aeron.client_id, corr, 424242)
+            .encode(),
         )
     # The driver keeps serving.
     pub = aeron.add_publication("aeron:ipc", 11)
@@ -213,8 +244,9 @@ def test_killed_client_is_timed_out_and_its_resources_reclaimed(aeron: Aeron, me
 
 def test_killed_driver_raises_driver_timeout_and_a_new_driver_takes_over() -> None:
     directory = unique_dir()
-    first = DriverProcess(directory, ["--driver-timeout", "2s", "--dir-delete-on-shutdown", "false",
-                                      "--ipc-term-length", "1m"]).start()
+    first = DriverProcess(
+        directory, ["--driver-timeout", "2s", "--dir-delete-on-shutdown", "false", "--ipc-term-length", "1m"]
+    ).start()
     try:
         client = Aeron.connect(Context(dir=directory, driver_timeout_ms=2_000))
         pub = client.add_publication("aeron:ipc", 5)
@@ -231,8 +263,12 @@ def test_killed_driver_raises_driver_timeout_and_a_new_driver_takes_over() -> No
         # a live driver in the same directory is refused; the stale one is taken over
         second = DriverProcess(directory, ["--driver-timeout", "2s", "--ipc-term-length", "1m"]).start()
         try:
-            third = subprocess.run([sys.executable, "-m", "logbuf.driver.main", "--dir", directory],
-                                   capture_output=True, text=True, timeout=30)
+            third = subprocess.run(
+                [sys.executable, "-m", "logbuf.driver.main", "--dir", directory],
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
             assert third.returncode != 0
             assert "active media driver" in third.stderr + third.stdout
             with Aeron.connect(Context(dir=directory, driver_timeout_ms=2_000)) as again:
@@ -260,9 +296,21 @@ def test_a_client_in_a_program_that_did_not_configure_logging_prints_nothing(med
     assert done.stdout == b"" and done.stderr == b""
 
 
-@pytest.mark.parametrize("driver_args", [["--ipc-term-length", "1m", "--client-liveness-timeout", "2s",
-                                          "--publication-unblock-timeout", "1s", "--dir-delete-on-shutdown",
-                                          "false"]])
+@pytest.mark.parametrize(
+    "driver_args",
+    [
+        [
+            "--ipc-term-length",
+            "1m",
+            "--client-liveness-timeout",
+            "2s",
+            "--publication-unblock-timeout",
+            "1s",
+            "--dir-delete-on-shutdown",
+            "false",
+        ]
+    ],
+)
 def test_a_publisher_killed_mid_claim_is_unblocked_and_the_stream_goes_on(media_driver: DriverProcess) -> None:
     program = (
         "import sys, time\n"

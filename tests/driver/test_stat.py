@@ -14,15 +14,15 @@ import urllib.request
 from logbuf.client import Aeron, Context, OfferResult
 from logbuf.client.stat import StatReader
 from logbuf.logbuffer import data_header_descriptor as dh
-
 from tests.driver.conftest import DriverProcess, unique_dir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _stat(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "logbuf.client.stat", *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, "-m", "logbuf.client.stat", *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT
+    )
 
 
 def _publish(pub, count: int, size: int) -> None:  # type: ignore[no-untyped-def]
@@ -89,9 +89,24 @@ def test_once_json_prometheus_and_live_view(media_driver: DriverProcess) -> None
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
-        server = subprocess.Popen([sys.executable, "-m", "logbuf.client.stat", "--dir", media_driver.dir, "--json",
-                                   "--prometheus", str(port), "--duration", "20"], cwd=ROOT,
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        server = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "logbuf.client.stat",
+                "--dir",
+                media_driver.dir,
+                "--json",
+                "--prometheus",
+                str(port),
+                "--duration",
+                "20",
+            ],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         try:
             body = ""
             deadline = time.monotonic() + 15
@@ -102,11 +117,12 @@ def test_once_json_prometheus_and_live_view(media_driver: DriverProcess) -> None
                 except OSError:
                     time.sleep(0.1)
             lines = body.splitlines()
-            assert "logbuf_driver_alive{dir=\"%s\"} 1.0" % media_driver.dir in lines
+            assert f'logbuf_driver_alive{{dir="{media_driver.dir}"}} 1.0' in lines
             [lag] = [line for line in lines if line.startswith("logbuf_subscriber_lag_bytes{")]
             assert 'stream_id="32"' in lag and lag.endswith(" 960.0")
-            assert any(line.startswith('logbuf_system_counter{id="') and 'label="Active clients"' in line
-                       for line in lines)
+            assert any(
+                line.startswith('logbuf_system_counter{id="') and 'label="Active clients"' in line for line in lines
+            )
         finally:
             server.kill()
             server.communicate(timeout=10)

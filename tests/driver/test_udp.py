@@ -19,7 +19,6 @@ import pytest
 from logbuf.client import Aeron, Context, FragmentAssembler, OfferResult
 from logbuf.protocol import DataFrame, SetupFrame, StatusMessageFrame, encode_datagram
 from logbuf.protocol import rttm as rttm_codec
-
 from tests.driver.conftest import DriverProcess, unique_dir
 
 BASE_ARGS = ["--dir-delete-on-shutdown", "false", "--term-length", "1m", "--image-liveness-timeout", "2s"]
@@ -34,7 +33,10 @@ def free_port() -> int:
 @pytest.fixture
 def drivers(request: pytest.FixtureRequest) -> Iterator[tuple[DriverProcess, DriverProcess]]:
     extra: list[str] = getattr(request, "param", [])
-    pair = (DriverProcess(unique_dir(), BASE_ARGS + extra).start(), DriverProcess(unique_dir(), BASE_ARGS + extra).start())
+    pair = (
+        DriverProcess(unique_dir(), BASE_ARGS + extra).start(),
+        DriverProcess(unique_dir(), BASE_ARGS + extra).start(),
+    )
     try:
         yield pair
         for d in pair:
@@ -48,8 +50,12 @@ def drivers(request: pytest.FixtureRequest) -> Iterator[tuple[DriverProcess, Dri
 
 
 def counters(driver: DriverProcess) -> dict[str, int]:
-    out = subprocess.run([sys.executable, "-m", "logbuf.client.stat", "--dir", driver.dir, "--once", "--json", "--interval",
-                          "0.05"], capture_output=True, timeout=30, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "logbuf.client.stat", "--dir", driver.dir, "--once", "--json", "--interval", "0.05"],
+        capture_output=True,
+        timeout=30,
+        check=True,
+    ).stdout
     return {c["label"]: c["value"] for c in json.loads(out)["counters"] if c["type_id"] == 0}
 
 
@@ -68,6 +74,7 @@ def stream(pub: Any, subs: list[Any], count: int, timeout_s: float) -> list[list
             data = bytes(buffer)
             assert zlib.crc32(data[:-4]) == struct.unpack("<I", data[-4:])[0], "corrupt message"
             received[i].append(struct.unpack_from("<q", data)[0])
+
         return FragmentAssembler(on_message)
 
     assemblers = [handler_for(i) for i in range(len(subs))]
@@ -109,13 +116,25 @@ def test_messages_cross_to_two_subscribers_and_a_spy_in_order(drivers: tuple[Dri
         assert subs[0].images[0].source_identity.startswith("127.0.0.1:")
         got = stream(pub, [*subs, spy], 20_000, 90)
         assert got == [list(range(20_000))] * 3
-        seen = json.loads(subprocess.run([sys.executable, "-m", "logbuf.client.stat", "--dir", b.dir, "--once", "--json",
-                                          "--interval", "0.05"], capture_output=True, timeout=30, check=True).stdout)
+        seen = json.loads(
+            subprocess.run(
+                [sys.executable, "-m", "logbuf.client.stat", "--dir", b.dir, "--once", "--json", "--interval", "0.05"],
+                capture_output=True,
+                timeout=30,
+                check=True,
+            ).stdout
+        )
         [image] = [s for s in seen["streams"] if s["stream_id"] == 10]
         assert image["kind"] == "image" and len(image["subscribers"]) == 2
         assert image["receiver_hwm"] == image["publisher_position"] == subs[0].images[0].position
-        seen = json.loads(subprocess.run([sys.executable, "-m", "logbuf.client.stat", "--dir", a.dir, "--once", "--json",
-                                          "--interval", "0.05"], capture_output=True, timeout=30, check=True).stdout)
+        seen = json.loads(
+            subprocess.run(
+                [sys.executable, "-m", "logbuf.client.stat", "--dir", a.dir, "--once", "--json", "--interval", "0.05"],
+                capture_output=True,
+                timeout=30,
+                check=True,
+            ).stdout
+        )
         [publication] = [s for s in seen["streams"] if s["stream_id"] == 10]
         assert publication["sender_position"] == publication["publisher_position"] == pub.position
     sent, received = counters(a), counters(b)
@@ -124,9 +143,24 @@ def test_messages_cross_to_two_subscribers_and_a_spy_in_order(drivers: tuple[Dri
     assert sent["Bytes sent"] > 20_000 * 1500
 
 
-@pytest.mark.parametrize("drivers", [["--udp-drop-rate", "0.02", "--udp-duplicate-rate", "0.02",
-                                      "--udp-reorder-rate", "0.02", "--udp-fault-seed", "11",
-                                      "--initial-window-length", "512k"]], indirect=True)
+@pytest.mark.parametrize(
+    "drivers",
+    [
+        [
+            "--udp-drop-rate",
+            "0.02",
+            "--udp-duplicate-rate",
+            "0.02",
+            "--udp-reorder-rate",
+            "0.02",
+            "--udp-fault-seed",
+            "11",
+            "--initial-window-length",
+            "512k",
+        ]
+    ],
+    indirect=True,
+)
 def test_loss_duplication_and_reordering_are_repaired(drivers: tuple[DriverProcess, DriverProcess]) -> None:
     a, b = drivers
     sender, receiver, channel = connect(a, b, 11)
@@ -140,7 +174,9 @@ def test_loss_duplication_and_reordering_are_repaired(drivers: tuple[DriverProce
     assert received["NAKs sent"] > 0 and sent["NAKs received"] > 0 and sent["Retransmits sent"] > 0
 
 
-def test_garbage_is_counted_and_dropped_while_the_stream_carries_on(drivers: tuple[DriverProcess, DriverProcess]) -> None:
+def test_garbage_is_counted_and_dropped_while_the_stream_carries_on(
+    drivers: tuple[DriverProcess, DriverProcess],
+) -> None:
     a, b = drivers
     sender, receiver, channel = connect(a, b, 12)
     port = int(channel.rsplit(":", 1)[1])
@@ -149,9 +185,17 @@ def test_garbage_is_counted_and_dropped_while_the_stream_carries_on(drivers: tup
         pub = sender.add_publication(channel, 12)
         await_(lambda: pub.is_connected and bool(sub.images), 10, "connection")
         valid = encode_datagram([DataFrame(0, 5, 12, 0, b"x" * 100)])
-        garbage = [b"", b"\x01", bytes(7), b"\xff" * 64, valid[:40], valid[:4] + b"\x01" + valid[5:],
-                   b"\x00\x01\x00\x00" + valid[4:], SetupFrame(0, 5, 12, 0, 0, 1000, 1408).encode(),
-                   StatusMessageFrame(5, 12, 0, 0, 0, 1).encode() + b"trailing"]
+        garbage = [
+            b"",
+            b"\x01",
+            bytes(7),
+            b"\xff" * 64,
+            valid[:40],
+            valid[:4] + b"\x01" + valid[5:],
+            b"\x00\x01\x00\x00" + valid[4:],
+            SetupFrame(0, 5, 12, 0, 0, 1000, 1408).encode(),
+            StatusMessageFrame(5, 12, 0, 0, 0, 1).encode() + b"trailing",
+        ]
         for datagram in garbage:
             raw.sendto(datagram, ("127.0.0.1", port))
         got = stream(pub, [sub], 2_000, 60)
@@ -218,16 +262,20 @@ def test_a_publication_sends_from_its_interface_address(drivers: tuple[DriverPro
         other.close()
 
 
-@pytest.mark.parametrize("channel_suffix, problem", [
-    ("|interface=10.254.253.0/24", "no local interface address in 10.254.253.0/24"),
-    ("|interface=127.0.0.1:99999", "interface='127.0.0.1:99999' has a port outside 0..65535"),
-    ("|interface=a:b:c", "interface='a:b:c' is not host[:port][/prefix]"),
-    ("|rcv-wnd=100", "rcv-wnd='100' must be a multiple of 32"),
-    ("|nak-delay=soon", "nak-delay='soon' is not a duration"),
-    ("|so-rcvbuf=0", "so-rcvbuf='0' must be 1 byte to 2g"),
-])
-def test_bad_udp_parameters_name_the_problem(drivers: tuple[DriverProcess, DriverProcess], channel_suffix: str,
-                                             problem: str) -> None:
+@pytest.mark.parametrize(
+    "channel_suffix, problem",
+    [
+        ("|interface=10.254.253.0/24", "no local interface address in 10.254.253.0/24"),
+        ("|interface=127.0.0.1:99999", "interface='127.0.0.1:99999' has a port outside 0..65535"),
+        ("|interface=a:b:c", "interface='a:b:c' is not host[:port][/prefix]"),
+        ("|rcv-wnd=100", "rcv-wnd='100' must be a multiple of 32"),
+        ("|nak-delay=soon", "nak-delay='soon' is not a duration"),
+        ("|so-rcvbuf=0", "so-rcvbuf='0' must be 1 byte to 2g"),
+    ],
+)
+def test_bad_udp_parameters_name_the_problem(
+    drivers: tuple[DriverProcess, DriverProcess], channel_suffix: str, problem: str
+) -> None:
     a, _ = drivers
     a.expected_errors.append("INVALID_CHANNEL")
     with Aeron.connect(Context(dir=a.dir)) as aeron:
@@ -241,8 +289,9 @@ def test_subscriptions_to_one_stream_must_agree_on_reliability(drivers: tuple[Dr
     channel = f"aeron:udp?endpoint=127.0.0.1:{free_port()}"
     with Aeron.connect(Context(dir=b.dir)) as aeron:
         first = aeron.add_subscription(channel, 17)
-        with pytest.raises(Exception, match="reliable=false conflicts with reliable=true of an existing subscription "
-                                            "to stream 17"):
+        with pytest.raises(
+            Exception, match="reliable=false conflicts with reliable=true of an existing subscription to stream 17"
+        ):
             aeron.add_subscription(channel + "|reliable=false", 17)
         aeron.add_subscription(channel + "|reliable=false", 18).close()  # another stream may differ
         first.close()

@@ -14,20 +14,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from logbuf.client import FragmentAssembler
 from logbuf import _native
+from logbuf.client import FragmentAssembler
 from logbuf.conduit import counters_descriptor as cd
 from logbuf.conduit.counters import CountersManager
-from logbuf.logbuffer.image import Image
-from logbuf.logbuffer.log_buffer import LogBuffers
-from logbuf.protocol import nak as nak_codec
-from logbuf.protocol import setup as setup_codec
-from logbuf.protocol import status as status_codec
-from logbuf.logbuffer.publication import Publication
-
 from logbuf.driver.network_publication import NetworkPublication
 from logbuf.driver.publication_image import PublicationImage
 from logbuf.driver.system_counters import SystemCounterId, SystemCounters
+from logbuf.logbuffer.image import Image
+from logbuf.logbuffer.log_buffer import LogBuffers
+from logbuf.logbuffer.publication import Publication
+from logbuf.protocol import nak as nak_codec
+from logbuf.protocol import setup as setup_codec
+from logbuf.protocol import status as status_codec
 
 TERM = 64 * 1024
 MTU = 1408
@@ -62,47 +61,103 @@ def workdir() -> Iterator[str]:
         yield d
 
 
-def build(workdir: str, name: str) -> tuple[NetworkPublication, Publication, LogBuffers, SystemCounters, CountersManager]:
+def build(
+    workdir: str, name: str
+) -> tuple[NetworkPublication, Publication, LogBuffers, SystemCounters, CountersManager]:
     values = mmap.mmap(-1, 64 * cd.COUNTER_LENGTH)
     metadata = mmap.mmap(-1, 64 * cd.METADATA_LENGTH)
     counters = CountersManager(memoryview(metadata), memoryview(values))
     system = SystemCounters(counters)
     path = os.path.join(workdir, f"{name}.pub")
-    log = LogBuffers.create_file(path, term_length=TERM, mtu_length=MTU, session_id=77, stream_id=5,
-                                 initial_term_id=2**31 - 2, term_window_length=TERM // 2)
-    ids = [counters.allocate(label, type_id) for label, type_id in
-           (("pub-lmt", cd.PUBLISHER_LIMIT_TYPE_ID), ("pub-pos", cd.PUBLISHER_POSITION_TYPE_ID),
-            ("snd-pos", cd.SENDER_POSITION_TYPE_ID), ("snd-lmt", cd.SENDER_LIMIT_TYPE_ID))]
+    log = LogBuffers.create_file(
+        path,
+        term_length=TERM,
+        mtu_length=MTU,
+        session_id=77,
+        stream_id=5,
+        initial_term_id=2**31 - 2,
+        term_window_length=TERM // 2,
+    )
+    ids = [
+        counters.allocate(label, type_id)
+        for label, type_id in (
+            ("pub-lmt", cd.PUBLISHER_LIMIT_TYPE_ID),
+            ("pub-pos", cd.PUBLISHER_POSITION_TYPE_ID),
+            ("snd-pos", cd.SENDER_POSITION_TYPE_ID),
+            ("snd-lmt", cd.SENDER_LIMIT_TYPE_ID),
+        )
+    ]
     network = NetworkPublication(
-        registration_id=1, session_id=77, stream_id=5, channel="aeron:udp?endpoint=test:1", exclusive=True, log=log,
-        log_file_name=path, publisher_limit_id=ids[0], publisher_limit=counters.position(ids[0]),
-        publisher_position_id=ids[1], counters=counters, linger_timeout_ns=10**9, sender_position_id=ids[2],
-        sender_limit_id=ids[3], sender_position=counters.position(ids[2]), system_counters=system, mtu_length=MTU,
+        registration_id=1,
+        session_id=77,
+        stream_id=5,
+        channel="aeron:udp?endpoint=test:1",
+        exclusive=True,
+        log=log,
+        log_file_name=path,
+        publisher_limit_id=ids[0],
+        publisher_limit=counters.position(ids[0]),
+        publisher_position_id=ids[1],
+        counters=counters,
+        linger_timeout_ns=10**9,
+        sender_position_id=ids[2],
+        sender_limit_id=ids[3],
+        sender_position=counters.position(ids[2]),
+        system_counters=system,
+        mtu_length=MTU,
     )
     publication = Publication(log.view, values, cd.values_offset(ids[0]), True, None)
     return network, publication, log, system, counters
 
 
-def image_from_setup(workdir: str, setup: setup_codec.SetupFrame, counters: CountersManager,
-                     system: SystemCounters, now: int, reliable: bool = True) -> PublicationImage:
+def image_from_setup(
+    workdir: str,
+    setup: setup_codec.SetupFrame,
+    counters: CountersManager,
+    system: SystemCounters,
+    now: int,
+    reliable: bool = True,
+) -> PublicationImage:
     path = os.path.join(workdir, "image")
-    log = LogBuffers.create_file(path, term_length=setup.term_length, mtu_length=setup.mtu_length,
-                                 session_id=setup.session_id, stream_id=setup.stream_id,
-                                 initial_term_id=setup.initial_term_id)
+    log = LogBuffers.create_file(
+        path,
+        term_length=setup.term_length,
+        mtu_length=setup.mtu_length,
+        session_id=setup.session_id,
+        stream_id=setup.stream_id,
+        initial_term_id=setup.initial_term_id,
+    )
     log.seek_to(setup.active_term_id, setup.term_offset)
     hwm = counters.allocate("rcv-hwm", cd.RECEIVER_HWM_TYPE_ID)
     rebuild = counters.allocate("rcv-pos", cd.RECEIVER_POSITION_TYPE_ID)
     return PublicationImage(
-        registration_id=2, session_id=setup.session_id, stream_id=setup.stream_id, channel="aeron:udp?endpoint=test:1",
-        source_identity="test", source_address=("test", 1), log=log, log_file_name=path, counters=counters,
-        system_counters=system, hwm_id=hwm, rebuild_id=rebuild, receiver_id=9, join_position=log.tail_position(),
-        window_length=TERM // 2, liveness_timeout_ns=10**10, nak_delay_ns=100_000, nak_retry_ns=1_000_000,
-        sm_interval_ns=200_000_000, now_ns=now, reliable=reliable,
+        registration_id=2,
+        session_id=setup.session_id,
+        stream_id=setup.stream_id,
+        channel="aeron:udp?endpoint=test:1",
+        source_identity="test",
+        source_address=("test", 1),
+        log=log,
+        log_file_name=path,
+        counters=counters,
+        system_counters=system,
+        hwm_id=hwm,
+        rebuild_id=rebuild,
+        receiver_id=9,
+        join_position=log.tail_position(),
+        window_length=TERM // 2,
+        liveness_timeout_ns=10**10,
+        nak_delay_ns=100_000,
+        nak_retry_ns=1_000_000,
+        sm_interval_ns=200_000_000,
+        now_ns=now,
+        reliable=reliable,
     )
 
 
-def run(workdir: str, messages: list[bytes], drop: float, duplicate: float, reorder: float, seed: int,
-        reliable: bool = True) -> tuple[list[bytes], SystemCounters]:
+def run(
+    workdir: str, messages: list[bytes], drop: float, duplicate: float, reorder: float, seed: int, reliable: bool = True
+) -> tuple[list[bytes], SystemCounters]:
     rng = random.Random(seed)
     network, publication, log, system, counters = build(workdir, f"p{seed}")
     forward, backward = Link(rng, drop, duplicate, reorder), Link(rng, drop, duplicate, reorder)
@@ -131,8 +186,13 @@ def run(workdir: str, messages: list[bytes], drop: float, duplicate: float, reor
             elif frame_type in (0, 1) and image is not None:
                 covered = _native.check_data_datagram(view, TERM)
                 assert covered >= 0, "the sender produced an invalid datagram"
-                image.insert_packet(int.from_bytes(view[20:24], "little", signed=True),
-                                    int.from_bytes(view[8:12], "little"), view, covered, now)
+                image.insert_packet(
+                    int.from_bytes(view[20:24], "little", signed=True),
+                    int.from_bytes(view[8:12], "little"),
+                    view,
+                    covered,
+                    now,
+                )
         if image is not None and subscriber is not None:
             subscriber.poll(assembler, 100)
             image.track_rebuild(now, backward.send)
@@ -165,11 +225,16 @@ def test_lossless_link_delivers_everything_with_setup_and_status_messages(workdi
 
 
 @settings(max_examples=12, deadline=None)
-@given(sizes=st.lists(st.integers(0, 3 * MTU), min_size=1, max_size=2_500), seed=st.integers(0, 2**32),
-       drop=st.sampled_from([0.0, 0.05, 0.2]), duplicate=st.sampled_from([0.0, 0.1]),
-       reorder=st.sampled_from([0.0, 0.1]))
+@given(
+    sizes=st.lists(st.integers(0, 3 * MTU), min_size=1, max_size=2_500),
+    seed=st.integers(0, 2**32),
+    drop=st.sampled_from([0.0, 0.05, 0.2]),
+    duplicate=st.sampled_from([0.0, 0.1]),
+    reorder=st.sampled_from([0.0, 0.1]),
+)
 def test_a_faulty_link_still_delivers_every_message_once_in_order(
-        sizes: list[int], seed: int, drop: float, duplicate: float, reorder: float) -> None:
+    sizes: list[int], seed: int, drop: float, duplicate: float, reorder: float
+) -> None:
     with tempfile.TemporaryDirectory(dir="/dev/shm" if os.path.isdir("/dev/shm") else None) as workdir:
         messages = messages_of(sizes)
         got, system = run(workdir, messages, drop, duplicate, reorder, seed)

@@ -32,11 +32,20 @@ from websockets.http11 import Request, Response
 
 from logbuf.client import Aeron, Context, FragmentAssembler
 from logbuf.jetstream.generator import EventGenerator
-
 from tests.driver.conftest import DriverProcess, unique_dir
 
-DRIVER_ARGS = ["--ipc-term-length", "1m", "--driver-timeout", "3s", "--client-liveness-timeout", "2s",
-               "--publication-linger-timeout", "1s", "--dir-delete-on-shutdown", "false"]
+DRIVER_ARGS = [
+    "--ipc-term-length",
+    "1m",
+    "--driver-timeout",
+    "3s",
+    "--client-liveness-timeout",
+    "2s",
+    "--publication-linger-timeout",
+    "1s",
+    "--dir-delete-on-shutdown",
+    "false",
+]
 
 
 @contextmanager
@@ -88,14 +97,15 @@ class UpstreamStandIn:
         self._thread: threading.Thread | None = None
         self._stopped = threading.Event()
 
-    def start(self) -> "UpstreamStandIn":
+    def start(self) -> UpstreamStandIn:
         ready = threading.Event()
         self._stopped.clear()
 
         async def main() -> None:
             self._loop = asyncio.get_running_loop()
-            async with serve(self._handler, "127.0.0.1", self.port, process_request=self._check_path,
-                             compression=None) as server:
+            async with serve(
+                self._handler, "127.0.0.1", self.port, process_request=self._check_path, compression=None
+            ) as server:
                 self._server = server
                 self.port = server.sockets[0].getsockname()[1]
                 ready.set()
@@ -124,7 +134,7 @@ class UpstreamStandIn:
             start = bisect.bisect_left(self.times, int(query["cursor"][0]))  # inclusive, like jetstream
         batch = max(1, int(self.rate / 100))
         for i in range(start, len(self.events), batch):
-            for raw in self.events[i:i + batch]:
+            for raw in self.events[i : i + batch]:
                 await ws.send(raw.decode())
                 self.sent += 1
             await asyncio.sleep(batch / self.rate)
@@ -158,7 +168,7 @@ class TcpProxy:
         self._transports: list[asyncio.WriteTransport] = []
         self._thread: threading.Thread | None = None
 
-    def start(self) -> "TcpProxy":
+    def start(self) -> TcpProxy:
         ready = threading.Event()
 
         async def main() -> None:
@@ -218,8 +228,9 @@ class TcpProxy:
             assert not self._thread.is_alive(), "proxy did not stop"
 
 
-async def read_events(url: str, *, until_time_us: int, count: int | None = None, timeout_s: float = 20.0
-                      ) -> list[bytes]:
+async def read_events(
+    url: str, *, until_time_us: int, count: int | None = None, timeout_s: float = 20.0
+) -> list[bytes]:
     """Events from a jetstream ``/subscribe`` URL up to the first with time_us >= ``until_time_us``
     (or ``count`` events)."""
     from websockets.asyncio.client import connect
@@ -279,8 +290,12 @@ class RelayProcess:
 
     def __init__(self, args: list[str]) -> None:
         self.args = args
-        self.proc = subprocess.Popen([sys.executable, "-m", "logbuf.jetstream.main", *args], cwd=ROOT,
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "logbuf.jetstream.main", *args],
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
         self.lines: list[str] = []
         self.log: list[dict[str, Any]] = []
         self._reader = threading.Thread(target=self._read, daemon=True)
@@ -299,8 +314,11 @@ class RelayProcess:
     def wait_for_log(self, event: str, timeout_s: float = 20.0) -> dict[str, Any]:
         def found() -> bool:
             if self.proc.poll() is not None and not self._reader.is_alive():
-                raise AssertionError(f"relay exited ({self.proc.returncode}) before {event!r}:\n" + "\n".join(self.lines))
+                raise AssertionError(
+                    f"relay exited ({self.proc.returncode}) before {event!r}:\n" + "\n".join(self.lines)
+                )
             return any(entry.get("event") == event for entry in self.log)
+
         await_condition(found, timeout_s, f"log event {event!r}")
         return next(entry for entry in self.log if entry.get("event") == event)
 
@@ -348,5 +366,17 @@ def await_condition(condition: Callable[[], bool], timeout_s: float = 10.0, what
         time.sleep(0.005)
 
 
-__all__ = ["DRIVER_ARGS", "TcpProxy", "read_events", "unique_driver_dir", "RelayProcess", "StreamReader", "UpstreamStandIn", "await_condition", "driver_process",
-           "make_events", "time_us_of", "without_time_us"]
+__all__ = [
+    "DRIVER_ARGS",
+    "TcpProxy",
+    "read_events",
+    "unique_driver_dir",
+    "RelayProcess",
+    "StreamReader",
+    "UpstreamStandIn",
+    "await_condition",
+    "driver_process",
+    "make_events",
+    "time_us_of",
+    "without_time_us",
+]

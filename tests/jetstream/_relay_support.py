@@ -139,17 +139,32 @@ DID_A = "did:plc:aaaaaaaaaaaaaaaaaaaaaaaa"
 DID_B = "did:plc:bbbbbbbbbbbbbbbbbbbbbbbb"
 
 
-def shaped_event(time_us: int, did: str = DID_A, kind: str = "commit", collection: str = "app.bsky.feed.post",
-                 pad: int = 0) -> bytes:
+def shaped_event(
+    time_us: int, did: str = DID_A, kind: str = "commit", collection: str = "app.bsky.feed.post", pad: int = 0
+) -> bytes:
     """A v1 event of a chosen kind, DID and collection (key order as jetstream writes it)."""
     if kind == "identity":
-        body: dict[str, Any] = {"did": did, "handle": "someone.example.com", "seq": 1409752997,
-                                "time": "2024-09-05T06:11:04.870Z"}
+        body: dict[str, Any] = {
+            "did": did,
+            "handle": "someone.example.com",
+            "seq": 1409752997,
+            "time": "2024-09-05T06:11:04.870Z",
+        }
     elif kind == "account":
-        body = {"active": False, "did": did, "seq": 1409753013, "status": "deactivated",
-                "time": "2024-09-05T06:11:04.870Z"}
+        body = {
+            "active": False,
+            "did": did,
+            "seq": 1409753013,
+            "status": "deactivated",
+            "time": "2024-09-05T06:11:04.870Z",
+        }
     else:
-        body = {"rev": "3l3qo2vutsw2e", "operation": "create", "collection": collection, "rkey": "3l3dn7tku762u",
-                "record": {"$type": collection, "createdAt": "2024-09-09T19:46:02.102Z", "text": "x" * pad},
-                "cid": "bafyreidwaivazkwu67xztlmuobx35hs2lnfh3kolmgfmucldvhd3sgzcqi"}
+        body = {
+            "rev": "3l3qo2vutsw2e",
+            "operation": "create",
+            "collection": collection,
+            "rkey": "3l3dn7tku762u",
+            "record": {"$type": collection, "createdAt": "2024-09-09T19:46:02.102Z", "text": "x" * pad},
+            "cid": "bafyreidwaivazkwu67xztlmuobx35hs2lnfh3kolmgfmucldvhd3sgzcqi",
+        }
     return json.dumps({"did": did, "time_us": time_us, "kind": kind, kind: body}, separators=(",", ":")).encode()

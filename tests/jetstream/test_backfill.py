@@ -22,14 +22,24 @@ from logbuf.archive.catalog import Catalog
 from logbuf.archive.recorder import Recorder, RecorderContext
 from logbuf.client import Aeron, Context
 from logbuf.jetstream.backfill import (
-    BackfillResult, _messages_frames, backfill, matching_recordings, newest_recorded_time_us, recorded_events,
+    BackfillResult,
+    _messages_frames,
+    backfill,
+    matching_recordings,
+    newest_recorded_time_us,
+    recorded_events,
 )
-from logbuf.jetstream.events import EventMeta, parse_event
+from logbuf.jetstream.events import EventMeta
 from logbuf.jetstream.generator import EventGenerator
-
 from tests.archive.conftest import publish
 from tests.jetstream._ingest_support import (
-    RelayProcess, UpstreamStandIn, await_condition, driver_process, make_events, read_events, time_us_of,
+    RelayProcess,
+    UpstreamStandIn,
+    await_condition,
+    driver_process,
+    make_events,
+    read_events,
+    time_us_of,
     unique_driver_dir,
 )
 
@@ -39,10 +49,22 @@ CHANNEL = "aeron:ipc"
 
 def big_event(time_us: int, size: int) -> bytes:
     """A commit event of about ``size`` bytes (fragmented in the stream: the MTU is far smaller)."""
-    return json.dumps({"did": "did:plc:bigbigbigbigbigbigbigbig", "time_us": time_us, "kind": "commit",
-                       "commit": {"rev": "3l3qo2vutsw2b", "operation": "create", "collection": "app.bsky.feed.post",
-                                  "rkey": "3l3qo2vuowo2b", "record": {"text": "x" * size}, "cid": "bafyrei"}},
-                      separators=(",", ":")).encode()
+    return json.dumps(
+        {
+            "did": "did:plc:bigbigbigbigbigbigbigbig",
+            "time_us": time_us,
+            "kind": "commit",
+            "commit": {
+                "rev": "3l3qo2vutsw2b",
+                "operation": "create",
+                "collection": "app.bsky.feed.post",
+                "rkey": "3l3qo2vuowo2b",
+                "record": {"text": "x" * size},
+                "cid": "bafyrei",
+            },
+        },
+        separators=(",", ":"),
+    ).encode()
 
 
 @pytest.fixture(scope="module")
@@ -63,11 +85,18 @@ def recorded() -> Iterator[tuple[str, list[bytes]]]:
         payloads.append(raw)
         expected.append(raw)
         if i == 3000:
-            payloads.append(gen.make_event(t))   # same time_us again: skipped
-            payloads.append(b"not an event")     # skipped
+            payloads.append(gen.make_event(t))  # same time_us again: skipped
+            payloads.append(b"not an event")  # skipped
     with driver_process() as driver:
-        recorder = Recorder(RecorderContext(archive_dir=archive_dir, channel=CHANNEL, stream_id=STREAM_ID,
-                                            driver_dir=driver.dir, segment_length=1 << 20))
+        recorder = Recorder(
+            RecorderContext(
+                archive_dir=archive_dir,
+                channel=CHANNEL,
+                stream_id=STREAM_ID,
+                driver_dir=driver.dir,
+                segment_length=1 << 20,
+            )
+        )
         thread = threading.Thread(target=recorder.run, daemon=True)
         thread.start()
         aeron = Aeron.connect(Context(dir=driver.dir))
@@ -89,10 +118,13 @@ def recorded() -> Iterator[tuple[str, list[bytes]]]:
     assert ends[-1] > 4 * (1 << 20), "the recording spans several terms and segments"
     yield archive_dir, expected
     import shutil
+
     shutil.rmtree(archive_dir, ignore_errors=True)
 
 
-def collect(archive_dir: str, retention_s: float | None, stream_id: int = STREAM_ID) -> tuple[list[bytes], BackfillResult]:
+def collect(
+    archive_dir: str, retention_s: float | None, stream_id: int = STREAM_ID
+) -> tuple[list[bytes], BackfillResult]:
     got: list[bytes] = []
     metas: list[EventMeta] = []
 
@@ -145,6 +177,7 @@ def test_no_archive_yet_is_an_empty_backfill(tmp_path: Any) -> None:
 
 # -- the relay process ----------------------------------------------------------------------------------
 
+
 def _metrics(port: int) -> dict[str, float]:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
         text = response.read().decode()
@@ -157,8 +190,20 @@ def _metrics(port: int) -> dict[str, float]:
 
 
 def _start(base: str, record: str) -> RelayProcess:
-    return RelayProcess(["--driver-dir", unique_driver_dir(), "--port", "0", "--rate", "1000", "--record", record,
-                         "--data-dir", os.path.join(base, "frames")])
+    return RelayProcess(
+        [
+            "--driver-dir",
+            unique_driver_dir(),
+            "--port",
+            "0",
+            "--rate",
+            "1000",
+            "--record",
+            record,
+            "--data-dir",
+            os.path.join(base, "frames"),
+        ]
+    )
 
 
 async def _read_until_closed(url: str, events: list[bytes], timeout_s: float = 20.0) -> None:
@@ -192,8 +237,10 @@ def test_relay_restarts_from_its_recording_after_sigterm_and_sigkill(tmp_path: A
         relays.append(first)
         port = first.port()
         seen_first: list[bytes] = []
-        reader = threading.Thread(target=lambda: asyncio.run(_read_until_closed(
-            f"ws://127.0.0.1:{port}/subscribe?cursor=1", seen_first)), daemon=True)
+        reader = threading.Thread(
+            target=lambda: asyncio.run(_read_until_closed(f"ws://127.0.0.1:{port}/subscribe?cursor=1", seen_first)),
+            daemon=True,
+        )
         reader.start()
         await_condition(lambda: len(seen_first) >= 800, 15, "800 events from the first run")
         assert first.stop() == 0
@@ -214,14 +261,16 @@ def test_relay_restarts_from_its_recording_after_sigterm_and_sigkill(tmp_path: A
         seen = asyncio.run(read_events(f"ws://127.0.0.1:{port}/subscribe?cursor={cursor}", until_time_us=until))
         _check_strictly_increasing(seen)
         recorded_part = [e for e in seen if time_us_of(e) <= filled["last_time_us"]]
-        assert recorded_part[:len(seen_first) - 100] == seen_first[100:]  # exactly what clients saw, no gap
-        assert len(recorded_part) == published["published"] - 100      # and the rest the first run published
-        assert len(seen) > len(recorded_part) + 100                     # then live events from the second run
+        assert recorded_part[: len(seen_first) - 100] == seen_first[100:]  # exactly what clients saw, no gap
+        assert len(recorded_part) == published["published"] - 100  # and the rest the first run published
+        assert len(seen) > len(recorded_part) + 100  # then live events from the second run
 
         # 3. kill -9 the second run while a client follows it; a third run serves the recorded part.
         seen_second: list[bytes] = []
-        reader = threading.Thread(target=lambda: asyncio.run(_read_until_closed(
-            f"ws://127.0.0.1:{port}/subscribe?cursor=1", seen_second)), daemon=True)
+        reader = threading.Thread(
+            target=lambda: asyncio.run(_read_until_closed(f"ws://127.0.0.1:{port}/subscribe?cursor=1", seen_second)),
+            daemon=True,
+        )
         reader.start()
         await_condition(lambda: len(seen_second) >= published["published"] + 500, 15, "events of the second run")
         second.proc.kill()
@@ -236,13 +285,15 @@ def test_relay_restarts_from_its_recording_after_sigterm_and_sigkill(tmp_path: A
             killed = catalog.recordings()[1]
         assert killed.interrupted and killed.stop_position > 0  # closed at its valid prefix, then read
         assert floor > filled["last_time_us"] + 300_000  # the killed run's recording (recovered) counts
-        everything = asyncio.run(read_events(f"ws://127.0.0.1:{port}/subscribe?cursor=1", until_time_us=time.time_ns() // 1000 + 200_000))
+        everything = asyncio.run(
+            read_events(f"ws://127.0.0.1:{port}/subscribe?cursor=1", until_time_us=time.time_ns() // 1000 + 200_000)
+        )
         _check_strictly_increasing(everything)
         old = [e for e in everything if time_us_of(e) <= floor]
         assert len(old) == refilled["events"]
-        assert old[:len(recorded_part) + 100][-len(recorded_part):] == recorded_part  # the first run's, unchanged
+        assert old[: len(recorded_part) + 100][-len(recorded_part) :] == recorded_part  # the first run's, unchanged
         before_kill = [e for e in seen_second if time_us_of(e) <= floor]
-        assert old[:len(before_kill)] == before_kill  # all the killed run served up to what was recorded
+        assert old[: len(before_kill)] == before_kill  # all the killed run served up to what was recorded
         assert [time_us_of(e) for e in everything if time_us_of(e) > floor][0] > floor  # live resumes above
 
         # 4. /metrics: the ingest's and the backfill's counters beside jetstream's own names.
@@ -271,8 +322,22 @@ def test_upstream_ingest_resumes_from_the_recording_after_a_restart(tmp_path: An
     relays: list[RelayProcess] = []
 
     def start() -> RelayProcess:
-        relay = RelayProcess(["--driver-dir", unique_driver_dir(), "--port", "0", "--upstream", upstream.url,
-                              "--rewind", "1s", "--record", record, "--data-dir", os.path.join(base, "frames")])
+        relay = RelayProcess(
+            [
+                "--driver-dir",
+                unique_driver_dir(),
+                "--port",
+                "0",
+                "--upstream",
+                upstream.url,
+                "--rewind",
+                "1s",
+                "--record",
+                record,
+                "--data-dir",
+                os.path.join(base, "frames"),
+            ]
+        )
         relays.append(relay)
         return relay
 
@@ -289,7 +354,9 @@ def test_upstream_ingest_resumes_from_the_recording_after_a_restart(tmp_path: An
         assert filled["events"] == stats["published"] and filled["last_time_us"] == stats["last_time_us"]
         resumed = second.wait_for_log("upstream.connected")
         assert resumed["cursor"] == stats["last_time_us"] - 1_000_000
-        got = asyncio.run(read_events(f"ws://127.0.0.1:{port}/subscribe?cursor=1", until_time_us=time_us_of(events[-1])))
+        got = asyncio.run(
+            read_events(f"ws://127.0.0.1:{port}/subscribe?cursor=1", until_time_us=time_us_of(events[-1]))
+        )
         assert got == events  # every upstream event once, in order, byte for byte, across the restart
         metrics = _metrics(port)
         assert metrics["logbuf_jetstream_ingest_before_start_total"] > 0  # the rewound overlap was dropped

@@ -13,36 +13,55 @@ import pytest
 from logbuf.jetstream import BUNDLED_ZSTD_DICTIONARY
 from logbuf.jetstream.events import parse_event
 from logbuf.jetstream.main import main
-
 from tests.jetstream._ingest_support import ROOT, RelayProcess, StreamReader, driver_process, unique_driver_dir
 
 
 def run_cli(*args: str, timeout_s: float = 30.0) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "logbuf.jetstream.main", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=timeout_s)
+    return subprocess.run(
+        [sys.executable, "-m", "logbuf.jetstream.main", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
 
 
 def test_help_lists_the_options() -> None:
     result = run_cli("--help")
     assert result.returncode == 0
-    for option in ("--upstream", "--rate", "--port", "--data-dir", "--retention", "--zstd-dictionary",
-                   "--channel", "--stream-id", "--driver-dir", "--record", "--rewind"):
+    for option in (
+        "--upstream",
+        "--rate",
+        "--port",
+        "--data-dir",
+        "--retention",
+        "--zstd-dictionary",
+        "--channel",
+        "--stream-id",
+        "--driver-dir",
+        "--record",
+        "--rewind",
+    ):
         assert option in result.stdout
 
 
-@pytest.mark.parametrize("args,message", [
-    (["--rate", "-5"], "rate=-5.0 must be a finite number"),
-    (["--rate", "fast"], "argument --rate"),
-    (["--upstream", "http://example.com/subscribe"], "must start with ws:// or wss://"),
-    (["--upstream", "ws://"], "has no host"),
-    (["--port", "70000"], "port 70000 is outside 0..65535"),
-    (["--retention", "soon"], "'soon' is not a duration"),
-    (["--rewind=-1s"], "'-1s' must be a positive duration"),
-    (["--stream-id", "1e3"], "'1e3' is not an integer stream id"),
-    (["--driver", "maybe"], "invalid choice: 'maybe'"),
-])
-def test_bad_options_are_rejected_naming_the_problem(args: list[str], message: str,
-                                                     capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--rate", "-5"], "rate=-5.0 must be a finite number"),
+        (["--rate", "fast"], "argument --rate"),
+        (["--upstream", "http://example.com/subscribe"], "must start with ws:// or wss://"),
+        (["--upstream", "ws://"], "has no host"),
+        (["--port", "70000"], "port 70000 is outside 0..65535"),
+        (["--retention", "soon"], "'soon' is not a duration"),
+        (["--rewind=-1s"], "'-1s' must be a positive duration"),
+        (["--stream-id", "1e3"], "'1e3' is not an integer stream id"),
+        (["--driver", "maybe"], "invalid choice: 'maybe'"),
+    ],
+)
+def test_bad_options_are_rejected_naming_the_problem(
+    args: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     with pytest.raises(SystemExit) as exit_info:  # argparse rejects them before anything starts
         main(args)
     assert exit_info.value.code == 2
@@ -59,8 +78,22 @@ def test_ingest_role_publishes_generated_events_into_the_drivers_stream() -> Non
     with driver_process() as driver:
         reader = StreamReader(driver.dir, "aeron:ipc", 1101)
         try:
-            relay = RelayProcess(["--role", "ingest", "--driver", "external", "--driver-dir", driver.dir,
-                                  "--stream-id", "1101", "--rate", "2000", "--seed", "3"])
+            relay = RelayProcess(
+                [
+                    "--role",
+                    "ingest",
+                    "--driver",
+                    "external",
+                    "--driver-dir",
+                    driver.dir,
+                    "--stream-id",
+                    "1101",
+                    "--rate",
+                    "2000",
+                    "--seed",
+                    "3",
+                ]
+            )
             try:
                 messages = reader.wait_for(500, 30)
             finally:
@@ -83,8 +116,20 @@ def test_no_per_event_logging() -> None:
     with driver_process() as driver:
         reader = StreamReader(driver.dir, "aeron:ipc", 1102)
         try:
-            relay = RelayProcess(["--role", "ingest", "--driver-dir", driver.dir, "--stream-id", "1102",
-                                  "--rate", "0", "--duration", "1.5"])
+            relay = RelayProcess(
+                [
+                    "--role",
+                    "ingest",
+                    "--driver-dir",
+                    driver.dir,
+                    "--stream-id",
+                    "1102",
+                    "--rate",
+                    "0",
+                    "--duration",
+                    "1.5",
+                ]
+            )
             reader.wait_for(2000, 30)
             assert relay.proc.wait(30) == 0
             relay.stop()
@@ -108,8 +153,22 @@ def test_record_option_records_the_event_stream_into_an_archive(tmp_path: object
 
     archive_dir = os.path.join(str(tmp_path), "archive")
     with driver_process() as driver:
-        relay = RelayProcess(["--role", "ingest", "--driver-dir", driver.dir, "--stream-id", "1103",
-                              "--rate", "1000", "--record", archive_dir, "--duration", "2"])
+        relay = RelayProcess(
+            [
+                "--role",
+                "ingest",
+                "--driver-dir",
+                driver.dir,
+                "--stream-id",
+                "1103",
+                "--rate",
+                "1000",
+                "--record",
+                archive_dir,
+                "--duration",
+                "2",
+            ]
+        )
         assert relay.proc.wait(30) == 0, "\n".join(relay.lines)
         relay.stop()
     published = next(e for e in relay.log if e.get("event") == "jetstream.ingest_stats")["published"]
@@ -134,8 +193,20 @@ def test_full_run_with_the_generator_serves_subscribe_clients(tmp_path: object) 
     from websockets.asyncio.client import connect
 
     driver_dir = unique_driver_dir()
-    relay = RelayProcess(["--driver-dir", driver_dir, "--port", "0", "--rate", "1000",
-                          "--data-dir", os.path.join(str(tmp_path), "data"), "--zstd-dictionary", DICTIONARY])
+    relay = RelayProcess(
+        [
+            "--driver-dir",
+            driver_dir,
+            "--port",
+            "0",
+            "--rate",
+            "1000",
+            "--data-dir",
+            os.path.join(str(tmp_path), "data"),
+            "--zstd-dictionary",
+            DICTIONARY,
+        ]
+    )
     try:
         port = relay.port()
 
@@ -160,8 +231,8 @@ def test_full_run_with_the_generator_serves_subscribe_clients(tmp_path: object) 
         live, replay, compressed = asyncio.run(clients())
         times = [parse_event(raw).time_us for raw in live]
         assert all(a < b for a, b in zip(times, times[1:]))
-        assert replay == live[50:]          # cursor replay is inclusive and identical
-        assert compressed == live[:20]      # the same events, zstd with jetstream's dictionary
+        assert replay == live[50:]  # cursor replay is inclusive and identical
+        assert compressed == live[:20]  # the same events, zstd with jetstream's dictionary
         assert relay.stop() == 0, "\n".join(relay.lines)
         assert not os.path.exists(driver_dir)  # the embedded driver removed its directory
         stream = next(e for e in relay.log if e.get("event") == "jetstream.stream_stats")
@@ -177,7 +248,9 @@ def test_ingest_and_serve_roles_in_two_processes_share_a_driver(tmp_path: object
 
     with driver_process() as driver:
         common = ["--driver", "external", "--driver-dir", driver.dir, "--stream-id", "1104"]
-        server = RelayProcess(["--role", "serve", "--port", "0", "--data-dir", os.path.join(str(tmp_path), "d"), *common])
+        server = RelayProcess(
+            ["--role", "serve", "--port", "0", "--data-dir", os.path.join(str(tmp_path), "d"), *common]
+        )
         ingest: RelayProcess | None = None
         try:
             port = server.port()
@@ -216,8 +289,14 @@ def test_an_upstream_refusing_the_subscription_stops_the_relay_with_status_1() -
 
     upstream = UpstreamStandIn(make_events(3)).start()
     try:
-        result = run_cli("--driver-dir", unique_driver_dir(), "--port", "0",
-                         "--upstream", f"ws://127.0.0.1:{upstream.port}/not-subscribe")
+        result = run_cli(
+            "--driver-dir",
+            unique_driver_dir(),
+            "--port",
+            "0",
+            "--upstream",
+            f"ws://127.0.0.1:{upstream.port}/not-subscribe",
+        )
     finally:
         upstream.kill()
     assert result.returncode == 1

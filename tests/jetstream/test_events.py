@@ -39,13 +39,16 @@ ACCOUNT = (
 )
 
 
-@pytest.mark.parametrize("raw,meta", [
-    (COMMIT_CREATE, EventMeta(1725911162329308, DID, "commit", "app.bsky.feed.post")),
-    (COMMIT_DELETE, EventMeta(1725911162329400, DID, "commit", "app.bsky.graph.follow")),
-    (IDENTITY, EventMeta(1725911162329500, DID, "identity", None)),
-    (IDENTITY_NO_HANDLE, EventMeta(1725911162329501, DID, "identity", None)),
-    (ACCOUNT, EventMeta(1725911162329600, DID, "account", None)),
-])
+@pytest.mark.parametrize(
+    "raw,meta",
+    [
+        (COMMIT_CREATE, EventMeta(1725911162329308, DID, "commit", "app.bsky.feed.post")),
+        (COMMIT_DELETE, EventMeta(1725911162329400, DID, "commit", "app.bsky.graph.follow")),
+        (IDENTITY, EventMeta(1725911162329500, DID, "identity", None)),
+        (IDENTITY_NO_HANDLE, EventMeta(1725911162329501, DID, "identity", None)),
+        (ACCOUNT, EventMeta(1725911162329600, DID, "account", None)),
+    ],
+)
 def test_the_facts_file_examples_parse(raw: bytes, meta: EventMeta) -> None:
     assert parse_event(raw) == meta
 
@@ -56,10 +59,14 @@ def test_a_commit_without_collection_has_none_so_it_passes_collection_filters() 
 
 
 TOP_KEYS = ["did", "time_us", "kind"]
-COMMIT_KEYS = {"create": ["rev", "operation", "collection", "rkey", "record", "cid"],
-               "delete": ["rev", "operation", "collection", "rkey"]}
-PAYLOAD_KEYS = {"identity": (["did", "handle", "seq", "time"], ["did", "seq", "time"]),   # handle optional
-                "account": (["active", "did", "seq", "status", "time"], ["active", "did", "seq", "time"])}
+COMMIT_KEYS = {
+    "create": ["rev", "operation", "collection", "rkey", "record", "cid"],
+    "delete": ["rev", "operation", "collection", "rkey"],
+}
+PAYLOAD_KEYS = {
+    "identity": (["did", "handle", "seq", "time"], ["did", "seq", "time"]),  # handle optional
+    "account": (["active", "did", "seq", "status", "time"], ["active", "did", "seq", "time"]),
+}
 
 
 def test_generated_events_parse_and_have_the_v1_shapes_and_key_order() -> None:
@@ -92,28 +99,31 @@ def test_generated_events_parse_and_have_the_v1_shapes_and_key_order() -> None:
     assert seen_ops == {"create", "update", "delete"}
 
 
-@pytest.mark.parametrize("raw,problem", [
-    (b"", "not valid JSON"),
-    (COMMIT_DELETE[:-1], "not valid JSON"),                      # one byte short
-    (COMMIT_DELETE + b"}", "not valid JSON"),                    # a trailing byte
-    (COMMIT_DELETE + b'{"did":1}', "not valid JSON"),            # two events in one message
-    (b"\xff\xfe", "not valid JSON"),
-    (b"[1,2]", "not a JSON object but list"),
-    (b'{"time_us":1,"kind":"account","account":{}}', "no 'did'"),
-    (b'{"did":7,"time_us":1,"kind":"account","account":{}}', "'did' is not a string"),
-    (b'{"did":"plc:x","time_us":1,"kind":"account","account":{}}', "'did' is not a DID"),
-    (b'{"did":"did:plc:x","kind":"account","account":{}}', "no 'time_us'"),
-    (b'{"did":"did:plc:x","time_us":"17","kind":"account","account":{}}', "'time_us' is not an integer"),
-    (b'{"did":"did:plc:x","time_us":1.5,"kind":"account","account":{}}', "'time_us' is not an integer"),
-    (b'{"did":"did:plc:x","time_us":true,"kind":"account","account":{}}', "'time_us' is not an integer"),
-    (b'{"did":"did:plc:x","time_us":-3,"kind":"account","account":{}}', "'time_us' -3 is outside"),
-    (b'{"did":"did:plc:x","time_us":9223372036854775808,"kind":"account","account":{}}', "is outside"),
-    (b'{"did":"did:plc:x","time_us":1,"account":{}}', "no 'kind'"),
-    (b'{"did":"did:plc:x","time_us":1,"kind":"heartbeat"}', "'kind' 'heartbeat' is not one of"),
-    (b'{"did":"did:plc:x","time_us":1,"kind":"commit"}', "commit event has no 'commit' object"),
-    (b'{"did":"did:plc:x","time_us":1,"kind":"identity","identity":[]}', "identity event has no 'identity' object"),
-    (b'{"did":"did:plc:x","time_us":1,"kind":"commit","commit":{"collection":3}}', "'collection' is not a string"),
-])
+@pytest.mark.parametrize(
+    "raw,problem",
+    [
+        (b"", "not valid JSON"),
+        (COMMIT_DELETE[:-1], "not valid JSON"),  # one byte short
+        (COMMIT_DELETE + b"}", "not valid JSON"),  # a trailing byte
+        (COMMIT_DELETE + b'{"did":1}', "not valid JSON"),  # two events in one message
+        (b"\xff\xfe", "not valid JSON"),
+        (b"[1,2]", "not a JSON object but list"),
+        (b'{"time_us":1,"kind":"account","account":{}}', "no 'did'"),
+        (b'{"did":7,"time_us":1,"kind":"account","account":{}}', "'did' is not a string"),
+        (b'{"did":"plc:x","time_us":1,"kind":"account","account":{}}', "'did' is not a DID"),
+        (b'{"did":"did:plc:x","kind":"account","account":{}}', "no 'time_us'"),
+        (b'{"did":"did:plc:x","time_us":"17","kind":"account","account":{}}', "'time_us' is not an integer"),
+        (b'{"did":"did:plc:x","time_us":1.5,"kind":"account","account":{}}', "'time_us' is not an integer"),
+        (b'{"did":"did:plc:x","time_us":true,"kind":"account","account":{}}', "'time_us' is not an integer"),
+        (b'{"did":"did:plc:x","time_us":-3,"kind":"account","account":{}}', "'time_us' -3 is outside"),
+        (b'{"did":"did:plc:x","time_us":9223372036854775808,"kind":"account","account":{}}', "is outside"),
+        (b'{"did":"did:plc:x","time_us":1,"account":{}}', "no 'kind'"),
+        (b'{"did":"did:plc:x","time_us":1,"kind":"heartbeat"}', "'kind' 'heartbeat' is not one of"),
+        (b'{"did":"did:plc:x","time_us":1,"kind":"commit"}', "commit event has no 'commit' object"),
+        (b'{"did":"did:plc:x","time_us":1,"kind":"identity","identity":[]}', "identity event has no 'identity' object"),
+        (b'{"did":"did:plc:x","time_us":1,"kind":"commit","commit":{"collection":3}}', "'collection' is not a string"),
+    ],
+)
 def test_parse_errors_name_the_problem(raw: bytes, problem: str) -> None:
     with pytest.raises(ValueError, match=problem.replace("(", r"\(").replace(")", r"\)")):
         parse_event(raw)

@@ -21,7 +21,6 @@ from logbuf.jetstream.ingest import (
     check_upstream_url,
     with_cursor,
 )
-
 from tests.jetstream._ingest_support import (
     StreamReader,
     UpstreamStandIn,
@@ -36,6 +35,7 @@ CHANNEL = "aeron:ipc"
 
 
 # -- sequencer -------------------------------------------------------------------------------
+
 
 def test_sequencer_keeps_upstream_time_us_and_drops_replayed_duplicates() -> None:
     events = make_events(50)
@@ -97,7 +97,7 @@ def test_sequencer_drops_events_at_or_below_its_floor_and_resumes_from_it() -> N
 def test_a_rewound_replay_reaching_before_our_first_event_is_skipped_not_restamped() -> None:
     events = make_events(100, step_us=1000)
     seq = Sequencer(rewind_us=50_000)
-    seq.on_connect(None)                       # live: we join the upstream at events[40]
+    seq.on_connect(None)  # live: we join the upstream at events[40]
     for e in events[40:60]:
         assert seq.accept(e) is not None
     cursor = seq.resume_cursor()
@@ -106,7 +106,9 @@ def test_a_rewound_replay_reaching_before_our_first_event_is_skipped_not_restamp
     replay = [e for e in events if time_us_of(e) >= cursor]
     published = [o for o in (seq.accept(e) for e in replay) if o is not None]
     assert [raw for raw, _ in published] == events[60:]
-    assert seq.stats.before_start == 31 and seq.stats.duplicates == 20  # events[9:40], events[40:60] and seq.stats.restamped == 0
+    assert (
+        seq.stats.before_start == 31 and seq.stats.duplicates == 20
+    )  # events[9:40], events[40:60] and seq.stats.restamped == 0
 
 
 def test_drops_during_a_replay_do_not_walk_the_resume_point_back() -> None:
@@ -117,7 +119,7 @@ def test_drops_during_a_replay_do_not_walk_the_resume_point_back() -> None:
     first_cursor = seq.resume_cursor()
     assert first_cursor is not None
     seq.on_connect(first_cursor)
-    seq.accept(events[61])                     # one replayed duplicate, then the connection drops
+    seq.accept(events[61])  # one replayed duplicate, then the connection drops
     assert seq.resume_cursor() == first_cursor
 
 
@@ -130,18 +132,23 @@ def test_sequencer_forgets_keys_older_than_its_window() -> None:
 
 def test_sequencer_strips_a_v2_cursor_field() -> None:
     seq = Sequencer()
-    raw = (b'{"did":"did:plc:abcdefghijklmnopqrstuvwx","time_us":1725911162329500,"cursor":42,"kind":"identity",'
-           b'"identity":{"did":"did:plc:abcdefghijklmnopqrstuvwx","seq":1,"time":"2024-09-05T06:11:04.870Z"}}')
+    raw = (
+        b'{"did":"did:plc:abcdefghijklmnopqrstuvwx","time_us":1725911162329500,"cursor":42,"kind":"identity",'
+        b'"identity":{"did":"did:plc:abcdefghijklmnopqrstuvwx","seq":1,"time":"2024-09-05T06:11:04.870Z"}}'
+    )
     out = seq.accept(raw)
     assert out is not None
     assert list(json.loads(out[0])) == ["did", "time_us", "kind", "identity"]
 
 
-@pytest.mark.parametrize("raw,problem", [
-    (b"not json", "not valid JSON"),
-    (b'{"time_us":1,"kind":"commit","commit":{}}', "no 'did'"),
-    (b'{"did":"did:plc:x","kind":"commit","commit":{}}', "no 'time_us'"),
-])
+@pytest.mark.parametrize(
+    "raw,problem",
+    [
+        (b"not json", "not valid JSON"),
+        (b'{"time_us":1,"kind":"commit","commit":{}}', "no 'did'"),
+        (b'{"did":"did:plc:x","kind":"commit","commit":{}}', "no 'time_us'"),
+    ],
+)
 def test_sequencer_counts_and_drops_invalid_events(raw: bytes, problem: str) -> None:
     stats = IngestStats()
     seq = Sequencer(stats=stats)
@@ -158,20 +165,26 @@ def test_origin_clock_is_strictly_increasing_even_when_the_wall_clock_stalls() -
 
 # -- configuration errors --------------------------------------------------------------------
 
-@pytest.mark.parametrize("url,problem", [
-    ("http://example.com/subscribe", "must start with ws:// or wss://"),
-    ("jetstream1.us-east.bsky.network", "must start with ws:// or wss://"),
-    ("ws:///subscribe", "has no host"),
-    ("ws://host:99999/subscribe", "not a valid URL"),
-    ("ws://host/subscribe#x", "fragment"),
-])
+
+@pytest.mark.parametrize(
+    "url,problem",
+    [
+        ("http://example.com/subscribe", "must start with ws:// or wss://"),
+        ("jetstream1.us-east.bsky.network", "must start with ws:// or wss://"),
+        ("ws:///subscribe", "has no host"),
+        ("ws://host:99999/subscribe", "not a valid URL"),
+        ("ws://host/subscribe#x", "fragment"),
+    ],
+)
 def test_bad_upstream_urls_are_rejected_naming_the_problem(url: str, problem: str) -> None:
     with pytest.raises(ValueError, match=problem):
         check_upstream_url(url)
 
 
 def test_upstream_url_defaults_to_subscribe_and_keeps_filters() -> None:
-    assert check_upstream_url("wss://jetstream2.us-west.bsky.network") == "wss://jetstream2.us-west.bsky.network/subscribe"
+    assert (
+        check_upstream_url("wss://jetstream2.us-west.bsky.network") == "wss://jetstream2.us-west.bsky.network/subscribe"
+    )
     url = check_upstream_url("ws://h:1/subscribe?wantedCollections=app.bsky.graph.*&cursor=5&compress=true")
     assert with_cursor(url, 99) == "ws://h:1/subscribe?wantedCollections=app.bsky.graph.*&cursor=99"
     assert with_cursor(url, None) == "ws://h:1/subscribe?wantedCollections=app.bsky.graph.*"
@@ -186,6 +199,7 @@ def test_bad_rates_are_rejected(rate: float) -> None:
 
 
 # -- into a real stream ----------------------------------------------------------------------
+
 
 def test_generator_ingest_publishes_exactly_its_events_with_time_us_as_reserved_value() -> None:
     with driver_process() as driver:
@@ -215,8 +229,18 @@ def test_generator_ingest_publishes_exactly_its_events_with_time_us_as_reserved_
 
 def test_back_pressure_delays_the_ingest_without_dropping() -> None:
     # 64 KiB terms: the window is 32 KiB, ~70 events; the reader pauses, the ingest must wait.
-    args = ["--ipc-term-length", "64k", "--driver-timeout", "3s", "--client-liveness-timeout", "2s",
-            "--publication-linger-timeout", "1s", "--dir-delete-on-shutdown", "false"]
+    args = [
+        "--ipc-term-length",
+        "64k",
+        "--driver-timeout",
+        "3s",
+        "--client-liveness-timeout",
+        "2s",
+        "--publication-linger-timeout",
+        "1s",
+        "--dir-delete-on-shutdown",
+        "false",
+    ]
     with driver_process(args) as driver:
         reader = StreamReader(driver.dir, CHANNEL, 1002)
         try:
@@ -330,13 +354,35 @@ def test_an_upstream_refusing_the_subscription_with_4xx_ends_the_ingest_naming_t
 def test_an_event_longer_than_the_streams_largest_message_is_counted_and_skipped() -> None:
     events = make_events(20)
     big_time = (time_us_of(events[9]) + time_us_of(events[10])) // 2
-    big = json.dumps({"did": "did:plc:abcdefghijklmnopqrstuvwx", "time_us": big_time, "kind": "commit",
-                      "commit": {"rev": "3l3qo2vutsw2b", "operation": "create", "collection": "app.bsky.feed.post",
-                                 "rkey": "3l3qo2vuowo2b", "record": {"text": "x" * 10_000},
-                                 "cid": "bafyrei" + "a" * 52}}, separators=(",", ":")).encode()
+    big = json.dumps(
+        {
+            "did": "did:plc:abcdefghijklmnopqrstuvwx",
+            "time_us": big_time,
+            "kind": "commit",
+            "commit": {
+                "rev": "3l3qo2vutsw2b",
+                "operation": "create",
+                "collection": "app.bsky.feed.post",
+                "rkey": "3l3qo2vuowo2b",
+                "record": {"text": "x" * 10_000},
+                "cid": "bafyrei" + "a" * 52,
+            },
+        },
+        separators=(",", ":"),
+    ).encode()
     upstream = UpstreamStandIn(events[:10] + [big] + events[10:]).start()
-    args = ["--ipc-term-length", "64k", "--driver-timeout", "3s", "--client-liveness-timeout", "2s",
-            "--publication-linger-timeout", "1s", "--dir-delete-on-shutdown", "false"]  # largest message 8 KiB
+    args = [
+        "--ipc-term-length",
+        "64k",
+        "--driver-timeout",
+        "3s",
+        "--client-liveness-timeout",
+        "2s",
+        "--publication-linger-timeout",
+        "1s",
+        "--dir-delete-on-shutdown",
+        "false",
+    ]  # largest message 8 KiB
     with driver_process(args) as driver:
         reader = StreamReader(driver.dir, CHANNEL, 1005)
         aeron, ingest = _follow(driver.dir, 1005, upstream.url, rewind_us=0)

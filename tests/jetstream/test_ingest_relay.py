@@ -8,28 +8,48 @@ import os
 import time
 
 from logbuf.jetstream.events import parse_event
-
 from tests.jetstream._ingest_support import RelayProcess, TcpProxy, await_condition, read_events, unique_driver_dir
 
 
 def test_upstream_relay_drops_and_comes_back_without_losing_or_repeating_events(tmp_path: object) -> None:
     base = str(tmp_path)
-    origin = RelayProcess(["--driver-dir", unique_driver_dir(), "--port", "0", "--rate", "1000",
-                           "--data-dir", os.path.join(base, "origin")])
+    origin = RelayProcess(
+        [
+            "--driver-dir",
+            unique_driver_dir(),
+            "--port",
+            "0",
+            "--rate",
+            "1000",
+            "--data-dir",
+            os.path.join(base, "origin"),
+        ]
+    )
     follower: RelayProcess | None = None
     proxy: TcpProxy | None = None
     try:
         origin_port = origin.port()
         proxy = TcpProxy(origin_port).start()
-        follower = RelayProcess(["--driver-dir", unique_driver_dir(), "--port", "0", "--rewind", "1s",
-                                 "--upstream", f"ws://127.0.0.1:{proxy.port}/subscribe",
-                                 "--data-dir", os.path.join(base, "follower")])
+        follower = RelayProcess(
+            [
+                "--driver-dir",
+                unique_driver_dir(),
+                "--port",
+                "0",
+                "--rewind",
+                "1s",
+                "--upstream",
+                f"ws://127.0.0.1:{proxy.port}/subscribe",
+                "--data-dir",
+                os.path.join(base, "follower"),
+            ]
+        )
         follower_port = follower.port()
         await_condition(lambda: proxy is not None and proxy.connections >= 1, 20, "the follower to connect")
-        time.sleep(1.0)                         # events flow through the proxy
+        time.sleep(1.0)  # events flow through the proxy
         proxy_port = proxy.port
-        proxy.cut()                             # the upstream drops mid-stream...
-        time.sleep(0.7)                         # ...stays away (reconnects are refused)...
+        proxy.cut()  # the upstream drops mid-stream...
+        time.sleep(0.7)  # ...stays away (reconnects are refused)...
         proxy = TcpProxy(origin_port, port=proxy_port).start()  # ...and comes back
         await_condition(lambda: proxy is not None and proxy.connections >= 1, 20, "the follower to reconnect")
         time.sleep(1.0)
@@ -38,8 +58,7 @@ def test_upstream_relay_drops_and_comes_back_without_losing_or_repeating_events(
         async def both() -> tuple[list[bytes], list[bytes]]:
             mine = await read_events(f"ws://127.0.0.1:{follower_port}/subscribe?cursor=1", until_time_us=until)
             first = parse_event(mine[0]).time_us
-            theirs = await read_events(f"ws://127.0.0.1:{origin_port}/subscribe?cursor={first}",
-                                       until_time_us=until)
+            theirs = await read_events(f"ws://127.0.0.1:{origin_port}/subscribe?cursor={first}", until_time_us=until)
             return mine, theirs
 
         mine, theirs = asyncio.run(both())

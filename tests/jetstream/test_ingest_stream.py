@@ -11,7 +11,6 @@ from logbuf.jetstream.events import EventMeta
 from logbuf.jetstream.generator import EventGenerator
 from logbuf.jetstream.ingest import GeneratorSource, Ingest, OriginClock
 from logbuf.jetstream.stream import EventStreamAdapter
-
 from tests.jetstream._ingest_support import await_condition, driver_process, time_us_of
 
 CHANNEL = "aeron:ipc"
@@ -39,10 +38,22 @@ def test_adapter_appends_ingested_events_in_order_including_fragmented_ones() ->
         assert ingest.error is None
         # Plus one ~100 KB event (≈ 73 fragments at MTU 1408; 1 MiB terms carry up to 128 KiB), stamped after the generator's last.
         big_time = ingest.stats.last_time_us + 1
-        big = json.dumps({"did": "did:plc:abcdefghijklmnopqrstuvwx", "time_us": big_time, "kind": "commit",
-                          "commit": {"rev": "3l3qo2vutsw2b", "operation": "create", "collection": "app.bsky.feed.post",
-                                     "rkey": "3l3qo2vuowo2b", "record": {"text": "x" * 100_000},
-                                     "cid": "bafyrei" + "a" * 52}}, separators=(",", ":")).encode()
+        big = json.dumps(
+            {
+                "did": "did:plc:abcdefghijklmnopqrstuvwx",
+                "time_us": big_time,
+                "kind": "commit",
+                "commit": {
+                    "rev": "3l3qo2vutsw2b",
+                    "operation": "create",
+                    "collection": "app.bsky.feed.post",
+                    "rkey": "3l3qo2vuowo2b",
+                    "record": {"text": "x" * 100_000},
+                    "cid": "bafyrei" + "a" * 52,
+                },
+            },
+            separators=(",", ":"),
+        ).encode()
         offer_all(pub, [(big, big_time)])
         await_condition(lambda: adapter.do_work() >= 0 and len(appended) >= 1501, 20, "1501 events appended")
         times = [meta.time_us for _, meta in appended]
@@ -62,13 +73,24 @@ def test_adapter_skips_stale_and_invalid_messages_and_counts_them() -> None:
         adapter = EventStreamAdapter(sub, lambda raw, meta: appended.append(meta.time_us), after_us=1_000)
         pub = aeron.add_exclusive_publication(CHANNEL, 1202)
         await_condition(lambda: pub.is_connected, 10, "publication connected")
-        offer_all(pub, [(gen.make_event(999), 999),          # at or below after_us: already held
-                        (gen.make_event(2_000), 2_000),
-                        (b"garbage", 0),                     # not an event
-                        (gen.make_event(1_500), 1_500),      # behind the last appended
-                        (gen.make_event(3_000), 7)])         # reserved value disagrees: JSON wins, counted
-        await_condition(lambda: adapter.do_work() >= 0 and adapter.stats.appended + adapter.stats.invalid
-                        + adapter.stats.out_of_order >= 5, 10, "five messages handled")
+        offer_all(
+            pub,
+            [
+                (gen.make_event(999), 999),  # at or below after_us: already held
+                (gen.make_event(2_000), 2_000),
+                (b"garbage", 0),  # not an event
+                (gen.make_event(1_500), 1_500),  # behind the last appended
+                (gen.make_event(3_000), 7),
+            ],
+        )  # reserved value disagrees: JSON wins, counted
+        await_condition(
+            lambda: (
+                adapter.do_work() >= 0
+                and adapter.stats.appended + adapter.stats.invalid + adapter.stats.out_of_order >= 5
+            ),
+            10,
+            "five messages handled",
+        )
         assert appended == [2_000, 3_000]
         assert adapter.stats.invalid == 1 and "not valid JSON" in adapter.stats.last_error
         assert adapter.stats.out_of_order == 2 and adapter.stats.reserved_value_mismatch == 1

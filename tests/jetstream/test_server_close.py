@@ -38,7 +38,7 @@ from tests.jetstream._relay_support import (
 )
 
 STEP_US = 1000
-HISTORY = 3000                    # events before the feed starts: a past cursor has a backlog to replay
+HISTORY = 3000  # events before the feed starts: a past cursor has a backlog to replay
 CLOSE_WITHIN_S = 1.0
 FUTURE_US = BASE_US + 10**12
 
@@ -106,16 +106,17 @@ def test_a_client_close_completes_promptly_while_events_flow(relay: RelayHandle,
     with relay.connect(query, max_queue=None, close_timeout=10) as ws:
         got = recv_raw(ws, count)
         assert all(isinstance(m, bytes if query.get("compress") else str) for m in got)
-        time.sleep(0.15)                          # a few flush passes: events are on their way when we close
+        time.sleep(0.15)  # a few flush passes: events are on their way when we close
         started = time.monotonic()
         ws.close()
         took = time.monotonic() - started
     assert took < CLOSE_WITHIN_S, f"{mode}: the close handshake took {took:.3f} s"
     close_rcvd = ws.protocol.close_rcvd
     assert close_rcvd is not None, f"{mode}: the relay never answered the close frame"
-    assert close_rcvd.code == 1000 and ws.protocol.close_rcvd_then_sent is False   # our close, echoed
-    wait_for(lambda: connections(relay) == 0, timeout_s=CLOSE_WITHIN_S,
-             what=f"{mode}: the relay to close the TCP connection")
+    assert close_rcvd.code == 1000 and ws.protocol.close_rcvd_then_sent is False  # our close, echoed
+    wait_for(
+        lambda: connections(relay) == 0, timeout_s=CLOSE_WITHIN_S, what=f"{mode}: the relay to close the TCP connection"
+    )
 
 
 def test_asyncio_clients_in_every_mode_close_promptly_at_once(relay: RelayHandle) -> None:
@@ -153,14 +154,14 @@ def read_frames(data: bytes) -> tuple[list[tuple[int, bytes]], int]:
         if length == 126:
             if i + 4 > len(data):
                 break
-            length, header = int.from_bytes(data[i + 2:i + 4], "big"), 4
+            length, header = int.from_bytes(data[i + 2 : i + 4], "big"), 4
         elif length == 127:
             if i + 10 > len(data):
                 break
-            length, header = int.from_bytes(data[i + 2:i + 10], "big"), 10
+            length, header = int.from_bytes(data[i + 2 : i + 10], "big"), 10
         if i + header + length > len(data):
             break
-        frames.append((b0, data[i + header:i + header + length]))
+        frames.append((b0, data[i + header : i + header + length]))
         i += header + length
     return frames, i
 
@@ -171,8 +172,10 @@ def test_on_the_wire_the_close_frame_is_the_last_frame_and_the_fin_follows(relay
     data_byte = 0x82 if query.get("compress") else 0x81
     target = relay.url(query).split(f":{relay.port}", 1)[1]
     with socket.create_connection((relay.host, relay.port), timeout=10) as sock:
-        sock.sendall(f"GET {target} HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                     "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n".encode())
+        sock.sendall(
+            f"GET {target} HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n".encode()
+        )
         buf = b""
         while b"\r\n\r\n" not in buf:
             chunk = sock.recv(65536)
@@ -186,7 +189,7 @@ def test_on_the_wire_the_close_frame_is_the_last_frame_and_the_fin_follows(relay
         sock.sendall(close.serialize(mask=True))
         started = time.monotonic()
         sock.settimeout(CLOSE_WITHIN_S)
-        while True:                               # until the relay's FIN (a timeout fails the test)
+        while True:  # until the relay's FIN (a timeout fails the test)
             chunk = sock.recv(1 << 20)
             if not chunk:
                 break
@@ -198,6 +201,6 @@ def test_on_the_wire_the_close_frame_is_the_last_frame_and_the_fin_follows(relay
     assert Close.parse(frames[-1][1]) == Close(1000, "bye"), "the close frame echoes ours"
     assert all(b0 == data_byte for b0, _ in frames[:-1]), f"{mode}: only whole event frames before the close"
     assert took < CLOSE_WITHIN_S, f"{mode}: close frame and FIN took {took:.3f} s"
-    wait_for(lambda: connections(relay) == 0, timeout_s=CLOSE_WITHIN_S,
-             what=f"{mode}: the relay to close the connection")
-
+    wait_for(
+        lambda: connections(relay) == 0, timeout_s=CLOSE_WITHIN_S, what=f"{mode}: the relay to close the connection"
+    )

@@ -33,16 +33,26 @@ def rejected(relay: RelayHandle, query: Any) -> tuple[int, str]:
     return response.status_code, response.body.decode()
 
 
-@pytest.mark.parametrize("query, text", [
-    ({"cursor": "abc"}, "invalid cursor: abc"),
-    ({"cursor": "99999999999999999999"}, "invalid cursor: 99999999999999999999"),
-    ({"wantedCollections": "app.bsky.graph.fo*"}, "invalid subscriber options: invalid collection: app.bsky.graph.fo*"),
-    ({"wantedCollections": "app.bsky.feed.post,app.bsky.feed.like"},
-     "invalid subscriber options: invalid collection: app.bsky.feed.post,app.bsky.feed.like"),
-    ({"wantedDids": "did:plc"}, "invalid subscriber options: invalid DID: did:plc"),
-    ([("wantedCollections", f"com.example.c{i}") for i in range(MAX_WANTED_COLLECTIONS + 1)],
-     "invalid subscriber options: too many wanted collections"),
-])
+@pytest.mark.parametrize(
+    "query, text",
+    [
+        ({"cursor": "abc"}, "invalid cursor: abc"),
+        ({"cursor": "99999999999999999999"}, "invalid cursor: 99999999999999999999"),
+        (
+            {"wantedCollections": "app.bsky.graph.fo*"},
+            "invalid subscriber options: invalid collection: app.bsky.graph.fo*",
+        ),
+        (
+            {"wantedCollections": "app.bsky.feed.post,app.bsky.feed.like"},
+            "invalid subscriber options: invalid collection: app.bsky.feed.post,app.bsky.feed.like",
+        ),
+        ({"wantedDids": "did:plc"}, "invalid subscriber options: invalid DID: did:plc"),
+        (
+            [("wantedCollections", f"com.example.c{i}") for i in range(MAX_WANTED_COLLECTIONS + 1)],
+            "invalid subscriber options: too many wanted collections",
+        ),
+    ],
+)
 def test_bad_queries_get_plain_text_400_before_the_upgrade(tmp_path: Path, query: Any, text: str) -> None:
     with running_relay(str(tmp_path)) as relay:
         assert rejected(relay, query) == (400, text)
@@ -79,7 +89,7 @@ def test_welcome_text_404_and_plain_get_on_subscribe(tmp_path: Path) -> None:
         assert get(relay, "/") == (200, "text/plain; charset=utf-8", "Welcome to Jetstream")
         status, _, _ = get(relay, "/nope")
         assert status == 404
-        status, _, _ = get(relay, "/subscribe")            # no upgrade headers: websockets answers 426
+        status, _, _ = get(relay, "/subscribe")  # no upgrade headers: websockets answers 426
         assert status == 426
         status, _, text = get(relay, "/subscribe?cursor=x")  # the query is checked first, as jetstream does
         assert (status, text) == (400, "invalid cursor: x")
@@ -92,15 +102,22 @@ def test_metrics_use_jetstreams_names(tmp_path: Path) -> None:
             recv_events(ws, 10)
             status, content_type, text = get(relay, "/metrics")
     assert status == 200 and content_type.startswith("text/plain")
-    for line in ('jetstream_subscribers_connected{ip_address="127.0.0.1"} 1.0',
-                 "jetstream_events_emitted_total 10.0",
-                 'jetstream_events_delivered_total{ip_address="127.0.0.1"} 10.0',
-                 'logbuf_jetstream_handshakes_total{outcome="accepted"} 1.0',
-                 "logbuf_jetstream_store_events 10.0"):
+    for line in (
+        'jetstream_subscribers_connected{ip_address="127.0.0.1"} 1.0',
+        "jetstream_events_emitted_total 10.0",
+        'jetstream_events_delivered_total{ip_address="127.0.0.1"} 10.0',
+        'logbuf_jetstream_handshakes_total{outcome="accepted"} 1.0',
+        "logbuf_jetstream_store_events 10.0",
+    ):
         assert line in text, line
-    for name in ("jetstream_bytes_emitted_total", 'jetstream_bytes_delivered_total{ip_address="127.0.0.1"}',
-                 "logbuf_jetstream_sendfile_calls_total", 'logbuf_jetstream_store_bytes{file="plain"}',
-                 "logbuf_jetstream_oldest_time_us", "logbuf_jetstream_bytes_punched_total"):
+    for name in (
+        "jetstream_bytes_emitted_total",
+        'jetstream_bytes_delivered_total{ip_address="127.0.0.1"}',
+        "logbuf_jetstream_sendfile_calls_total",
+        'logbuf_jetstream_store_bytes{file="plain"}',
+        "logbuf_jetstream_oldest_time_us",
+        "logbuf_jetstream_bytes_punched_total",
+    ):
         assert name in text, name
 
 
@@ -112,14 +129,23 @@ def closed_with(ws: ClientConnection) -> tuple[int, str]:
     return info.value.rcvd.code, info.value.rcvd.reason
 
 
-@pytest.mark.parametrize("message, code, reason", [
-    ("hello", 1007, "bad SubscriberSourcedMessage envelope"),
-    ('{"type": "options_update", "payload": "x"}', 1007, "bad options_update payload"),
-    ('{"type": "options_update", "payload": {"wantedCollections": ["nope"]}}', 1008,
-     "invalid subscriber options: invalid collection: nope"),
-    ('{"type": "options_update", "payload": {"wantedDids": ["did:x"]}}', 1008,
-     "invalid subscriber options: invalid DID: did:x"),
-])
+@pytest.mark.parametrize(
+    "message, code, reason",
+    [
+        ("hello", 1007, "bad SubscriberSourcedMessage envelope"),
+        ('{"type": "options_update", "payload": "x"}', 1007, "bad options_update payload"),
+        (
+            '{"type": "options_update", "payload": {"wantedCollections": ["nope"]}}',
+            1008,
+            "invalid subscriber options: invalid collection: nope",
+        ),
+        (
+            '{"type": "options_update", "payload": {"wantedDids": ["did:x"]}}',
+            1008,
+            "invalid subscriber options: invalid DID: did:x",
+        ),
+    ],
+)
 def test_bad_client_messages_close_with_jetstreams_codes(tmp_path: Path, message: str, code: int, reason: str) -> None:
     with running_relay(str(tmp_path)) as relay:
         with relay.connect() as ws:
@@ -140,9 +166,9 @@ def test_long_validation_errors_are_cut_to_123_bytes(tmp_path: Path) -> None:
 def test_client_message_over_10_mb_closes_with_1009(tmp_path: Path) -> None:
     with running_relay(str(tmp_path)) as relay:
         with relay.connect() as ws:
-            ws.send("x" * MAX_CLIENT_MESSAGE_LENGTH)              # exactly the cap: accepted (and ignored: not JSON?)
+            ws.send("x" * MAX_CLIENT_MESSAGE_LENGTH)  # exactly the cap: accepted (and ignored: not JSON?)
             code, _ = closed_with(ws)
-            assert code == 1007                                    # ... it is not JSON: the envelope error
+            assert code == 1007  # ... it is not JSON: the envelope error
         with relay.connect() as ws:
             ws.send("x" * (MAX_CLIENT_MESSAGE_LENGTH + 1))
             code, _ = closed_with(ws)
@@ -160,9 +186,9 @@ def test_shutdown_closes_clients_with_1001(tmp_path: Path) -> None:
 def test_silent_connections_are_closed_after_the_handshake_timeout(tmp_path: Path) -> None:
     with running_relay(str(tmp_path), handshake_timeout_s=0.3) as relay:
         with socket.create_connection((relay.host, relay.port), timeout=5) as sock:
-            sock.sendall(b"GET /subscribe HTTP/1.1\r\nHost: x\r\n")   # never finishes the request
+            sock.sendall(b"GET /subscribe HTTP/1.1\r\nHost: x\r\n")  # never finishes the request
             start = time.monotonic()
-            assert sock.recv(100) == b""                               # closed, no response
+            assert sock.recv(100) == b""  # closed, no response
             assert 0.2 < time.monotonic() - start < 3
         assert relay.server.counters.handshakes["timeout"] == 1
 
@@ -172,7 +198,7 @@ def test_connections_over_the_per_ip_limit_get_429(tmp_path: Path) -> None:
         with relay.connect(), relay.connect():
             assert rejected(relay, {}) == (429, "too many connections from this address")
         wait_for(lambda: relay.on_loop(lambda: len(relay.server._connections)) == 0, what="connections gone")
-        with relay.connect() as ws:                                  # freed again
+        with relay.connect() as ws:  # freed again
             relay.append(make_events(1))
             assert len(recv_events(ws, 1)) == 1
 
@@ -181,9 +207,9 @@ def test_pings_both_ways(tmp_path: Path) -> None:
     with running_relay(str(tmp_path), ping_interval_s=0.1) as relay:
         relay.append(make_events(2000, step_us=10))
         with relay.connect({"cursor": 0}) as ws:
-            assert ws.ping().wait(5)                                  # answered between our frames
+            assert ws.ping().wait(5)  # answered between our frames
             wait_for(lambda: relay.server.counters.pings_sent >= 2, what="server pings")
-            got = recv_events(ws, 2000)                               # pings never break a frame
+            got = recv_events(ws, 2000)  # pings never break a frame
             assert [e["time_us"] for e in got] == [BASE_US + 10 * i for i in range(2000)]
 
 
@@ -209,18 +235,21 @@ def test_non_increasing_time_us_is_counted_and_dropped(tmp_path: Path) -> None:
             assert [e["time_us"] for e in recv_events(ws, 2)] == [BASE_US + 1000, BASE_US + 2000]
 
 
-@pytest.mark.parametrize("overrides, text", [
-    ({"data_dir": ""}, "data_dir"),
-    ({"port": 70000}, "port=70000"),
-    ({"retention": None, "retention_bytes": None}, "retention"),
-    ({"retention": -1.0}, "retention=-1.0"),
-    ({"max_connections_per_ip": 0}, "max_connections_per_ip=0"),
-    ({"handshake_timeout_s": float("inf")}, "handshake_timeout_s=inf"),
-    ({"zstd_dictionary": "/nonexistent/dict"}, "zstd_dictionary='/nonexistent/dict'"),
-])
+@pytest.mark.parametrize(
+    "overrides, text",
+    [
+        ({"data_dir": ""}, "data_dir"),
+        ({"port": 70000}, "port=70000"),
+        ({"retention": None, "retention_bytes": None}, "retention"),
+        ({"retention": -1.0}, "retention=-1.0"),
+        ({"max_connections_per_ip": 0}, "max_connections_per_ip=0"),
+        ({"handshake_timeout_s": float("inf")}, "handshake_timeout_s=inf"),
+        ({"zstd_dictionary": "/nonexistent/dict"}, "zstd_dictionary='/nonexistent/dict'"),
+    ],
+)
 def test_config_errors_name_the_setting(tmp_path: Path, overrides: dict[str, Any], text: str) -> None:
-    from logbuf.jetstream.server import RelayConfig, RelayServer
     from logbuf.errors import ConfigurationError
+    from logbuf.jetstream.server import RelayConfig, RelayServer
 
     settings: dict[str, Any] = {"data_dir": str(tmp_path), "port": 0, **overrides}
     with pytest.raises(ConfigurationError, match=text.replace("(", r"\(").replace(".", r"\.")):

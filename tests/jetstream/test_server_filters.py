@@ -47,20 +47,25 @@ def names_received(relay: RelayHandle, query: Any, expected: int) -> list[str]:
     return [MIX[e["time_us"] - BASE_US][0] for e in got]
 
 
-@pytest.mark.parametrize("query, expected", [
-    ({"wantedCollections": "app.bsky.feed.post"}, ["post_a", "identity_a", "account_b", "big_post_b"]),
-    ({"wantedCollections": "app.bsky.graph.*"}, ["follow_b", "identity_a", "account_b"]),
-    ({"wantedCollections": ["app.bsky.feed.like", "chat.bsky.*"]}, ["like_a", "identity_a", "account_b", "chat_a"]),
-    ({"wantedCollections": "app.bsky.*"},
-     ["post_a", "like_a", "follow_b", "graphx_b", "identity_a", "account_b", "big_post_b"]),
-    ({"wantedCollections": ".*"}, ["identity_a", "account_b"]),
-    ({"wantedDids": DID_A}, ["post_a", "like_a", "identity_a", "chat_a"]),
-    ({"wantedDids": DID_B}, ["follow_b", "graphx_b", "account_b", "big_post_b"]),
-    ({"wantedDids": DID_B, "wantedCollections": "app.bsky.feed.post"}, ["account_b", "big_post_b"]),
-    ({"maxMessageSizeBytes": 1000}, [n for n, *_ in MIX if n != "big_post_b"]),
-    ({"maxMessageSizeBytes": "junk"}, [n for n, *_ in MIX]),
-    ({}, [n for n, *_ in MIX]),
-])
+@pytest.mark.parametrize(
+    "query, expected",
+    [
+        ({"wantedCollections": "app.bsky.feed.post"}, ["post_a", "identity_a", "account_b", "big_post_b"]),
+        ({"wantedCollections": "app.bsky.graph.*"}, ["follow_b", "identity_a", "account_b"]),
+        ({"wantedCollections": ["app.bsky.feed.like", "chat.bsky.*"]}, ["like_a", "identity_a", "account_b", "chat_a"]),
+        (
+            {"wantedCollections": "app.bsky.*"},
+            ["post_a", "like_a", "follow_b", "graphx_b", "identity_a", "account_b", "big_post_b"],
+        ),
+        ({"wantedCollections": ".*"}, ["identity_a", "account_b"]),
+        ({"wantedDids": DID_A}, ["post_a", "like_a", "identity_a", "chat_a"]),
+        ({"wantedDids": DID_B}, ["follow_b", "graphx_b", "account_b", "big_post_b"]),
+        ({"wantedDids": DID_B, "wantedCollections": "app.bsky.feed.post"}, ["account_b", "big_post_b"]),
+        ({"maxMessageSizeBytes": 1000}, [n for n, *_ in MIX if n != "big_post_b"]),
+        ({"maxMessageSizeBytes": "junk"}, [n for n, *_ in MIX]),
+        ({}, [n for n, *_ in MIX]),
+    ],
+)
 def test_query_filters(tmp_path: Path, query: dict[str, Any], expected: list[str]) -> None:
     with running_relay(str(tmp_path)) as relay:
         feed_mix(relay)
@@ -88,11 +93,15 @@ def test_options_update_replaces_the_filter_and_missing_fields_clear_it(tmp_path
     with running_relay(str(tmp_path)) as relay:
         with relay.connect({"wantedDids": DID_A, "wantedCollections": "app.bsky.feed.post"}) as ws:
             ws.send(json.dumps({"type": "options_update", "payload": {"wantedCollections": ["app.bsky.graph.*"]}}))
-            ws.send(json.dumps({"type": "something_else", "payload": {}}))   # ignored
+            ws.send(json.dumps({"type": "something_else", "payload": {}}))  # ignored
             ws.send(b"\x00binary is ignored")
-            wait_for(lambda: relay.server.counters.options_updates == 1 and
-                     relay.server.counters.client_messages_ignored == 2, what="messages handled")
-            feed_mix(relay)                        # DID filter cleared: graph.* from anyone
+            wait_for(
+                lambda: (
+                    relay.server.counters.options_updates == 1 and relay.server.counters.client_messages_ignored == 2
+                ),
+                what="messages handled",
+            )
+            feed_mix(relay)  # DID filter cleared: graph.* from anyone
             got = [MIX[e["time_us"] - BASE_US][0] for e in recv_events(ws, 3)]
             assert got == ["follow_b", "identity_a", "account_b"]
 
@@ -109,11 +118,16 @@ def test_maximum_collections_and_dids_are_accepted_one_more_is_refused(tmp_path:
             got = [MIX[e["time_us"] - BASE_US][0] for e in recv_events(ws, 4)]
             assert got == ["follow_b", "graphx_b", "account_b", "big_post_b"]
         with relay.connect({"cursor": 0}) as ws:
-            ws.send(json.dumps({"type": "options_update",
-                                "payload": {"wantedDids": dids + ["did:plc:zzzzzzzzzzzzzzzzzzzzzzzz"]}}))
+            ws.send(
+                json.dumps(
+                    {"type": "options_update", "payload": {"wantedDids": dids + ["did:plc:zzzzzzzzzzzzzzzzzzzzzzzz"]}}
+                )
+            )
             with pytest.raises(ConnectionClosed) as info:
                 for _ in range(100):
                     ws.recv(timeout=5)
             assert info.value.rcvd is not None
             assert (info.value.rcvd.code, info.value.rcvd.reason) == (
-                1008, "invalid subscriber options: too many wanted DIDs")
+                1008,
+                "invalid subscriber options: too many wanted DIDs",
+            )

@@ -23,21 +23,41 @@ from logbuf.jetstream.filters import (
 DID = "did:plc:abcdefghijklmnopqrstuvwx"
 
 
-@pytest.mark.parametrize("value, ok", [
-    ("app.bsky.feed.post", True), ("chat.bsky.actor.declaration", True), ("com.example.fooBar", True),
-    ("app.bsky", False), ("app.bsky.graph.fo*", False), ("app.bsky.feed.", False), ("", False),
-    ("1app.bsky.feed.post", False), ("app.bsky.feed.1post", False), ("app.bsky.feed.po-st", False),
-    ("app.bsky.feed.post,app.bsky.feed.like", False), ("a" * 64 + ".b.c", False),
-])
+@pytest.mark.parametrize(
+    "value, ok",
+    [
+        ("app.bsky.feed.post", True),
+        ("chat.bsky.actor.declaration", True),
+        ("com.example.fooBar", True),
+        ("app.bsky", False),
+        ("app.bsky.graph.fo*", False),
+        ("app.bsky.feed.", False),
+        ("", False),
+        ("1app.bsky.feed.post", False),
+        ("app.bsky.feed.1post", False),
+        ("app.bsky.feed.po-st", False),
+        ("app.bsky.feed.post,app.bsky.feed.like", False),
+        ("a" * 64 + ".b.c", False),
+    ],
+)
 def test_nsid_validation(value: str, ok: bool) -> None:
     assert is_valid_nsid(value) is ok
 
 
-@pytest.mark.parametrize("value, ok", [
-    (DID, True), ("did:web:example.com", True), ("did:web:localhost%3A8080", True),
-    ("did:plc:", False), ("did:PLC:abc", False), ("plc:abc", False), ("did:plc:abc:", False),
-    (f"{DID},{DID}", False), ("did:plc:" + "a" * 3000, False),
-])
+@pytest.mark.parametrize(
+    "value, ok",
+    [
+        (DID, True),
+        ("did:web:example.com", True),
+        ("did:web:localhost%3A8080", True),
+        ("did:plc:", False),
+        ("did:PLC:abc", False),
+        ("plc:abc", False),
+        ("did:plc:abc:", False),
+        (f"{DID},{DID}", False),
+        ("did:plc:" + "a" * 3000, False),
+    ],
+)
 def test_did_validation(value: str, ok: bool) -> None:
     assert is_valid_did(value) is ok
 
@@ -62,18 +82,28 @@ def test_prefix_head_is_not_validated_and_dot_star_matches_nothing() -> None:
     assert not f.wants_all and not f.matches("app.bsky.feed.post")
 
 
-@pytest.mark.parametrize("query, text", [
-    ({"cursor": ["abc"]}, "invalid cursor: abc"),
-    ({"cursor": ["12.5"]}, "invalid cursor: 12.5"),
-    ({"cursor": [str(1 << 63)]}, f"invalid cursor: {1 << 63}"),
-    ({"wantedCollections": ["app.bsky.graph.fo*"]}, "invalid subscriber options: invalid collection: app.bsky.graph.fo*"),
-    ({"wantedCollections": ["a.b.c,d.e.f"]}, "invalid subscriber options: invalid collection: a.b.c,d.e.f"),
-    ({"wantedDids": ["did:bad"]}, "invalid subscriber options: invalid DID: did:bad"),
-    ({"wantedCollections": [f"com.example.c{i}" for i in range(MAX_WANTED_COLLECTIONS + 1)]},
-     "invalid subscriber options: too many wanted collections"),
-    ({"wantedDids": [f"did:plc:{i:024d}" for i in range(MAX_WANTED_DIDS + 1)]},
-     "invalid subscriber options: too many wanted DIDs"),
-])
+@pytest.mark.parametrize(
+    "query, text",
+    [
+        ({"cursor": ["abc"]}, "invalid cursor: abc"),
+        ({"cursor": ["12.5"]}, "invalid cursor: 12.5"),
+        ({"cursor": [str(1 << 63)]}, f"invalid cursor: {1 << 63}"),
+        (
+            {"wantedCollections": ["app.bsky.graph.fo*"]},
+            "invalid subscriber options: invalid collection: app.bsky.graph.fo*",
+        ),
+        ({"wantedCollections": ["a.b.c,d.e.f"]}, "invalid subscriber options: invalid collection: a.b.c,d.e.f"),
+        ({"wantedDids": ["did:bad"]}, "invalid subscriber options: invalid DID: did:bad"),
+        (
+            {"wantedCollections": [f"com.example.c{i}" for i in range(MAX_WANTED_COLLECTIONS + 1)]},
+            "invalid subscriber options: too many wanted collections",
+        ),
+        (
+            {"wantedDids": [f"did:plc:{i:024d}" for i in range(MAX_WANTED_DIDS + 1)]},
+            "invalid subscriber options: too many wanted DIDs",
+        ),
+    ],
+)
 def test_query_errors_carry_jetstreams_400_text(query: dict[str, list[str]], text: str) -> None:
     with pytest.raises(OptionsError) as info:
         parse_query(query)
@@ -90,9 +120,19 @@ def test_limits_count_after_deduplication() -> None:
         parse_query({"wantedCollections": exact_and_prefixes})
 
 
-@pytest.mark.parametrize("value, expected", [
-    ("1000", 1000), ("0", 0), ("-5", 0), ("", 0), ("abc", 0), ("1e3", 0), (str(1 << 32), 0), (str((1 << 32) - 1), (1 << 32) - 1),
-])
+@pytest.mark.parametrize(
+    "value, expected",
+    [
+        ("1000", 1000),
+        ("0", 0),
+        ("-5", 0),
+        ("", 0),
+        ("abc", 0),
+        ("1e3", 0),
+        (str(1 << 32), 0),
+        (str((1 << 32) - 1), (1 << 32) - 1),
+    ],
+)
 def test_bad_max_message_size_means_no_limit(value: str, expected: int) -> None:
     assert parse_query({"maxMessageSizeBytes": [value]}).max_message_size_bytes == expected
 
@@ -119,8 +159,9 @@ def _update(payload: Any) -> str:
 
 
 def test_options_update_replaces_everything_and_missing_fields_clear() -> None:
-    options = parse_options_update(_update({"wantedCollections": ["app.bsky.feed.post"], "wantedDids": [DID],
-                                            "maxMessageSizeBytes": 1000}))
+    options = parse_options_update(
+        _update({"wantedCollections": ["app.bsky.feed.post"], "wantedDids": [DID], "maxMessageSizeBytes": 1000})
+    )
     assert options is not None
     assert options.collections.exact == {"app.bsky.feed.post"} and options.dids == {DID}
     assert options.max_message_size_bytes == 1000
@@ -139,17 +180,20 @@ def test_other_message_types_are_ignored() -> None:
     assert parse_options_update(json.dumps({"payload": {}})) is None
 
 
-@pytest.mark.parametrize("message, reason", [
-    ("not json", "bad SubscriberSourcedMessage envelope"),
-    ("[1, 2]", "bad SubscriberSourcedMessage envelope"),
-    ('{"type": 5}', "bad SubscriberSourcedMessage envelope"),
-    ('{"type": "options_update"}', "bad options_update payload"),
-    ('{"type": "options_update", "payload": [1]}', "bad options_update payload"),
-    ('{"type": "options_update", "payload": {"wantedDids": "did:plc:x"}}', "bad options_update payload"),
-    ('{"type": "options_update", "payload": {"wantedCollections": [1]}}', "bad options_update payload"),
-    ('{"type": "options_update", "payload": {"maxMessageSizeBytes": "10"}}', "bad options_update payload"),
-    ('{"type": "options_update", "payload": {"maxMessageSizeBytes": 1.5}}', "bad options_update payload"),
-])
+@pytest.mark.parametrize(
+    "message, reason",
+    [
+        ("not json", "bad SubscriberSourcedMessage envelope"),
+        ("[1, 2]", "bad SubscriberSourcedMessage envelope"),
+        ('{"type": 5}', "bad SubscriberSourcedMessage envelope"),
+        ('{"type": "options_update"}', "bad options_update payload"),
+        ('{"type": "options_update", "payload": [1]}', "bad options_update payload"),
+        ('{"type": "options_update", "payload": {"wantedDids": "did:plc:x"}}', "bad options_update payload"),
+        ('{"type": "options_update", "payload": {"wantedCollections": [1]}}', "bad options_update payload"),
+        ('{"type": "options_update", "payload": {"maxMessageSizeBytes": "10"}}', "bad options_update payload"),
+        ('{"type": "options_update", "payload": {"maxMessageSizeBytes": 1.5}}', "bad options_update payload"),
+    ],
+)
 def test_undecodable_messages(message: str, reason: str) -> None:
     with pytest.raises(OptionsUpdateDecodeError) as info:
         parse_options_update(message)
@@ -173,7 +217,7 @@ def test_with_update_keeps_cursor_and_compression() -> None:
 
 def test_close_reason_fits_123_bytes_cut_on_a_character() -> None:
     assert truncate_close_reason("short") == "short"
-    long = "é" * 100                                   # 200 bytes
+    long = "é" * 100  # 200 bytes
     cut = truncate_close_reason(long)
     assert cut.endswith("...") and len(cut.encode()) <= 123
     assert cut[:-3] == "é" * 60

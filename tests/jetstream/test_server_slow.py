@@ -29,12 +29,12 @@ def parse_frames(data: bytes) -> tuple[list[bytes], bytes, int | None]:
         if length == 126:
             if i + 4 > len(data):
                 return payloads, data[i:], None
-            length, header = int.from_bytes(data[i + 2:i + 4], "big"), 4
+            length, header = int.from_bytes(data[i + 2 : i + 4], "big"), 4
         assert length != 127, "events here are short"
         if i + header + length > len(data):
             assert b0 == 0x81, f"partial frame with first byte {b0:#x}"
             return payloads, data[i:], None
-        payload = data[i + header:i + header + length]
+        payload = data[i + header : i + header + length]
         if b0 == 0x88:
             return payloads, b"", int.from_bytes(payload[:2], "big")
         assert b0 == 0x81, f"frame {len(payloads)} starts with {b0:#x}: not a text frame (zeros?)"
@@ -45,15 +45,23 @@ def parse_frames(data: bytes) -> tuple[list[bytes], bytes, int | None]:
 
 def test_a_client_that_never_reads_slows_no_one_and_is_dropped_behind_retention(tmp_path: Path) -> None:
     total = 12_000
-    events = make_events(total, step_us=STEP_US)              # about 6 MB of frames
-    with running_relay(str(tmp_path), retention=None, retention_bytes=1_000_000, retention_check_s=0.05,
-                       write_timeout_s=0, flush_interval_s=0.002) as relay:
+    events = make_events(total, step_us=STEP_US)  # about 6 MB of frames
+    with running_relay(
+        str(tmp_path),
+        retention=None,
+        retention_bytes=1_000_000,
+        retention_check_s=0.05,
+        write_timeout_s=0,
+        flush_interval_s=0.002,
+    ) as relay:
         slow = socket.socket()
         slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         slow.settimeout(10)
         slow.connect((relay.host, relay.port))
-        slow.sendall(b"GET /subscribe HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                     b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")
+        slow.sendall(
+            b"GET /subscribe HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+        )
         head = b""
         while b"\r\n\r\n" not in head:
             head += slow.recv(1)
@@ -68,7 +76,7 @@ def test_a_client_that_never_reads_slows_no_one_and_is_dropped_behind_retention(
             reader.start()
             start = time.monotonic()
             for i in range(0, total, 500):
-                relay.append(events[i:i + 500])
+                relay.append(events[i : i + 500])
                 time.sleep(0.01)
             reader.join(35)
             fast_seconds = time.monotonic() - start
@@ -76,7 +84,7 @@ def test_a_client_that_never_reads_slows_no_one_and_is_dropped_behind_retention(
             assert fast_seconds < 20, f"the fast client took {fast_seconds:.1f} s"
             wait_for(lambda: relay.server.counters.clients_dropped["behind_retention"] == 1, what="the drop")
         data = b""
-        while True:                                        # the slow client reads at last: until EOF
+        while True:  # the slow client reads at last: until EOF
             try:
                 chunk = slow.recv(1 << 16)
             except ConnectionResetError:
@@ -87,10 +95,10 @@ def test_a_client_that_never_reads_slows_no_one_and_is_dropped_behind_retention(
         slow.close()
     payloads, partial, close_code = parse_frames(data)
     assert 0 < len(payloads) < total
-    assert payloads == events[:len(payloads)]               # a gapless prefix of the real events
+    assert payloads == events[: len(payloads)]  # a gapless prefix of the real events
     if partial:
         expected = Frame(Opcode.TEXT, events[len(payloads)]).serialize(mask=False)
-        assert expected.startswith(partial)                 # cut mid-frame by the close, never zero-filled
+        assert expected.startswith(partial)  # cut mid-frame by the close, never zero-filled
     assert close_code in (None, 1008)
     assert all(json.loads(p)["time_us"] >= BASE_US for p in payloads)
 
@@ -102,9 +110,11 @@ def test_a_client_whose_socket_takes_nothing_is_dropped_after_the_write_timeout(
             slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
             slow.settimeout(10)
             slow.connect((relay.host, relay.port))
-            slow.sendall(b"GET /subscribe?cursor=0 HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                         b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")
+            slow.sendall(
+                b"GET /subscribe?cursor=0 HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+            )
             relay.append(events)
             wait_for(lambda: relay.server.counters.clients_dropped["write_timeout"] == 1, what="the drop")
-            with relay.connect({"cursor": 0}) as fast:                 # everything is still there for others
+            with relay.connect({"cursor": 0}) as fast:  # everything is still there for others
                 assert len(recv_events(fast, len(events), timeout_s=20)) == len(events)

@@ -20,11 +20,24 @@ DID_B = "did:plc:bbbbbbbbbbbbbbbbbbbbbbbb"
 
 def event(time_us: int, did: str = DID_A, collection: str | None = "app.bsky.feed.post", pad: int = 0) -> bytes:
     if collection is None:
-        obj = {"did": did, "time_us": time_us, "kind": "identity",
-               "identity": {"did": did, "seq": 1, "time": "2024-09-05T06:11:04.870Z"}}
+        obj = {
+            "did": did,
+            "time_us": time_us,
+            "kind": "identity",
+            "identity": {"did": did, "seq": 1, "time": "2024-09-05T06:11:04.870Z"},
+        }
     else:
-        obj = {"did": did, "time_us": time_us, "kind": "commit",
-               "commit": {"rev": "3l3qo2vutsw2e", "operation": "delete", "collection": collection, "rkey": "x" * (1 + pad)}}
+        obj = {
+            "did": did,
+            "time_us": time_us,
+            "kind": "commit",
+            "commit": {
+                "rev": "3l3qo2vutsw2e",
+                "operation": "delete",
+                "collection": collection,
+                "rkey": "x" * (1 + pad),
+            },
+        }
     return json.dumps(obj, separators=(",", ":")).encode()
 
 
@@ -50,7 +63,7 @@ def test_file_holds_each_event_once_as_a_ready_frame(tmp_path: Path) -> None:
     assert data == b"".join(Frame(Opcode.TEXT, raw).serialize(mask=False) for raw in events)
     for seq in range(50):
         off = store.offset_of(PLAIN, seq)
-        assert data[off + 2 + (2 if len(events[seq]) >= 126 else 0):].startswith(events[seq])
+        assert data[off + 2 + (2 if len(events[seq]) >= 126 else 0) :].startswith(events[seq])
     store.close()
 
 
@@ -67,11 +80,11 @@ def test_cursor_lookup_is_inclusive_and_clamps(tmp_path: Path) -> None:
     store = FrameStore(str(tmp_path))
     for i in range(10):
         append(store, event(BASE_US + 100 * i))
-    assert store.seq_for_cursor(None) == 10                 # live
-    assert store.seq_for_cursor(BASE_US + 300) == 3         # inclusive
+    assert store.seq_for_cursor(None) == 10  # live
+    assert store.seq_for_cursor(BASE_US + 300) == 3  # inclusive
     assert store.seq_for_cursor(BASE_US + 301) == 4
     assert store.seq_for_cursor(0) == 0 and store.seq_for_cursor(-5) == 0
-    assert store.seq_for_cursor(BASE_US + 10**9) == 10      # future: live
+    assert store.seq_for_cursor(BASE_US + 10**9) == 10  # future: live
     store.close()
 
 
@@ -90,8 +103,14 @@ def test_index_survives_growth_and_compaction(tmp_path: Path) -> None:
 
 def test_matching_runs_groups_consecutive_wanted_frames(tmp_path: Path) -> None:
     store = FrameStore(str(tmp_path))
-    spec = [(DID_A, "app.bsky.feed.post"), (DID_A, "app.bsky.feed.post"), (DID_B, "app.bsky.feed.post"),
-            (DID_A, "app.bsky.feed.like"), (DID_A, None), (DID_A, "app.bsky.feed.post")]
+    spec = [
+        (DID_A, "app.bsky.feed.post"),
+        (DID_A, "app.bsky.feed.post"),
+        (DID_B, "app.bsky.feed.post"),
+        (DID_A, "app.bsky.feed.like"),
+        (DID_A, None),
+        (DID_A, "app.bsky.feed.post"),
+    ]
     for i, (did, col) in enumerate(spec):
         append(store, event(BASE_US + i, did, col))
     allowed = np.array([True] + [name == "app.bsky.feed.post" for name in store.collection_names[1:]])
@@ -101,7 +120,7 @@ def test_matching_runs_groups_consecutive_wanted_frames(tmp_path: Path) -> None:
     off = [store.offset_of(PLAIN, s) for s in range(7)]
     # 0-1 post by A; 2 is B; 3 is a like; 4 (identity) passes the collection filter; 5 post by A (to the end)
     assert runs == [(off[0], off[2], 2), (off[4], off[6], 2)]
-    runs, _ = store.matching_runs(PLAIN, 0, 3, allowed, None, 0)   # limit: scan 3 events only
+    runs, _ = store.matching_runs(PLAIN, 0, 3, allowed, None, 0)  # limit: scan 3 events only
     assert runs == [(off[0], off[3], 3)]
 
 
@@ -127,13 +146,13 @@ def test_retention_punches_whole_blocks_before_the_first_kept_frame(tmp_path: Pa
     assert retired > 0 and store.first_seq == retired
     floor = store.floor(PLAIN)
     assert store.punch_supported, "this filesystem should punch holes"
-    assert path.stat().st_size == size                       # KEEP_SIZE: apparent size unchanged
-    assert store.disk_bytes(PLAIN) < before_blocks / 2      # space returned
+    assert path.stat().st_size == size  # KEEP_SIZE: apparent size unchanged
+    assert store.disk_bytes(PLAIN) < before_blocks / 2  # space returned
     data = path.read_bytes()
     punched = (floor // PUNCH_ALIGN) * PUNCH_ALIGN
-    assert data[:punched] == bytes(punched)                  # freed blocks read as zeros ...
+    assert data[:punched] == bytes(punched)  # freed blocks read as zeros ...
     assert data[floor:] == b"".join(Frame(Opcode.TEXT, raw).serialize(mask=False) for raw in events[retired:])
-    assert data[punched:floor] != bytes(floor - punched) or floor == punched   # ... nothing kept was zeroed
+    assert data[punched:floor] != bytes(floor - punched) or floor == punched  # ... nothing kept was zeroed
     # by age: keep events at most 500 ms older than the newest
     store.retire(max_age_us=500_000, max_bytes=None)
     assert store.oldest_time_us() == BASE_US + (4000 - 1) * 1000 - 500_000
@@ -151,7 +170,7 @@ def test_compressed_file_holds_standalone_zstd_frames_with_the_dictionary(tmp_pa
     for seq, raw in enumerate(events):
         start, end = store.offset_of(ZSTD, seq), store.offset_of(ZSTD, seq + 1)
         frame = data[start:end]
-        assert frame[0] == 0x82                                   # FIN | binary
+        assert frame[0] == 0x82  # FIN | binary
         header = 2 if frame[1] < 126 else 4
         payload = frame[header:]
         assert zstandard.get_frame_parameters(payload).dict_id == 1612007021

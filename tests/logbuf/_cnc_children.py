@@ -30,7 +30,10 @@ def spawn(role: str, **args: object) -> subprocess.Popen[str]:
     """Start ``role`` in a new Python process (run from the parent test)."""
     return subprocess.Popen(
         [sys.executable, "-m", "tests.logbuf._cnc_children", role, json.dumps(args)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
     )
 
 

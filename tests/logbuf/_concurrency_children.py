@@ -72,8 +72,9 @@ def _run(role: str, index: int, out: Any, body: Callable[[], Report]) -> None:
     out.put({"role": role, "index": index, "error": None, **report})
 
 
-def publisher_main(name: str, publisher: int, count: int, exclusive: bool, start: Any, out: Any,
-                   timeout_s: float) -> None:
+def publisher_main(
+    name: str, publisher: int, count: int, exclusive: bool, start: Any, out: Any, timeout_s: float
+) -> None:
     """Offer ``count`` messages once ``start`` is set; report the offer counts by result."""
 
     def body() -> Report:
@@ -91,24 +92,29 @@ def publisher_main(name: str, publisher: int, count: int, exclusive: bool, start
                 reserved = reserved_value(publisher, seq)
                 while (result := pub.offer(message, reserved)) < 0:
                     if result not in retry:
-                        raise AssertionError(f"publisher {publisher} seq {seq}: offer returned "
-                                             f"{OfferResult(result).name}")
+                        raise AssertionError(
+                            f"publisher {publisher} seq {seq}: offer returned {OfferResult(result).name}"
+                        )
                     if result == OfferResult.ADMIN_ACTION:
                         admin_actions += 1
                         continue
                     back_pressured += 1
                     os.sched_yield()
                     if back_pressured % CHECK_EVERY == 0 and time.monotonic() > deadline:
-                        raise TimeoutError(f"publisher {publisher} back-pressured for over {timeout_s} s "
-                                           f"at seq {seq}")
-            return {"sent": count, "back_pressured": back_pressured, "admin_actions": admin_actions,
-                    "seconds": time.monotonic() - began}
+                        raise TimeoutError(f"publisher {publisher} back-pressured for over {timeout_s} s at seq {seq}")
+            return {
+                "sent": count,
+                "back_pressured": back_pressured,
+                "admin_actions": admin_actions,
+                "seconds": time.monotonic() - began,
+            }
 
     _run("publisher", publisher, out, body)
 
 
-def subscriber_main(name: str, index: int, publishers: int, count: int, ready: Any, publishers_done: Any,
-                    out: Any, timeout_s: float) -> None:
+def subscriber_main(
+    name: str, index: int, publishers: int, count: int, ready: Any, publishers_done: Any, out: Any, timeout_s: float
+) -> None:
     """Attach, signal ``ready``, check every message from every publisher, then report.
 
     A message out of sequence or with wrong bytes is noted (the first 10 are reported) and
@@ -130,12 +136,16 @@ def subscriber_main(name: str, index: int, publishers: int, count: int, ready: A
                 problems.append(f"unknown message: publisher {publisher} seq {seq} at position {header.position}")
                 return
             if seq != received[publisher]:
-                problems.append(f"publisher {publisher}: seq {seq} where {received[publisher]} was due, "
-                                f"at position {header.position}")
+                problems.append(
+                    f"publisher {publisher}: seq {seq} where {received[publisher]} was due, "
+                    f"at position {header.position}"
+                )
             received[publisher] = seq + 1
             if bytes(buffer) != message_body(publisher, seq, sizes[publisher][seq]):
-                problems.append(f"publisher {publisher} seq {seq}: {len(buffer)} bytes differ from the "
-                                f"{sizes[publisher][seq]} sent, at position {header.position}")
+                problems.append(
+                    f"publisher {publisher} seq {seq}: {len(buffer)} bytes differ from the "
+                    f"{sizes[publisher][seq]} sent, at position {header.position}"
+                )
 
         assembler = FragmentAssembler(on_message)
         complete = [count] * publishers
@@ -164,8 +174,14 @@ def subscriber_main(name: str, index: int, publishers: int, count: int, ready: A
             if not publishers_done.wait(timeout_s):
                 problems.append(f"publishers_done not set within {timeout_s} s")
             extra = image.poll(assembler, FRAGMENT_LIMIT)
-            return {"received": received, "problems": problems[:10], "problem_count": len(problems),
-                    "fragments": fragments, "extra_fragments": extra, "position": image.position}
+            return {
+                "received": received,
+                "problems": problems[:10],
+                "problem_count": len(problems),
+                "fragments": fragments,
+                "extra_fragments": extra,
+                "position": image.position,
+            }
 
     _run("subscriber", index, out, body)
 

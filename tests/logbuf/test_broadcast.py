@@ -9,8 +9,12 @@ from collections.abc import Iterator
 import pytest
 
 from logbuf.conduit import broadcast_descriptor as bd
-from logbuf.conduit.broadcast import BroadcastLappedError, BroadcastReceiver, BroadcastTransmitter, CopyBroadcastReceiver
-
+from logbuf.conduit.broadcast import (
+    BroadcastLappedError,
+    BroadcastReceiver,
+    BroadcastTransmitter,
+    CopyBroadcastReceiver,
+)
 from tests.logbuf._cnc_children import result_of, spawn
 
 CAPACITY = 1024

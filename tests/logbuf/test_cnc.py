@@ -24,7 +24,6 @@ from logbuf.conduit.cnc import (
 )
 from logbuf.conduit.error_log import DistinctErrorLog, read_error_log
 from logbuf.conduit.ring_buffer import ManyToOneRingBuffer
-
 from tests.logbuf._cnc_children import result_of, spawn
 
 SMALL = dict(to_driver_capacity=4096, to_clients_capacity=2048, counters_values_length=1024, error_log_length=1024)

@@ -43,8 +43,9 @@ def _stop(procs: list[Any]) -> None:
         proc.join(10)
 
 
-def run_system(name: str, *, publishers: int, count: int, subscribers: int, exclusive: bool,
-               timeout_s: float) -> tuple[list[dict[str, Any]], list[dict[str, Any]], int]:
+def run_system(
+    name: str, *, publishers: int, count: int, subscribers: int, exclusive: bool, timeout_s: float
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], int]:
     """Subscribers first, then publishers; all children within ``timeout_s`` or they are killed.
 
     Returns (publisher reports, subscriber reports, the log's final tail position).
@@ -54,12 +55,22 @@ def run_system(name: str, *, publishers: int, count: int, subscribers: int, excl
     out: Any = CTX.Queue()
     start = CTX.Event()
     publishers_done = CTX.Event()
-    subs = [CTX.Process(target=children.subscriber_main, name=f"subscriber-{i}",
-                        args=(name, i, publishers, count, ready, publishers_done, out, timeout_s))
-            for i in range(subscribers)]
-    pubs = [CTX.Process(target=children.publisher_main, name=f"publisher-{i}",
-                        args=(name, i, count, exclusive, start, out, timeout_s))
-            for i in range(publishers)]
+    subs = [
+        CTX.Process(
+            target=children.subscriber_main,
+            name=f"subscriber-{i}",
+            args=(name, i, publishers, count, ready, publishers_done, out, timeout_s),
+        )
+        for i in range(subscribers)
+    ]
+    pubs = [
+        CTX.Process(
+            target=children.publisher_main,
+            name=f"publisher-{i}",
+            args=(name, i, count, exclusive, start, out, timeout_s),
+        )
+        for i in range(publishers)
+    ]
     reports: list[dict[str, Any]] = []
     with StreamLog.create(name, term_length=TERM_LENGTH, mtu_length=children.MTU_LENGTH) as log:
         try:
@@ -75,19 +86,23 @@ def run_system(name: str, *, publishers: int, count: int, subscribers: int, excl
                 if time.monotonic() > deadline:
                     raise AssertionError(
                         f"timed out after {timeout_s} s; reports so far: {reports}; children alive: "
-                        f"{[p.name for p in procs if p.is_alive()]}")
+                        f"{[p.name for p in procs if p.is_alive()]}"
+                    )
                 try:
                     reports.append(out.get(timeout=0.5))
                 except queue.Empty:
                     silent = [(p.name, p.exitcode) for p in procs if p.exitcode not in (None, 0)]
                     if len(silent) > len([r for r in reports if r["error"]]):
-                        raise AssertionError(f"children died without reporting: {silent}; reports: {reports}")
+                        raise AssertionError(f"children died without reporting: {silent}; reports: {reports}") from None
                     continue
                 if len([r for r in reports if r["role"] == "publisher"]) == len(pubs):
                     publishers_done.set()
             failed = [f"{r['role']} {r['index']} failed:\n{r['error']}" for r in reports if r["error"]]
-            problems = [f"subscriber {r['index']}: {r['problem_count']} problems, first: {r['problems']}"
-                        for r in reports if r["role"] == "subscriber" and not r["error"] and r["problems"]]
+            problems = [
+                f"subscriber {r['index']}: {r['problem_count']} problems, first: {r['problems']}"
+                for r in reports
+                if r["role"] == "subscriber" and not r["error"] and r["problems"]
+            ]
             assert not failed, "\n".join(problems + failed)
             for proc in procs:
                 proc.join(max(1.0, deadline - time.monotonic()))
@@ -95,13 +110,16 @@ def run_system(name: str, *, publishers: int, count: int, subscribers: int, excl
             tail = log.log.tail_position()
         finally:
             _stop(subs + pubs)
-    by_role = {role: sorted((r for r in reports if r["role"] == role), key=lambda r: r["index"])
-               for role in ("publisher", "subscriber")}
+    by_role = {
+        role: sorted((r for r in reports if r["role"] == role), key=lambda r: r["index"])
+        for role in ("publisher", "subscriber")
+    }
     return by_role["publisher"], by_role["subscriber"], tail
 
 
-def assert_every_message_once_in_order(subscriber_reports: list[dict[str, Any]], publishers: int, count: int,
-                                       tail: int) -> None:
+def assert_every_message_once_in_order(
+    subscriber_reports: list[dict[str, Any]], publishers: int, count: int, tail: int
+) -> None:
     assert len(subscriber_reports) == 2
     for report in subscriber_reports:
         assert report["problems"] == []
@@ -114,21 +132,18 @@ def assert_every_message_once_in_order(subscriber_reports: list[dict[str, Any]],
 def test_four_publishers_two_subscribers_every_message_once_intact_in_order(log_name: str) -> None:
     count = 200_000
     began = time.monotonic()
-    pubs, subs, tail = run_system(log_name, publishers=4, count=count, subscribers=2, exclusive=False,
-                                  timeout_s=240)
+    pubs, subs, tail = run_system(log_name, publishers=4, count=count, subscribers=2, exclusive=False, timeout_s=240)
     elapsed = time.monotonic() - began
     assert [p["sent"] for p in pubs] == [count] * 4
     assert_every_message_once_in_order(subs, 4, count, tail)
     assert tail > 1000 * TERM_LENGTH  # the log rotated thousands of times
     assert subs[0]["fragments"] > 4 * count  # most messages were fragmented
-    print(f"4x{count} messages to 2 subscribers in {elapsed:.1f} s; {tail / TERM_LENGTH:.0f} terms; "
-          f"publishers: {pubs}")
+    print(f"4x{count} messages to 2 subscribers in {elapsed:.1f} s; {tail / TERM_LENGTH:.0f} terms; publishers: {pubs}")
 
 
 def test_exclusive_publisher_two_subscribers_every_message_once_intact_in_order(log_name: str) -> None:
     count = 50_000
-    pubs, subs, tail = run_system(log_name, publishers=1, count=count, subscribers=2, exclusive=True,
-                                  timeout_s=120)
+    pubs, subs, tail = run_system(log_name, publishers=1, count=count, subscribers=2, exclusive=True, timeout_s=120)
     assert pubs[0]["sent"] == count
     assert_every_message_once_in_order(subs, 1, count, tail)
     assert tail > 100 * TERM_LENGTH

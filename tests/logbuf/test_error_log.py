@@ -11,7 +11,6 @@ import pytest
 
 from logbuf.conduit import error_log_descriptor as ed
 from logbuf.conduit.error_log import DistinctErrorLog, ErrorObservation, error_text, read_error_log
-
 from tests.logbuf._cnc_children import spawn
 
 LENGTH = 8192
@@ -128,7 +127,8 @@ def test_a_log_reopened_over_the_same_buffer_keeps_counting(buffer: memoryview) 
     reopened.record("again")
     reopened.record("new")
     assert [(o.text, o.count, o.last_observation_ms) for o in read_error_log(buffer)] == [
-        ("again", 2, 5_000), ("new", 1, 5_000),
+        ("again", 2, 5_000),
+        ("new", 1, 5_000),
     ]
 
 
@@ -145,7 +145,9 @@ def test_threads_recording_concurrently_lose_no_observation(buffer: memoryview) 
     for t in threads:
         t.join(30)
     assert sorted((o.text, o.count) for o in read_error_log(buffer)) == [
-        ("error 0", 668), ("error 1", 668), ("error 2", 664),
+        ("error 0", 668),
+        ("error 1", 668),
+        ("error 2", 664),
     ]
 
 
@@ -167,7 +169,8 @@ def test_errors_are_readable_from_another_process_after_the_writer_crashed(tmp_p
         os.close(fd)
     observations = read_error_log(memoryview(mm))
     assert [(o.count, o.first_observation_ms, o.last_observation_ms) for o in observations] == [
-        (5, 1_000, 1_000), (1, 1_000, 1_000),
+        (5, 1_000, 1_000),
+        (1, 1_000, 1_000),
     ]
     assert "RuntimeError: disk on fire" in observations[0].text
     assert observations[1].text == "plain text error"

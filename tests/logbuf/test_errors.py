@@ -24,15 +24,15 @@ import pytest
 
 from logbuf import _native
 from logbuf.conduit import command_descriptor as cmd
+from logbuf.errors import ConfigurationError, LogbufError
 from logbuf.logbuffer import data_header_descriptor as dh
 from logbuf.logbuffer import log_buffer_descriptor as lbd
-from logbuf.errors import ConfigurationError, LogbufError
 from logbuf.logbuffer.fragment_assembler import ControlledFragmentAssembler, FragmentAssembler
 from logbuf.logbuffer.image import ControlledPollAction, Header, Image
 from logbuf.logbuffer.log_buffer import LogBuffers, LogParams
 from logbuf.logbuffer.publication import BufferClaim, OfferResult, Publication
-from logbuf.shm import Segment, ShmError
 from logbuf.logbuffer.standalone import StreamLog
+from logbuf.shm import Segment, ShmError
 
 TERM_LENGTH = 64 * 1024
 MTU_LENGTH = 1408
@@ -51,15 +51,18 @@ def log_name() -> Iterator[str]:
 
 @pytest.fixture
 def log(log_name: str) -> Iterator[StreamLog]:
-    with StreamLog.create(log_name, term_length=TERM_LENGTH, mtu_length=MTU_LENGTH, session_id=SESSION_ID,
-                          stream_id=STREAM_ID) as stream_log:
+    with StreamLog.create(
+        log_name, term_length=TERM_LENGTH, mtu_length=MTU_LENGTH, session_id=SESSION_ID, stream_id=STREAM_ID
+    ) as stream_log:
         yield stream_log
 
 
 def collect(into: list[tuple[bytes, int]]) -> Callable[[memoryview, Header], None]:
     """A fragment handler that keeps (payload, header.position)."""
+
     def handler(buffer: memoryview, header: Header) -> None:
         into.append((bytes(buffer), header.position))
+
     return handler
 
 
@@ -81,33 +84,44 @@ def frame_end(position_before: int, payload_length: int) -> int:
 # =================================================================================================
 # (name, header fields as HEADER packs them, the header's bytes, payload following it)
 FRAME_CASES = [
-    ("data frame, 5-byte payload",
-     (37, 0, 0xC0, 1, 64, 0x01020304, 7, 3, 0x1122334455667788),
-     bytes.fromhex("25000000" "00c00100" "40000000" "04030201" "07000000" "03000000" "8877665544332211"),
-     b"hello"),
-    ("first fragment, negative ids, full MTU payload",
-     (1408, 0, 0x80, 1, 0, -2, 1, 0x7FFFFFFF, -1),
-     bytes.fromhex("80050000" "00800100" "00000000" "feffffff" "01000000" "ffffff7f" "ffffffffffffffff"),
-     bytes(range(256)) * 5 + bytes(96)),
-    ("heartbeat: header alone, frame_length 0",
-     (0, 0, 0xC0, 1, 4096, 9, 10, 11, 0),
-     bytes.fromhex("00000000" "00c00100" "00100000" "09000000" "0a000000" "0b000000" "0000000000000000"),
-     b""),
-    ("empty message: header alone, frame_length 32",
-     (32, 0, 0xC0, 1, 32, 1, 1, 1, 5),
-     bytes.fromhex("20000000" "00c00100" "20000000" "01000000" "01000000" "01000000" "0500000000000000"),
-     b""),
-    ("padding header as sent on the wire",
-     (96, 0, 0xC0, 0, 128, 1, 2, -1, 0),
-     bytes.fromhex("60000000" "00c00000" "80000000" "01000000" "02000000" "ffffffff" "0000000000000000"),
-     b""),
+    (
+        "data frame, 5-byte payload",
+        (37, 0, 0xC0, 1, 64, 0x01020304, 7, 3, 0x1122334455667788),
+        bytes.fromhex("2500000000c00100400000000403020107000000030000008877665544332211"),
+        b"hello",
+    ),
+    (
+        "first fragment, negative ids, full MTU payload",
+        (1408, 0, 0x80, 1, 0, -2, 1, 0x7FFFFFFF, -1),
+        bytes.fromhex("800500000080010000000000feffffff01000000ffffff7fffffffffffffffff"),
+        bytes(range(256)) * 5 + bytes(96),
+    ),
+    (
+        "heartbeat: header alone, frame_length 0",
+        (0, 0, 0xC0, 1, 4096, 9, 10, 11, 0),
+        bytes.fromhex("0000000000c0010000100000090000000a0000000b0000000000000000000000"),
+        b"",
+    ),
+    (
+        "empty message: header alone, frame_length 32",
+        (32, 0, 0xC0, 1, 32, 1, 1, 1, 5),
+        bytes.fromhex("2000000000c00100200000000100000001000000010000000500000000000000"),
+        b"",
+    ),
+    (
+        "padding header as sent on the wire",
+        (96, 0, 0xC0, 0, 128, 1, 2, -1, 0),
+        bytes.fromhex("6000000000c00000800000000100000002000000ffffffff0000000000000000"),
+        b"",
+    ),
 ]
 FRAME_IDS = [case[0] for case in FRAME_CASES]
 
 
 @pytest.mark.parametrize(("name", "fields", "header", "payload"), FRAME_CASES, ids=FRAME_IDS)
-def test_data_header_encodes_and_decodes_byte_for_byte(name: str, fields: tuple[int, ...], header: bytes,
-                                                       payload: bytes) -> None:
+def test_data_header_encodes_and_decodes_byte_for_byte(
+    name: str, fields: tuple[int, ...], header: bytes, payload: bytes
+) -> None:
     assert dh.HEADER.pack(*fields) == header
     assert dh.HEADER.unpack(header) == fields
     assert dh.HEADER.unpack_from(header + payload, 0) == fields
@@ -115,8 +129,9 @@ def test_data_header_encodes_and_decodes_byte_for_byte(name: str, fields: tuple[
 
 
 @pytest.mark.parametrize(("name", "fields", "header", "payload"), FRAME_CASES, ids=FRAME_IDS)
-def test_a_frame_one_byte_short_is_rejected_naming_the_length(name: str, fields: tuple[int, ...], header: bytes,
-                                                              payload: bytes) -> None:
+def test_a_frame_one_byte_short_is_rejected_naming_the_length(
+    name: str, fields: tuple[int, ...], header: bytes, payload: bytes
+) -> None:
     frame = header + payload
     if payload:
         message = rf"frame_length={fields[0]} but only {len(frame) - 1} bytes are present"
@@ -129,8 +144,9 @@ def test_a_frame_one_byte_short_is_rejected_naming_the_length(name: str, fields:
 
 
 @pytest.mark.parametrize(("name", "fields", "header", "payload"), FRAME_CASES, ids=FRAME_IDS)
-def test_trailing_bytes_after_a_frame_are_rejected_unless_not_exact(name: str, fields: tuple[int, ...],
-                                                                    header: bytes, payload: bytes) -> None:
+def test_trailing_bytes_after_a_frame_are_rejected_unless_not_exact(
+    name: str, fields: tuple[int, ...], header: bytes, payload: bytes
+) -> None:
     frame = header + payload
     if fields[3] == dh.HDR_TYPE_PAD:
         message = r"3 trailing bytes after a padding header"
@@ -149,24 +165,42 @@ def test_a_padding_frame_with_its_whole_padded_region_is_accepted() -> None:
         dh.check_frame(header + bytes(32))  # neither the header alone nor the whole region
 
 
-def _header(frame_length: int = 40, version: int = 0, flags: int = 0xC0, type_: int = dh.HDR_TYPE_DATA,
-            term_offset: int = 0) -> bytes:
+def _header(
+    frame_length: int = 40, version: int = 0, flags: int = 0xC0, type_: int = dh.HDR_TYPE_DATA, term_offset: int = 0
+) -> bytes:
     return dh.HEADER.pack(frame_length, version, flags, type_, term_offset, 1, 2, 3, 0)
 
 
-@pytest.mark.parametrize(("frame", "message"), [
-    (b"", r"frame is 0 bytes, shorter than the 32-byte data header"),
-    (_header(version=1) + bytes(8), r"version=1, expected 0"),
-    (_header(type_=2) + bytes(8), r"type=0x0002 is not DATA \(0x01\) or PAD \(0x00\)"),
-    (_header(type_=0x0101) + bytes(8), r"type=0x0101 is not DATA"),
-    (_header(term_offset=33) + bytes(8), r"term_offset=33 is not a non-negative multiple of 32"),
-    (_header(term_offset=-32) + bytes(8), r"term_offset=-32 is not a non-negative multiple of 32"),
-    (_header(frame_length=16), r"frame_length=16 is shorter than the 32-byte header"),
-    (_header(frame_length=-64), r"frame_length=-64 is shorter than the 32-byte header"),
-    (_header(frame_length=16, type_=dh.HDR_TYPE_PAD), r"padding frame_length=16 is shorter than the 32-byte header"),
-    (_header(frame_length=0, type_=dh.HDR_TYPE_PAD), r"padding frame_length=0 is shorter"),
-], ids=["empty", "version", "type", "type-high-byte", "term-offset-misaligned", "term-offset-negative",
-        "data-length-16", "data-length-negative", "pad-length-16", "pad-length-0"])
+@pytest.mark.parametrize(
+    ("frame", "message"),
+    [
+        (b"", r"frame is 0 bytes, shorter than the 32-byte data header"),
+        (_header(version=1) + bytes(8), r"version=1, expected 0"),
+        (_header(type_=2) + bytes(8), r"type=0x0002 is not DATA \(0x01\) or PAD \(0x00\)"),
+        (_header(type_=0x0101) + bytes(8), r"type=0x0101 is not DATA"),
+        (_header(term_offset=33) + bytes(8), r"term_offset=33 is not a non-negative multiple of 32"),
+        (_header(term_offset=-32) + bytes(8), r"term_offset=-32 is not a non-negative multiple of 32"),
+        (_header(frame_length=16), r"frame_length=16 is shorter than the 32-byte header"),
+        (_header(frame_length=-64), r"frame_length=-64 is shorter than the 32-byte header"),
+        (
+            _header(frame_length=16, type_=dh.HDR_TYPE_PAD),
+            r"padding frame_length=16 is shorter than the 32-byte header",
+        ),
+        (_header(frame_length=0, type_=dh.HDR_TYPE_PAD), r"padding frame_length=0 is shorter"),
+    ],
+    ids=[
+        "empty",
+        "version",
+        "type",
+        "type-high-byte",
+        "term-offset-misaligned",
+        "term-offset-negative",
+        "data-length-16",
+        "data-length-negative",
+        "pad-length-16",
+        "pad-length-0",
+    ],
+)
 def test_bad_header_fields_are_rejected_naming_the_field_and_value(frame: bytes, message: str) -> None:
     with pytest.raises(dh.FrameError, match=message) as info:
         dh.check_frame(frame)
@@ -192,9 +226,9 @@ def test_the_header_flyweight_reads_every_field_of_the_frame_it_is_given(term: m
     first = dh.HEADER.pack(37, 0, 0xC0, 1, 0, 0x01020304, 7, term_id, 0x1122334455667788) + b"hello"
     pad = dh.HEADER.pack(64, 0, 0xC0, 0, 64, 0x01020304, 7, term_id, 0)
     second = dh.HEADER.pack(33, 0, 0xC0, 1, 128, 0x01020304, 7, term_id, -5) + b"!"
-    term[0:len(first)] = first
-    term[64:64 + len(pad)] = pad
-    term[128:128 + len(second)] = second
+    term[0 : len(first)] = first
+    term[64 : 64 + len(pad)] = pad
+    term[128 : 128 + len(second)] = second
     seen: list[tuple[bytes, dict[str, int], int, int]] = []
 
     def handler(buffer: memoryview, header: Header) -> None:
@@ -203,18 +237,46 @@ def test_the_header_flyweight_reads_every_field_of_the_frame_it_is_given(term: m
     assert _native.term_read(term, 0, handler, 10, Header(), initial_term_id) == (2, 192)
     begin = 3 * TERM_LENGTH
     assert seen == [
-        (b"hello", {"frame_length": 37, "version": 0, "flags": 0xC0, "type": 1, "term_offset": 0,
-                    "session_id": 0x01020304, "stream_id": 7, "term_id": term_id,
-                    "reserved_value": 0x1122334455667788, "position": begin + 64}, 0, initial_term_id),
-        (b"!", {"frame_length": 33, "version": 0, "flags": 0xC0, "type": 1, "term_offset": 128,
-                "session_id": 0x01020304, "stream_id": 7, "term_id": term_id, "reserved_value": -5,
-                "position": begin + 192}, 128, initial_term_id),
+        (
+            b"hello",
+            {
+                "frame_length": 37,
+                "version": 0,
+                "flags": 0xC0,
+                "type": 1,
+                "term_offset": 0,
+                "session_id": 0x01020304,
+                "stream_id": 7,
+                "term_id": term_id,
+                "reserved_value": 0x1122334455667788,
+                "position": begin + 64,
+            },
+            0,
+            initial_term_id,
+        ),
+        (
+            b"!",
+            {
+                "frame_length": 33,
+                "version": 0,
+                "flags": 0xC0,
+                "type": 1,
+                "term_offset": 128,
+                "session_id": 0x01020304,
+                "stream_id": 7,
+                "term_id": term_id,
+                "reserved_value": -5,
+                "position": begin + 192,
+            },
+            128,
+            initial_term_id,
+        ),
     ]
 
 
 def test_term_read_stops_at_the_fragment_limit_and_resumes_from_the_offset_it_returned(term: memoryview) -> None:
     for i in range(5):
-        term[64 * i:64 * i + 33] = dh.HEADER.pack(33, 0, 0xC0, 1, 64 * i, 1, 1, 0, i) + bytes([i])
+        term[64 * i : 64 * i + 33] = dh.HEADER.pack(33, 0, 0xC0, 1, 64 * i, 1, 1, 0, i) + bytes([i])
     got: list[tuple[bytes, int]] = []
     assert _native.term_read(term, 0, collect(got), 2, Header()) == (2, 128)
     assert _native.term_read(term, 128, collect(got), 10, Header()) == (3, 320)
@@ -283,32 +345,57 @@ def test_log_view_rejects_a_buffer_whose_metadata_records_no_term_length() -> No
 # Decoders: client <-> driver commands
 # =================================================================================================
 COMMAND_CASES: list[tuple[Any, bytes, str]] = [
-    (cmd.PublicationCommand(1, 2, 10, "aeron:ipc"),
-     struct.pack("<qqii", 1, 2, 10, 9) + b"aeron:ipc",
-     r"publication command channel: string length=9 does not fit the 32-byte message"),
-    (cmd.SubscriptionCommand(3, 4, -1, 11, "aeron:ipc?x=é"),
-     struct.pack("<qqqii", 3, 4, -1, 11, 14) + "aeron:ipc?x=é".encode(),
-     r"subscription command channel: string length=14 does not fit the 45-byte message"),
-    (cmd.RemoveCommand(5, 6, 7), struct.pack("<qqq", 5, 6, 7),
-     r"remove command: 23 bytes is shorter than its fixed 24-byte part"),
-    (cmd.CorrelatedCommand(8, 9), struct.pack("<qq", 8, 9),
-     r"correlated command: 15 bytes is shorter than its fixed 16-byte part"),
-    (cmd.ErrorResponse(10, 7, "bad"), struct.pack("<qii", 10, 7, 3) + b"bad",
-     r"error response message: string length=3 does not fit the 18-byte message"),
-    (cmd.PublicationReady(1, 2, 3, 4, 5, 6, "1.logbuffer"),
-     struct.pack("<qqiiiii", 1, 2, 3, 4, 5, 6, 11) + b"1.logbuffer",
-     r"publication ready log file name: string length=11 does not fit the 46-byte message"),
-    (cmd.ImageReady(1, 2, 3, 4, 5, "f", "src"),
-     struct.pack("<qiiqii", 1, 2, 3, 4, 5, 1) + b"f" + struct.pack("<i", 3) + b"src",
-     r"available image source identity: string length=3 does not fit the 39-byte message"),
-    (cmd.ImageMessage(1, 2, 3, ""), struct.pack("<qqii", 1, 2, 3, 0),
-     r"unavailable image: 23 bytes is shorter than its fixed 24-byte part"),
-    (cmd.SubscriptionReady(1, 2), struct.pack("<qi", 1, 2),
-     r"subscription ready: 11 bytes is shorter than its fixed 12-byte part"),
-    (cmd.OperationSuccess(42), struct.pack("<q", 42),
-     r"operation success: 7 bytes is shorter than its fixed 8-byte part"),
-    (cmd.ClientTimeout(43), struct.pack("<q", 43),
-     r"client timeout: 7 bytes is shorter than its fixed 8-byte part"),
+    (
+        cmd.PublicationCommand(1, 2, 10, "aeron:ipc"),
+        struct.pack("<qqii", 1, 2, 10, 9) + b"aeron:ipc",
+        r"publication command channel: string length=9 does not fit the 32-byte message",
+    ),
+    (
+        cmd.SubscriptionCommand(3, 4, -1, 11, "aeron:ipc?x=é"),
+        struct.pack("<qqqii", 3, 4, -1, 11, 14) + "aeron:ipc?x=é".encode(),
+        r"subscription command channel: string length=14 does not fit the 45-byte message",
+    ),
+    (
+        cmd.RemoveCommand(5, 6, 7),
+        struct.pack("<qqq", 5, 6, 7),
+        r"remove command: 23 bytes is shorter than its fixed 24-byte part",
+    ),
+    (
+        cmd.CorrelatedCommand(8, 9),
+        struct.pack("<qq", 8, 9),
+        r"correlated command: 15 bytes is shorter than its fixed 16-byte part",
+    ),
+    (
+        cmd.ErrorResponse(10, 7, "bad"),
+        struct.pack("<qii", 10, 7, 3) + b"bad",
+        r"error response message: string length=3 does not fit the 18-byte message",
+    ),
+    (
+        cmd.PublicationReady(1, 2, 3, 4, 5, 6, "1.logbuffer"),
+        struct.pack("<qqiiiii", 1, 2, 3, 4, 5, 6, 11) + b"1.logbuffer",
+        r"publication ready log file name: string length=11 does not fit the 46-byte message",
+    ),
+    (
+        cmd.ImageReady(1, 2, 3, 4, 5, "f", "src"),
+        struct.pack("<qiiqii", 1, 2, 3, 4, 5, 1) + b"f" + struct.pack("<i", 3) + b"src",
+        r"available image source identity: string length=3 does not fit the 39-byte message",
+    ),
+    (
+        cmd.ImageMessage(1, 2, 3, ""),
+        struct.pack("<qqii", 1, 2, 3, 0),
+        r"unavailable image: 23 bytes is shorter than its fixed 24-byte part",
+    ),
+    (
+        cmd.SubscriptionReady(1, 2),
+        struct.pack("<qi", 1, 2),
+        r"subscription ready: 11 bytes is shorter than its fixed 12-byte part",
+    ),
+    (
+        cmd.OperationSuccess(42),
+        struct.pack("<q", 42),
+        r"operation success: 7 bytes is shorter than its fixed 8-byte part",
+    ),
+    (cmd.ClientTimeout(43), struct.pack("<q", 43), r"client timeout: 7 bytes is shorter than its fixed 8-byte part"),
 ]
 COMMAND_IDS = [type(case[0]).__name__ for case in COMMAND_CASES]
 
@@ -321,8 +408,9 @@ def test_commands_encode_and_decode_byte_for_byte(message: Any, encoded: bytes, 
 
 
 @pytest.mark.parametrize(("message", "encoded", "short_error"), COMMAND_CASES, ids=COMMAND_IDS)
-def test_a_command_one_byte_short_is_malformed_naming_what_does_not_fit(message: Any, encoded: bytes,
-                                                                       short_error: str) -> None:
+def test_a_command_one_byte_short_is_malformed_naming_what_does_not_fit(
+    message: Any, encoded: bytes, short_error: str
+) -> None:
     with pytest.raises(cmd.MalformedCommandError, match=short_error):
         type(message).decode(encoded[:-1])
     with pytest.raises(cmd.MalformedCommandError, match=r"bytes is shorter than its fixed|too short|does not fit"):
@@ -330,19 +418,25 @@ def test_a_command_one_byte_short_is_malformed_naming_what_does_not_fit(message:
 
 
 @pytest.mark.parametrize(("message", "encoded", "short_error"), COMMAND_CASES, ids=COMMAND_IDS)
-def test_trailing_bytes_after_a_command_are_ignored_as_aerons_flyweights_do(message: Any, encoded: bytes,
-                                                                            short_error: str) -> None:
+def test_trailing_bytes_after_a_command_are_ignored_as_aerons_flyweights_do(
+    message: Any, encoded: bytes, short_error: str
+) -> None:
     # Records in the ring and broadcast buffers are length-delimited; decoders read their fields and
     # ignore what follows (forward compatibility, as Aeron's command flyweights).
     assert type(message).decode(encoded + b"\xff\x00\xff") == message
 
 
-@pytest.mark.parametrize(("encoded", "error"), [
-    (struct.pack("<qqii", 1, 2, 10, -1), r"string length=-1 does not fit the 24-byte message"),
-    (struct.pack("<qqii", 1, 2, 10, cmd.MAX_STRING_LENGTH + 1) + bytes(cmd.MAX_STRING_LENGTH + 1),
-     r"string length=4097 does not fit"),
-    (struct.pack("<qqii", 1, 2, 10, 2) + b"\xff\xfe", r"publication command channel: string is not UTF-8"),
-])
+@pytest.mark.parametrize(
+    ("encoded", "error"),
+    [
+        (struct.pack("<qqii", 1, 2, 10, -1), r"string length=-1 does not fit the 24-byte message"),
+        (
+            struct.pack("<qqii", 1, 2, 10, cmd.MAX_STRING_LENGTH + 1) + bytes(cmd.MAX_STRING_LENGTH + 1),
+            r"string length=4097 does not fit",
+        ),
+        (struct.pack("<qqii", 1, 2, 10, 2) + b"\xff\xfe", r"publication command channel: string is not UTF-8"),
+    ],
+)
 def test_bad_strings_in_a_command_are_malformed_naming_the_fault(encoded: bytes, error: str) -> None:
     with pytest.raises(cmd.MalformedCommandError, match=error):
         cmd.PublicationCommand.decode(encoded)
@@ -351,16 +445,19 @@ def test_bad_strings_in_a_command_are_malformed_naming_the_fault(encoded: bytes,
 # =================================================================================================
 # Configuration: term lengths, MTUs, page sizes, ids, windows
 # =================================================================================================
-@pytest.mark.parametrize(("term_length", "message"), [
-    (96 * 1024, r"term_length=98304 is not a power of 2"),
-    (TERM_LENGTH + 32, r"term_length=65568 is not a power of 2"),
-    (32 * 1024, r"term_length=32768 is less than the minimum 65536 \(64 KiB\)"),
-    (0, r"term_length=0 is less than the minimum"),
-    (-TERM_LENGTH, r"term_length=-65536 is less than the minimum"),
-    (2 * 1024**3, r"term_length=2147483648 is greater than the maximum 1073741824 \(1 GiB\)"),
-    (1.5 * 1024**2, r"term_length=1572864.0 must be an int"),
-    (True, r"term_length=True must be an int"),
-])
+@pytest.mark.parametrize(
+    ("term_length", "message"),
+    [
+        (96 * 1024, r"term_length=98304 is not a power of 2"),
+        (TERM_LENGTH + 32, r"term_length=65568 is not a power of 2"),
+        (32 * 1024, r"term_length=32768 is less than the minimum 65536 \(64 KiB\)"),
+        (0, r"term_length=0 is less than the minimum"),
+        (-TERM_LENGTH, r"term_length=-65536 is less than the minimum"),
+        (2 * 1024**3, r"term_length=2147483648 is greater than the maximum 1073741824 \(1 GiB\)"),
+        (1.5 * 1024**2, r"term_length=1572864.0 must be an int"),
+        (True, r"term_length=True must be an int"),
+    ],
+)
 def test_bad_term_lengths_are_rejected_naming_the_value(term_length: Any, message: str) -> None:
     with pytest.raises(lbd.LogBufferError, match=message) as info:
         lbd.check_term_length(term_length)
@@ -373,13 +470,17 @@ def test_powers_of_two_from_64_kib_to_1_gib_are_valid_term_lengths(term_length: 
     assert LogParams(term_length=term_length).check().term_length == term_length
 
 
-@pytest.mark.parametrize(("term_length", "message"), [
-    (100_000, r"term_length=100000 is not a power of 2"),
-    (32 * 1024, r"term_length=32768 is less than the minimum"),
-    (2 * 1024**3, r"term_length=2147483648 is greater than the maximum"),
-])
-def test_creating_a_log_with_a_bad_term_length_fails_and_leaves_nothing_behind(log_name: str, term_length: int,
-                                                                              message: str) -> None:
+@pytest.mark.parametrize(
+    ("term_length", "message"),
+    [
+        (100_000, r"term_length=100000 is not a power of 2"),
+        (32 * 1024, r"term_length=32768 is less than the minimum"),
+        (2 * 1024**3, r"term_length=2147483648 is greater than the maximum"),
+    ],
+)
+def test_creating_a_log_with_a_bad_term_length_fails_and_leaves_nothing_behind(
+    log_name: str, term_length: int, message: str
+) -> None:
     with pytest.raises(lbd.LogBufferError, match=message):
         StreamLog.create(log_name, term_length=term_length)
     with pytest.raises(lbd.LogBufferError, match=message):
@@ -388,13 +489,16 @@ def test_creating_a_log_with_a_bad_term_length_fails_and_leaves_nothing_behind(l
         Segment.open(log_name)
 
 
-@pytest.mark.parametrize(("mtu", "term_length", "message"), [
-    (32, None, r"mtu_length=32 must be greater than the 32-byte header"),
-    (0, None, r"mtu_length=0 must be greater than the 32-byte header"),
-    (65536, None, r"mtu_length=65536 must be at most 65504"),
-    (1400, None, r"mtu_length=1400 must be a multiple of 32"),
-    (16384, TERM_LENGTH, r"mtu_length=16384 must be at most the max message length 8192 for term_length=65536"),
-])
+@pytest.mark.parametrize(
+    ("mtu", "term_length", "message"),
+    [
+        (32, None, r"mtu_length=32 must be greater than the 32-byte header"),
+        (0, None, r"mtu_length=0 must be greater than the 32-byte header"),
+        (65536, None, r"mtu_length=65536 must be at most 65504"),
+        (1400, None, r"mtu_length=1400 must be a multiple of 32"),
+        (16384, TERM_LENGTH, r"mtu_length=16384 must be at most the max message length 8192 for term_length=65536"),
+    ],
+)
 def test_bad_mtu_lengths_are_rejected_naming_the_value(mtu: int, term_length: int | None, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         dh.check_mtu_length(mtu, term_length)
@@ -405,15 +509,21 @@ def test_creating_a_log_with_an_mtu_too_big_for_its_terms_fails(log_name: str) -
         StreamLog.create(log_name, term_length=TERM_LENGTH, mtu_length=16384)
 
 
-@pytest.mark.parametrize(("params", "message"), [
-    ({"page_size": 1000}, r"page_size=1000 must be a power of 2 from 4096 to 1073741824"),
-    ({"page_size": 2048}, r"page_size=2048 must be a power of 2"),
-    ({"session_id": 2**31}, r"session_id=2147483648 is not a 32-bit signed integer"),
-    ({"stream_id": -(2**31) - 1}, r"stream_id=-2147483649 is not a 32-bit signed integer"),
-    ({"initial_term_id": 2**32}, r"initial_term_id=4294967296 is not a 32-bit signed integer"),
-    ({"term_window_length": TERM_LENGTH}, r"term_window_length=65536 must be within mtu_length..term_length/2 \(32768\)"),
-    ({"term_window_length": 64}, r"term_window_length=64 must be within mtu_length"),
-])
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"page_size": 1000}, r"page_size=1000 must be a power of 2 from 4096 to 1073741824"),
+        ({"page_size": 2048}, r"page_size=2048 must be a power of 2"),
+        ({"session_id": 2**31}, r"session_id=2147483648 is not a 32-bit signed integer"),
+        ({"stream_id": -(2**31) - 1}, r"stream_id=-2147483649 is not a 32-bit signed integer"),
+        ({"initial_term_id": 2**32}, r"initial_term_id=4294967296 is not a 32-bit signed integer"),
+        (
+            {"term_window_length": TERM_LENGTH},
+            r"term_window_length=65536 must be within mtu_length..term_length/2 \(32768\)",
+        ),
+        ({"term_window_length": 64}, r"term_window_length=64 must be within mtu_length"),
+    ],
+)
 def test_bad_log_parameters_are_rejected_naming_the_parameter(params: dict[str, int], message: str) -> None:
     with pytest.raises(lbd.LogBufferError, match=message):
         LogParams(term_length=TERM_LENGTH, **params).check()
@@ -438,6 +548,7 @@ def test_bad_shared_memory_names_are_rejected_naming_the_name(name: Any) -> None
 
 def test_a_name_of_200_allowed_characters_is_valid() -> None:
     from logbuf.shm import check_name
+
     assert check_name("A-z_0.9" + "x" * 193) == "/A-z_0.9" + "x" * 193
 
 
@@ -458,8 +569,11 @@ def test_opening_a_missing_log_fails_naming_it(log_name: str) -> None:
 def test_opening_a_segment_that_is_not_a_log_fails_naming_it(log_name: str) -> None:
     segment = Segment.create(log_name, 4096)
     try:
-        with pytest.raises(lbd.LogBufferError, match=rf"shared memory '{log_name}' is not a valid log buffer: "
-                                                     r"log buffer of 4096 bytes is too short"):
+        with pytest.raises(
+            lbd.LogBufferError,
+            match=rf"shared memory '{log_name}' is not a valid log buffer: "
+            r"log buffer of 4096 bytes is too short",
+        ):
             LogBuffers.open(log_name)
     finally:
         segment.close()
@@ -480,8 +594,11 @@ def test_a_message_over_max_message_length_raises_and_appends_nothing(log: Strea
     max_length = dh.compute_max_message_length(TERM_LENGTH)
     assert pub.max_message_length == max_length == 8192
     before = pub.position
-    with pytest.raises(ValueError, match=r"message length=8193 exceeds max_message_length=8192 "
-                                         r"\(min\(term_length / 8, 16 MiB\) for term_length=65536\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"message length=8193 exceeds max_message_length=8192 "
+        r"\(min\(term_length / 8, 16 MiB\) for term_length=65536\)",
+    ):
         pub.offer(bytes(max_length + 1))
     assert pub.position == before
     assert pub.offer(bytes(max_length)) == before + dh.compute_fragmented_length(max_length, MAX_PAYLOAD)
@@ -499,8 +616,11 @@ def test_a_claim_outside_0_to_max_payload_raises(log: StreamLog, length: int) ->
 def test_batches_that_do_not_fit_raise_and_append_nothing(log: StreamLog) -> None:
     log.add_subscriber()
     pub = log.add_publication()
-    with pytest.raises(ValueError, match=rf"message 1 length={MAX_PAYLOAD + 1} exceeds max_payload_length="
-                                         rf"{MAX_PAYLOAD}; batch messages are not fragmented"):
+    with pytest.raises(
+        ValueError,
+        match=rf"message 1 length={MAX_PAYLOAD + 1} exceeds max_payload_length="
+        rf"{MAX_PAYLOAD}; batch messages are not fragmented",
+    ):
         pub.offer_batch([b"ok", bytearray(MAX_PAYLOAD + 1)])
     with pytest.raises(ValueError, match=r"batch framed length=8448 exceeds max_message_length=8192"):
         pub.offer_batch([bytes(1000)] * 8)  # 8 frames of 1056 aligned bytes
@@ -517,9 +637,15 @@ def test_batches_that_do_not_fit_raise_and_append_nothing(log: StreamLog) -> Non
 READERS_32 = [_native.get_int32_volatile]
 READERS_64 = [_native.get_int64_volatile]
 WRITERS_32: list[tuple[Callable[..., Any], tuple[int, ...]]] = [
-    (_native.put_int32_ordered, (1,)), (_native.get_and_add_int32, (1,)), (_native.compare_and_set_int32, (0, 1))]
+    (_native.put_int32_ordered, (1,)),
+    (_native.get_and_add_int32, (1,)),
+    (_native.compare_and_set_int32, (0, 1)),
+]
 WRITERS_64: list[tuple[Callable[..., Any], tuple[int, ...]]] = [
-    (_native.put_int64_ordered, (1,)), (_native.get_and_add_int64, (1,)), (_native.compare_and_set_int64, (0, 1))]
+    (_native.put_int64_ordered, (1,)),
+    (_native.get_and_add_int64, (1,)),
+    (_native.compare_and_set_int64, (0, 1)),
+]
 ALL_32 = [(f, ()) for f in READERS_32] + WRITERS_32
 ALL_64 = [(f, ()) for f in READERS_64] + WRITERS_64
 ALL_OPS = [(f, args, 4) for f, args in ALL_32] + [(f, args, 8) for f, args in ALL_64]
@@ -540,16 +666,18 @@ def _out_of_bounds(offset: int, size: int, length: int) -> str:
 
 
 @pytest.mark.parametrize(("op", "args", "size"), ALL_OPS, ids=OP_IDS)
-def test_negative_offsets_are_out_of_bounds(shared: Any, op: Callable[..., Any], args: tuple[int, ...],
-                                            size: int) -> None:
+def test_negative_offsets_are_out_of_bounds(
+    shared: Any, op: Callable[..., Any], args: tuple[int, ...], size: int
+) -> None:
     for offset in (-1, -size, -(2**40)):
         with pytest.raises(ValueError, match=_out_of_bounds(offset, size, len(shared))):
             op(shared, offset, *args)
 
 
 @pytest.mark.parametrize(("op", "args", "size"), ALL_OPS, ids=OP_IDS)
-def test_offsets_past_the_end_are_out_of_bounds(shared: Any, op: Callable[..., Any], args: tuple[int, ...],
-                                                size: int) -> None:
+def test_offsets_past_the_end_are_out_of_bounds(
+    shared: Any, op: Callable[..., Any], args: tuple[int, ...], size: int
+) -> None:
     n = len(shared)
     for offset in (n, n - size + 1, n + 8, 2**40):
         with pytest.raises(ValueError, match=_out_of_bounds(offset, size, n)):
@@ -557,28 +685,34 @@ def test_offsets_past_the_end_are_out_of_bounds(shared: Any, op: Callable[..., A
 
 
 @pytest.mark.parametrize(("op", "args"), ALL_64, ids=[f.__name__ for f, _ in ALL_64])
-def test_a_64_bit_access_at_len_minus_4_is_out_of_bounds(shared: Any, op: Callable[..., Any],
-                                                         args: tuple[int, ...]) -> None:
+def test_a_64_bit_access_at_len_minus_4_is_out_of_bounds(
+    shared: Any, op: Callable[..., Any], args: tuple[int, ...]
+) -> None:
     with pytest.raises(ValueError, match=_out_of_bounds(len(shared) - 4, 8, len(shared))):
         op(shared, len(shared) - 4, *args)
 
 
 @pytest.mark.parametrize(("op", "args"), ALL_32, ids=[f.__name__ for f, _ in ALL_32])
-def test_a_32_bit_access_at_len_minus_4_is_the_last_valid_one(shared: Any, op: Callable[..., Any],
-                                                              args: tuple[int, ...]) -> None:
+def test_a_32_bit_access_at_len_minus_4_is_the_last_valid_one(
+    shared: Any, op: Callable[..., Any], args: tuple[int, ...]
+) -> None:
     struct.pack_into("<i", shared, len(shared) - 4, 0)
     op(shared, len(shared) - 4, *args)
     assert struct.unpack_from("<i", shared, len(shared) - 4)[0] == (0 if op is _native.get_int32_volatile else 1)
 
 
 @pytest.mark.parametrize(("op", "args", "size"), ALL_OPS, ids=OP_IDS)
-def test_misaligned_offsets_are_rejected_naming_the_alignment(op: Callable[..., Any], args: tuple[int, ...],
-                                                              size: int) -> None:
+def test_misaligned_offsets_are_rejected_naming_the_alignment(
+    op: Callable[..., Any], args: tuple[int, ...], size: int
+) -> None:
     with mmap.mmap(-1, 4096) as mm:  # page-aligned, so offset alignment is address alignment
         offsets = (1, 2, 3) if size == 4 else (1, 3, 4, 12)
         for offset in offsets:
-            with pytest.raises(ValueError, match=rf"offset={offset} is not {size}-byte aligned "
-                                                 r"\(address alignment required for atomic access\)"):
+            with pytest.raises(
+                ValueError,
+                match=rf"offset={offset} is not {size}-byte aligned "
+                r"\(address alignment required for atomic access\)",
+            ):
                 op(mm, offset, *args)
         assert mm[:] == bytes(4096)  # nothing was written anywhere
 
@@ -739,9 +873,11 @@ def test_a_finished_claim_cannot_be_used_again(log: StreamLog) -> None:
 # =================================================================================================
 def _actions(image: Image, script: list[Any], got: list[tuple[bytes, int, int]]) -> Callable[..., Any]:
     """A controlled handler returning ``script``'s actions in turn; records (payload, header position, image position)."""
+
     def handler(buffer: memoryview, header: Header) -> Any:
         got.append((bytes(buffer), header.position, image.position))
         return script.pop(0)
+
     return handler
 
 
@@ -793,10 +929,13 @@ def test_the_fragment_limit_bounds_a_controlled_poll(five: tuple[Image, list[int
 
 
 def test_a_controlled_handler_returning_something_else_raises_and_counts_the_fragment_delivered(
-        five: tuple[Image, list[int]]) -> None:
+    five: tuple[Image, list[int]],
+) -> None:
     image, ends = five
     got: list[tuple[bytes, int, int]] = []
-    with pytest.raises(ValueError, match=r"controlled poll handler returned 99; expected ABORT, BREAK, COMMIT or CONTINUE"):
+    with pytest.raises(
+        ValueError, match=r"controlled poll handler returned 99; expected ABORT, BREAK, COMMIT or CONTINUE"
+    ):
         image.controlled_poll(_actions(image, [None, 99], got), 10)
     assert image.position == ends[1]
     assert image.controlled_poll(_actions(image, [None] * 3, got), 10) == 3
@@ -845,12 +984,12 @@ def test_block_poll_hands_contiguous_whole_frames_and_stops_before_padding(log: 
     assert (term_offset, session_id, term_id) == (0, SESSION_ID, 0)
     offsets, lengths = array("i", [0] * 8), array("i", [0] * 8)
     assert _native.frame_index(block, offsets, lengths) == 3 == _native.count_frames(block)
-    assert [block[o:o + n] for o, n in zip(offsets[:3], lengths[:3])] == [b"a", b"bb", b"ccc"]
+    assert [block[o : o + n] for o, n in zip(offsets[:3], lengths[:3])] == [b"a", b"bb", b"ccc"]
     # the aborted claim is a padding frame: a block of its own
     assert image.block_poll(on_block, TERM_LENGTH) == 96
     assert _native.count_frames(blocks[1][0]) == 0 and _native.count_frames(blocks[1][0], include_padding=True) == 1
     assert image.block_poll(on_block, TERM_LENGTH) == 64
-    assert blocks[2][0][dh.HEADER_LENGTH:dh.HEADER_LENGTH + 4] == b"dddd" and blocks[2][1] == ends[2] + 96
+    assert blocks[2][0][dh.HEADER_LENGTH : dh.HEADER_LENGTH + 4] == b"dddd" and blocks[2][1] == ends[2] + 96
     assert image.position == tail_end
     assert image.block_poll(on_block, TERM_LENGTH) == 0 and len(blocks) == 3
 
@@ -874,7 +1013,8 @@ class Boom(Exception):
 
 
 def test_a_poll_handler_exception_propagates_and_keeps_the_delivered_fragments_consumed(
-        five: tuple[Image, list[int]]) -> None:
+    five: tuple[Image, list[int]],
+) -> None:
     image, ends = five
     got: list[bytes] = []
 
@@ -1018,7 +1158,7 @@ def test_a_full_window_back_pressures_and_never_overwrites_unread_data(log: Stre
     sent: list[bytes] = []
     got: list[tuple[bytes, int]] = []
     serial = 0
-    for cycle in range(8):  # 8 windows = 4 terms: every partition is reused while the subscriber lags
+    for _cycle in range(8):  # 8 windows = 4 terms: every partition is reused while the subscriber lags
         start = image.position
         while True:
             body = serial.to_bytes(4, "little") * (1 + serial % 300)
@@ -1075,8 +1215,9 @@ def _unlimited() -> bytearray:
 
 
 @pytest.mark.parametrize("exclusive", [False, True])
-def test_a_message_past_the_largest_possible_position_returns_max_position_exceeded(last_term: LogBuffers,
-                                                                                   exclusive: bool) -> None:
+def test_a_message_past_the_largest_possible_position_returns_max_position_exceeded(
+    last_term: LogBuffers, exclusive: bool
+) -> None:
     pub = Publication(last_term.view, _unlimited(), 0, exclusive)
     try:
         assert pub.max_possible_position == TERM_LENGTH * 2**31 == lbd.max_possible_position(TERM_LENGTH)
@@ -1088,8 +1229,9 @@ def test_a_message_past_the_largest_possible_position_returns_max_position_excee
 
 
 @pytest.mark.parametrize("exclusive", [False, True])
-def test_the_last_frame_that_fits_is_accepted_then_max_position_exceeded(last_term: LogBuffers,
-                                                                         exclusive: bool) -> None:
+def test_the_last_frame_that_fits_is_accepted_then_max_position_exceeded(
+    last_term: LogBuffers, exclusive: bool
+) -> None:
     pub = Publication(last_term.view, _unlimited(), 0, exclusive)
     try:
         assert pub.offer(bytes(32)) == pub.max_possible_position  # 64 bytes: ends the last term exactly

@@ -50,12 +50,19 @@ PROPERTY_SETTINGS = settings(
 
 # -- helpers -------------------------------------------------------------------------------------
 @contextmanager
-def stream_log(*, mtu_length: int, initial_term_id: int = 0, term_count: int = 0,
-               start_offset: int = 0) -> Iterator[StreamLog]:
+def stream_log(
+    *, mtu_length: int, initial_term_id: int = 0, term_count: int = 0, start_offset: int = 0
+) -> Iterator[StreamLog]:
     """A fresh standalone log, moved to ``term_count`` terms in at ``start_offset``; unlinked after."""
     name = f"t-prop-{uuid.uuid4().hex[:12]}"
-    log = StreamLog.create(name, term_length=TERM_LENGTH, mtu_length=mtu_length, initial_term_id=initial_term_id,
-                           session_id=4242, stream_id=7)
+    log = StreamLog.create(
+        name,
+        term_length=TERM_LENGTH,
+        mtu_length=mtu_length,
+        initial_term_id=initial_term_id,
+        session_id=4242,
+        stream_id=7,
+    )
     try:
         if term_count or start_offset:
             log.log.seek_to(lbd._int32(initial_term_id + term_count), start_offset)
@@ -125,8 +132,16 @@ class Subscriber:
         self.assembler(buffer, header)
 
     def _on_message(self, buffer: memoryview, header: Header) -> None:
-        self.messages.append(Delivered(bytes(buffer), header.reserved_value, header.position, header.term_id,
-                                       header.session_id, header.stream_id))
+        self.messages.append(
+            Delivered(
+                bytes(buffer),
+                header.reserved_value,
+                header.position,
+                header.term_id,
+                header.session_id,
+                header.stream_id,
+            )
+        )
 
     def poll(self, fragment_limit: int) -> int:
         return self.image.poll(self._on_fragment, fragment_limit)
@@ -159,21 +174,37 @@ def log_setup(draw: st.DrawFn) -> dict[str, int]:
     near_end = st.integers(0, 2048 // 32).map(lambda k: TERM_LENGTH - 32 * k)
     anywhere = st.integers(0, TERM_LENGTH // 32).map(lambda k: 32 * k)
     start_offset = draw(st.one_of(near_end, near_end, near_end, anywhere))
-    return {"mtu_length": mtu, "initial_term_id": draw(st.sampled_from(INITIAL_TERM_IDS)),
-            "term_count": term_count, "start_offset": start_offset}
+    return {
+        "mtu_length": mtu,
+        "initial_term_id": draw(st.sampled_from(INITIAL_TERM_IDS)),
+        "term_count": term_count,
+        "start_offset": start_offset,
+    }
 
 
 def message_lengths(mtu: int, max_size: int = 60) -> st.SearchStrategy[list[int]]:
     max_payload = dh.compute_max_payload_length(mtu)
     small = st.integers(0, min(3 * max_payload, MAX_MESSAGE_LENGTH))
-    edges = st.sampled_from(sorted({0, 1, max_payload - 1, max_payload, min(max_payload + 1, MAX_MESSAGE_LENGTH),
-                                    MAX_MESSAGE_LENGTH - 1, MAX_MESSAGE_LENGTH}))
+    edges = st.sampled_from(
+        sorted(
+            {
+                0,
+                1,
+                max_payload - 1,
+                max_payload,
+                min(max_payload + 1, MAX_MESSAGE_LENGTH),
+                MAX_MESSAGE_LENGTH - 1,
+                MAX_MESSAGE_LENGTH,
+            }
+        )
+    )
     return st.lists(st.one_of(small, small, small, edges), min_size=1, max_size=max_size)
 
 
 # -- round trips through a publication and an image --------------------------------------------------
-def check_delivered(sub: Subscriber, sent: list[tuple[bytes, int]], expected_positions: list[int],
-                    initial_term_id: int) -> None:
+def check_delivered(
+    sub: Subscriber, sent: list[tuple[bytes, int]], expected_positions: list[int], initial_term_id: int
+) -> None:
     assert [m.body for m in sub.messages] == [body for body, _ in sent]
     assert [m.reserved_value for m in sub.messages] == [reserved for _, reserved in sent]
     assert [m.position for m in sub.messages] == expected_positions
@@ -186,17 +217,24 @@ def check_delivered(sub: Subscriber, sent: list[tuple[bytes, int]], expected_pos
 @PROPERTY_SETTINGS
 @given(setup=log_setup(), exclusive=st.booleans(), data=st.data())
 def test_offered_messages_come_back_byte_identical_in_order_at_the_offered_positions(
-        setup: dict[str, int], exclusive: bool, data: st.DataObject) -> None:
+    setup: dict[str, int], exclusive: bool, data: st.DataObject
+) -> None:
     mtu = setup["mtu_length"]
     max_payload = dh.compute_max_payload_length(mtu)
     lengths = data.draw(message_lengths(mtu), label="lengths")
-    polls_between = data.draw(st.lists(st.integers(0, 3), min_size=len(lengths), max_size=len(lengths)),
-                              label="fragment limit of a poll after each offer (0: none)")
+    polls_between = data.draw(
+        st.lists(st.integers(0, 3), min_size=len(lengths), max_size=len(lengths)),
+        label="fragment limit of a poll after each offer (0: none)",
+    )
     with stream_log(**setup) as log:
         image = log.add_subscriber()
         start = image.position
-        assert start == lbd.compute_position(lbd._int32(setup["initial_term_id"] + setup["term_count"]),
-                                             setup["start_offset"], 16, setup["initial_term_id"])
+        assert start == lbd.compute_position(
+            lbd._int32(setup["initial_term_id"] + setup["term_count"]),
+            setup["start_offset"],
+            16,
+            setup["initial_term_id"],
+        )
         pub = log.add_publication(exclusive=exclusive)
         assert pub.position == start and pub.max_payload_length == max_payload
         sub = Subscriber(image, max_payload)
@@ -218,7 +256,8 @@ def test_offered_messages_come_back_byte_identical_in_order_at_the_offered_posit
         assert len(sub.fragments) == sum(fragment_count(n, max_payload) for n in lengths)
         assert image.position == pub.position == log.log.tail_position() == model.tail
         assert image.position - start == sum(claim_length(n, max_payload) for n in lengths) + sum(
-            (TERM_LENGTH - (p % TERM_LENGTH)) % TERM_LENGTH for p in _pad_starts(start, lengths, max_payload))
+            (TERM_LENGTH - (p % TERM_LENGTH)) % TERM_LENGTH for p in _pad_starts(start, lengths, max_payload)
+        )
         assert image.poll(sub._on_fragment, 10) == 0 and image.position == model.tail  # nothing twice
         event(f"terms padded and rotated: {min(len(model.padded_terms), 2)}+")
         event(f"fragmented messages: {any(n > max_payload for n in lengths)}")
@@ -239,7 +278,8 @@ def _pad_starts(start: int, lengths: list[int], max_payload: int) -> list[int]:
 @PROPERTY_SETTINGS
 @given(setup=log_setup(), exclusive=st.booleans(), data=st.data())
 def test_fragments_carry_begin_and_end_flags_and_reassemble_across_single_fragment_polls(
-        setup: dict[str, int], exclusive: bool, data: st.DataObject) -> None:
+    setup: dict[str, int], exclusive: bool, data: st.DataObject
+) -> None:
     mtu = setup["mtu_length"]
     max_payload = dh.compute_max_payload_length(mtu)
     lengths = data.draw(message_lengths(mtu, max_size=12), label="lengths")
@@ -272,10 +312,14 @@ def test_fragments_carry_begin_and_end_flags_and_reassemble_across_single_fragme
 
 
 @settings(max_examples=15, deadline=None, database=None)
-@given(setup=log_setup(), exclusive=st.booleans(),
-       lengths=st.lists(st.integers(2048, MAX_MESSAGE_LENGTH), min_size=40, max_size=80))
+@given(
+    setup=log_setup(),
+    exclusive=st.booleans(),
+    lengths=st.lists(st.integers(2048, MAX_MESSAGE_LENGTH), min_size=40, max_size=80),
+)
 def test_a_stream_of_several_terms_reuses_every_partition_and_loses_nothing(
-        setup: dict[str, int], exclusive: bool, lengths: list[int]) -> None:
+    setup: dict[str, int], exclusive: bool, lengths: list[int]
+) -> None:
     """Enough data to go round the three partitions: cleaning and reuse must not corrupt anything."""
     max_payload = dh.compute_max_payload_length(setup["mtu_length"])
     with stream_log(**setup) as log:
@@ -324,7 +368,8 @@ def operations(draw: st.DrawFn, max_payload: int) -> list[tuple[str, Any]]:
 @PROPERTY_SETTINGS
 @given(setup=log_setup(), exclusive=st.booleans(), data=st.data())
 def test_offer_try_claim_and_offer_batch_interleave_and_come_back_in_order(
-        setup: dict[str, int], exclusive: bool, data: st.DataObject) -> None:
+    setup: dict[str, int], exclusive: bool, data: st.DataObject
+) -> None:
     mtu = setup["mtu_length"]
     max_payload = dh.compute_max_payload_length(mtu)
     ops = data.draw(operations(max_payload), label="operations")
@@ -388,7 +433,8 @@ def test_offer_try_claim_and_offer_batch_interleave_and_come_back_in_order(
 @PROPERTY_SETTINGS
 @given(setup=log_setup(), data=st.data())
 def test_two_concurrent_publications_interleave_and_two_subscribers_both_see_everything(
-        setup: dict[str, int], data: st.DataObject) -> None:
+    setup: dict[str, int], data: st.DataObject
+) -> None:
     mtu = setup["mtu_length"]
     max_payload = dh.compute_max_payload_length(mtu)
     lengths = data.draw(message_lengths(mtu, max_size=40), label="lengths")
@@ -423,7 +469,8 @@ def test_two_concurrent_publications_interleave_and_two_subscribers_both_see_eve
 @PROPERTY_SETTINGS
 @given(setup=log_setup(), data=st.data())
 def test_block_poll_hands_over_the_exact_frames_and_never_mixes_padding_with_data(
-        setup: dict[str, int], data: st.DataObject) -> None:
+    setup: dict[str, int], data: st.DataObject
+) -> None:
     mtu = setup["mtu_length"]
     max_payload = dh.compute_max_payload_length(mtu)
     lengths = data.draw(message_lengths(mtu, max_size=30), label="lengths")
@@ -444,15 +491,16 @@ def test_block_poll_hands_over_the_exact_frames_and_never_mixes_padding_with_dat
             offset, n_data = 0, 0
             while offset < len(block):
                 frame_length, _v, flags, type_, frame_term_offset, _s, _st, frame_term_id, _r = dh.HEADER.unpack_from(
-                    block, offset)
+                    block, offset
+                )
                 assert frame_term_offset == term_offset + offset and frame_term_id == term_id
                 if type_ == dh.HDR_TYPE_PAD:
                     assert offset == 0 and dh.align(frame_length) == len(block)  # a padding block stands alone
                     dh.check_frame(block[: dh.HEADER_LENGTH])
                     pads += 1
                 else:
-                    dh.check_frame(block[offset: offset + frame_length])
-                    frames.append((flags, bytes(block[offset + dh.HEADER_LENGTH: offset + frame_length])))
+                    dh.check_frame(block[offset : offset + frame_length])
+                    frames.append((flags, bytes(block[offset + dh.HEADER_LENGTH : offset + frame_length])))
                     n_data += 1
                 offset += dh.align(frame_length)
             assert offset == len(block)
@@ -489,7 +537,9 @@ def _start(setup: dict[str, int]) -> int:
 
 
 def _is_pad(block: memoryview) -> bool:
-    return len(block) >= dh.HEADER_LENGTH and struct.unpack_from("<H", block, dh.TYPE_FIELD_OFFSET)[0] == dh.HDR_TYPE_PAD
+    return (
+        len(block) >= dh.HEADER_LENGTH and struct.unpack_from("<H", block, dh.TYPE_FIELD_OFFSET)[0] == dh.HDR_TYPE_PAD
+    )
 
 
 def test_a_batch_of_more_than_128_mixed_bytes_likes_round_trips() -> None:
@@ -524,10 +574,14 @@ def bare_term() -> Iterator[tuple[memoryview, memoryview, mmap.mmap]]:
 
 
 @PROPERTY_SETTINGS
-@given(lengths=st.lists(st.integers(0, 4000), min_size=1, max_size=80), term_id=st.integers(-(2**31), 2**31 - 1),
-       fragment_limit=st.integers(1, 200))
+@given(
+    lengths=st.lists(st.integers(0, 4000), min_size=1, max_size=80),
+    term_id=st.integers(-(2**31), 2**31 - 1),
+    fragment_limit=st.integers(1, 200),
+)
 def test_term_append_unfragmented_then_term_read_round_trips_and_pads_the_tripped_term(
-        lengths: list[int], term_id: int, fragment_limit: int) -> None:
+    lengths: list[int], term_id: int, fragment_limit: int
+) -> None:
     with bare_term() as (term, meta, _):
         struct.pack_into("<q", meta, 0, lbd.pack_tail(term_id, 0))
         template = dh.HEADER.pack(0, 0, dh.UNFRAGMENTED, dh.HDR_TYPE_DATA, 0, 99, 5, term_id, 0)
@@ -574,11 +628,15 @@ def test_term_append_unfragmented_then_term_read_round_trips_and_pads_the_trippe
 
 
 @settings(max_examples=50, deadline=None, database=None)
-@given(initial_term_id=st.integers(-(2**31), 2**31 - 1), term_count=st.integers(0, 2**31 - 1),
-       offset_units=st.integers(0, TERM_LENGTH // 32 - 1),
-       shift=st.integers(16, 30))
+@given(
+    initial_term_id=st.integers(-(2**31), 2**31 - 1),
+    term_count=st.integers(0, 2**31 - 1),
+    offset_units=st.integers(0, TERM_LENGTH // 32 - 1),
+    shift=st.integers(16, 30),
+)
 def test_position_arithmetic_round_trips_through_term_ids_that_wrap(
-        initial_term_id: int, term_count: int, offset_units: int, shift: int) -> None:
+    initial_term_id: int, term_count: int, offset_units: int, shift: int
+) -> None:
     term_length = 1 << shift
     offset = 32 * offset_units % term_length
     term_id = lbd._int32(initial_term_id + term_count)

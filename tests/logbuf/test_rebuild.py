@@ -31,13 +31,16 @@ def test_valid_datagrams_pass_the_check() -> None:
     assert _native.check_data_datagram(encode_datagram([*tail, pad]), TERM) == 128  # the PAD covers 64
 
 
-@pytest.mark.parametrize("mutate, code", [
-    (lambda d: d[:20], -1),                                   # short
-    (lambda d: d[:4] + b"\x01" + d[5:], -2),                  # version
-    (lambda d: d[:6] + b"\x05\x00" + d[8:], -3),              # type
-    (lambda d: b"\xff\x00\x00\x00" + d[4:], -4),              # length lies
-    (lambda d: d[:64] + d[64:76] + b"\x01\x00\x00\x00" + d[80:], -5),   # second frame, other session
-])
+@pytest.mark.parametrize(
+    "mutate, code",
+    [
+        (lambda d: d[:20], -1),  # short
+        (lambda d: d[:4] + b"\x01" + d[5:], -2),  # version
+        (lambda d: d[:6] + b"\x05\x00" + d[8:], -3),  # type
+        (lambda d: b"\xff\x00\x00\x00" + d[4:], -4),  # length lies
+        (lambda d: d[:64] + d[64:76] + b"\x01\x00\x00\x00" + d[80:], -5),  # second frame, other session
+    ],
+)
 def test_invalid_datagrams_name_their_reason(mutate, code) -> None:  # type: ignore[no-untyped-def]
     datagram = encode_datagram(frames(b"a" * 10, b"b" * 40))
     assert _native.check_data_datagram(mutate(datagram), TERM) == code
@@ -66,10 +69,10 @@ def test_rebuild_insert_skips_duplicates_and_gap_scan_finds_holes() -> None:
 
 def test_send_datagrams_batches_whole_frames_up_to_the_mtu_and_pads_travel_as_headers() -> None:
     term = bytearray(TERM)
-    payloads = [bytes([i]) * 500 for i in range(5)]            # 544-byte frames: two per 1408 MTU
+    payloads = [bytes([i]) * 500 for i in range(5)]  # 544-byte frames: two per 1408 MTU
     data = encode_datagram(frames(*payloads))
     term[: len(data)] = data
-    pad = PadFrame(len(data), 7, 9, 3, 1024).encode()           # a 1024-byte PAD after them
+    pad = PadFrame(len(data), 7, 9, 3, 1024).encode()  # a 1024-byte PAD after them
     term[len(data) : len(data) + 32] = pad
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as rx, socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as tx:
         rx.bind(("127.0.0.1", 0))
@@ -83,8 +86,9 @@ def test_send_datagrams_batches_whole_frames_up_to_the_mtu_and_pads_travel_as_he
         lengths, sources = np.zeros(8, dtype=np.int32), np.zeros(8, dtype=np.uint64)
         got, deadline = 0, time.monotonic() + 5
         while got < 4 and time.monotonic() < deadline:  # loopback delivers at once; a batch may split
-            got += _native.udp_receive_batch(rx.fileno(), memoryview(buffer)[got * 65536 :], 65536, lengths[got:],
-                                             sources[got:])
+            got += _native.udp_receive_batch(
+                rx.fileno(), memoryview(buffer)[got * 65536 :], 65536, lengths[got:], sources[got:]
+            )
         assert got == 4 and lengths[:4].tolist() == [1088, 1088, 544, 32]
         assert int(sources[0]) >> 16 == 0x7F000001 and int(sources[0]) & 0xFFFF == tx.getsockname()[1]
         assert bytes(buffer[:1088]) == bytes(term[:1088]) and bytes(buffer[3 * 65536 : 3 * 65536 + 32]) == pad

@@ -11,7 +11,6 @@ import pytest
 
 from logbuf.conduit import ring_buffer_descriptor as rd
 from logbuf.conduit.ring_buffer import ManyToOneRingBuffer
-
 from tests.logbuf._cnc_children import PRODUCER_MSG, PRODUCER_MSG_TYPE_ID, result_of, spawn
 
 CAPACITY = 1024

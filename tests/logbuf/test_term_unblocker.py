@@ -57,11 +57,11 @@ def test_a_dead_claim_followed_by_committed_frames_is_padded_over(log: StreamLog
         term[blocked : blocked + 32] = bytes(32)
         term.release()
     assert pub.offer(b"after") > 0
-    assert drain(image) == [b"before"]          # stuck at the dead claim
+    assert drain(image) == [b"before"]  # stuck at the dead claim
     assert image.position == blocked
     assert log_unblock(log.log, blocked)
     assert drain(image) == [b"after"]
-    assert not log_unblock(log.log, image.position)   # nothing blocked any more
+    assert not log_unblock(log.log, image.position)  # nothing blocked any more
 
 
 def test_a_committed_frame_or_a_claim_with_nothing_after_it_is_left_alone(log: StreamLog) -> None:

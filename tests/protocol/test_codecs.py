@@ -39,10 +39,17 @@ from logbuf.protocol import (
     SetupFrame,
     StatusMessageFrame,
     classify,
+    data,
     decode_datagram,
     encode_datagram,
+    error_frame,
+    nak,
+    resolution,
+    response_setup,
+    rttm,
+    setup,
+    status,
 )
-from logbuf.protocol import data, error_frame, nak, resolution, response_setup, rttm, setup, status
 from logbuf.protocol.frame_header import TYPE_NAMES
 from tests.protocol.pcap import UdpDatagram, read_udp
 
@@ -69,25 +76,71 @@ class Vector:
 VECTORS = [
     Vector(
         "setup",
-        SetupFrame(term_offset=64, session_id=0x01020304, stream_id=1001, initial_term_id=-1, active_term_id=2,
-                   term_length=65536, mtu_length=1408, ttl=8, flags=setup.GROUP_FLAG),
-        h("28000000", "00", "40", "0500", "40000000", SESSION, STREAM, "ffffffff", "02000000", "00000100",
-          "80050000", "08000000"),
+        SetupFrame(
+            term_offset=64,
+            session_id=0x01020304,
+            stream_id=1001,
+            initial_term_id=-1,
+            active_term_id=2,
+            term_length=65536,
+            mtu_length=1408,
+            ttl=8,
+            flags=setup.GROUP_FLAG,
+        ),
+        h(
+            "28000000",
+            "00",
+            "40",
+            "0500",
+            "40000000",
+            SESSION,
+            STREAM,
+            "ffffffff",
+            "02000000",
+            "00000100",
+            "80050000",
+            "08000000",
+        ),
         setup.decode,
     ),
     Vector(
         "status",
-        StatusMessageFrame(session_id=0x01020304, stream_id=1001, consumption_term_id=7, consumption_term_offset=256,
-                           receiver_window_length=131072, receiver_id=-2),
+        StatusMessageFrame(
+            session_id=0x01020304,
+            stream_id=1001,
+            consumption_term_id=7,
+            consumption_term_offset=256,
+            receiver_window_length=131072,
+            receiver_id=-2,
+        ),
         h("24000000", "00", "00", "0300", SESSION, STREAM, TERM, "00010000", "00000200", "feffffffffffffff"),
         status.decode,
     ),
     Vector(
         "status_group_tag",
-        StatusMessageFrame(session_id=0x01020304, stream_id=1001, consumption_term_id=7, consumption_term_offset=256,
-                           receiver_window_length=131072, receiver_id=-2, group_tag=5, flags=status.END_OF_STREAM_FLAG),
-        h("2c000000", "00", "40", "0300", SESSION, STREAM, TERM, "00010000", "00000200", "feffffffffffffff",
-          "0500000000000000"),
+        StatusMessageFrame(
+            session_id=0x01020304,
+            stream_id=1001,
+            consumption_term_id=7,
+            consumption_term_offset=256,
+            receiver_window_length=131072,
+            receiver_id=-2,
+            group_tag=5,
+            flags=status.END_OF_STREAM_FLAG,
+        ),
+        h(
+            "2c000000",
+            "00",
+            "40",
+            "0300",
+            SESSION,
+            STREAM,
+            TERM,
+            "00010000",
+            "00000200",
+            "feffffffffffffff",
+            "0500000000000000",
+        ),
         status.decode,
     ),
     Vector(
@@ -104,18 +157,41 @@ VECTORS = [
     ),
     Vector(
         "rttm",
-        RttMeasurementFrame(session_id=0x01020304, stream_id=1001, echo_timestamp_ns=1_000_000_000,
-                            reception_delta_ns=0, receiver_id=0x0102030405060708, flags=rttm.REPLY_FLAG),
-        h("28000000", "00", "80", "0600", SESSION, STREAM, "00ca9a3b00000000", "0000000000000000",
-          "0807060504030201"),
+        RttMeasurementFrame(
+            session_id=0x01020304,
+            stream_id=1001,
+            echo_timestamp_ns=1_000_000_000,
+            reception_delta_ns=0,
+            receiver_id=0x0102030405060708,
+            flags=rttm.REPLY_FLAG,
+        ),
+        h("28000000", "00", "80", "0600", SESSION, STREAM, "00ca9a3b00000000", "0000000000000000", "0807060504030201"),
         rttm.decode,
     ),
     Vector(
         "error",
-        ErrorFrame(session_id=0x01020304, stream_id=1001, receiver_id=0x0102030405060708, error_code=13,
-                   error_message="rejected", group_tag=9, flags=error_frame.HAS_GROUP_TAG_FLAG),
-        h("30000000", "00", "08", "0400", SESSION, STREAM, "0807060504030201", "0900000000000000", "0d000000",
-          "08000000", b"rejected".hex()),
+        ErrorFrame(
+            session_id=0x01020304,
+            stream_id=1001,
+            receiver_id=0x0102030405060708,
+            error_code=13,
+            error_message="rejected",
+            group_tag=9,
+            flags=error_frame.HAS_GROUP_TAG_FLAG,
+        ),
+        h(
+            "30000000",
+            "00",
+            "08",
+            "0400",
+            SESSION,
+            STREAM,
+            "0807060504030201",
+            "0900000000000000",
+            "0d000000",
+            "08000000",
+            b"rejected".hex(),
+        ),
         error_frame.decode,
     ),
     Vector(
@@ -126,24 +202,64 @@ VECTORS = [
     ),
     Vector(
         "resolution",
-        ResolutionFrame((ResolutionEntry(res_type=1, udp_port=8050, age_ms=100, address=bytes([127, 0, 0, 1]),
-                                         name="abcd", res_flags=resolution.SELF_FLAG),)),
-        h("20000000", "00", "00", "0700",
-          "01", "80", "721f", "64000000", "7f000001", "0400", b"abcd".hex(), "000000000000"),
+        ResolutionFrame(
+            (
+                ResolutionEntry(
+                    res_type=1,
+                    udp_port=8050,
+                    age_ms=100,
+                    address=bytes([127, 0, 0, 1]),
+                    name="abcd",
+                    res_flags=resolution.SELF_FLAG,
+                ),
+            )
+        ),
+        h(
+            "20000000",
+            "00",
+            "00",
+            "0700",
+            "01",
+            "80",
+            "721f",
+            "64000000",
+            "7f000001",
+            "0400",
+            b"abcd".hex(),
+            "000000000000",
+        ),
         resolution.decode,
     ),
     Vector(
         "data",
-        DataFrame(term_offset=64, session_id=0x01020304, stream_id=1001, term_id=7, payload=b"hello",
-                  reserved_value=0x1122334455667788),
-        h("25000000", "00", "c0", "0100", "40000000", SESSION, STREAM, TERM, "8877665544332211", b"hello".hex(),
-          "00" * 27),
+        DataFrame(
+            term_offset=64,
+            session_id=0x01020304,
+            stream_id=1001,
+            term_id=7,
+            payload=b"hello",
+            reserved_value=0x1122334455667788,
+        ),
+        h(
+            "25000000",
+            "00",
+            "c0",
+            "0100",
+            "40000000",
+            SESSION,
+            STREAM,
+            TERM,
+            "8877665544332211",
+            b"hello".hex(),
+            "00" * 27,
+        ),
         data.decode,
     ),
     Vector(
         "heartbeat_eos",
-        HeartbeatFrame(term_offset=128, session_id=0x01020304, stream_id=1001, term_id=7,
-                       flags=dh.BEGIN_END_AND_EOS_FLAGS),
+        HeartbeatFrame(
+            term_offset=128, session_id=0x01020304, stream_id=1001, term_id=7, flags=dh.BEGIN_END_AND_EOS_FLAGS
+        ),
         h("00000000", "00", "e0", "0100", "80000000", SESSION, STREAM, TERM, "0000000000000000"),
         data.decode,
     ),
@@ -241,8 +357,9 @@ def test_a_data_datagram_may_omit_the_last_frames_alignment_padding() -> None:
     assert decode_datagram(unpadded, strict=True) == [vector.frame]
 
 
-@pytest.mark.parametrize("vector", [v for v in VECTORS if not v.name.startswith(("data", "heartbeat", "pad"))],
-                         ids=vector_ids)
+@pytest.mark.parametrize(
+    "vector", [v for v in VECTORS if not v.name.startswith(("data", "heartbeat", "pad"))], ids=vector_ids
+)
 def test_trailing_bytes_after_a_control_frame_make_the_datagram_invalid(vector: Vector) -> None:
     datagram = vector.wire + b"\x00" * 3
     reason = f"3 trailing bytes after the {len(vector.wire)}-byte {TYPE_NAMES[datagram[6]]} frame"
@@ -254,9 +371,13 @@ def test_trailing_bytes_after_a_control_frame_make_the_datagram_invalid(vector: 
 
 def test_trailing_bytes_after_data_frames_make_the_datagram_invalid() -> None:
     data_wire = BY_NAME["data"].wire
-    with pytest.raises(MalformedFrameError, match="^5 trailing bytes after the last frame, too short for a 32-byte header$"):
+    with pytest.raises(
+        MalformedFrameError, match="^5 trailing bytes after the last frame, too short for a 32-byte header$"
+    ):
         decode_datagram(data_wire + b"\x01" * 5, strict=True)
-    with pytest.raises(MalformedFrameError, match=r"^frame 2 at datagram offset 64: PAD frame: frame_length=0 is shorter"):
+    with pytest.raises(
+        MalformedFrameError, match=r"^frame 2 at datagram offset 64: PAD frame: frame_length=0 is shorter"
+    ):
         decode_datagram(data_wire + bytes(32), strict=True)
     with pytest.raises(MalformedFrameError, match="^32 bytes after a PAD frame, which must end its datagram$"):
         decode_datagram(BY_NAME["pad"].wire + data_wire[:32], strict=True)
@@ -347,35 +468,81 @@ def test_a_frame_length_that_lies_is_rejected(name: str, frame_length: int, mess
         # Fixed-size frames must say their own size, even when the buffer holds more.
         ("setup", 0, "<i", 36, "SETUP frame: frame_length=36 is shorter than its 40-byte header"),
         ("status_group_tag", 0, "<i", 40, "SM frame: frame_length=40, must be 36, or 44 with a group tag"),
-        ("setup", setup.TERM_LENGTH_FIELD_OFFSET, "<i", 100_000,
-         "SETUP frame: term_length=100000 is not a power of 2 between 65536 and 1073741824"),
+        (
+            "setup",
+            setup.TERM_LENGTH_FIELD_OFFSET,
+            "<i",
+            100_000,
+            "SETUP frame: term_length=100000 is not a power of 2 between 65536 and 1073741824",
+        ),
         ("setup", setup.TERM_LENGTH_FIELD_OFFSET, "<i", 32768, "SETUP frame: term_length=32768 is not a power of 2"),
         ("setup", setup.TERM_OFFSET_FIELD_OFFSET, "<i", 33, "SETUP frame: term_offset=33 is not a multiple of 32"),
         ("setup", setup.TERM_OFFSET_FIELD_OFFSET, "<i", 65536, "SETUP frame: term_offset=65536 is not a multiple"),
         ("setup", setup.MTU_LENGTH_FIELD_OFFSET, "<i", 1400, "SETUP frame: mtu_length=1400 is not a multiple of 32"),
-        ("setup", setup.MTU_LENGTH_FIELD_OFFSET, "<i", 32, "SETUP frame: mtu_length=32 is not a multiple of 32 in (32, 65504]"),
+        (
+            "setup",
+            setup.MTU_LENGTH_FIELD_OFFSET,
+            "<i",
+            32,
+            "SETUP frame: mtu_length=32 is not a multiple of 32 in (32, 65504]",
+        ),
         ("setup", setup.MTU_LENGTH_FIELD_OFFSET, "<i", 65536, "SETUP frame: mtu_length=65536"),
         ("setup", setup.TTL_FIELD_OFFSET, "<i", -1, "SETUP frame: ttl=-1 is negative"),
-        ("status", status.CONSUMPTION_TERM_OFFSET_FIELD_OFFSET, "<i", -32,
-         "SM frame: consumption_term_offset=-32 is negative"),
+        (
+            "status",
+            status.CONSUMPTION_TERM_OFFSET_FIELD_OFFSET,
+            "<i",
+            -32,
+            "SM frame: consumption_term_offset=-32 is negative",
+        ),
         ("status", status.RECEIVER_WINDOW_FIELD_OFFSET, "<i", -1, "SM frame: receiver_window=-1 is negative"),
-        ("nak", nak.TERM_OFFSET_FIELD_OFFSET, "<i", 100, "NAK frame: term_offset=100 is not a non-negative multiple of 32"),
+        (
+            "nak",
+            nak.TERM_OFFSET_FIELD_OFFSET,
+            "<i",
+            100,
+            "NAK frame: term_offset=100 is not a non-negative multiple of 32",
+        ),
         ("nak", nak.LENGTH_FIELD_OFFSET, "<i", 0, "NAK frame: length=0 is not positive"),
         ("rttm", rttm.RECEPTION_DELTA_FIELD_OFFSET, "<q", -5, "RTTM frame: reception_delta=-5 is negative"),
-        ("error", error_frame.ERROR_STRING_LENGTH_FIELD_OFFSET, "<i", 7,
-         "ERR frame: frame_length=48 but error_string_length=7 makes 47"),
-        ("error", error_frame.ERROR_STRING_LENGTH_FIELD_OFFSET, "<i", 5000,
-         "ERR frame: error_string_length=5000 is not in [0, 1023]"),
-        ("error", error_frame.ERROR_STRING_FIELD_OFFSET + 2, "<B", 0xE9, "ERR frame: error message byte 2 is not ASCII"),
+        (
+            "error",
+            error_frame.ERROR_STRING_LENGTH_FIELD_OFFSET,
+            "<i",
+            7,
+            "ERR frame: frame_length=48 but error_string_length=7 makes 47",
+        ),
+        (
+            "error",
+            error_frame.ERROR_STRING_LENGTH_FIELD_OFFSET,
+            "<i",
+            5000,
+            "ERR frame: error_string_length=5000 is not in [0, 1023]",
+        ),
+        (
+            "error",
+            error_frame.ERROR_STRING_FIELD_OFFSET + 2,
+            "<B",
+            0xE9,
+            "ERR frame: error message byte 2 is not ASCII",
+        ),
         ("resolution", 8, "<B", 3, "RES frame: entry 0: res_type=0x03 is not IPv4 (0x01) or IPv6 (0x02)"),
         ("resolution", 8 + 12, "<h", -1, "RES frame: entry 0: name_length=-1 is not in [0, 512]"),
         ("resolution", 8 + 12, "<h", 20, "RES frame: entry 0: name_length=20 runs past frame_length"),
         ("resolution", 8, "<B", 2, "RES frame: entry 0 truncated: 24 bytes left, needs 26"),
-        ("data", dh.TERM_OFFSET_FIELD_OFFSET, "<i", 65, "DATA frame: term_offset=65 is not a non-negative multiple of 32"),
+        (
+            "data",
+            dh.TERM_OFFSET_FIELD_OFFSET,
+            "<i",
+            65,
+            "DATA frame: term_offset=65 is not a non-negative multiple of 32",
+        ),
         ("pad", dh.TERM_OFFSET_FIELD_OFFSET, "<i", -32, "PAD frame: term_offset=-32 is not a non-negative multiple"),
     ],
 )
-def test_bad_field_values_are_rejected_naming_the_value(name: str, offset: int, fmt: str, value: int, message: str) -> None:
+def test_bad_field_values_are_rejected_naming_the_value(
+    name: str, offset: int, fmt: str, value: int, message: str
+) -> None:
     vector = BY_NAME[name]
     bad = with_field(vector.wire, offset, fmt, value)
     with pytest.raises(MalformedFrameError, match=f"^{re.escape(message)}"):
@@ -416,11 +583,23 @@ def test_a_datagram_of_consecutive_frames_ending_in_pad_decodes_in_order() -> No
 @pytest.mark.parametrize(
     ("second", "message"),
     [
-        (data_frame(96, b"y"), "frame 2 at datagram offset 64: term_offset=96, expected 64 right after the previous frame"),
-        (data_frame(64, b"y", session_id=9), "frame 2 at datagram offset 64: session_id=9, the datagram's first frame has 16909060"),
-        (data_frame(64, b"y", stream_id=9), "frame 2 at datagram offset 64: stream_id=9, the datagram's first frame has 1001"),
+        (
+            data_frame(96, b"y"),
+            "frame 2 at datagram offset 64: term_offset=96, expected 64 right after the previous frame",
+        ),
+        (
+            data_frame(64, b"y", session_id=9),
+            "frame 2 at datagram offset 64: session_id=9, the datagram's first frame has 16909060",
+        ),
+        (
+            data_frame(64, b"y", stream_id=9),
+            "frame 2 at datagram offset 64: stream_id=9, the datagram's first frame has 1001",
+        ),
         (data_frame(64, b"y", term_id=8), "frame 2 at datagram offset 64: term_id=8, the datagram's first frame has 7"),
-        (HeartbeatFrame(64, 0x01020304, 1001, 7), "frame 2 at datagram offset 64: frame_length=0 (heartbeat) inside a multi-frame datagram"),
+        (
+            HeartbeatFrame(64, 0x01020304, 1001, 7),
+            "frame 2 at datagram offset 64: frame_length=0 (heartbeat) inside a multi-frame datagram",
+        ),
     ],
 )
 def test_frames_in_one_datagram_must_be_consecutive_in_one_term(second: Frame, message: str) -> None:
@@ -481,8 +660,12 @@ entries = st.builds(
     lambda res_type, port, age, address, name, flags: ResolutionEntry(
         res_type, port, age, address[: resolution.ADDRESS_LENGTHS[res_type]], name, flags
     ),
-    st.sampled_from([1, 2]), st.integers(0, 65535), i32, st.binary(min_size=16, max_size=16),
-    st.text(alphabet=st.characters(max_codepoint=127), max_size=resolution.MAX_NAME_LENGTH), u8,
+    st.sampled_from([1, 2]),
+    st.integers(0, 65535),
+    i32,
+    st.binary(min_size=16, max_size=16),
+    st.text(alphabet=st.characters(max_codepoint=127), max_size=resolution.MAX_NAME_LENGTH),
+    u8,
 )
 
 CONTROL_FRAMES = st.one_of(
@@ -490,7 +673,9 @@ CONTROL_FRAMES = st.one_of(
     st.builds(StatusMessageFrame, i32, i32, i32, non_negative_i32, non_negative_i32, i64, st.none() | i64, u8),
     st.builds(NakFrame, i32, i32, i32, aligned_offset, st.integers(1, 2**31 - 1), u8),
     st.builds(RttMeasurementFrame, i32, i32, i64, st.integers(0, 2**63 - 1), i64, u8),
-    st.builds(ErrorFrame, i32, i32, i64, i32, st.text(alphabet=st.characters(max_codepoint=127), max_size=1023), i64, u8),
+    st.builds(
+        ErrorFrame, i32, i32, i64, i32, st.text(alphabet=st.characters(max_codepoint=127), max_size=1023), i64, u8
+    ),
     st.builds(ResolutionFrame, st.lists(entries, max_size=4).map(tuple), u8),
     st.builds(ResponseSetupFrame, i32, i32, i32, u8),
 )
@@ -588,8 +773,16 @@ def parse_listing(path: pathlib.Path) -> tuple[list[ListedDatagram], dict[str, i
         match = LINE.match(line)
         assert match, f"{path.name}: cannot read {line[:80]!r}"
         frames = [parse_frame(text) for text in re.split(r"; (?=frame_length=)", match["frames"])]
-        listed.append(ListedDatagram(int(match["number"]), float(match["seconds"]), match["src"], match["dst"],
-                                     int(match["udp_length"]), frames))
+        listed.append(
+            ListedDatagram(
+                int(match["number"]),
+                float(match["seconds"]),
+                match["src"],
+                match["dst"],
+                int(match["udp_length"]),
+                frames,
+            )
+        )
     return listed, counts
 
 
@@ -612,8 +805,16 @@ def parse_frame(text: str) -> dict[str, Any]:
 
 
 TYPE_CODES: dict[type, int] = {
-    DataFrame: 0x01, HeartbeatFrame: 0x01, PadFrame: 0x00, NakFrame: 0x02, StatusMessageFrame: 0x03,
-    ErrorFrame: 0x04, SetupFrame: 0x05, RttMeasurementFrame: 0x06, ResolutionFrame: 0x07, ResponseSetupFrame: 0x0B,
+    DataFrame: 0x01,
+    HeartbeatFrame: 0x01,
+    PadFrame: 0x00,
+    NakFrame: 0x02,
+    StatusMessageFrame: 0x03,
+    ErrorFrame: 0x04,
+    SetupFrame: 0x05,
+    RttMeasurementFrame: 0x06,
+    ResolutionFrame: 0x07,
+    ResponseSetupFrame: 0x0B,
 }
 # Listing name -> our attribute name, where they differ (we put units in names).
 ATTRIBUTES = {
@@ -712,8 +913,15 @@ def test_the_captures_hold_every_frame_type_the_driver_sent() -> None:
     for path in CAPTURE_FILES:
         for datagram in read_udp(path):
             kinds.update(type(frame).__name__ for frame in decode_datagram(datagram.payload, strict=True))
-    assert set(kinds) == {"SetupFrame", "StatusMessageFrame", "HeartbeatFrame", "DataFrame", "PadFrame",
-                          "NakFrame", "RttMeasurementFrame"}
+    assert set(kinds) == {
+        "SetupFrame",
+        "StatusMessageFrame",
+        "HeartbeatFrame",
+        "DataFrame",
+        "PadFrame",
+        "NakFrame",
+        "RttMeasurementFrame",
+    }
 
 
 def test_the_captured_rttm_exchange_follows_the_reply_flag() -> None:
@@ -737,7 +945,10 @@ def test_the_captured_pad_frame_fills_the_term_and_ends_its_datagram() -> None:
             (pad,) = pads
             assert frames[-1] is pad
             setup_frame = next(
-                f for d in read_udp(CAPTURES / "frames_pad.pcap") for f in decode_datagram(d.payload) if isinstance(f, SetupFrame)
+                f
+                for d in read_udp(CAPTURES / "frames_pad.pcap")
+                for f in decode_datagram(d.payload)
+                if isinstance(f, SetupFrame)
             )
             assert pad.term_offset + pad.frame_length == setup_frame.term_length
             return

@@ -48,7 +48,7 @@ def message_sizes(seed: int, large_max: int = 6000):  # type: ignore[no-untyped-
 
 def body_of(seq: int, size: int) -> memoryview:
     start = (seq * 7) % 1024
-    return memoryview(BLOB)[start:start + size - HEADER_LENGTH]
+    return memoryview(BLOB)[start : start + size - HEADER_LENGTH]
 
 
 def _stop_on_stdin() -> threading.Event:
@@ -63,9 +63,19 @@ def _stop_on_stdin() -> threading.Event:
     return stop
 
 
-def publisher(directory: str, channel: str, stream_id: int, seed: int, timeout_s: float, count: int = -1,
-              exclusive: bool = False, large_max: int = 6000, pace_every: int = 0, pace_s: float = 0.0,
-              connect_timeout_s: float = 20.0) -> dict[str, Any]:
+def publisher(
+    directory: str,
+    channel: str,
+    stream_id: int,
+    seed: int,
+    timeout_s: float,
+    count: int = -1,
+    exclusive: bool = False,
+    large_max: int = 6000,
+    pace_every: int = 0,
+    pace_s: float = 0.0,
+    connect_timeout_s: float = 20.0,
+) -> dict[str, Any]:
     """Publish ``count`` messages (``count < 0``: until a line or EOF on stdin), then the end marker.
 
     Prints ``ready`` once connected. Negative offer results are counted and retried (the same
@@ -124,13 +134,21 @@ def publisher(directory: str, channel: str, stream_id: int, seed: int, timeout_s
         offer_until_accepted(view[:HEADER_LENGTH])
         # Let the sender drain before the client goes away (linger keeps the log for retransmits).
         time.sleep(0.5)
-        return {"published": seq, "crc": crc, "elapsed_s": elapsed, "position": pub.position,
-                "session_id": pub.session_id, "term_length": pub.term_length, "mtu_length": pub.mtu_length,
-                **{k.lower(): v for k, v in results.items()}}
+        return {
+            "published": seq,
+            "crc": crc,
+            "elapsed_s": elapsed,
+            "position": pub.position,
+            "session_id": pub.session_id,
+            "term_length": pub.term_length,
+            "mtu_length": pub.mtu_length,
+            **{k.lower(): v for k, v in results.items()},
+        }
 
 
-def subscriber(directory: str, channel: str, stream_id: int, seed: int, timeout_s: float,
-               large_max: int = 6000) -> dict[str, Any]:
+def subscriber(
+    directory: str, channel: str, stream_id: int, seed: int, timeout_s: float, large_max: int = 6000
+) -> dict[str, Any]:
     """Receive until the end marker, checking every message; prints ``ready`` once subscribed."""
     sizes = message_sizes(seed, large_max)
     expected = 0
@@ -183,9 +201,12 @@ def subscriber(directory: str, channel: str, stream_id: int, seed: int, timeout_
 
     assembler = FragmentAssembler(on_message)
     with Aeron.connect(Context(dir=directory, driver_timeout_ms=5_000)) as aeron:
-        sub = aeron.add_subscription(channel, stream_id,
-                                     on_available_image=lambda image: available.append(image.session_id),
-                                     on_unavailable_image=lambda image: unavailable.append(image.session_id))
+        sub = aeron.add_subscription(
+            channel,
+            stream_id,
+            on_available_image=lambda image: available.append(image.session_id),
+            on_unavailable_image=lambda image: unavailable.append(image.session_id),
+        )
         print("ready", flush=True)
         deadline = time.monotonic() + timeout_s
         poll = sub.poll
@@ -197,9 +218,16 @@ def subscriber(directory: str, channel: str, stream_id: int, seed: int, timeout_
                         f"subscriber on {channel} got {expected} messages in {timeout_s} s, no end marker "
                         f"(images available {available}, unavailable {unavailable}, errors {first_errors})"
                     )
-        return {"received": expected, "errors": errors, "first_errors": first_errors, "crc": crc,
-                "fragments": fragments, "elapsed_s": time.monotonic() - first_at if first_at else 0.0,
-                "images_available": available, "images_unavailable": unavailable}
+        return {
+            "received": expected,
+            "errors": errors,
+            "first_errors": first_errors,
+            "crc": crc,
+            "fragments": fragments,
+            "elapsed_s": time.monotonic() - first_at if first_at else 0.0,
+            "images_available": available,
+            "images_unavailable": unavailable,
+        }
 
 
 if __name__ == "__main__":

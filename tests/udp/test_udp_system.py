@@ -31,9 +31,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from logbuf.client import Aeron, Context, FragmentAssembler, Image, RegistrationError, Subscription
-from logbuf.conduit.cnc import wait_for_driver
 from logbuf.conduit import counters_descriptor as cd
-from logbuf.conduit.cnc import CncFile, is_driver_active
+from logbuf.conduit.cnc import CncFile, is_driver_active, wait_for_driver
 from logbuf.conduit.command_descriptor import ErrorCode
 from logbuf.conduit.counters import CountersReader
 from logbuf.protocol import classify
@@ -43,7 +42,6 @@ from logbuf.protocol.nak import NakFrame
 from logbuf.protocol.rttm import RttMeasurementFrame
 from logbuf.protocol.setup import SetupFrame
 from logbuf.protocol.status import StatusMessageFrame
-
 from tests.driver.conftest import DriverProcess, unique_dir
 from tests.udp._children import END_SEQ, HEADER, HEADER_LENGTH
 
@@ -56,8 +54,16 @@ IMAGE_LIVENESS_TIMEOUT_S = 2.0
 
 def faults(rate: float, seed: int) -> list[str]:
     """Drop, duplicate and reorder ``rate`` of the datagrams this driver receives (seeded)."""
-    return ["--udp-drop-rate", str(rate), "--udp-duplicate-rate", str(rate), "--udp-reorder-rate", str(rate),
-            "--udp-fault-seed", str(seed)]
+    return [
+        "--udp-drop-rate",
+        str(rate),
+        "--udp-duplicate-rate",
+        str(rate),
+        "--udp-reorder-rate",
+        str(rate),
+        "--udp-fault-seed",
+        str(seed),
+    ]
 
 
 def free_udp_port() -> int:
@@ -77,11 +83,15 @@ class LoggedDriver(DriverProcess):
 
     log_path: str = ""
 
-    def start(self, timeout_s: float = 20.0, heartbeat_timeout_ms: int = 5_000) -> "LoggedDriver":
+    def start(self, timeout_s: float = 20.0, heartbeat_timeout_ms: int = 5_000) -> LoggedDriver:
         self.log_path = self.log_path or f"{self.dir}.log"
         with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen([sys.executable, "-m", "logbuf.driver.main", "--dir", self.dir, *self.args],
-                                         stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "logbuf.driver.main", "--dir", self.dir, *self.args],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=ROOT,
+            )
         deadline = time.monotonic() + timeout_s
         while True:
             if self.proc.poll() is not None:
@@ -131,8 +141,9 @@ class LoggedDriver(DriverProcess):
             cnc.close()
 
     def system_counter(self, label: str) -> int:
-        values = [c["value"] for c in self.counters()
-                  if c["type_id"] == cd.SYSTEM_COUNTER_TYPE_ID and c["label"] == label]
+        values = [
+            c["value"] for c in self.counters() if c["type_id"] == cd.SYSTEM_COUNTER_TYPE_ID and c["label"] == label
+        ]
         assert len(values) == 1, f"no single system counter labelled {label!r} in {self.dir}"
         return int(values[0])
 
@@ -159,9 +170,14 @@ def drivers(request: pytest.FixtureRequest) -> Iterator[Callable[..., LoggedDriv
             try:
                 errors = d.errors()
                 unexpected += [f"{d.dir}: {e}" for e in errors if not any(x in e for x in d.expected_errors)]
-                dumps.append(f"--- counters ({d.dir}) ---\n" + "\n".join(
-                    f"{c['id']:4} {c['type_id']:4} {c['label'][:70]:70} {c['value']:,}" for c in d.counters()
-                    if c["value"] or c["type_id"] != cd.SYSTEM_COUNTER_TYPE_ID))
+                dumps.append(
+                    f"--- counters ({d.dir}) ---\n"
+                    + "\n".join(
+                        f"{c['id']:4} {c['type_id']:4} {c['label'][:70]:70} {c['value']:,}"
+                        for c in d.counters()
+                        if c["value"] or c["type_id"] != cd.SYSTEM_COUNTER_TYPE_ID
+                    )
+                )
             except Exception as e:  # a broken CnC is itself worth seeing
                 unexpected.append(f"{d.dir}: cannot read CnC: {e!r}")
     outputs = [(d, d.stop()) for d in started]
@@ -189,7 +205,11 @@ class Child:
         self._err = tempfile.TemporaryFile()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "tests.udp._children", role, json.dumps(args)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._err, text=True, cwd=ROOT,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._err,
+            text=True,
+            cwd=ROOT,
         )
         self._lines: queue.Queue[str | None] = queue.Queue()
         self._reader = threading.Thread(target=self._read, daemon=True)
@@ -215,8 +235,9 @@ class Child:
                 self.proc.wait(5)
             except subprocess.TimeoutExpired:
                 pass
-            raise AssertionError(f"{self.role} said {line!r} instead of ready (exit {self.proc.poll()}); "
-                                 f"stderr:\n{self.stderr()}")
+            raise AssertionError(
+                f"{self.role} said {line!r} instead of ready (exit {self.proc.poll()}); stderr:\n{self.stderr()}"
+            )
 
     @property
     def running(self) -> bool:
@@ -281,8 +302,12 @@ def children() -> Iterator[Callable[..., Child]]:
         child.close()
 
 
-def await_condition(condition: Callable[[], object], timeout_s: float = 10.0, what: str = "condition",
-                    step: Callable[[], object] | None = None) -> float:
+def await_condition(
+    condition: Callable[[], object],
+    timeout_s: float = 10.0,
+    what: str = "condition",
+    step: Callable[[], object] | None = None,
+) -> float:
     """Wait for ``condition``; returns the seconds it took. ``step`` runs between checks (e.g. a poll)."""
     start = time.monotonic()
     deadline = start + timeout_s
@@ -326,8 +351,9 @@ class InOrderReader:
 
     def receive(self, count: int, timeout_s: float, what: str) -> None:
         target = self.received + count
-        await_condition(lambda: self.received >= target, timeout_s, f"{what} ({self.received}/{target})",
-                        step=self.poll)
+        await_condition(
+            lambda: self.received >= target, timeout_s, f"{what} ({self.received}/{target})", step=self.poll
+        )
 
 
 def connect(driver: LoggedDriver) -> Aeron:
@@ -419,21 +445,24 @@ def test_bad_udp_channels_are_rejected_naming_the_bad_part(drivers: Callable[...
 
 @pytest.mark.slow
 def test_a_million_mixed_messages_arrive_once_in_order_through_drops_duplicates_and_reordering(
-    drivers: Callable[..., LoggedDriver], children: Callable[..., Child],
+    drivers: Callable[..., LoggedDriver],
+    children: Callable[..., Child],
 ) -> None:
     count, stream_id, seed = 1_000_000, 1001, 42
     sender, receiver = drivers(*faults(0.05, 1)), drivers(*faults(0.05, 2))
     channel = udp_channel(free_udp_port())
-    sub = children("subscriber", directory=receiver.dir, channel=channel, stream_id=stream_id, seed=seed,
-                   timeout_s=150)
+    sub = children("subscriber", directory=receiver.dir, channel=channel, stream_id=stream_id, seed=seed, timeout_s=150)
     sub.wait_ready()
-    pub = children("publisher", directory=sender.dir, channel=channel, stream_id=stream_id, seed=seed,
-                   count=count, timeout_s=150)
+    pub = children(
+        "publisher", directory=sender.dir, channel=channel, stream_id=stream_id, seed=seed, count=count, timeout_s=150
+    )
     published = pub.result(170)
     received = sub.result(60)
     assert published["published"] == count
-    summary = (f"published in {published['elapsed_s']:.1f} s, received {received['received']} in "
-               f"{received['elapsed_s']:.1f} s, errors {received['first_errors']}")
+    summary = (
+        f"published in {published['elapsed_s']:.1f} s, received {received['received']} in "
+        f"{received['elapsed_s']:.1f} s, errors {received['first_errors']}"
+    )
     assert received["errors"] == 0, summary
     assert received["received"] == count, summary
     assert received["crc"] == published["crc"], summary
@@ -449,32 +478,46 @@ def test_a_million_mixed_messages_arrive_once_in_order_through_drops_duplicates_
 
 @pytest.mark.slow
 def test_two_subscribers_and_a_spy_each_receive_every_message_in_order(
-    drivers: Callable[..., LoggedDriver], children: Callable[..., Child],
+    drivers: Callable[..., LoggedDriver],
+    children: Callable[..., Child],
 ) -> None:
     count, stream_id, seed = 100_000, 1002, 7
     sender, receiver = drivers(), drivers()
     port = free_udp_port()
     channel = udp_channel(port)
-    subs = [children("subscriber", directory=receiver.dir, channel=channel, stream_id=stream_id, seed=seed,
-                     timeout_s=90) for _ in range(2)]
-    spy = children("subscriber", directory=sender.dir, channel=f"aeron-spy:{channel}", stream_id=stream_id,
-                   seed=seed, timeout_s=90)
+    subs = [
+        children("subscriber", directory=receiver.dir, channel=channel, stream_id=stream_id, seed=seed, timeout_s=90)
+        for _ in range(2)
+    ]
+    spy = children(
+        "subscriber", directory=sender.dir, channel=f"aeron-spy:{channel}", stream_id=stream_id, seed=seed, timeout_s=90
+    )
     for s in (*subs, spy):
         s.wait_ready()
-    pub = children("publisher", directory=sender.dir, channel=channel, stream_id=stream_id, seed=seed,
-                   count=count, exclusive=True, timeout_s=90)
+    pub = children(
+        "publisher",
+        directory=sender.dir,
+        channel=channel,
+        stream_id=stream_id,
+        seed=seed,
+        count=count,
+        exclusive=True,
+        timeout_s=90,
+    )
     published = pub.result(110)
     results = [s.result(30) for s in (*subs, spy)]
     assert published["published"] == count
     for name, result in zip(("subscriber 1", "subscriber 2", "spy"), results):
-        assert (result["received"], result["errors"], result["crc"]) == (count, 0, published["crc"]), \
+        assert (result["received"], result["errors"], result["crc"]) == (count, 0, published["crc"]), (
             f"{name}: {result}"
+        )
         assert result["images_available"] == [published["session_id"]], name
 
 
 @pytest.mark.slow
 def test_receiver_driver_killed_and_restarted_the_sender_carries_on_and_a_new_image_forms(
-    drivers: Callable[..., LoggedDriver], children: Callable[..., Child],
+    drivers: Callable[..., LoggedDriver],
+    children: Callable[..., Child],
 ) -> None:
     stream_id, seed = 1003, 3
     sender = drivers()
@@ -483,10 +526,20 @@ def test_receiver_driver_killed_and_restarted_the_sender_carries_on_and_a_new_im
     first = connect(receiver)
     try:
         images: list[int] = []
-        reader = InOrderReader(first.add_subscription(channel, stream_id,
-                                                      on_available_image=lambda i: images.append(i.session_id)))
-        pub = children("publisher", directory=sender.dir, channel=channel, stream_id=stream_id, seed=seed,
-                       count=-1, pace_every=10, pace_s=0.002, timeout_s=120)
+        reader = InOrderReader(
+            first.add_subscription(channel, stream_id, on_available_image=lambda i: images.append(i.session_id))
+        )
+        pub = children(
+            "publisher",
+            directory=sender.dir,
+            channel=channel,
+            stream_id=stream_id,
+            seed=seed,
+            count=-1,
+            pace_every=10,
+            pace_s=0.002,
+            timeout_s=120,
+        )
         pub.wait_ready()
         reader.receive(300, 20, "messages before the kill")
         assert not reader.errors, reader.errors
@@ -514,24 +567,37 @@ def test_receiver_driver_killed_and_restarted_the_sender_carries_on_and_a_new_im
     assert published["published"] > last_before + 300
     assert published["not_connected"] + published["back_pressured"] > 0, published
     assert receiver.system_counter("Setups received") >= 1
-    print(f"new image {time.monotonic() - killed_at:.1f} s after the kill ({took:.1f} s after re-subscribing); "
-          f"publisher {published}")
+    print(
+        f"new image {time.monotonic() - killed_at:.1f} s after the kill ({took:.1f} s after re-subscribing); "
+        f"publisher {published}"
+    )
 
 
 @pytest.mark.slow
 def test_sender_driver_killed_the_image_goes_unavailable_after_the_liveness_timeout(
-    drivers: Callable[..., LoggedDriver], children: Callable[..., Child],
+    drivers: Callable[..., LoggedDriver],
+    children: Callable[..., Child],
 ) -> None:
     stream_id, seed = 1004, 4
     sender, receiver = drivers(), drivers()
     channel = udp_channel(free_udp_port())
     unavailable: list[tuple[float, int]] = []
     with connect(receiver) as b:
-        sub = b.add_subscription(channel, stream_id,
-                                 on_unavailable_image=lambda i: unavailable.append((time.monotonic(), i.session_id)))
+        sub = b.add_subscription(
+            channel, stream_id, on_unavailable_image=lambda i: unavailable.append((time.monotonic(), i.session_id))
+        )
         reader = InOrderReader(sub)
-        pub = children("publisher", directory=sender.dir, channel=channel, stream_id=stream_id, seed=seed,
-                       count=-1, pace_every=10, pace_s=0.002, timeout_s=60)
+        pub = children(
+            "publisher",
+            directory=sender.dir,
+            channel=channel,
+            stream_id=stream_id,
+            seed=seed,
+            count=-1,
+            pace_every=10,
+            pace_s=0.002,
+            timeout_s=60,
+        )
         pub.wait_ready()
         reader.receive(200, 20, "messages before the kill")
         session_id = sub.images[0].session_id
@@ -542,8 +608,9 @@ def test_sender_driver_killed_the_image_goes_unavailable_after_the_liveness_time
         after = unavailable[0][0] - killed_at
         print(f"image unavailable {after:.2f} s after the sending driver was killed")
         assert unavailable[0][1] == session_id
-        assert IMAGE_LIVENESS_TIMEOUT_S * 0.5 <= after <= IMAGE_LIVENESS_TIMEOUT_S + 3.0, \
+        assert IMAGE_LIVENESS_TIMEOUT_S * 0.5 <= after <= IMAGE_LIVENESS_TIMEOUT_S + 3.0, (
             f"image went unavailable {after:.2f} s after the sender died (liveness timeout {IMAGE_LIVENESS_TIMEOUT_S} s)"
+        )
         assert sub.image_count == 0
         assert not reader.errors, reader.errors
 
@@ -554,11 +621,22 @@ SENDER_BOUND_TYPES = (HDR_TYPE_NAK, HDR_TYPE_SM, HDR_TYPE_RTTM)
 def valid_frames(session_id: int, stream_id: int) -> list[bytes]:
     """One of each frame a receiver may see, encoded with logbuf.protocol's encoders."""
     return [
-        DataFrame(term_offset=0, session_id=session_id, stream_id=stream_id, term_id=0, payload=bytes(range(100))).encode(),
-        DataFrame(term_offset=1024, session_id=session_id, stream_id=stream_id, term_id=5, payload=b"x" * 1000).encode(),
+        DataFrame(
+            term_offset=0, session_id=session_id, stream_id=stream_id, term_id=0, payload=bytes(range(100))
+        ).encode(),
+        DataFrame(
+            term_offset=1024, session_id=session_id, stream_id=stream_id, term_id=5, payload=b"x" * 1000
+        ).encode(),
         HeartbeatFrame(term_offset=64, session_id=session_id, stream_id=stream_id, term_id=0).encode(),
-        SetupFrame(term_offset=0, session_id=session_id, stream_id=stream_id, initial_term_id=0, active_term_id=0,
-                   term_length=1 << 20, mtu_length=1408).encode(),
+        SetupFrame(
+            term_offset=0,
+            session_id=session_id,
+            stream_id=stream_id,
+            initial_term_id=0,
+            active_term_id=0,
+            term_length=1 << 20,
+            mtu_length=1408,
+        ).encode(),
         StatusMessageFrame(session_id, stream_id, 0, 0, 128 * 1024, 99).encode(),
         NakFrame(session_id, stream_id, 0, 0, 1408).encode(),
         RttMeasurementFrame(session_id, stream_id, 1, 0, 99).encode(),
@@ -577,17 +655,26 @@ def corrupted_copies(frame: bytes) -> Iterator[bytes]:
 
 @pytest.mark.slow
 def test_garbage_and_truncated_frames_are_counted_as_invalid_and_the_stream_carries_on(
-    drivers: Callable[..., LoggedDriver], children: Callable[..., Child],
+    drivers: Callable[..., LoggedDriver],
+    children: Callable[..., Child],
 ) -> None:
     stream_id, seed, session_id = 1005, 5, 424242
     sender, receiver = drivers(), drivers()
     port = free_udp_port()
     channel = udp_channel(port)
-    sub = children("subscriber", directory=receiver.dir, channel=channel, stream_id=stream_id, seed=seed,
-                   timeout_s=90)
+    sub = children("subscriber", directory=receiver.dir, channel=channel, stream_id=stream_id, seed=seed, timeout_s=90)
     sub.wait_ready()
-    pub = children("publisher", directory=sender.dir, channel=udp_channel(port, session_id=session_id),
-                   stream_id=stream_id, seed=seed, count=-1, pace_every=20, pace_s=0.001, timeout_s=90)
+    pub = children(
+        "publisher",
+        directory=sender.dir,
+        channel=udp_channel(port, session_id=session_id),
+        stream_id=stream_id,
+        seed=seed,
+        count=-1,
+        pace_every=20,
+        pace_s=0.001,
+        timeout_s=90,
+    )
     pub.wait_ready()
     invalid_before = receiver.system_counter("Invalid packets")
     must_count = 0  # invalid datagrams the receiver must count
@@ -607,12 +694,19 @@ def test_garbage_and_truncated_frames_are_counted_as_invalid_and_the_stream_carr
 
         header_then_junk = st.builds(
             lambda length, flags, type_, rest: struct.pack("<iBBH", length, 0, flags, type_) + rest,
-            st.integers(-(2**31), 2**31 - 1), st.integers(0, 255),
-            st.sampled_from([0, 1, 2, 3, 4, 5, 6, 7, 0x0B, 0xFFFF]), st.binary(max_size=1500),
+            st.integers(-(2**31), 2**31 - 1),
+            st.integers(0, 255),
+            st.sampled_from([0, 1, 2, 3, 4, 5, 6, 7, 0x0B, 0xFFFF]),
+            st.binary(max_size=1500),
         )
 
-        @settings(max_examples=400, deadline=None, database=None, derandomize=True,
-                  suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+        @settings(
+            max_examples=400,
+            deadline=None,
+            database=None,
+            derandomize=True,
+            suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+        )
         @given(st.one_of(st.binary(max_size=2048), header_then_junk))
         def send_garbage(datagram: bytes) -> None:
             send(datagram)
@@ -631,14 +725,18 @@ def test_garbage_and_truncated_frames_are_counted_as_invalid_and_the_stream_carr
         await_condition(lambda: counted() >= must_count, 15, f"'Invalid packets' to grow by {must_count}")
     finally:
         time.sleep(0.3)
-        print(f"sent {must_count} invalid datagrams + {sender_bound} malformed SM/NAK/RTTM; "
-              f"receiver counted {counted()}")
+        print(
+            f"sent {must_count} invalid datagrams + {sender_bound} malformed SM/NAK/RTTM; receiver counted {counted()}"
+        )
     assert pub.running and sub.running, f"a child died: {pub.stderr()} {sub.stderr()}"
     time.sleep(0.5)  # the stream keeps running after the garbage
     pub.stop()
     published = pub.result(60)
     received = sub.result(60)
     assert published["session_id"] == session_id
-    assert (received["received"], received["errors"], received["crc"]) == \
-        (published["published"], 0, published["crc"]), received
+    assert (received["received"], received["errors"], received["crc"]) == (
+        published["published"],
+        0,
+        published["crc"],
+    ), received
     assert received["images_available"] == [session_id]

@@ -41,8 +41,10 @@ class Published:
 def payloads_for(seed: int, count: int, max_length: int = 8000) -> list[bytes]:
     """Mixed sizes: empty, tiny, exactly one frame, one byte into a second fragment, up to 8000 B."""
     rng = random.Random(seed)
-    return [rng.randbytes(rng.choice((0, 1, 31, 100, MAX_PAYLOAD, MAX_PAYLOAD + 1, 3000, rng.randrange(max_length))))
-            for _ in range(count)]
+    return [
+        rng.randbytes(rng.choice((0, 1, 31, 100, MAX_PAYLOAD, MAX_PAYLOAD + 1, 3000, rng.randrange(max_length))))
+        for _ in range(count)
+    ]
 
 
 def publish(pub: Publication, payloads: list[bytes], timeout_s: float = 30) -> Published:
@@ -61,8 +63,11 @@ def recording_of(archive_dir: str, session_id: int) -> RecordingDescriptor | Non
 
 def await_recorded(archive_dir: str, session_id: int, position: int, timeout_s: float = 20) -> RecordingDescriptor:
     """Wait until the recording of ``session_id`` holds everything up to ``position``."""
-    await_(lambda: (d := recording_of(archive_dir, session_id)) is not None and d.stop_position >= position,
-           timeout_s, f"session {session_id} recorded up to {position}")
+    await_(
+        lambda: (d := recording_of(archive_dir, session_id)) is not None and d.stop_position >= position,
+        timeout_s,
+        f"session {session_id} recorded up to {position}",
+    )
     d = recording_of(archive_dir, session_id)
     assert d is not None
     return d
@@ -92,8 +97,9 @@ class RecordedArchive:
 
 
 @pytest.fixture(scope="session")
-def recorded(spark_driver: DriverProcess, aeron: Aeron,
-             tmp_path_factory: pytest.TempPathFactory) -> Iterator[RecordedArchive]:
+def recorded(
+    spark_driver: DriverProcess, aeron: Aeron, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[RecordedArchive]:
     """3000 mixed messages (about a third fragmented) on aeron:ipc stream 10, recorded and stopped."""
     archive_dir = str(tmp_path_factory.mktemp("spark-archive"))
     recorder = RecorderProcess(archive_dir, spark_driver.dir, "aeron:ipc", STREAM).start()
@@ -103,8 +109,11 @@ def recorded(spark_driver: DriverProcess, aeron: Aeron,
         published = publish(pub, payloads_for(1, 3000))
         await_recorded(archive_dir, published.session_id, published.end_positions[-1])
         pub.close()
-        await_(lambda: (d := recording_of(archive_dir, published.session_id)) is not None and not d.active, 20,
-               "the recording to stop")
+        await_(
+            lambda: (d := recording_of(archive_dir, published.session_id)) is not None and not d.active,
+            20,
+            "the recording to stop",
+        )
     finally:
         assert recorder.stop() == 0, recorder.output()
     d = recording_of(archive_dir, published.session_id)
@@ -113,7 +122,7 @@ def recorded(spark_driver: DriverProcess, aeron: Aeron,
 
 
 @pytest.fixture(scope="session")
-def spark() -> Iterator["SparkSession"]:
+def spark() -> Iterator[SparkSession]:
     """One local[2] session for the run: UI off, 2 shuffle partitions, workers on this Python."""
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
     os.environ["PYSPARK_PYTHON"] = sys.executable
@@ -122,13 +131,16 @@ def spark() -> Iterator["SparkSession"]:
 
     from logbuf.archive.spark import register
 
-    session = (SparkSession.builder.master("local[2]").appName("logbuf-tests")
-               .config("spark.ui.enabled", "false")
-               .config("spark.sql.shuffle.partitions", "2")
-               .config("spark.sql.session.timeZone", "UTC")
-               .config("spark.driver.memory", "1g")
-               .config("spark.python.worker.reuse", "true")
-               .getOrCreate())
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("logbuf-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.driver.memory", "1g")
+        .config("spark.python.worker.reuse", "true")
+        .getOrCreate()
+    )
     session.sparkContext.setLogLevel("ERROR")
     register(session)
     try:

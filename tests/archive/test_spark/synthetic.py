@@ -42,8 +42,17 @@ class SyntheticRecording:
     def header(self, position: int, frame_length: int, flags: int, frame_type: int, reserved: int) -> bytes:
         term_id = (self.initial_term_id + position // self.term_length) & 0xFFFFFFFF
         term_id = term_id - (1 << 32) if term_id >= 1 << 31 else term_id
-        return dh.HEADER.pack(frame_length, 0, flags, frame_type, position % self.term_length, self.session_id,
-                              self.stream_id, term_id, reserved)
+        return dh.HEADER.pack(
+            frame_length,
+            0,
+            flags,
+            frame_type,
+            position % self.term_length,
+            self.session_id,
+            self.stream_id,
+            term_id,
+            reserved,
+        )
 
     def _put(self, position: int, data: bytes) -> None:
         end = position + len(data)
@@ -53,7 +62,7 @@ class SyntheticRecording:
 
     def offer(self, payload: bytes, reserved: int = 0) -> int:
         max_payload = MTU - dh.HEADER_LENGTH
-        chunks = [payload[i:i + max_payload] for i in range(0, len(payload), max_payload)] or [b""]
+        chunks = [payload[i : i + max_payload] for i in range(0, len(payload), max_payload)] or [b""]
         total = sum(dh.align(len(c) + dh.HEADER_LENGTH) for c in chunks)
         term_offset = self.position % self.term_length
         if term_offset + total > self.term_length:  # pad the rest of the term, header only
@@ -71,12 +80,22 @@ class SyntheticRecording:
 
     def descriptor(self, stop_position: int | None = None) -> RecordingDescriptor:
         return RecordingDescriptor(
-            recording_id=self.recording_id, state=RecordingState.VALID, active=False, channel="aeron:ipc",
-            source_identity="aeron:ipc", stream_id=self.stream_id, session_id=self.session_id,
-            initial_term_id=self.initial_term_id, term_length=self.term_length, mtu=MTU,
-            segment_length=self.segment_length, start_position=self.start_position,
-            stop_position=self.position if stop_position is None else stop_position, start_time_ms=0,
-            stop_time_ms=0, interrupted=False,
+            recording_id=self.recording_id,
+            state=RecordingState.VALID,
+            active=False,
+            channel="aeron:ipc",
+            source_identity="aeron:ipc",
+            stream_id=self.stream_id,
+            session_id=self.session_id,
+            initial_term_id=self.initial_term_id,
+            term_length=self.term_length,
+            mtu=MTU,
+            segment_length=self.segment_length,
+            start_position=self.start_position,
+            stop_position=self.position if stop_position is None else stop_position,
+            start_time_ms=0,
+            stop_time_ms=0,
+            interrupted=False,
         )
 
     def write_segments(self, archive_dir: str | os.PathLike[str]) -> list[pathlib.Path]:
@@ -85,7 +104,7 @@ class SyntheticRecording:
         first = segment_base_position(self.start_position, self.start_position, self.term_length, self.segment_length)
         base = first
         while base < max(self.position, first + 1):
-            chunk = bytes(self.data[base:base + self.segment_length])
+            chunk = bytes(self.data[base : base + self.segment_length])
             path = pathlib.Path(archive_dir) / segment_file_name(self.recording_id, base)
             path.write_bytes(chunk + bytes(self.segment_length - len(chunk)))
             paths.append(path)
@@ -93,5 +112,5 @@ class SyntheticRecording:
         return paths
 
     def segment(self, base: int) -> bytes:
-        chunk = bytes(self.data[base:base + self.segment_length])
+        chunk = bytes(self.data[base : base + self.segment_length])
         return chunk + bytes(self.segment_length - len(chunk))

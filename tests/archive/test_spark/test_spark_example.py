@@ -18,7 +18,8 @@ pytestmark = pytest.mark.slow
 
 
 def test_stream_rates_writes_parquet_with_the_counts_per_stream_and_second(
-        spark: "SparkSession", recorded: RecordedArchive, tmp_path: pathlib.Path) -> None:
+    spark: SparkSession, recorded: RecordedArchive, tmp_path: pathlib.Path
+) -> None:
     published = recorded.published
     out = tmp_path / "rates"
     args = stream_rates.build_parser().parse_args([recorded.archive_dir, str(out)])
@@ -31,6 +32,7 @@ def test_stream_rates_writes_parquet_with_the_counts_per_stream_and_second(
     got = spark.read.parquet(str(out)).collect()
     assert {(r.stream_id, int(r.second.timestamp()), r.messages, r.bytes) for r in got} == {
         (recorded.recording.stream_id, second, expected_messages[second], expected_bytes[second])
-        for second in expected_messages}
+        for second in expected_messages
+    }
     assert f"{len(published.payloads)} messages, {sum(map(len, published.payloads))} bytes" in summary
     assert "0 messages without a timestamp" in summary

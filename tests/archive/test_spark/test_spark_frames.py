@@ -25,11 +25,19 @@ from tests.archive.test_spark.conftest import RecordedArchive
 from tests.archive.test_spark.synthetic import MTU, TERM, SyntheticRecording
 
 
-def read_table(archive_dir: str | pathlib.Path, d: RecordingDescriptor, *, start: int = -1,
-               stop: int = (1 << 63) - 1, frame_start: bool = False, **options: str) -> pa.Table:
+def read_table(
+    archive_dir: str | pathlib.Path,
+    d: RecordingDescriptor,
+    *,
+    start: int = -1,
+    stop: int = (1 << 63) - 1,
+    frame_start: bool = False,
+    **options: str,
+) -> pa.Table:
     o = ReadOptions.parse({"path": str(archive_dir), **options})
-    batches = [b for p in plan_partitions(o, d, start, stop, from_is_frame_start=frame_start)
-               for b in read_partition(p, o)]
+    batches = [
+        b for p in plan_partitions(o, d, start, stop, from_is_frame_start=frame_start) for b in read_partition(p, o)
+    ]
     return pa.Table.from_batches(batches, schema=arrow_schema(o.corrupt_column_or_none))
 
 
@@ -58,18 +66,21 @@ def test_recorded_archive_per_frame_rows_are_the_fragments(recorded: RecordedArc
     d, published = recorded.recording, recorded.published
     table = read_table(recorded.archive_dir, d, rowsPer="frame")
     max_payload = MTU - dh.HEADER_LENGTH
-    expected = [p[i:i + max_payload] for p in published.payloads for i in range(0, max(1, len(p)), max_payload)]
+    expected = [p[i : i + max_payload] for p in published.payloads for i in range(0, max(1, len(p)), max_payload)]
     assert table.column("payload").to_pylist() == expected
     flags = table.column("flags").to_pylist()
-    assert flags.count(dh.BEGIN_FLAG) == flags.count(dh.END_FLAG) == sum(len(p) > max_payload for p in published.payloads)
+    assert (
+        flags.count(dh.BEGIN_FLAG) == flags.count(dh.END_FLAG) == sum(len(p) > max_payload for p in published.payloads)
+    )
     positions = table.column("position").to_pylist()
     assert positions == sorted(positions) and positions[-1] == d.stop_position
 
 
 @settings(max_examples=25, deadline=None)
 @given(seed=st.integers(0, 2**32), count=st.integers(0, 300), start_terms=st.integers(0, 3))
-def test_synthetic_recordings_parse_to_what_was_offered(tmp_path_factory: pytest.TempPathFactory, seed: int,
-                                                        count: int, start_terms: int) -> None:
+def test_synthetic_recordings_parse_to_what_was_offered(
+    tmp_path_factory: pytest.TempPathFactory, seed: int, count: int, start_terms: int
+) -> None:
     rec = SyntheticRecording(start_position=start_terms * TERM + 32 * 4 * (seed % 3))
     rng = random.Random(seed)
     for i in range(count):
@@ -114,14 +125,17 @@ CORRUPTIONS = [
 
 @pytest.mark.parametrize(("field_offset", "value", "reason"), CORRUPTIONS, ids=[c[2][:24] for c in CORRUPTIONS])
 def test_corrupt_frame_is_named_and_reading_resumes_at_the_next_term(
-        tmp_path: pathlib.Path, field_offset: int, value: int, reason: str) -> None:
+    tmp_path: pathlib.Path, field_offset: int, value: int, reason: str
+) -> None:
     rec = synthetic(2, 300)  # about 7 terms
     victim = next(i for i, (start, _) in enumerate(rec.frames) if start > TERM + 5000)
     bad_position = rec.frames[victim][0]
     if field_offset == dh.VERSION_FIELD_OFFSET:
         rec.data[bad_position + field_offset] = value
     else:
-        rec.data[bad_position + field_offset:bad_position + field_offset + 4] = value.to_bytes(4, "little", signed=True)
+        rec.data[bad_position + field_offset : bad_position + field_offset + 4] = value.to_bytes(
+            4, "little", signed=True
+        )
     rec.write_segments(tmp_path)
     d = rec.descriptor()
     term_end = bad_position - bad_position % TERM + TERM
@@ -189,7 +203,9 @@ def test_position_range_selects_rows_by_end_position_and_completes_cut_messages(
     assert table.column("payload").to_pylist() == [m[0] for m in expected]
     assert expected[0] is fragmented
     # From a recorded position inside that message (as a streaming offset is), the same.
-    first_fragment_end = next(end for start, end in rec.frames if start < fragmented[2] and end > fragmented[2] - len(fragmented[0]) - 32)
+    first_fragment_end = next(
+        end for start, end in rec.frames if start < fragmented[2] and end > fragmented[2] - len(fragmented[0]) - 32
+    )
     streamed = read_table(tmp_path, d, start=first_fragment_end, stop=stop, frame_start=True)
     assert streamed.column("payload").to_pylist() == [m[0] for m in rec.messages if first_fragment_end < m[2] <= stop]
 
@@ -223,11 +239,16 @@ def test_options_are_validated_naming_the_option() -> None:
 def test_arrow_batches_have_the_types_spark_expects_and_the_spec_lists_the_columns() -> None:
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    for options in ({"path": "x"}, {"path": "x", "mode": "FAILFAST"}, {"path": "x", "columnNameOfCorruptRecord": "bad"}):
+    for options in (
+        {"path": "x"},
+        {"path": "x", "mode": "FAILFAST"},
+        {"path": "x", "columnNameOfCorruptRecord": "bad"},
+    ):
         o = ReadOptions.parse(options)
         assert arrow_schema(o.corrupt_column_or_none).equals(to_arrow_schema(o.schema(), timezone="UTC"))
     spec = (pathlib.Path(__file__).resolve().parents[3] / "protocol_spec" / "spark-source.md").read_text()
     table = spec.split("| Column | Spark type |")[1].split("\n\n")[0]
     documented = re.findall(r"^\| `(\w+)` \| (\w+) \|", table, re.MULTILINE)
     assert [(f.name, f.dataType.simpleString().upper()) for f in ReadOptions.parse({"path": "x"}).schema().fields] == [
-        (name, spark_type) for name, spark_type in documented]
+        (name, spark_type) for name, spark_type in documented
+    ]

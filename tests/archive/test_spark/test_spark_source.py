@@ -18,11 +18,22 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.slow
 
 
-def test_spark_reads_every_message_whole_with_its_position(spark: "SparkSession", recorded: RecordedArchive) -> None:
+def test_spark_reads_every_message_whole_with_its_position(spark: SparkSession, recorded: RecordedArchive) -> None:
     d, published = recorded.recording, recorded.published
     df = spark.read.format("logbuf").load(recorded.archive_dir)
-    assert df.columns == ["recording_id", "stream_id", "session_id", "term_id", "term_offset", "position", "flags",
-                          "reserved_value", "timestamp", "payload", "_corrupt_record"]
+    assert df.columns == [
+        "recording_id",
+        "stream_id",
+        "session_id",
+        "term_id",
+        "term_offset",
+        "position",
+        "flags",
+        "reserved_value",
+        "timestamp",
+        "payload",
+        "_corrupt_record",
+    ]
     assert df.rdd.getNumPartitions() == len(segment_files(recorded.archive_dir, d.recording_id))
     rows = df.orderBy("position").collect()
     assert len(rows) == len(published.payloads)
@@ -30,16 +41,18 @@ def test_spark_reads_every_message_whole_with_its_position(spark: "SparkSession"
     assert [r.position for r in rows] == published.end_positions
     assert [r.reserved_value for r in rows] == published.reserved
     assert {(r.recording_id, r.stream_id, r.session_id, r.flags) for r in rows} == {
-        (d.recording_id, d.stream_id, d.session_id, dh.UNFRAGMENTED)}
+        (d.recording_id, d.stream_id, d.session_id, dh.UNFRAGMENTED)
+    }
     assert all(r._corrupt_record is None and r.timestamp is None for r in rows)
     assert sum(len(p) > MAX_PAYLOAD for p in published.payloads) > 500
 
 
 def test_options_select_frames_streams_recordings_positions_and_timestamps(
-        spark: "SparkSession", recorded: RecordedArchive) -> None:
+    spark: SparkSession, recorded: RecordedArchive
+) -> None:
     d, published = recorded.recording, recorded.published
 
-    def reader() -> "DataFrameReader":  # a DataFrameReader keeps the options set on it: one per query
+    def reader() -> DataFrameReader:  # a DataFrameReader keeps the options set on it: one per query
         return spark.read.format("logbuf").option("path", recorded.archive_dir)
 
     frames = sum(max(1, -(-len(p) // MAX_PAYLOAD)) for p in published.payloads)
@@ -53,12 +66,14 @@ def test_options_select_frames_streams_recordings_positions_and_timestamps(
     assert [bytes(r.payload) for r in got] == published.payloads[1000:2001]
     stamped = reader().option("timestampFrom", "reserved_value").load().orderBy("position").limit(50).collect()
     # collect() gives naive datetimes in this process's local time zone: .timestamp() undoes that.
-    assert [int(r.timestamp.replace(microsecond=0).timestamp()) * 10**6 + r.timestamp.microsecond
-            for r in stamped] == published.reserved[:50]
+    assert [
+        int(r.timestamp.replace(microsecond=0).timestamp()) * 10**6 + r.timestamp.microsecond for r in stamped
+    ] == published.reserved[:50]
 
 
 def test_corrupted_and_truncated_segments_in_the_three_modes(
-        spark: "SparkSession", recorded: RecordedArchive, tmp_path: pathlib.Path) -> None:
+    spark: SparkSession, recorded: RecordedArchive, tmp_path: pathlib.Path
+) -> None:
     d, published = recorded.recording, recorded.published
     archive = tmp_path / "archive"
     shutil.copytree(recorded.archive_dir, archive, ignore=shutil.ignore_patterns("*.log"))
@@ -81,8 +96,9 @@ def test_corrupted_and_truncated_segments_in_the_three_modes(
     with open(last_path, "r+b") as f:
         f.truncate(cut_frame - last_base + 100)
     cut_term_end = cut_frame - cut_frame % term + term
-    kept = [i for i, end in enumerate(ends)
-            if not (bad < end <= bad_term_end) and not (cut_frame < end <= cut_term_end)]
+    kept = [
+        i for i, end in enumerate(ends) if not (bad < end <= bad_term_end) and not (cut_frame < end <= cut_term_end)
+    ]
 
     permissive = spark.read.format("logbuf").load(str(archive)).orderBy("position").collect()
     corrupt = [r for r in permissive if r._corrupt_record is not None]
@@ -95,8 +111,13 @@ def test_corrupted_and_truncated_segments_in_the_three_modes(
     assert [r.position for r in good] == [ends[i] for i in kept]
     assert [bytes(r.payload) for r in good] == [published.payloads[i] for i in kept]
 
-    other_name = (spark.read.format("logbuf").option("columnNameOfCorruptRecord", "bad")
-                  .load(str(archive)).filter("bad IS NOT NULL").count())
+    other_name = (
+        spark.read.format("logbuf")
+        .option("columnNameOfCorruptRecord", "bad")
+        .load(str(archive))
+        .filter("bad IS NOT NULL")
+        .count()
+    )
     assert other_name == 2
 
     dropped = spark.read.format("logbuf").option("mode", "DROPMALFORMED").load(str(archive))

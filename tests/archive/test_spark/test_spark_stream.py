@@ -19,22 +19,30 @@ pytestmark = pytest.mark.slow
 STREAM = 11
 
 
-def run_available_now(spark: "SparkSession", archive_dir: str, out: pathlib.Path, checkpoint: pathlib.Path) -> None:
-    query = (spark.readStream.format("logbuf").load(archive_dir).select("recording_id", "position", "payload")
-             .writeStream.format("parquet").option("path", str(out)).option("checkpointLocation", str(checkpoint))
-             .trigger(availableNow=True).start())
+def run_available_now(spark: SparkSession, archive_dir: str, out: pathlib.Path, checkpoint: pathlib.Path) -> None:
+    query = (
+        spark.readStream.format("logbuf")
+        .load(archive_dir)
+        .select("recording_id", "position", "payload")
+        .writeStream.format("parquet")
+        .option("path", str(out))
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
     try:
         assert query.awaitTermination(90), "the availableNow query did not finish in 90 s"
     finally:
         query.stop()
 
 
-def rows(spark: "SparkSession", out: pathlib.Path) -> list[tuple[int, int, bytes]]:
+def rows(spark: SparkSession, out: pathlib.Path) -> list[tuple[int, int, bytes]]:
     return sorted((r.recording_id, r.position, bytes(r.payload)) for r in spark.read.parquet(str(out)).collect())
 
 
 def test_stream_reads_new_positions_and_new_recordings_once_across_restarts(
-        spark: "SparkSession", spark_driver: DriverProcess, aeron: Aeron, tmp_path: pathlib.Path) -> None:
+    spark: SparkSession, spark_driver: DriverProcess, aeron: Aeron, tmp_path: pathlib.Path
+) -> None:
     archive_dir = str(tmp_path / "archive")
     out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
     recorder = RecorderProcess(archive_dir, spark_driver.dir, "aeron:ipc", STREAM).start()
