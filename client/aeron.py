@@ -27,7 +27,7 @@ from logbuf.conduit.broadcast import CopyBroadcastReceiver
 from logbuf.conduit.cnc import CncFile, cnc_driver_heartbeat_ms
 from logbuf.conduit.ring_buffer import ManyToOneRingBuffer
 from logbuf.directory import resolve_dir
-from logbuf.errors import ClosedError, ConfigurationError, DriverTimeoutError, RegistrationError
+from logbuf.errors import ClosedError, ConfigurationError, DriverTimeoutError, ErrorCode, RegistrationError
 from logbuf.logbuffer.image import Image as _Image
 from logbuf.logbuffer.log_buffer import LogBuffers
 from logbuf.logbuffer.publication import Publication as _Publication
@@ -351,7 +351,7 @@ class ClientConductor:
             try:
                 mapped = self._logs[path] = _MappedLog(LogBuffers.open_file(path))
             except ShmError as e:
-                raise RegistrationError(0, cmd.ErrorCode.GENERIC_ERROR, f"cannot map log {path}: {e}") from e
+                raise RegistrationError(0, ErrorCode.GENERIC_ERROR, f"cannot map log {path}: {e}") from e
         mapped.ref_count += 1
         return mapped.log
 

@@ -23,7 +23,7 @@ import structlog
 from logbuf.channel_uri import ChannelUri, InvalidChannelError
 from logbuf.conduit import command_descriptor as cmd
 from logbuf.conduit import counters_descriptor as cd
-from logbuf.conduit.command_descriptor import ErrorCode, MalformedCommandError
+from logbuf.conduit.command_descriptor import MalformedCommandError
 from logbuf.conduit.counters import CountersManager
 from logbuf.driver.context import DriverContext
 from logbuf.driver.ipc_publication import IpcPublication, PublicationState
@@ -40,6 +40,7 @@ from logbuf.driver.udp import (
     SocketSettings,
     resolve_interface,
 )
+from logbuf.errors import ErrorCode
 from logbuf.logbuffer.log_buffer import LogBuffers
 
 RESERVED_SESSION_ID_LOW = -1

@@ -6,6 +6,29 @@ Exceptions are for misuse (bad arguments, closed resources) and lifecycle proble
 
 from __future__ import annotations
 
+from enum import IntEnum
+
+
+class ErrorCode(IntEnum):
+    """Aeron's error codes carried by ON_ERROR (values as in Aeron's ErrorCode)."""
+
+    UNKNOWN_CODE_VALUE = -1
+    UNUSED = 0
+    INVALID_CHANNEL = 1
+    UNKNOWN_SUBSCRIPTION = 2
+    UNKNOWN_PUBLICATION = 3
+    CHANNEL_ENDPOINT_ERROR = 4
+    UNKNOWN_COUNTER = 5
+    UNKNOWN_COMMAND_TYPE_ID = 6
+    MALFORMED_COMMAND = 7
+    NOT_SUPPORTED = 8
+    UNKNOWN_HOST = 9
+    RESOURCE_TEMPORARILY_UNAVAILABLE = 10
+    GENERIC_ERROR = 11
+    STORAGE_SPACE = 12
+    IMAGE_REJECTED = 13
+    PUBLICATION_REVOKED = 14
+
 
 class LogbufError(Exception):
     """Base of every error logbuf raises on purpose."""
@@ -27,8 +50,6 @@ class RegistrationError(LogbufError):
     """The media driver rejected a command: ``error_code`` (an ErrorCode) and its message."""
 
     def __init__(self, correlation_id: int, error_code: int, message: str) -> None:
-        from logbuf.conduit.command_descriptor import ErrorCode
-
         try:
             code_name = ErrorCode(error_code).name
         except ValueError:

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from enum import IntEnum
 from typing import Final
 
 
@@ -67,27 +66,6 @@ COMMAND_NAMES: Final[dict[int, str]] = {
     CLIENT_CLOSE: "CLIENT_CLOSE",
     TERMINATE_DRIVER: "TERMINATE_DRIVER",
 }
-
-
-class ErrorCode(IntEnum):
-    """Aeron's error codes carried by ON_ERROR (values as in Aeron's ErrorCode)."""
-
-    UNKNOWN_CODE_VALUE = -1
-    UNUSED = 0
-    INVALID_CHANNEL = 1
-    UNKNOWN_SUBSCRIPTION = 2
-    UNKNOWN_PUBLICATION = 3
-    CHANNEL_ENDPOINT_ERROR = 4
-    UNKNOWN_COUNTER = 5
-    UNKNOWN_COMMAND_TYPE_ID = 6
-    MALFORMED_COMMAND = 7
-    NOT_SUPPORTED = 8
-    UNKNOWN_HOST = 9
-    RESOURCE_TEMPORARILY_UNAVAILABLE = 10
-    GENERIC_ERROR = 11
-    STORAGE_SPACE = 12
-    IMAGE_REJECTED = 13
-    PUBLICATION_REVOKED = 14
 
 
 CORRELATED: Final[struct.Struct] = struct.Struct("<qq")

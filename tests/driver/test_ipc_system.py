@@ -13,8 +13,8 @@ import pytest
 
 from logbuf.client import Aeron, Context, DriverTimeoutError, OfferResult, RegistrationError
 from logbuf.conduit.cnc import CncFile
-from logbuf.conduit.command_descriptor import ErrorCode
 from logbuf.conduit.ring_buffer import ManyToOneRingBuffer
+from logbuf.errors import ErrorCode
 from tests.driver.conftest import DriverProcess, unique_dir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -33,8 +33,8 @@ from hypothesis import strategies as st
 from logbuf.client import Aeron, Context, FragmentAssembler, Image, RegistrationError, Subscription
 from logbuf.conduit import counters_descriptor as cd
 from logbuf.conduit.cnc import CncFile, is_driver_active, wait_for_driver
-from logbuf.conduit.command_descriptor import ErrorCode
 from logbuf.conduit.counters import CountersReader
+from logbuf.errors import ErrorCode
 from logbuf.protocol import classify
 from logbuf.protocol.data import DataFrame, HeartbeatFrame
 from logbuf.protocol.frame_header import HDR_TYPE_NAK, HDR_TYPE_RTTM, HDR_TYPE_SM
