@@ -1,0 +1,318 @@
+"""One benchmark case for one implementation, run by ``perf/peers.py`` in the implementation's own interpreter.
+
+    <python> perf/peer_cases.py IMPL CASE '{"seconds": 5, "pings": 20000}'
+
+IMPL is ``logbuf``, ``pyaeron`` or ``pyzmq``; CASE is one of :data:`CASES`. The last line printed is the
+result as JSON. Every implementation runs the same scenario: a driver process (two for UDP, on loopback), a
+publisher process and a subscriber process, 32 B or 512 B messages offered one at a time for ``seconds``,
+messages received per second counted by the subscriber from its first message, and nothing lost; or a 32 B
+ping-pong between two processes. pyaeron's C media driver runs in SHARED threading mode (its best on 2
+cores); pyzmq uses PUB/SUB over ``ipc://`` for IPC rows and PUSH/PULL over TCP for UDP rows.
+
+This module imports neither logbuf nor pyaeron at the top, so any interpreter can load it.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import os
+import shutil
+import signal
+import sys
+import time
+import uuid
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from _common import collect, percentiles, zmq_latency, zmq_throughput  # noqa: E402
+
+CASES = ("ipc-32", "ipc-512", "ipc-pingpong", "udp-32", "udp-512", "udp-pingpong", "udp-pingpong-pinned")
+STREAM_ID = 10
+PONG_STREAM_ID = 11
+END = b"END!"
+
+
+# -- logbuf: the existing benchmarks' scenarios ---------------------------------------------------------
+def logbuf_case(case: str, seconds: float, pings: int) -> dict[str, Any]:
+    import ipc_driver
+    import udp_driver
+
+    if case.startswith("ipc"):
+        directory = f"/dev/shm/logbuf-peers-{uuid.uuid4().hex[:8]}"
+        driver = udp_driver.subprocess.Popen(
+            [sys.executable, "-m", "logbuf.driver.main", "--dir", directory], stderr=udp_driver.subprocess.DEVNULL
+        )
+        try:
+            from logbuf.conduit.cnc import wait_for_driver
+
+            wait_for_driver(directory)
+            if case == "ipc-pingpong":
+                return ipc_driver.lb_latency(directory, pings)
+            return ipc_driver.lb_throughput(directory, int(case.split("-")[1]), seconds, 1)
+        finally:
+            driver.terminate()
+            driver.wait(10)
+            shutil.rmtree(directory, ignore_errors=True)
+    a, b = udp_driver.Driver("a", []), udp_driver.Driver("b", [])
+    try:
+        a.wait_started()
+        b.wait_started()
+        if case.startswith("udp-pingpong"):
+            return udp_driver.lb_latency(a, b, pings, min(1_000, pings // 10), pinned=case.endswith("pinned"))
+        return udp_driver.lb_throughput(a, b, int(case.split("-")[1]), seconds, None)
+    finally:
+        a.close()
+        b.close()
+
+
+# -- pyaeron: the same scenarios through the real Aeron C client and C media driver ----------------------
+def pa_driver(directory: str, cpu: int | None, ready: Any) -> None:
+    if cpu is not None:
+        os.sched_setaffinity(0, {cpu})  # before the driver's threads exist, so they inherit it
+    import pyaeron
+
+    driver = pyaeron.MediaDriver(dir=directory, threading="shared")
+    ready.put(("driver", os.getpid()))
+    signal.sigwait({signal.SIGTERM})
+    driver.close()
+
+
+class PaDrivers:
+    """pyaeron C media drivers, each in a process of its own (as logbuf's are)."""
+
+    def __init__(self, count: int, cpus: tuple[int | None, ...] = (None, None)) -> None:
+        ctx = mp.get_context("spawn")
+        self.dirs = [f"/dev/shm/aeron-peers-{uuid.uuid4().hex[:8]}" for _ in range(count)]
+        ready = ctx.Queue()
+        self.procs = [ctx.Process(target=pa_driver, args=(d, cpus[i], ready)) for i, d in enumerate(self.dirs)]
+        for p in self.procs:
+            p.start()
+        for _ in self.procs:
+            ready.get(timeout=30)
+
+    def close(self) -> None:
+        for p in self.procs:
+            if p.pid is not None:
+                os.kill(p.pid, signal.SIGTERM)
+            p.join(10)
+            if p.is_alive():
+                p.kill()
+        for d in self.dirs:
+            shutil.rmtree(d, ignore_errors=True)
+
+
+def pa_publisher(directory: str, channel: str, size: int, seconds: float, out: Any) -> None:
+    import pyaeron
+
+    with pyaeron.Aeron(dir=directory) as aeron:
+        pub = aeron.add_publication(channel, STREAM_ID)
+        pub.await_connected(30)
+        message, offer, idle = bytes(size), pub.offer, os.sched_yield
+        sent = 0
+        deadline = time.perf_counter() + seconds
+        while time.perf_counter() < deadline:
+            for _ in range(1000):
+                if offer(message):
+                    sent += 1
+                else:
+                    idle()
+        end = END + bytes(size)
+        give_up = time.monotonic() + 30
+        while not pub.offer(end) and time.monotonic() < give_up:
+            idle()
+        out.put(("sent", sent))
+        time.sleep(1.0)
+
+
+def pa_subscriber(directory: str, channel: str, size: int, timeout_s: float, out: Any) -> None:
+    import pyaeron
+
+    with pyaeron.Aeron(dir=directory) as aeron:
+        sub = aeron.add_subscription(channel, STREAM_ID)
+        out.put(("ready", 0))
+        received, done, start = 0, False, 0.0
+
+        def on_message(buffer: Any, header: Any) -> None:
+            nonlocal received, done
+            if len(buffer) == size:
+                received += 1
+            else:
+                done = True
+
+        poll, idle = sub.poll, os.sched_yield
+        deadline = time.monotonic() + timeout_s
+        while not done:
+            if poll(on_message, 4096):
+                if not start:
+                    start = time.perf_counter()
+            else:
+                idle()
+                if time.monotonic() > deadline:
+                    break
+        out.put(("received", received))
+        out.put(("elapsed", time.perf_counter() - start if start else 0.0))
+
+
+def pa_throughput(pub_dir: str, sub_dir: str, channel: str, size: int, seconds: float) -> dict[str, Any]:
+    ctx = mp.get_context("spawn")
+    q: Any = ctx.Queue()
+    sub = ctx.Process(target=pa_subscriber, args=(sub_dir, channel, size, seconds + 60, q))
+    sub.start()
+    assert q.get(timeout=30)[0] == "ready"
+    pub = ctx.Process(target=pa_publisher, args=(pub_dir, channel, size, seconds, q))
+    pub.start()
+    results = collect(q, 3, seconds + 90)
+    pub.join(30)
+    sub.join(30)
+    rate = results["received"] / results["elapsed"] if results["elapsed"] else 0.0
+    return {
+        "size": size,
+        "sent": results["sent"],
+        "received": results["received"],
+        "lost": results["sent"] - results["received"],
+        "msgs_per_s": rate,
+        "mb_per_s": rate * size / 1e6,
+    }
+
+
+def pa_ponger(directory: str, ping: str, pong: str, count: int, cpu: int | None) -> None:
+    if cpu is not None:
+        os.sched_setaffinity(0, {cpu})
+    import pyaeron
+
+    with pyaeron.Aeron(dir=directory) as aeron:
+        sub = aeron.add_subscription(ping, STREAM_ID)
+        pub = aeron.add_publication(pong, PONG_STREAM_ID)
+        pub.await_connected(30)
+        replied = 0
+        idle = os.sched_yield
+
+        def echo(buffer: Any, header: Any) -> None:
+            nonlocal replied
+            data = bytes(buffer)
+            while not pub.offer(data):
+                idle()
+            replied += 1
+
+        poll = sub.poll
+        deadline = time.monotonic() + 600
+        while replied < count and time.monotonic() < deadline:
+            if not poll(echo, 1):
+                idle()
+
+
+def pa_latency(
+    ping_dir: str, pong_dir: str, ping: str, pong: str, count: int, warmup: int, pinned: bool
+) -> dict[str, float]:
+    import pyaeron
+
+    affinity = os.sched_getaffinity(0)
+    if pinned:
+        os.sched_setaffinity(0, {1})
+    ponger = mp.get_context("spawn").Process(
+        target=pa_ponger, args=(pong_dir, ping, pong, count + warmup, 0 if pinned else None)
+    )
+    ponger.start()
+    try:
+        with pyaeron.Aeron(dir=ping_dir) as aeron:
+            pub = aeron.add_publication(ping, STREAM_ID)
+            sub = aeron.add_subscription(pong, PONG_STREAM_ID)
+            pub.await_connected(30)
+            sub.await_connected(30)
+            message = bytes(32)
+            got = 0
+
+            def on_pong(buffer: Any, header: Any) -> None:
+                nonlocal got
+                got += 1
+
+            rtts: list[int] = []
+            poll, offer, clock, idle = sub.poll, pub.offer, time.perf_counter_ns, os.sched_yield
+            for i in range(count + warmup):
+                t0 = clock()
+                while not offer(message):
+                    idle()
+                want = got + 1
+                give_up = t0 + 10_000_000_000
+                while got < want:
+                    if not poll(on_pong, 1):
+                        idle()
+                        if clock() > give_up:
+                            raise RuntimeError(f"no pong for ping {i} in 10 s")
+                if i >= warmup:
+                    rtts.append(clock() - t0)
+        return percentiles(rtts)
+    finally:
+        ponger.join(30)
+        if ponger.is_alive():
+            ponger.kill()
+        os.sched_setaffinity(0, affinity)
+
+
+def free_udp_port() -> int:
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def udp(port: int) -> str:
+    return f"aeron:udp?endpoint=127.0.0.1:{port}"
+
+
+def pyaeron_case(case: str, seconds: float, pings: int) -> dict[str, Any]:
+    pinned = case.endswith("pinned")
+    drivers = PaDrivers(1 if case.startswith("ipc") else 2, (0, 1) if pinned else (None, None))
+    try:
+        if case == "ipc-pingpong":
+            d = drivers.dirs[0]
+            return pa_latency(d, d, "aeron:ipc", "aeron:ipc", pings, min(1_000, pings // 10), False)
+        if case.startswith("ipc"):
+            d = drivers.dirs[0]
+            return pa_throughput(d, d, "aeron:ipc", int(case.split("-")[1]), seconds)
+        a, b = drivers.dirs
+        if case.startswith("udp-pingpong"):
+            return pa_latency(a, b, udp(free_udp_port()), udp(free_udp_port()), pings, min(1_000, pings // 10), pinned)
+        return pa_throughput(a, b, udp(free_udp_port()), int(case.split("-")[1]), seconds)
+    finally:
+        drivers.close()
+
+
+# -- pyzmq ------------------------------------------------------------------------------------------------
+def pyzmq_case(case: str, seconds: float, pings: int) -> dict[str, Any]:
+    if case == "ipc-pingpong":
+        return zmq_latency(pings)
+    if case.startswith("ipc"):
+        return zmq_throughput(int(case.split("-")[1]), seconds)
+    if case.startswith("udp-pingpong"):
+        return zmq_latency(
+            pings, endpoint="tcp://127.0.0.1:*", warmup=min(1_000, pings // 10), pinned=case.endswith("pinned")
+        )
+    import udp_driver
+
+    return udp_driver.zmq_tcp_throughput(int(case.split("-")[1]), seconds)
+
+
+IMPLS = {"logbuf": logbuf_case, "pyaeron": pyaeron_case, "pyzmq": pyzmq_case}
+
+
+def main(argv: list[str]) -> int:
+    impl, case, params = argv[0], argv[1], json.loads(argv[2])
+    if impl not in IMPLS or case not in CASES:
+        raise SystemExit(
+            f"unknown implementation {impl!r} or case {case!r}: implementations {sorted(IMPLS)}, cases {CASES}"
+        )
+    if impl == "logbuf":
+        from logbuf.logging_config import configure_logging
+
+        configure_logging("warning")
+    result = IMPLS[impl](case, float(params["seconds"]), int(params["pings"]))
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
