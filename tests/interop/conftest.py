@@ -125,7 +125,9 @@ class Peer:
             try:
                 got = self.events.get(timeout=timeout_s)
             except queue.Empty:
-                raise AssertionError(f"{self.name}: no {event!r} in {timeout_s} s; stderr:\n{''.join(self.stderr)}") from None
+                raise AssertionError(
+                    f"{self.name}: no {event!r} in {timeout_s} s; stderr:\n{''.join(self.stderr)}"
+                ) from None
             if got["event"] == event:
                 return got
             if got["event"] in ("exit", "result") and event != got["event"]:

@@ -7,8 +7,11 @@ count, order, no duplicates, content. Pairings are named ``<driver>/<client>``: 
 
 from __future__ import annotations
 
+import os
 import struct
+import subprocess
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -148,7 +151,9 @@ def terminate(directory: str, token: bytes) -> None:
     cnc = CncFile.open(directory)
     try:
         ring = ManyToOneRingBuffer(cnc.to_driver)
-        assert ring.write(cmd.TERMINATE_DRIVER, cmd.TerminateDriverCommand(99, ring.next_correlation_id(), token).encode())
+        assert ring.write(
+            cmd.TERMINATE_DRIVER, cmd.TerminateDriverCommand(99, ring.next_correlation_id(), token).encode()
+        )
         del ring
     finally:
         cnc.close()
@@ -182,3 +187,59 @@ def test_available_image_pads_the_log_file_name_to_4_bytes_like_aerons_driver() 
     assert encoded[name_at + 4 + 15] == 0
     assert struct.unpack_from("<i", encoded, source_at)[0] == len("127.0.0.1:9")
     assert cmd.ImageReady.decode(encoded).source_identity == "127.0.0.1:9"
+
+
+def tshark_count(tshark: str, capture: str, port: int, display_filter: str) -> int:
+    out = subprocess.run(
+        [
+            tshark,
+            "-r",
+            capture,
+            "-d",
+            f"udp.port=={port},aeron",
+            "-Y",
+            display_filter,
+            "-T",
+            "fields",
+            "-e",
+            "frame.number",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    return len([line for line in out.stdout.splitlines() if line.strip()])
+
+
+@pytest.mark.parametrize(("pub", "sub"), CROSS, ids=[pairing_id(p) for p in CROSS])
+def test_wiresharks_aeron_dissector_decodes_every_datagram_and_sees_end_of_stream(
+    interop: Interop, tshark: str, tmp_path: Path, pub: tuple[str, str], sub: tuple[str, str]
+) -> None:
+    port = free_udp_port()
+    capture = str(tmp_path / "interop.pcap")
+    dumper = subprocess.Popen(
+        [tshark, "-q", "-i", "lo", "-f", f"udp port {port}", "-w", capture],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not os.path.exists(capture) and time.monotonic() < deadline:
+            time.sleep(0.1)  # tshark creates the file once capturing
+        assert os.path.exists(capture), "tshark did not start capturing"
+        time.sleep(0.5)
+        channel = f"aeron:udp?endpoint=127.0.0.1:{port}"
+        sub_result, _, _ = transfer(interop, pub, sub, channel, 1024, 2_000)
+        check_messages(sub_result, 2_000)
+        time.sleep(0.5)
+    finally:
+        dumper.terminate()
+        _, stderr = dumper.communicate(timeout=30)
+    total = tshark_count(tshark, capture, port, "udp")
+    assert total > 2_000 // 2, f"capture holds {total} datagrams; tshark said: {stderr}"
+    assert tshark_count(tshark, capture, port, "udp && !aeron") == 0
+    assert tshark_count(tshark, capture, port, "_ws.malformed || _ws.expert.severity >= error") == 0
+    end_of_stream = tshark_count(tshark, capture, port, "aeron.heartbeat && aeron.heartbeat.flags == 0xe0")
+    assert end_of_stream >= 1, "no end-of-stream heartbeat (flags 0xE0) on the wire"
