@@ -38,13 +38,13 @@ def run(pub: tuple[str, str], sub: tuple[str, str], count: int, python: str) -> 
     interop = Interop(python)
     try:
         channel = f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}"
-        dirs = {}
-        for side in (sub, pub):
-            driver_args = ["--ipc-term-length", "16m"] if side[0] == "logbuf" else []
-            dirs[side is pub] = interop.driver(side[0], *driver_args)[0]
-        subscriber = interop.peer("subscribe", sub[1], dirs[False], channel=channel, count=count, timeout=300)
+        sub_dir, pub_dir = (
+            interop.driver(kind, *(["--ipc-term-length", "16m"] if kind == "logbuf" else []))[0]
+            for kind in (sub[0], pub[0])
+        )
+        subscriber = interop.peer("subscribe", sub[1], sub_dir, channel=channel, count=count, timeout=300)
         subscriber.wait("ready")
-        publisher = interop.peer("publish", pub[1], dirs[True], channel=channel, count=count, timeout=300)
+        publisher = interop.peer("publish", pub[1], pub_dir, channel=channel, count=count, timeout=300)
         publisher.wait("sent", 300)
         publisher.go()
         publisher.go()
