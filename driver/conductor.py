@@ -10,6 +10,7 @@ and recorded in the distinct error log; the conductor carries on with the next c
 
 from __future__ import annotations
 
+import hmac
 import os
 import random
 import socket
@@ -190,6 +191,7 @@ class DriverConductor:
             counter_id = self.counters.allocate(
                 f"client-heartbeat: id={client_id}",
                 cd.CLIENT_HEARTBEAT_TYPE_ID,
+                client_id.to_bytes(8, "little", signed=True),  # Aeron clients find their counter by this key
                 registration_id=client_id,
                 owner_id=client_id,
                 initial_value=self.epoch_ms(),
@@ -705,9 +707,12 @@ class DriverConductor:
             self._remove_client(session, reason="closed")
 
     def _on_terminate_driver(self, buffer: memoryview) -> None:
-        command = cmd.CorrelatedCommand.decode(buffer)
-        self._log.info("driver.terminate_requested", client_id=command.client_id)
-        if self.on_terminate is not None:
+        """Aeron's rule: denied unless a termination token is configured and the command carries it."""
+        command = cmd.TerminateDriverCommand.decode(buffer)
+        expected = self.ctx.termination_token.encode()
+        allowed = bool(expected) and hmac.compare_digest(command.token, expected)
+        self._log.info("driver.terminate_requested", client_id=command.client_id, allowed=allowed)
+        if allowed and self.on_terminate is not None:
             self.on_terminate()
 
     def _remove_client(self, session: ClientSession, *, reason: str) -> None:
@@ -740,6 +745,10 @@ class DriverConductor:
         work = 0
         self._heartbeat()
         for session in list(self.clients.values()):
+            # Aeron clients keep alive by writing epoch ms into their heartbeat counter, not by command
+            heartbeat_age_ms = self.epoch_ms() - self.counters.value(session.heartbeat_counter_id)
+            if heartbeat_age_ms * 1_000_000 < now_ns - session.last_keepalive_ns:
+                session.last_keepalive_ns = now_ns - heartbeat_age_ms * 1_000_000
             if now_ns > session.last_keepalive_ns + self.ctx.client_liveness_timeout:
                 self.system_counters.increment(SystemCounterId.CLIENT_TIMEOUTS)
                 self._transmit(cmd.ON_CLIENT_TIMEOUT, cmd.ClientTimeout(session.client_id).encode())

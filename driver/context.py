@@ -114,6 +114,9 @@ class DriverContext:
     udp_duplicate_rate: float = setting(0.0, "float", "Fault injection: fraction of received datagrams duplicated.")
     udp_reorder_rate: float = setting(0.0, "float", "Fault injection: fraction of received datagrams reordered.")
     udp_fault_seed: int = setting(0, "int", "Fault injection: random seed.")
+    termination_token: str = setting(
+        "", "str", "TERMINATE_DRIVER stops the driver only if it carries this token; empty denies it (Aeron's default)."
+    )
 
     def conclude(self) -> DriverContext:
         """Validate everything once; errors name the setting and its value."""
@@ -225,4 +228,7 @@ class DriverContext:
         return parser
 
     def summary(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        return {
+            f.name: "<set>" if f.name == "termination_token" and self.termination_token else getattr(self, f.name)
+            for f in fields(self)
+        }

@@ -123,7 +123,7 @@ class NetworkPublication(IpcPublication):
                 eos = self.state is not PublicationState.ACTIVE and position >= self.log.end_of_stream_position()
                 flags = dh.BEGIN_END_AND_EOS_FLAGS if eos else dh.UNFRAGMENTED
                 sent += self._send(
-                    send, HeartbeatFrame(term_offset, self.session_id, self.stream_id, term_id, flags).encode()
+                    send, HeartbeatFrame(term_offset, self.session_id, self.stream_id, term_id, flags=flags).encode()
                 )
                 counters.increment(SystemCounterId.HEARTBEATS_SENT)
                 self.time_of_last_send_ns = now_ns
@@ -207,6 +207,17 @@ class NetworkPublication(IpcPublication):
         if self.is_connected:
             positions.append(self.sender_position.get_volatile())
         return positions
+
+    def update_publisher_limit(self) -> int:
+        """As an IPC publication's, except that with no receiver connected (and no spy) the limit is
+        pinned to snd-pos, so offers see NOT_CONNECTED rather than filling the window (Aeron's rule)."""
+        if self.is_connected or self.subscribers or self.state is not PublicationState.ACTIVE:
+            return super().update_publisher_limit()
+        sender_position = self.sender_position.get_volatile()
+        if self.publisher_limit.get() > sender_position:
+            self.publisher_limit.set_ordered(sender_position)
+            return 1
+        return 0
 
     def on_time_event(self, now_ns: int) -> None:
         if self.is_connected and now_ns - self.time_of_last_sm_ns > self.connection_timeout_ns:

@@ -259,8 +259,16 @@ class PublicationImage:
         self.system_counters.count_send(len(datagram), send(datagram))
 
     def on_time_event(self, now_ns: int) -> None:
-        if self.state is ImageState.ACTIVE and now_ns - self.time_of_last_packet_ns > self.liveness_timeout_ns:
+        if self.state is not ImageState.ACTIVE:
+            return
+        if now_ns - self.time_of_last_packet_ns > self.liveness_timeout_ns or self.is_drained_to_end_of_stream():
             self.state = ImageState.INACTIVE
+
+    def is_drained_to_end_of_stream(self) -> bool:
+        """An end-of-stream heartbeat came, everything before it arrived and every subscriber read
+        it: the image can go as soon as Aeron's would, not a liveness timeout later."""
+        eos = self.eos_position
+        return 0 <= eos <= self.rebuild and self.hwm <= self.rebuild and self.min_subscriber_position() >= eos
 
     def close(self) -> None:
         for sub_id in list(self.subscribers):

@@ -30,6 +30,7 @@ from logbuf import _native
 from logbuf.driver.network_publication import NetworkPublication
 from logbuf.driver.publication_image import ImageState, PublicationImage
 from logbuf.driver.system_counters import SystemCounterId, SystemCounters
+from logbuf.logbuffer import data_header_descriptor as dh
 from logbuf.protocol import MalformedFrameError
 from logbuf.protocol import nak as nak_codec
 from logbuf.protocol import rttm as rttm_codec
@@ -337,7 +338,7 @@ class ReceiveChannelEndpoint(UdpEndpoint):
             if image is not None:
                 if image.state is ImageState.ACTIVE:
                     image.insert_packet(term_id, term_offset, datagram, covered, self.clock_ns())
-            elif stream_id in self.stream_ids:
+            elif stream_id in self.stream_ids and not (covered == 0 and datagram[5] & dh.EOS_FLAG):
                 now = self.clock_ns()
                 if now >= self._elicited.get((session_id, stream_id), 0):
                     self._elicited[(session_id, stream_id)] = now + SETUP_ELICIT_INTERVAL_NS

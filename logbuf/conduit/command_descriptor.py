@@ -15,12 +15,14 @@ Correlated message (every command starts with it)::
 ADD_PUBLICATION / ADD_EXCLUSIVE_PUBLICATION: correlated (16) + stream id int32 @16 + channel length
 int32 @20 + channel @24. ADD_SUBSCRIPTION: correlated + registration correlation id int64 @16 +
 stream id @24 + channel length @28 + channel @32. REMOVE_*: correlated + registration id int64 @16.
-CLIENT_KEEPALIVE / CLIENT_CLOSE: correlated only.
+CLIENT_KEEPALIVE / CLIENT_CLOSE: correlated only. TERMINATE_DRIVER: correlated + token length int32 @16
++ token @20.
 
 Responses: ON_ERROR (offending correlation id int64, error code int32, message), ON_PUBLICATION_READY
 (correlation id, registration id, session id, stream id, publisher-limit counter id, channel-status
 counter id, log file name), ON_AVAILABLE_IMAGE (correlation id, session id, stream id, subscription
-registration id, subscriber-position counter id, log file name, source identity),
+registration id, subscriber-position counter id, log file name padded with zeros to a multiple of 4
+bytes, source identity),
 ON_UNAVAILABLE_IMAGE (correlation id, subscription registration id, stream id, channel),
 ON_OPERATION_SUCCESS / ON_SUBSCRIPTION_READY (correlation id [, channel-status counter id]),
 ON_CLIENT_TIMEOUT (client id).
@@ -80,6 +82,7 @@ UNAVAILABLE_IMAGE_FIXED: Final[struct.Struct] = struct.Struct("<qqii")
 SUBSCRIPTION_READY: Final[struct.Struct] = struct.Struct("<qi")
 OPERATION_SUCCESS: Final[struct.Struct] = struct.Struct("<q")
 CLIENT_TIMEOUT: Final[struct.Struct] = struct.Struct("<q")
+TERMINATE_DRIVER_FIXED: Final[struct.Struct] = struct.Struct("<qqi")
 _I32: Final[struct.Struct] = struct.Struct("<i")
 
 MAX_STRING_LENGTH: Final[int] = 4096
@@ -103,6 +106,11 @@ def _encode_string(text: str) -> bytes:
     if len(raw) > MAX_STRING_LENGTH:
         raise ValueError(f"string of {len(raw)} bytes exceeds {MAX_STRING_LENGTH}")
     return _I32.pack(len(raw)) + raw
+
+
+def _align4(length: int) -> int:
+    """Aeron's rule for a string followed by another field: its bytes are padded to a multiple of 4."""
+    return (length + 3) & ~3
 
 
 def _fixed(s: struct.Struct, buffer: bytes | memoryview, what: str) -> tuple[int, ...]:
@@ -181,6 +189,30 @@ class CorrelatedCommand:
         return cls(*_fixed(CORRELATED, buffer, "correlated command"))
 
 
+@dataclass(frozen=True, slots=True)
+class TerminateDriverCommand:
+    """TERMINATE_DRIVER: correlated + token length int32 @16 + token bytes @20 (Aeron's layout)."""
+
+    client_id: int
+    correlation_id: int
+    token: bytes = b""
+
+    def encode(self) -> bytes:
+        return TERMINATE_DRIVER_FIXED.pack(self.client_id, self.correlation_id, len(self.token)) + self.token
+
+    @classmethod
+    def decode(cls, buffer: bytes | memoryview) -> TerminateDriverCommand:
+        if len(buffer) == CORRELATED_LENGTH:  # no token field at all
+            return cls(*CORRELATED.unpack_from(buffer, 0))
+        client_id, correlation_id, length = _fixed(TERMINATE_DRIVER_FIXED, buffer, "terminate driver command")
+        if not 0 <= length <= MAX_STRING_LENGTH or len(buffer) < TERMINATE_DRIVER_FIXED.size + length:
+            raise MalformedCommandError(
+                f"terminate driver command: token length={length} does not fit the {len(buffer)}-byte message"
+            )
+        start = TERMINATE_DRIVER_FIXED.size
+        return cls(client_id, correlation_id, bytes(buffer[start : start + length]))
+
+
 # -- responses ----------------------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class ErrorResponse:
@@ -253,14 +285,17 @@ class ImageReady:
                 len(raw),
             )
             + raw
+            + bytes(_align4(len(raw)) - len(raw))
             + _encode_string(self.source_identity)
         )
 
     @classmethod
     def decode(cls, buffer: bytes | memoryview) -> ImageReady:
         fields = _fixed(AVAILABLE_IMAGE_FIXED, buffer, "available image")
-        name, end = _string(buffer, AVAILABLE_IMAGE_FIXED.size - 4, "available image log file name")
-        source, _end = _string(buffer, end, "available image source identity")
+        name_at = AVAILABLE_IMAGE_FIXED.size - 4
+        name, _end = _string(buffer, name_at, "available image log file name")
+        source_at = name_at + 4 + _align4(fields[5])  # Aeron pads the log file name to 4 bytes
+        source, _end = _string(buffer, source_at, "available image source identity")
         return cls(fields[0], fields[1], fields[2], fields[3], fields[4], name, source)
 
 

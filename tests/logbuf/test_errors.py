@@ -377,8 +377,8 @@ COMMAND_CASES: list[tuple[Any, bytes, str]] = [
     ),
     (
         cmd.ImageReady(1, 2, 3, 4, 5, "f", "src"),
-        struct.pack("<qiiqii", 1, 2, 3, 4, 5, 1) + b"f" + struct.pack("<i", 3) + b"src",
-        r"available image source identity: string length=3 does not fit the 39-byte message",
+        struct.pack("<qiiqii", 1, 2, 3, 4, 5, 1) + b"f\0\0\0" + struct.pack("<i", 3) + b"src",
+        r"available image source identity: string length=3 does not fit the 42-byte message",
     ),
     (
         cmd.ImageMessage(1, 2, 3, ""),

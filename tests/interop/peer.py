@@ -1,0 +1,243 @@
+"""One peer of an interop test, run as its own process with either client library.
+
+    python peer.py ROLE --client {pyaeron,logbuf} --dir DIR [options]
+
+pyaeron needs Python >= 3.12 and logbuf runs on 3.11, so the two never share an interpreter: the
+test starts this script with whichever Python has the library. Standard library only, besides the
+client. stdout carries JSON lines only: ``{"event": "ready", ...}`` once set up, then the result
+(``{"event": "result", ...}``). A line on stdin (or EOF) tells a waiting peer to go on.
+
+Roles:
+- ``driver`` (pyaeron): the real Aeron C media driver in ``--dir``, until stdin says stop. Loss is
+  Aeron's own interceptor, set through the ``AERON_UDP_CHANNEL_*`` environment by the caller.
+- ``publish``: wait for a subscriber, offer ``--count`` messages of ``--size`` bytes, then wait
+  for stdin and close (``--close``): the result holds the close time and whether offers after the
+  subscriber left saw NOT_CONNECTED.
+- ``subscribe``: receive ``--count`` messages and check each (sequence, length, content), then
+  with ``--await-unavailable S`` wait up to S seconds for the image to go unavailable.
+
+Message ``seq`` (from 0): ``seq`` int64 LE, ``size`` int32 LE, then bytes ``(seq + i) & 0xFF``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import struct
+import sys
+import threading
+import time
+from typing import Any
+
+HEADER = struct.Struct("<qi")
+PATTERN = bytes(range(256)) * 2
+
+
+def message(seq: int, size: int) -> bytes:
+    body_length = size - HEADER.size
+    start = seq & 0xFF
+    reps = body_length // 256 + 1
+    body = (PATTERN[start : start + 256] * reps)[:body_length]
+    return HEADER.pack(seq, size) + body
+
+
+def emit(**fields: Any) -> None:
+    sys.stdout.write(json.dumps(fields) + "\n")
+    sys.stdout.flush()
+
+
+def wait_stdin(timeout_s: float) -> None:
+    done = threading.Event()
+
+    def read() -> None:
+        sys.stdin.readline()
+        done.set()
+
+    threading.Thread(target=read, daemon=True).start()
+    done.wait(timeout_s)
+
+
+# -- the two client libraries behind one small face -------------------------------------------------
+class Client:
+    def __init__(self, kind: str, directory: str) -> None:
+        self.kind = kind
+        self.unavailable_at: float | None = None
+        self.available_at: float | None = None
+        if kind == "pyaeron":
+            import pyaeron
+
+            self.lib = pyaeron
+            self.aeron = pyaeron.Aeron(dir=directory)
+        else:
+            from logbuf.client import Aeron, Context
+
+            self.aeron = Aeron.connect(
+                Context(
+                    dir=directory,
+                    on_available_image=lambda image: self._available(),
+                    on_unavailable_image=lambda image: self._unavailable(),
+                )
+            )
+
+    def _available(self, *args: Any) -> None:
+        self.available_at = time.time()
+
+    def _unavailable(self, *args: Any) -> None:
+        self.unavailable_at = time.time()
+
+    def publication(self, channel: str, stream_id: int) -> Any:
+        return self.aeron.add_publication(channel, stream_id)
+
+    def subscription(self, channel: str, stream_id: int) -> Any:
+        if self.kind == "pyaeron":
+            return self.aeron.add_subscription(
+                channel, stream_id, available_image=self._available, unavailable_image=self._unavailable
+            )
+        return self.aeron.add_subscription(channel, stream_id)
+
+    def offer(self, publication: Any, data: bytes) -> int:
+        """1 if taken, 0 if back pressured or admin action, -1 if not connected."""
+        result = publication.offer(data)
+        if self.kind == "pyaeron":
+            if result is True:
+                return 1
+            return -1 if result == self.lib.NOT_CONNECTED else 0
+        return 1 if result > 0 else (-1 if result == -1 else 0)
+
+    def poller(self, subscription: Any, on_message: Any) -> Any:
+        if self.kind == "pyaeron":
+            return lambda: subscription.poll(lambda buffer, header: on_message(bytes(buffer)), 256)
+        from logbuf.client import FragmentAssembler
+
+        assembler = FragmentAssembler(lambda buffer, header: on_message(bytes(buffer)))
+        return lambda: subscription.poll(assembler, 256)
+
+    def close(self) -> None:
+        self.aeron.close()
+
+
+def wait_for(condition: Any, timeout_s: float, what: str, idle: Any = None) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            emit(event="result", ok=False, error=f"timed out after {timeout_s} s waiting for {what}")
+            sys.exit(2)
+        if idle is None or not idle():
+            time.sleep(0.0005)
+
+
+# -- roles ------------------------------------------------------------------------------------------
+def run_driver(args: argparse.Namespace) -> None:
+    import pyaeron
+
+    driver = pyaeron.MediaDriver(dir=args.dir, dir_delete_on_start=True)
+    emit(event="ready", dir=driver.dir, pid=os.getpid(), aeron_version=pyaeron.aeron_version)
+    wait_stdin(args.timeout)
+    driver.close()
+    emit(event="result", ok=True)
+
+
+def run_publish(args: argparse.Namespace) -> None:
+    client = Client(args.client, args.dir)
+    publication = client.publication(args.channel, args.stream_id)
+    emit(event="ready", session_id=publication.session_id)
+    wait_for(lambda: publication.is_connected, args.timeout, "a subscriber")
+    started = time.perf_counter()
+    back_pressured = 0
+    deadline = time.monotonic() + args.timeout
+    for seq in range(args.count):
+        data = message(seq, args.size)
+        while (taken := client.offer(publication, data)) <= 0:
+            if taken < 0 and args.count_not_connected:
+                break
+            back_pressured += 1
+            if time.monotonic() > deadline:
+                emit(event="result", ok=False, error=f"offer of seq {seq} timed out ({taken})")
+                sys.exit(2)
+    elapsed = time.perf_counter() - started
+    emit(event="sent", count=args.count, seconds=elapsed, msgs_per_s=args.count / elapsed if elapsed else 0.0)
+    wait_stdin(args.timeout)  # the subscriber has everything (or left)
+    not_connected = taken_after = 0
+    if args.count_not_connected:
+        wait_for(lambda: not publication.is_connected, args.timeout, "the subscriber to leave")
+        for _ in range(1000):
+            result = client.offer(publication, message(0, args.size))
+            not_connected += result < 0
+            taken_after += result > 0
+    closed_at = time.time()
+    publication.close()
+    wait_stdin(args.timeout)  # linger: a receiver drains the end of stream before the client goes
+    client.close()
+    emit(
+        event="result",
+        ok=True,
+        closed_at=closed_at,
+        back_pressured=back_pressured,
+        not_connected=not_connected,
+        taken_after_receiver_left=taken_after,
+    )
+
+
+def run_subscribe(args: argparse.Namespace) -> None:
+    client = Client(args.client, args.dir)
+    subscription = client.subscription(args.channel, args.stream_id)
+    received: list[int] = []
+    errors: list[str] = []
+
+    def on_message(data: bytes) -> None:
+        seq, size = HEADER.unpack_from(data, 0) if len(data) >= HEADER.size else (-1, -1)
+        expected = len(received)
+        if seq != expected and len(errors) < 10:
+            errors.append(f"message {expected}: got seq {seq}")
+        elif (size != args.size or data != message(seq, args.size)) and len(errors) < 10:
+            errors.append(f"message {seq}: {len(data)} bytes, content differs")
+        received.append(seq)
+
+    poll = client.poller(subscription, on_message)
+    emit(event="ready")
+    started = None
+    wait_for(lambda: subscription.image_count > 0, args.timeout, "an image")
+    deadline = time.monotonic() + args.timeout
+    while len(received) < args.count and time.monotonic() < deadline:
+        if poll() and started is None:
+            started = time.perf_counter()
+    elapsed = time.perf_counter() - (started or time.perf_counter())
+    emit(event="received", count=len(received), msgs_per_s=len(received) / elapsed if elapsed else 0.0)
+    extra = 0
+    if args.await_unavailable:
+        deadline = time.monotonic() + args.await_unavailable
+        while client.unavailable_at is None and time.monotonic() < deadline:
+            extra += poll()
+            time.sleep(0.001)
+    client.close()
+    emit(
+        event="result",
+        ok=len(received) == args.count and not errors and extra == 0,
+        received=len(received),
+        duplicates=len(received) - len(set(received)),
+        errors=errors,
+        extra=extra,
+        unavailable_at=client.unavailable_at,
+        msgs_per_s=len(received) / elapsed if elapsed else 0.0,
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("role", choices=["driver", "publish", "subscribe"])
+    parser.add_argument("--client", choices=["pyaeron", "logbuf"], default="pyaeron")
+    parser.add_argument("--dir", required=True)
+    parser.add_argument("--channel", default="aeron:ipc")
+    parser.add_argument("--stream-id", type=int, default=1001)
+    parser.add_argument("--count", type=int, default=1000)
+    parser.add_argument("--size", type=int, default=32)
+    parser.add_argument("--timeout", type=float, default=60.0)
+    parser.add_argument("--await-unavailable", type=float, default=0.0)
+    parser.add_argument("--count-not-connected", action="store_true")
+    args = parser.parse_args(argv)
+    {"driver": run_driver, "publish": run_publish, "subscribe": run_subscribe}[args.role](args)
+
+
+if __name__ == "__main__":
+    main()
