@@ -30,7 +30,6 @@ from logbuf.archive.spark import (
     ProblemPartition,
     ReadOptions,
     SegmentPartition,
-    read_partition,
 )
 from logbuf.archive.spark_frames import arrow_schema
 from logbuf.logbuffer import data_header_descriptor as dh
