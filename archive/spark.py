@@ -54,6 +54,7 @@ recordings take their share in recording id order.
 from __future__ import annotations
 
 import contextlib
+import difflib
 import json
 import pathlib
 import urllib.parse
@@ -224,8 +225,14 @@ class ReadOptions:
         )
         if unknown:
             names = {k.lower(): k for k in options}
+            by_lower = {n.lower(): n for n in _OPTIONS}
+
+            def hint(key: str) -> str:
+                close = difflib.get_close_matches(key, list(by_lower), 1)
+                return repr(names[key]) + (f" (did you mean {by_lower[close[0]]!r}?)" if close else "")
+
             raise LogbufSourceError(
-                f"unknown option{'s' if len(unknown) > 1 else ''} {', '.join(repr(names[k]) for k in unknown)} "
+                f"unknown option{'s' if len(unknown) > 1 else ''} {', '.join(map(hint, unknown))} "
                 f"for format('logbuf'); the options are: {', '.join(_OPTIONS)}"
             )
 

@@ -9,8 +9,6 @@ from __future__ import annotations
 import datetime
 import os
 import pathlib
-import random
-from collections.abc import Sequence
 
 import pyarrow as pa
 import pytest
@@ -20,7 +18,6 @@ from structlog.testing import capture_logs
 
 from logbuf.archive import catalog_descriptor as cat
 from logbuf.archive.catalog import Catalog, ChecksumType, RecordingState
-from logbuf.archive.checksum import stamp_block
 from logbuf.archive.spark import (
     LogbufDataSource,
     LogbufFilteringReader,
@@ -33,49 +30,7 @@ from logbuf.archive.spark import (
 )
 from logbuf.archive.spark_frames import arrow_schema
 from logbuf.logbuffer import data_header_descriptor as dh
-from tests.archive.test_spark.synthetic import MTU, TERM, SyntheticRecording
-
-
-def build_archive(
-    archive: pathlib.Path,
-    recordings: Sequence[SyntheticRecording],
-    *,
-    checksum: ChecksumType = ChecksumType.NONE,
-) -> None:
-    """Segments and a catalog entry (stopped) per synthetic recording, with ids 0, 1, ..."""
-    with Catalog.open_writable(archive) as writer:
-        for rec in recordings:
-            if checksum:
-                stamp(rec)
-            rec.write_segments(archive)
-            rid = writer.add_recording(
-                channel="aeron:ipc",
-                source_identity="aeron:ipc",
-                stream_id=rec.stream_id,
-                session_id=rec.session_id,
-                initial_term_id=rec.initial_term_id,
-                term_length=rec.term_length,
-                mtu=MTU,
-                segment_length=rec.segment_length,
-                start_position=rec.start_position,
-                checksum=checksum,
-            )
-            assert rid == rec.recording_id
-            writer.stop_recording(rid, rec.position)
-
-
-def stamp(rec: SyntheticRecording) -> None:
-    """Record checksums, as ``record --checksum crc32`` writes them (frames from the start position)."""
-    start = rec.start_position
-    rec.data[start:] = stamp_block(memoryview(rec.data)[start:])
-
-
-def recording(recording_id: int, stream_id: int, count: int, seed: int, session_id: int = 77) -> SyntheticRecording:
-    rec = SyntheticRecording(recording_id=recording_id, stream_id=stream_id, session_id=session_id)
-    rng = random.Random(seed)
-    for i in range(count):
-        rec.offer(rng.randbytes(rng.choice((0, 10, 200, MTU, 3000))), reserved=1_700_000_000_000_000 + i)
-    return rec
+from tests.archive.test_spark.synthetic import TERM, SyntheticRecording, build_archive, recording
 
 
 def read_all(reader: LogbufReader) -> pa.Table:
@@ -238,10 +193,14 @@ def test_filter_pushdown_can_be_turned_off() -> None:
 # -- options (issue 17: 4, 5) ----------------------------------------------------------------------------------
 def test_unknown_options_are_errors_that_list_the_options() -> None:
     with pytest.raises(
-        LogbufSourceError, match=r"unknown option 'streamIds' for format\('logbuf'\); the options are: path"
+        LogbufSourceError,
+        match=r"unknown option 'streamIds' \(did you mean 'streamId'\?\) for format\('logbuf'\); the options are: path",
     ):
         ReadOptions.parse({"path": "x", "streamIds": "20"})
-    with pytest.raises(LogbufSourceError, match="unknown options 'fooBar', 'maxFilesPerTrigger'"):
+    with pytest.raises(
+        LogbufSourceError,
+        match="unknown options 'fooBar', 'maxFilesPerTrigger' \\(did you mean 'maxBytesPerTrigger'\\?\\)",
+    ):
         ReadOptions.parse({"path": "x", "maxFilesPerTrigger": "1", "fooBar": "2"})
     with pytest.raises(LogbufSourceError, match="maxBytesPerTrigger=0 must be positive"):
         ReadOptions.parse({"path": "x", "maxBytesPerTrigger": "0"})
