@@ -286,3 +286,16 @@ def test_max_records_per_trigger_reads_that_many_rows_per_micro_batch(tmp_path: 
         start = end
     assert counts == [50, 50, 50, 15]
     assert positions == [(r.recording_id, m[2]) for r in recs for m in r.messages]
+
+
+def test_the_static_registration_module_is_what_spark_looks_up() -> None:
+    import tomllib
+
+    from pyspark.sql.datasource import DataSource
+
+    import pyspark_logbuf
+
+    # What pyspark.sql.worker.lookup_data_sources requires of an installed pyspark_* module.
+    assert issubclass(pyspark_logbuf.DefaultSource, DataSource) and pyspark_logbuf.DefaultSource.name() == "logbuf"
+    pyproject = tomllib.loads((pathlib.Path(__file__).resolve().parents[3] / "pyproject.toml").read_text())
+    assert "pyspark_logbuf" in pyproject["tool"]["setuptools"]["py-modules"]
