@@ -195,6 +195,25 @@ class Catalog:
         return catalog
 
     @classmethod
+    def from_snapshot(cls, data: bytes, label: str) -> Catalog:
+        """A read-only catalog over a copy of the file's bytes (an archive on object storage); ``label``
+        names it in messages. It does not change: each read is of the copy."""
+        try:
+            cat.check_header(data, label)
+        except cat.CatalogFormatError as e:
+            raise CatalogError(str(e)) from None
+        buffer = mmap.mmap(-1, max(len(data), 1))  # anonymous memory, so that reads are as for a file
+        buffer[: len(data)] = data
+        return cls(pathlib.Path(label), -1, buffer, False)
+
+    def snapshot_bytes(self) -> bytes:
+        """A copy of the catalog file's header and entries as they are now (for uploading)."""
+        self._check_open()
+        count = cat.next_recording_id_volatile(self._buffer)
+        buffer = self._ensure_mapped(cat.entry_offset(count))
+        return bytes(buffer[: min(len(buffer), cat.entry_offset(max(count, 0)))])
+
+    @classmethod
     def _map(cls, path: pathlib.Path, fd: int, *, writable: bool) -> Catalog:
         try:
             size = os.fstat(fd).st_size
@@ -214,7 +233,7 @@ class Catalog:
 
     def _ensure_mapped(self, length: int) -> mmap.mmap:
         """Remap if the file grew (another writer added entries past our mapping)."""
-        if len(self._buffer) < length:
+        if len(self._buffer) < length and self._fd >= 0:
             size = os.fstat(self._fd).st_size
             if size > len(self._buffer):
                 prot = mmap.PROT_READ | (mmap.PROT_WRITE if self._writable else 0)
@@ -541,7 +560,8 @@ class Catalog:
             self._buffer.close()
         except BufferError:
             pass
-        os.close(self._fd)
+        if self._fd >= 0:
+            os.close(self._fd)
 
     def __enter__(self) -> Catalog:
         return self

@@ -3,6 +3,7 @@
     logbuf-archive -d ARCHIVE_DIR record --channel aeron:ipc --stream-id 10
     logbuf-archive -d ARCHIVE_DIR list
     logbuf-archive -d ARCHIVE_DIR replay 0 --stream-id 99
+    logbuf-archive -d ARCHIVE_DIR upload s3://bucket/archive --follow 30s
 
 The archive directory comes from ``-d/--archive-dir`` or ``LOGBUF_ARCHIVE_DIR``. Exit status: 0
 on success, 1 when verify finds a bad recording or list, verify or recover find a damaged catalog
@@ -145,6 +146,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--before-time", type=_time_ms, help="drop segments last written before this (epoch ms or ISO)")
 
     p = command("recover", "close recordings whose recorder died, at their valid prefix")
+
+    p = command("upload", "copy complete segments, then the catalog, to a directory or URI (s3://, hdfs://, file://)")
+    p.add_argument("destination", help="e.g. s3://bucket/archive?endpoint_override=host:9000&scheme=http")
+    p.add_argument(
+        "--follow",
+        type=_duration_ms,
+        metavar="INTERVAL",
+        help="repeat every INTERVAL (e.g. 10s) until SIGINT/SIGTERM, uploading each segment as it completes",
+    )
 
     p = command("record", "record every image of a channel and stream until SIGINT/SIGTERM")
     p.add_argument("--channel", required=True, help="e.g. aeron:ipc or aeron:udp?endpoint=localhost:40123")
@@ -344,6 +354,32 @@ def _cmd_recover(archive_dir: str, args: argparse.Namespace) -> int:
     return 1 if bad else 0
 
 
+def _cmd_upload(archive_dir: str, args: argparse.Namespace) -> int:
+    from logbuf.archive.storage import parse_location, upload
+
+    destination = parse_location(args.destination)
+    if destination.is_local and os.path.abspath(destination.local_path) == os.path.abspath(archive_dir):
+        raise UsageError(f"the destination {destination} is the archive itself")
+    stop: list[bool] = []
+    if args.follow is not None:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, lambda *_: stop.append(True))
+    while True:
+        report = upload(archive_dir, destination)
+        print(
+            f"uploaded {len(report.segments)} segment files and the catalog ({report.recordings} recordings) "
+            f"to {destination}",
+            flush=True,
+        )
+        if args.follow is None:
+            return 0
+        deadline = time.monotonic() + args.follow / 1000
+        while not stop and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if stop:
+            return 0
+
+
 def _cmd_record(archive_dir: str, args: argparse.Namespace) -> int:
     ctx = RecorderContext(
         archive_dir=archive_dir,
@@ -408,6 +444,7 @@ COMMANDS = {
     "delete": _cmd_delete,
     "retention": _cmd_retention,
     "recover": _cmd_recover,
+    "upload": _cmd_upload,
     "record": _cmd_record,
     "replay": _cmd_replay,
 }

@@ -56,8 +56,6 @@ from __future__ import annotations
 import contextlib
 import difflib
 import json
-import pathlib
-import urllib.parse
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
@@ -84,8 +82,8 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from logbuf.archive.catalog import Catalog, CatalogError, RecordingDescriptor, RecordingState
-from logbuf.archive.segments import mapped_segment, segment_base_position, segment_file_name
+from logbuf.archive.catalog import CatalogError, RecordingDescriptor, RecordingState
+from logbuf.archive.segments import segment_base_position, segment_file_name
 from logbuf.archive.spark_filters import IntRange, PushedFilters, split_filters
 from logbuf.archive.spark_frames import (
     TIMESTAMP_UNITS_US,
@@ -97,6 +95,15 @@ from logbuf.archive.spark_frames import (
     parse_chunk,
     problem_batch,
     select_rows,
+)
+from logbuf.archive.storage import (
+    ArchiveLocation,
+    StorageError,
+    expand_locations,
+    has_glob,
+    open_catalog,
+    parse_location,
+    read_segment,
 )
 from logbuf.archive.verify import descriptor_problem
 from logbuf.logbuffer import data_header_descriptor as dh
@@ -119,6 +126,8 @@ __all__ = [
 
 FORMAT_NAME: Final[str] = "logbuf"
 DEFAULT_CORRUPT_COLUMN: Final[str] = "_corrupt_record"
+ARCHIVE_COLUMN: Final[str] = "archive"
+"""First column when several archives are read: the archive's path or URI."""
 DEFAULT_BATCH_BYTES: Final[int] = 16 * 1024 * 1024
 """Bytes of segment parsed per Arrow batch (rounded to whole terms): larger batches amortise the
 per-batch cost, smaller ones bound executor memory (about 3x this per task)."""
@@ -154,6 +163,7 @@ def register(spark: SparkSession) -> None:
 # -- options --------------------------------------------------------------------------------------
 _OPTIONS: Final[tuple[str, ...]] = (
     "path",
+    "paths",
     "recordingId",
     "streamId",
     "startPosition",
@@ -197,6 +207,7 @@ class ReadOptions:
     """
 
     archive_dir: str
+    """The archive (a path or URI, maybe a glob), or the first of several."""
     recording_ids: frozenset[int] | None = None
     stream_ids: frozenset[int] | None = None
     start_position: int = -1
@@ -212,6 +223,21 @@ class ReadOptions:
     max_records_per_trigger: int | None = None
     table_options: tuple[tuple[str, str], ...] = ()
     """The options as given, when they come from ``CREATE TABLE ... USING logbuf`` (kept in the schema)."""
+    archives: tuple[str, ...] = ()
+    """Every archive path or URI given (``path``, or ``paths`` from ``.load([...])``), globs unexpanded."""
+
+    @property
+    def several(self) -> bool:
+        """Several archives (a list, or a glob): rows then carry an ``archive`` column, since recording
+        ids repeat across archives."""
+        return len(self.archives) > 1 or any(has_glob(a) for a in self.archives)
+
+    def locations(self) -> list[ArchiveLocation]:
+        """The archives, globs expanded (on the driver: a glob lists directories)."""
+        try:
+            return expand_locations(self.archives)
+        except StorageError as e:
+            raise LogbufSourceError(str(e)) from None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> ReadOptions:
@@ -240,11 +266,15 @@ class ReadOptions:
             value = lowered.get(name.lower())
             return None if value is None or value == "" else value
 
-        archive_dir = get("path")
-        if archive_dir is None:
+        single = get("path")
+        archives = _paths_option(get("paths")) or ([single] if single else [])
+        if not archives:
             raise LogbufSourceError("no archive directory: give .load(archive_dir) or .option('path', archive_dir)")
-        if archive_dir.startswith("file:"):
-            archive_dir = urllib.parse.unquote(urllib.parse.urlparse(archive_dir).path)
+        try:
+            archives = [parse_location(a).uri for a in archives]
+        except StorageError as e:
+            raise LogbufSourceError(str(e)) from None
+        archive_dir = archives[0]
         mode_text = (get("mode") or "PERMISSIVE").upper()
         try:
             mode = Mode(mode_text)
@@ -297,6 +327,7 @@ class ReadOptions:
             max_bytes_per_trigger=max_bytes,
             max_records_per_trigger=max_records,
             table_options=tuple(sorted((k, str(v)) for k, v in options.items() if k.lower() in known) if table else ()),
+            archives=tuple(archives),
         )
 
     @property
@@ -309,6 +340,8 @@ class ReadOptions:
 
     def schema(self) -> StructType:
         fields = [StructField(name, data_type) for name, data_type in _COLUMNS]
+        if self.several:
+            fields.insert(0, StructField(ARCHIVE_COLUMN, StringType()))
         if self.table_options:  # CREATE TABLE: the table keeps its options in its schema
             first = fields[0]
             metadata = {_TABLE_OPTIONS_METADATA: json.dumps(dict(self.table_options))}
@@ -332,6 +365,19 @@ def _options_for(options: Mapping[str, str], schema: StructType | None) -> Mappi
         return options
     stored = schema.fields[0].metadata.get(_TABLE_OPTIONS_METADATA)
     return json.loads(stored) if stored else options
+
+
+def _paths_option(text: str | None) -> list[str]:
+    """Spark's ``paths`` (from ``.load([a, b])``): a JSON array of strings."""
+    if text is None:
+        return []
+    try:
+        paths = json.loads(text)
+    except ValueError:
+        raise LogbufSourceError(f"paths={text!r} is not a JSON array of archive paths") from None
+    if not isinstance(paths, list) or not all(isinstance(p, str) for p in paths):
+        raise LogbufSourceError(f"paths={text!r} is not a JSON array of archive paths")
+    return paths
 
 
 def _int_option(get: Any, name: str, default: int) -> int:
@@ -374,6 +420,7 @@ class SegmentPartition(InputPartition):
     """
 
     archive_dir: str
+    """The archive's path or URI."""
     recording: RecordingDescriptor
     base_position: int
     parse_start: int
@@ -386,8 +433,12 @@ class SegmentPartition(InputPartition):
     value: Any = field(default=None, compare=False)
 
     @property
-    def path(self) -> pathlib.Path:
-        return pathlib.Path(self.archive_dir) / segment_file_name(self.recording.recording_id, self.base_position)
+    def location(self) -> ArchiveLocation:
+        return ArchiveLocation(self.archive_dir)
+
+    @property
+    def path(self) -> str:
+        return self.location.file_path(segment_file_name(self.recording.recording_id, self.base_position))
 
 
 @dataclass(frozen=True)
@@ -398,11 +449,18 @@ class ProblemPartition(InputPartition):
     stream_id: int | None
     session_id: int | None
     reason: str
+    archive_dir: str = ""
     value: Any = field(default=None, compare=False)
 
 
 def plan_partitions(
-    options: ReadOptions, d: RecordingDescriptor, from_position: int, to_position: int, *, from_is_frame_start: bool
+    options: ReadOptions,
+    d: RecordingDescriptor,
+    from_position: int,
+    to_position: int,
+    *,
+    from_is_frame_start: bool,
+    archive: str | None = None,
 ) -> list[SegmentPartition]:
     """Partitions (one per segment) for rows of ``d`` with ``from_position < position <= to_position``.
 
@@ -428,7 +486,7 @@ def plan_partitions(
         parse_start = max(first_parse, base)
         partitions.append(
             SegmentPartition(
-                archive_dir=options.archive_dir,
+                archive_dir=options.archive_dir if archive is None else archive,
                 recording=d,
                 base_position=base,
                 parse_start=parse_start,
@@ -442,29 +500,37 @@ def plan_partitions(
     return partitions
 
 
+@dataclass(frozen=True)
+class _Planned:
+    archive: str
+    recording: RecordingDescriptor
+
+
 def _catalog_view(
-    options: ReadOptions, ids: IntRange | None = None
-) -> tuple[list[RecordingDescriptor], list[ProblemPartition]]:
+    options: ReadOptions, ids: IntRange | None = None, locations: Sequence[ArchiveLocation] | None = None
+) -> tuple[list[_Planned], list[ProblemPartition]]:
     """The wanted recordings whose descriptors can be read, and a :class:`ProblemPartition` for each
-    damaged or impossible entry that may be wanted (its stream id may be unknown). FAILFAST raises
-    for the first problem; DROPMALFORMED logs each one and drops it."""
-    with Catalog.open(options.archive_dir) as catalog:
-        descriptors = catalog.recordings()
-        damaged = catalog.problems()
-    problems = [
-        ProblemPartition(p.first_recording_id, None, None, p.reason)
-        for p in damaged
-        if _may_hold(options.recording_ids, ids, p.first_recording_id, p.last_recording_id)
-    ]
-    good = []
-    for d in descriptors:
-        if not options.wants(d) or (ids is not None and not ids.contains(d.recording_id)):
-            continue
-        reason = descriptor_problem(d)
-        if reason is None:
-            good.append(d)
-        else:
-            problems.append(ProblemPartition(d.recording_id, d.stream_id, d.session_id, reason))
+    damaged or impossible entry that may be wanted (its stream id may be unknown), over every archive.
+    FAILFAST raises for the first problem; DROPMALFORMED logs each one and drops it."""
+    good: list[_Planned] = []
+    problems: list[ProblemPartition] = []
+    for location in options.locations() if locations is None else locations:
+        with open_catalog(location) as catalog:
+            descriptors = catalog.recordings()
+            damaged = catalog.problems()
+        problems += [
+            ProblemPartition(p.first_recording_id, None, None, p.reason, location.uri)
+            for p in damaged
+            if _may_hold(options.recording_ids, ids, p.first_recording_id, p.last_recording_id)
+        ]
+        for d in descriptors:
+            if not options.wants(d) or (ids is not None and not ids.contains(d.recording_id)):
+                continue
+            reason = descriptor_problem(d)
+            if reason is None:
+                good.append(_Planned(location.uri, d))
+            else:
+                problems.append(ProblemPartition(d.recording_id, d.stream_id, d.session_id, reason, location.uri))
     if problems and options.mode is Mode.FAILFAST:
         raise LogbufSourceError(f"damaged catalog (mode FAILFAST): {problems[0].reason}")
     if problems and options.mode is Mode.DROPMALFORMED:
@@ -487,10 +553,6 @@ def _may_hold(chosen: frozenset[int] | None, ids: IntRange | None, first: int, l
     return (ids.lo is None or ids.lo <= last) and (ids.hi is None or ids.hi >= first)
 
 
-def _recordings(options: ReadOptions) -> list[RecordingDescriptor]:
-    return _catalog_view(options)[0]
-
-
 def _check_schema(options: ReadOptions, schema: StructType) -> None:
     expected = options.schema()
     if [(f.name, f.dataType) for f in schema.fields] != [(f.name, f.dataType) for f in expected.fields]:
@@ -507,10 +569,19 @@ def read_partition(
     """The Arrow batches of one partition (a generator, as Spark requires), filtered by ``pushed``."""
     for batch in _read_unfiltered(partition, options):
         _check_timestamps(batch, options)
+        if options.several:
+            batch = _with_archive(batch, partition.archive_dir)
         if pushed is not None:
             batch = pushed.keep(batch)
         if batch.num_rows:
             yield batch
+
+
+def _with_archive(batch: pa.RecordBatch, archive: str) -> pa.RecordBatch:
+    column = pa.array([archive] * batch.num_rows, pa.string())
+    return pa.RecordBatch.from_arrays(
+        [column, *batch.columns], schema=batch.schema.insert(0, pa.field(ARCHIVE_COLUMN, pa.string()))
+    )
 
 
 def _read_unfiltered(partition: SegmentPartition | ProblemPartition, options: ReadOptions) -> Iterator[pa.RecordBatch]:
@@ -522,16 +593,27 @@ def _read_unfiltered(partition: SegmentPartition | ProblemPartition, options: Re
         return
     d = partition.recording
     spec = options.row_spec
+    base = partition.base_position
+    first_term = partition.parse_start - (partition.parse_start & (d.term_length - 1))  # a mid-message start backs up
     with contextlib.ExitStack() as stack:
         try:
-            segment = stack.enter_context(mapped_segment(partition.path, d.segment_length))
+            segment, offset = stack.enter_context(
+                read_segment(
+                    partition.location,
+                    d.recording_id,
+                    base,
+                    d.segment_length,
+                    max(0, first_term - base),
+                    partition.parse_stop - base,
+                )
+            )
         except FileNotFoundError:
             reason = f"segment file {partition.path} is missing"
             batch = _on_corruption(options, d, partition.parse_start, reason, partition.parse_stop, schema, spec)
             if batch is not None:
                 yield batch
             return
-        yield from _read_segment(segment, partition, options, schema, spec)
+        yield from _read_segment(segment, base + offset, partition, options, schema, spec)
         del segment  # so that the mapping closes now
 
 
@@ -557,17 +639,22 @@ def _check_timestamps(batch: pa.RecordBatch, options: ReadOptions) -> None:
 
 
 def _read_segment(
-    segment: npt.NDArray[np.uint8], p: SegmentPartition, options: ReadOptions, schema: pa.Schema, spec: RowSpec
+    segment: npt.NDArray[np.uint8],
+    base: int,
+    p: SegmentPartition,
+    options: ReadOptions,
+    schema: pa.Schema,
+    spec: RowSpec,
 ) -> Iterator[pa.RecordBatch]:
+    """Rows of ``p`` from ``segment``, the segment file's bytes from position ``base`` on."""
     d = p.recording
-    base = p.base_position
     term_length = d.term_length
     term_mask = term_length - 1
     terms_per_chunk = max(1, options.batch_bytes // term_length)
     position = p.parse_start
     backed_up = False
     if p.check_mid_message and _is_continuation(segment, position - base):
-        position = max(d.start_position, base, position - (position & term_mask))
+        position = max(d.start_position, p.base_position, position - (position & term_mask))
         backed_up = position < p.parse_start
     parts: list[Rows] = []
     corrupt: list[tuple[int, str]] = []
@@ -681,15 +768,18 @@ class LogbufReader(DataSourceReader):
         low, high = positions.low, positions.high
         from_position = o.start_position if low is None else max(o.start_position, low - 1)
         to_position = o.stop_position if high is None else min(o.stop_position, high)
-        descriptors, problems = _catalog_view(o, pushed.ranges.get("recording_id"))
+        planned, problems = _catalog_view(o, pushed.ranges.get("recording_id"))
         partitions: list[InputPartition] = list(problems)
-        for d in descriptors:
+        for item in planned:
+            d = item.recording
             if not (
                 pushed.range_of("stream_id").contains(d.stream_id)
                 and pushed.range_of("session_id").contains(d.session_id)
             ):
                 continue
-            partitions.extend(plan_partitions(o, d, from_position, to_position, from_is_frame_start=False))
+            partitions.extend(
+                plan_partitions(o, d, from_position, to_position, from_is_frame_start=False, archive=item.archive)
+            )
         return partitions
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -709,13 +799,19 @@ class LogbufStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Streaming reads: offsets are ``{"<recording id>": recorded position read so far}``."""
 
     def __init__(self, options: ReadOptions) -> None:
+        if options.several:
+            raise LogbufSourceError(
+                f"a streaming read follows one archive; got {', '.join(options.archives)} "
+                "(start one query per archive, or union their streams)"
+            )
         self.options = options
+        self.location = parse_location(options.archive_dir)
         self._target: dict[str, int] | None = None
 
     def _current(self) -> dict[str, int]:
         """Each wanted recording's stop position; 0 for a damaged entry, so its problem is read once."""
-        descriptors, problems = _catalog_view(self.options)
-        current = {str(d.recording_id): d.stop_position for d in descriptors}
+        planned, problems = _catalog_view(self.options, locations=[self.location])
+        current = {str(item.recording.recording_id): item.recording.stop_position for item in planned}
         for problem in problems:
             current.setdefault(str(problem.recording_id), 0)
         return current
@@ -752,7 +848,7 @@ class LogbufStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return latest
 
     def _descriptors(self, keys: Iterable[str]) -> dict[int, RecordingDescriptor]:
-        with Catalog.open(self.options.archive_dir) as catalog:
+        with open_catalog(self.location) as catalog:
             found = {}
             for key in keys:
                 with contextlib.suppress(CatalogError):
@@ -825,9 +921,9 @@ class LogbufStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         changed = {int(k): int(v) for k, v in end.items() if int(v) > int(start.get(k, -1))}
         if not changed:
             return []
-        descriptors, problems = _catalog_view(self.options, IntRange(values=frozenset(changed)))
+        planned, problems = _catalog_view(self.options, IntRange(values=frozenset(changed)), [self.location])
         partitions: list[InputPartition] = [p for p in problems if p.recording_id in changed]
-        for d in descriptors:
+        for d in (item.recording for item in planned):
             key = str(d.recording_id)
             from_position = int(start[key]) if key in start else d.start_position
             partitions.extend(
