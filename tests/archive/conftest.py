@@ -149,6 +149,22 @@ def archive_driver() -> Iterator[DriverProcess]:
         shutil.rmtree(d.dir, ignore_errors=True)
 
 
+def archive_cli(archive: str | os.PathLike[str], *args: str) -> int:
+    """``logbuf-archive -d ARCHIVE ...`` in this process; the logging it configures is undone afterwards
+    (it would otherwise keep writing to this test's captured output)."""
+    import structlog
+
+    from logbuf.archive.main import main
+
+    saved, was_configured = structlog.get_config(), structlog.is_configured()
+    try:
+        return main(["-d", str(archive), "--log-level", "error", *args])
+    finally:
+        structlog.reset_defaults()
+        if was_configured:
+            structlog.configure(**saved)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

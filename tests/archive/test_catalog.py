@@ -11,12 +11,10 @@ import sys
 import time
 
 import pytest
-import structlog
 
 from logbuf.archive import catalog_descriptor as cat
 from logbuf.archive.catalog import Catalog, CatalogError, ChecksumType, RecordingState, UnknownRecordingError
 from logbuf.archive.checksum import payload_checksum, stamp_block
-from logbuf.archive.main import main as archive_main
 from logbuf.archive.segments import (
     SegmentReader,
     check_segment_length,
@@ -26,6 +24,7 @@ from logbuf.archive.segments import (
 )
 from logbuf.archive.verify import descriptor_problem, scan_valid_prefix, verify_recording
 from logbuf.logbuffer import data_header_descriptor as dh
+from tests.archive.conftest import archive_cli
 from tests.test_protocol_spec import tables
 
 TERM = 64 * 1024
@@ -197,18 +196,6 @@ def stopped_archive(archive: pathlib.Path, count: int, recordings: int = 1) -> l
     return ends
 
 
-def cli(archive: pathlib.Path, *args: str) -> int:
-    """``logbuf-archive -d ARCHIVE ...`` in this process (its logging setup undone afterwards)."""
-    saved = structlog.get_config()
-    was_configured = structlog.is_configured()
-    try:
-        return archive_main(["-d", str(archive), "--log-level", "error", *args])
-    finally:
-        structlog.reset_defaults()
-        if was_configured:
-            structlog.configure(**saved)
-
-
 def test_an_entry_made_invalid_after_it_was_added_is_reported_by_list_verify_and_recording(
     tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -223,15 +210,15 @@ def test_an_entry_made_invalid_after_it_was_added_is_reported_by_list_verify_and
         with pytest.raises(CatalogError, match="recording 1: its catalog entry is INVALID"):
             reader.recording(1)
     capsys.readouterr()
-    assert cli(tmp_path, "list") == 1
+    assert archive_cli(tmp_path, "list") == 1
     out = capsys.readouterr().out
     assert "catalog BAD: recording 1: its catalog entry is INVALID" in out and out.count(" VALID ") == 2
-    assert cli(tmp_path, "verify") == 1
+    assert archive_cli(tmp_path, "verify") == 1
     out = capsys.readouterr().out
     assert "recording 0: OK" in out and "recording 2: OK" in out and "catalog BAD: recording 1" in out
-    assert cli(tmp_path, "verify", "1") == 1
+    assert archive_cli(tmp_path, "verify", "1") == 1
     assert "catalog BAD: recording 1" in capsys.readouterr().out
-    assert cli(tmp_path, "verify", "2") == 0
+    assert archive_cli(tmp_path, "verify", "2") == 0
 
 
 def test_a_truncated_catalog_is_reported_and_recover_does_not_crash(
@@ -250,12 +237,12 @@ def test_a_truncated_catalog_is_reported_and_recover_does_not_crash(
         with pytest.raises(CatalogError, match="recording 2 is lost: catalog .* is truncated"):
             reader.recording(2)
     capsys.readouterr()
-    assert cli(tmp_path, "list", "--json") == 1
+    assert archive_cli(tmp_path, "list", "--json") == 1
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 2 and '"last_recording_id": 2' in lines[1] and "recordings 1..2 are lost" in lines[1]
-    assert cli(tmp_path, "verify") == 1
+    assert archive_cli(tmp_path, "verify") == 1
     assert "recordings 1..2 are lost" in capsys.readouterr().out
-    assert cli(tmp_path, "recover") == 1  # struct.error before
+    assert archive_cli(tmp_path, "recover") == 1  # struct.error before
     out = capsys.readouterr().out
     assert "no interrupted recordings" in out and "catalog BAD" in out
 
@@ -272,10 +259,10 @@ def test_recover_reports_damage_before_the_stored_stop_position(
         f.seek(victim + dh.TERM_ID_FIELD_OFFSET)
         f.write((999).to_bytes(4, "little"))
     capsys.readouterr()
-    assert cli(tmp_path, "recover") == 1
+    assert archive_cli(tmp_path, "recover") == 1
     out = capsys.readouterr().out
     assert f"recording 0: interrupted, closed at {ends[-1]}; BAD at position {victim}: term id field 999" in out
-    assert cli(tmp_path, "verify") == 1
+    assert archive_cli(tmp_path, "verify") == 1
     assert f"BAD at position {victim}" in capsys.readouterr().out
 
 
@@ -340,9 +327,9 @@ def test_record_checksums_catch_a_flipped_payload_byte_that_headers_cannot(
     without = dataclasses.replace(d, checksum=ChecksumType.NONE, session_id=SESSION)
     assert not verify_recording(tmp_path, without).ok  # the session ids are CRCs now
     capsys.readouterr()
-    assert cli(tmp_path, "verify") == 1
+    assert archive_cli(tmp_path, "verify") == 1
     assert f"BAD at position {victim}: payload checksum" in capsys.readouterr().out
-    assert cli(tmp_path, "list", "--json") == 0
+    assert archive_cli(tmp_path, "list", "--json") == 0
     assert '"checksum": "CRC32"' in capsys.readouterr().out
 
 

@@ -8,26 +8,14 @@ import pathlib
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pytest
-import structlog
 
 from logbuf.archive import catalog_descriptor as cat
 from logbuf.archive.catalog import Catalog, CatalogError
-from logbuf.archive.main import main as archive_main
 from logbuf.archive.spark import LogbufDataSource, LogbufReader, LogbufSourceError
 from logbuf.archive.spark_frames import arrow_schema
 from logbuf.archive.storage import ArchiveLocation, expand_locations, open_catalog, parse_location, upload
-from tests.archive.conftest import S3Server
+from tests.archive.conftest import S3Server, archive_cli
 from tests.archive.test_spark.synthetic import build_archive, recording
-
-
-def cli(archive: pathlib.Path, *args: str) -> int:
-    saved, was_configured = structlog.get_config(), structlog.is_configured()
-    try:
-        return archive_main(["-d", str(archive), "--log-level", "error", *args])
-    finally:
-        structlog.reset_defaults()
-        if was_configured:
-            structlog.configure(**saved)
 
 
 def read_rows(location: str, **options: str) -> pa.Table:
@@ -59,11 +47,11 @@ def test_locations_parse_paths_and_uris_and_globs_find_archives(tmp_path: pathli
 def test_upload_to_a_directory_is_readable_like_the_original(tmp_path: pathlib.Path) -> None:
     recs = [recording(0, 10, 200, seed=2), recording(1, 20, 100, seed=3)]
     build_archive(tmp_path / "src", recs)
-    assert cli(tmp_path / "src", "upload", f"file://{tmp_path / 'dst'}") == 0
+    assert archive_cli(tmp_path / "src", "upload", f"file://{tmp_path / 'dst'}") == 0
     original = read_rows(str(tmp_path / "src"))
     copied = read_rows(str(tmp_path / "dst"))
     assert copied.equals(original) and copied.num_rows == 300
-    assert cli(tmp_path / "src", "upload", str(tmp_path / "src")) == 2  # onto itself: refused
+    assert archive_cli(tmp_path / "src", "upload", str(tmp_path / "src")) == 2  # onto itself: refused
 
 
 def test_upload_of_an_active_recording_stops_at_its_last_complete_segment(tmp_path: pathlib.Path) -> None:
@@ -86,11 +74,11 @@ def test_an_archive_uploaded_to_s3_reads_back_row_for_row(tmp_path: pathlib.Path
     build_archive(tmp_path, recs)
     bucket = s3_server.new_bucket()
     uri = s3_server.uri(bucket, "archives/a")
-    assert cli(tmp_path, "upload", uri) == 0
+    assert archive_cli(tmp_path, "upload", uri) == 0
     fs, _ = pafs.FileSystem.from_uri(uri)
     names = sorted(i.base_name for i in fs.get_file_info(pafs.FileSelector(f"{bucket}/archives/a")))
     assert names == sorted([cat.CATALOG_FILE_NAME] + [p.name for p in tmp_path.glob("*.rec")])
-    assert cli(tmp_path, "upload", uri) == 0  # nothing changed: nothing new to copy
+    assert archive_cli(tmp_path, "upload", uri) == 0  # nothing changed: nothing new to copy
     remote = read_rows(uri)
     assert remote.equals(read_rows(str(tmp_path)))
     assert remote.num_rows == 450
@@ -99,7 +87,7 @@ def test_an_archive_uploaded_to_s3_reads_back_row_for_row(tmp_path: pathlib.Path
     ranged = read_rows(uri, recordingId="0", startPosition=str(lo), stopPosition=str(hi))
     assert ranged.column("position").to_pylist() == [m[2] for m in recs[0].messages[101:121]]
     # A glob over the bucket: every archive, with an archive column.
-    assert cli(tmp_path, "upload", s3_server.uri(bucket, "archives/b")) == 0
+    assert archive_cli(tmp_path, "upload", s3_server.uri(bucket, "archives/b")) == 0
     both = read_rows(s3_server.uri(bucket, "archives/*"))
     assert both.column_names[0] == "archive" and both.num_rows == 900
     assert {a.split("?")[0] for a in both.column("archive").to_pylist()} == {
@@ -118,7 +106,7 @@ def test_a_missing_remote_segment_is_a_corrupt_record(tmp_path: pathlib.Path, s3
     build_archive(tmp_path, [rec])
     bucket = s3_server.new_bucket()
     uri = s3_server.uri(bucket, "a")
-    assert cli(tmp_path, "upload", uri) == 0
+    assert archive_cli(tmp_path, "upload", uri) == 0
     fs, _ = pafs.FileSystem.from_uri(uri)
     fs.delete_file(f"{bucket}/a/0-131072.rec")
     table = read_rows(uri)

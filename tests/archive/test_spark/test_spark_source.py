@@ -12,6 +12,7 @@ from pyspark.sql import functions as F
 from logbuf.archive.catalog import Catalog, ChecksumType, RecordingState
 from logbuf.archive.segments import segment_files
 from logbuf.logbuffer import data_header_descriptor as dh
+from tests.archive.conftest import S3Server, archive_cli
 from tests.archive.test_spark.conftest import MAX_PAYLOAD, RecordedArchive
 from tests.archive.test_spark.synthetic import build_archive, recording
 
@@ -203,3 +204,21 @@ def test_a_recording_made_with_checksums_reads_whole_and_a_changed_byte_is_a_cor
     assert [r.position for r in corrupt] == [victim] and "payload checksum" in corrupt[0]._corrupt_record
     with pytest.raises(Exception, match=f"FAILFAST.*payload checksum.*position {victim}"):
         spark.read.format("logbuf").option("mode", "FAILFAST").load(str(archive)).count()
+
+
+def test_archives_on_s3_and_lists_of_paths_read_row_for_row(
+    spark: SparkSession, recorded: RecordedArchive, s3_server: S3Server, tmp_path: pathlib.Path
+) -> None:
+    bucket = s3_server.new_bucket()
+    uri = s3_server.uri(bucket, "recorded")
+    assert archive_cli(recorded.archive_dir, "upload", uri) == 0
+    columns = ["recording_id", "position", "reserved_value", "payload"]
+    local = spark.read.format("logbuf").load(recorded.archive_dir).select(*columns).orderBy("position").collect()
+    remote = spark.read.format("logbuf").load(uri).select(*columns).orderBy("position").collect()
+    assert remote == local and len(remote) == len(recorded.published.payloads)
+    second = tmp_path / "second"
+    build_archive(second, [recording(0, 99, 40, seed=60)])
+    both = spark.read.format("logbuf").load([recorded.archive_dir, str(second)])
+    assert both.columns[0] == "archive"
+    counts = {(r.archive, r.n) for r in both.groupBy("archive").agg(F.count("*").alias("n")).collect()}
+    assert counts == {(recorded.archive_dir, len(local)), (str(second), 40)}
