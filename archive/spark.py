@@ -63,6 +63,7 @@ from typing import TYPE_CHECKING, Any, Final
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa  # type: ignore[import-untyped]
+import pyarrow.compute as pc  # type: ignore[import-untyped]
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, Filter, InputPartition
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
@@ -624,18 +625,20 @@ def _check_timestamps(batch: pa.RecordBatch, options: ReadOptions) -> None:
     if unit is None or batch.num_rows == 0:
         return
     multiply, divide = TIMESTAMP_UNITS_US[unit]
-    lo, hi = TIMESTAMP_RANGE_US
-    reserved = batch.column("reserved_value").to_numpy(zero_copy_only=False)
-    reserved = np.nan_to_num(reserved.astype(np.float64), nan=0.0) if reserved.dtype != np.int64 else reserved
-    bad = (reserved > hi * divide // multiply) | (reserved < lo * divide // multiply)
-    if bad.any():
-        i = int(np.argmax(bad))
-        value = int(reserved[i])
-        raise LogbufSourceError(
-            f"timestampUnit={unit}: reserved value {value} (recording {batch.column('recording_id')[i].as_py()}, "
-            f"position {batch.column('position')[i].as_py()}) is {value * multiply // divide} microseconds "
-            f"from 1970, outside Spark's TIMESTAMP range (years 1..9999): is the unit right?"
-        )
+    lo_us, hi_us = TIMESTAMP_RANGE_US
+    lowest, highest = -((-lo_us * divide) // multiply), hi_us * divide // multiply  # reserved values that fit
+    reserved = batch.column("reserved_value")
+    extremes = pc.min_max(reserved)
+    smallest, largest = extremes["min"].as_py(), extremes["max"].as_py()
+    if smallest is None or (smallest >= lowest and largest <= highest):
+        return
+    i = pc.index(pc.or_(pc.less(reserved, lowest), pc.greater(reserved, highest)), True).as_py()
+    value = reserved[i].as_py()
+    raise LogbufSourceError(
+        f"timestampUnit={unit}: reserved value {value} (recording {batch.column('recording_id')[i].as_py()}, "
+        f"position {batch.column('position')[i].as_py()}) is {value * multiply // divide} microseconds "
+        f"from 1970, outside Spark's TIMESTAMP range (years 1..9999): is the unit right?"
+    )
 
 
 def _read_segment(

@@ -114,3 +114,28 @@ def test_a_missing_remote_segment_is_a_corrupt_record(tmp_path: pathlib.Path, s3
     assert len(corrupt) == 1 and "is missing" in corrupt[0]["_corrupt_record"]
     assert corrupt[0]["position"] == rec.segment_length
     assert table.schema.equals(arrow_schema("_corrupt_record"))
+
+
+def test_upload_follow_repeats_until_sigterm(tmp_path: pathlib.Path) -> None:
+    import signal
+    import subprocess
+    import sys
+
+    from tests.archive.conftest import await_
+
+    build_archive(tmp_path / "src", [recording(0, 10, 50, seed=8)])
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "logbuf.archive.main", "-d", str(tmp_path / "src"), "--log-level", "error",
+         "upload", str(tmp_path / "dst"), "--follow", "100ms"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    try:
+        await_(lambda: (tmp_path / "dst" / cat.CATALOG_FILE_NAME).exists(), 30, "the first upload")
+        build_archive(tmp_path / "src2", [recording(0, 10, 5, seed=9)])  # unrelated: the loop keeps going
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 0
+    assert out.count("uploaded ") >= 1 and "uploaded 1 segment files" in out
+    assert read_rows(str(tmp_path / "dst")).num_rows == 50
