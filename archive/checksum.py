@@ -54,16 +54,18 @@ def checksum_mismatch(stored: int, payload: Buffer) -> str | None:
 
 def stamp_block(block: memoryview) -> bytearray:
     """A copy of ``block`` (whole frames from a term) with each DATA frame's session id field set to its
-    payload's checksum. The frames are found by the native frame index (PAD frames are skipped)."""
+    payload's checksum. The frames are found by the native frame index (PAD frames are skipped); one
+    zlib call per frame, and the fields are written with one numpy store."""
     copy = bytearray(block)
     capacity = max(1, len(copy) // dh.HEADER_LENGTH)
     offsets = np.empty(capacity, dtype=np.int32)
     lengths = np.empty(capacity, dtype=np.int32)
     n = _native.frame_index(copy, offsets, lengths)
-    view = memoryview(copy)
-    with view:
-        for payload_offset, length in zip(offsets[:n].tolist(), lengths[:n].tolist()):
-            crc = zlib.crc32(view[payload_offset : payload_offset + length])
-            header = payload_offset - dh.HEADER_LENGTH
-            copy[header + _SESSION : header + _SESSION + 4] = crc.to_bytes(4, "little")
+    if n == 0:
+        return copy
+    with memoryview(copy) as view:
+        crcs = [zlib.crc32(view[o : o + length]) for o, length in zip(offsets[:n].tolist(), lengths[:n].tolist())]
+    words = np.frombuffer(copy, dtype="<u4", count=len(copy) // 4)
+    words[(offsets[:n] - dh.HEADER_LENGTH + _SESSION) // 4] = crcs
+    del words  # releases the export, so the bytearray may be resized by its owner
     return copy
