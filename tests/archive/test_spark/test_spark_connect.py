@@ -3,6 +3,8 @@ client session from ``SparkSession.builder.remote(...)`` (the ``connect`` extra'
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import signal
 import socket
@@ -66,19 +68,42 @@ def connect_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             proc.wait(10)
 
 
+CLIENT = """
+import hashlib, json, sys
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+from logbuf.archive.spark import register
+
+url, archive, stream_id = sys.argv[1], sys.argv[2], int(sys.argv[3])
+spark = SparkSession.builder.remote(url).getOrCreate()
+try:
+    register(spark)
+    df = spark.read.format("logbuf").load(archive)
+    rows = df.filter(F.col("stream_id") == stream_id).orderBy("position").collect()
+    print(json.dumps({
+        "rows": [[r.position, hashlib.sha256(bytes(r.payload)).hexdigest()] for r in rows],
+        "other_stream": df.filter(F.col("stream_id") == 999).count(),
+        "session": type(spark).__module__,
+    }))
+finally:
+    spark.stop()
+"""
+
+
 def test_a_spark_connect_client_reads_an_archive(connect_url: str, recorded: RecordedArchive) -> None:
-    from pyspark.sql import SparkSession
-    from pyspark.sql import functions as F
-
-    from logbuf.archive.spark import register
-
-    spark = SparkSession.builder.remote(connect_url).getOrCreate()
-    try:
-        register(spark)
-        df = spark.read.format("logbuf").load(recorded.archive_dir)
-        rows = df.filter(F.col("stream_id") == recorded.recording.stream_id).orderBy("position").collect()
-        assert [bytes(r.payload) for r in rows] == recorded.published.payloads
-        assert [r.position for r in rows] == recorded.published.end_positions
-        assert df.filter(F.col("stream_id") == 999).count() == 0
-    finally:
-        spark.stop()
+    # The client runs in its own process: a Connect session changes process-wide pyspark state (it sets
+    # SPARK_CONNECT_MODE_ENABLED and more), which would turn the other tests' local session into one.
+    client = subprocess.run(
+        [sys.executable, "-c", CLIENT, connect_url, recorded.archive_dir, str(recorded.recording.stream_id)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert client.returncode == 0, client.stderr[-4000:]
+    result = json.loads(client.stdout.strip().splitlines()[-1])
+    published = recorded.published
+    assert result["rows"] == [
+        [end, hashlib.sha256(payload).hexdigest()] for end, payload in zip(published.end_positions, published.payloads)
+    ]
+    assert result["other_stream"] == 0
+    assert result["session"] == "pyspark.sql.connect.session"
