@@ -27,13 +27,28 @@ from logbuf.archive import catalog_descriptor as cat
 from logbuf.logbuffer import log_buffer_descriptor as lbd
 from logbuf.process import pid_alive
 
-__all__ = ["Catalog", "CatalogError", "RecordingDescriptor", "RecordingState", "UnknownRecordingError"]
+__all__ = [
+    "Catalog",
+    "CatalogError",
+    "CatalogProblem",
+    "ChecksumType",
+    "RecordingDescriptor",
+    "RecordingState",
+    "UnknownRecordingError",
+]
 
 
 class RecordingState(IntEnum):
     INVALID = 0
     VALID = 1
     DELETED = 2
+
+
+class ChecksumType(IntEnum):
+    """What a recording's DATA frames carry in their session id field (see catalog_descriptor)."""
+
+    NONE = cat.CHECKSUM_NONE
+    CRC32 = cat.CHECKSUM_CRC32
 
 
 class CatalogError(ValueError):
@@ -71,6 +86,8 @@ class RecordingDescriptor:
     """Epoch ms; -1 while active."""
     interrupted: bool
     """The recorder died; stop_position is the end of the verified valid prefix."""
+    checksum: ChecksumType = ChecksumType.NONE
+    """CRC32: each DATA frame's session id field holds the CRC-32 of its payload, not the session id."""
 
     @property
     def position_bits_to_shift(self) -> int:
@@ -83,6 +100,19 @@ class RecordingDescriptor:
     def term_id_of(self, position: int) -> int:
         """Term id of the term holding ``position`` (wrapping as int32)."""
         return lbd.compute_term_id_from_position(position, self.position_bits_to_shift, self.initial_term_id)
+
+
+@dataclass(frozen=True)
+class CatalogProblem:
+    """Damage to the catalog that loses recordings: entries the readers cannot trust or cannot find."""
+
+    first_recording_id: int
+    last_recording_id: int
+    """The recordings affected (one, or a range for a truncated file)."""
+    reason: str
+
+    def __str__(self) -> str:
+        return self.reason
 
 
 def recorder_alive(pid: int, heartbeat_ms: int, now_ms: int) -> bool:
@@ -165,6 +195,25 @@ class Catalog:
         return catalog
 
     @classmethod
+    def from_snapshot(cls, data: bytes, label: str) -> Catalog:
+        """A read-only catalog over a copy of the file's bytes (an archive on object storage); ``label``
+        names it in messages. It does not change: each read is of the copy."""
+        try:
+            cat.check_header(data, label)
+        except cat.CatalogFormatError as e:
+            raise CatalogError(str(e)) from None
+        buffer = mmap.mmap(-1, max(len(data), 1))  # anonymous memory, so that reads are as for a file
+        buffer[: len(data)] = data
+        return cls(pathlib.Path(label), -1, buffer, False)
+
+    def snapshot_bytes(self) -> bytes:
+        """A copy of the catalog file's header and entries as they are now (for uploading)."""
+        self._check_open()
+        count = cat.next_recording_id_volatile(self._buffer)
+        buffer = self._ensure_mapped(cat.entry_offset(count))
+        return bytes(buffer[: min(len(buffer), cat.entry_offset(max(count, 0)))])
+
+    @classmethod
     def _map(cls, path: pathlib.Path, fd: int, *, writable: bool) -> Catalog:
         try:
             size = os.fstat(fd).st_size
@@ -184,7 +233,7 @@ class Catalog:
 
     def _ensure_mapped(self, length: int) -> mmap.mmap:
         """Remap if the file grew (another writer added entries past our mapping)."""
-        if len(self._buffer) < length:
+        if len(self._buffer) < length and self._fd >= 0:
             size = os.fstat(self._fd).st_size
             if size > len(self._buffer):
                 prot = mmap.PROT_READ | (mmap.PROT_WRITE if self._writable else 0)
@@ -207,20 +256,70 @@ class Catalog:
         return cat.next_recording_id_volatile(self._buffer)
 
     def recordings(self) -> list[RecordingDescriptor]:
-        """A fresh snapshot of every entry that was ever added (VALID, DELETED; INVALID ones skipped)."""
+        """A fresh snapshot of every entry that was ever added (VALID, DELETED); entries that are damaged
+        or missing are left out here and reported by :meth:`problems`."""
         self._check_open()
         count = cat.next_recording_id_volatile(self._buffer)
         buffer = self._ensure_mapped(cat.entry_offset(count))
         now_ms = _now_ms()
         result = []
         for recording_id in range(min(count, cat.capacity_entries(len(buffer)))):
+            if self._entry_problem(buffer, recording_id) is not None:
+                continue
             descriptor = self._read(buffer, recording_id, now_ms)
             if descriptor is not None:
                 result.append(descriptor)
         return result
 
+    def problems(self) -> list[CatalogProblem]:
+        """Damage that :meth:`recordings` leaves out: entries below the next recording id that are INVALID
+        (every add sets VALID before it counts the entry, so these were damaged afterwards), hold an
+        unknown state or another recording's id, and recordings a truncated file no longer holds."""
+        self._check_open()
+        count = cat.next_recording_id_volatile(self._buffer)
+        if count < 0:
+            return [CatalogProblem(0, 0, f"catalog {self.path}: the next recording id {count} is negative")]
+        buffer = self._ensure_mapped(cat.entry_offset(count))
+        held = min(count, cat.capacity_entries(len(buffer)))
+        found = []
+        for recording_id in range(held):
+            reason = self._entry_problem(buffer, recording_id)
+            if reason is not None:
+                found.append(CatalogProblem(recording_id, recording_id, reason))
+        if held < count:
+            found.append(
+                CatalogProblem(
+                    held,
+                    count - 1,
+                    f"catalog {self.path} is truncated: its header counts {count} recordings but the file "
+                    f"({len(buffer)} bytes) holds whole entries for {held}; recordings {held}..{count - 1} are lost",
+                )
+            )
+        return found
+
+    def _entry_problem(self, buffer: mmap.mmap, recording_id: int) -> str | None:
+        entry = cat.entry_offset(recording_id)
+        state = cat.state_volatile(buffer, entry)
+        if state == cat.STATE_INVALID:
+            return (
+                f"recording {recording_id}: its catalog entry is INVALID (state 0) below the next recording id, "
+                "so it was damaged after it was added"
+            )
+        if state not in (cat.STATE_VALID, cat.STATE_DELETED):
+            return f"recording {recording_id}: its catalog entry's state {state} is not VALID (1) or DELETED (2)"
+        stored_id = cat.INT64.unpack_from(buffer, entry + cat.RECORDING_ID_OFFSET)[0]
+        if stored_id != recording_id:
+            return f"recording {recording_id}: its catalog entry holds recording id {stored_id}"
+        checksum = cat.INT32.unpack_from(buffer, entry + cat.CHECKSUM_OFFSET)[0]
+        if checksum not in (cat.CHECKSUM_NONE, cat.CHECKSUM_CRC32):
+            return (
+                f"recording {recording_id}: its catalog entry's checksum type {checksum} is not NONE (0) or CRC32 (1)"
+            )
+        return None
+
     def recording(self, recording_id: int) -> RecordingDescriptor:
-        """The descriptor of ``recording_id``; :class:`UnknownRecordingError` naming it if there is none."""
+        """The descriptor of ``recording_id``; :class:`UnknownRecordingError` naming it if there is none,
+        :class:`CatalogError` naming the damage if its entry is damaged or missing from a truncated file."""
         self._check_open()
         count = cat.next_recording_id_volatile(self._buffer)
         if not isinstance(recording_id, int) or not 0 <= recording_id < count:
@@ -230,9 +329,16 @@ class Catalog:
                 else f"no recording {recording_id!r} in {self.path}: the catalog is empty"
             )
         buffer = self._ensure_mapped(cat.entry_offset(recording_id + 1))
+        if recording_id >= cat.capacity_entries(len(buffer)):
+            raise CatalogError(
+                f"recording {recording_id} is lost: catalog {self.path} is truncated ({len(buffer)} bytes, "
+                f"whole entries for {cat.capacity_entries(len(buffer))} of {count} recordings)"
+            )
+        reason = self._entry_problem(buffer, recording_id)
+        if reason is not None:
+            raise CatalogError(f"{reason} (catalog {self.path})")
         descriptor = self._read(buffer, recording_id, _now_ms())
-        if descriptor is None:
-            raise UnknownRecordingError(f"recording {recording_id} in {self.path} was never completely added (INVALID)")
+        assert descriptor is not None
         return descriptor
 
     def _read(self, buffer: mmap.mmap, recording_id: int, now_ms: int) -> RecordingDescriptor | None:
@@ -244,6 +350,7 @@ class Catalog:
         stop_position = cat.stop_position_volatile(buffer, entry)
         heartbeat_ms = cat.heartbeat_volatile(buffer, entry)
         pid = cat.INT32.unpack_from(buffer, entry + cat.RECORDER_PID_OFFSET)[0]
+        checksum = cat.INT32.unpack_from(buffer, entry + cat.CHECKSUM_OFFSET)[0]
         rid, start_position, start_time_ms, stop_time_ms = cat.IDENTITY.unpack_from(
             buffer, entry + cat.RECORDING_ID_OFFSET
         )
@@ -274,6 +381,9 @@ class Catalog:
             start_time_ms=start_time_ms,
             stop_time_ms=stop_time_ms if not active else cat.NULL_TIME,
             interrupted=interrupted,
+            checksum=ChecksumType(checksum)
+            if checksum in (cat.CHECKSUM_NONE, cat.CHECKSUM_CRC32)
+            else ChecksumType.NONE,
         )
 
     # -- writing ---------------------------------------------------------------------------------------
@@ -286,7 +396,11 @@ class Catalog:
         count = cat.next_recording_id_volatile(self._buffer)
         if not 0 <= recording_id < count:
             raise UnknownRecordingError(f"no recording {recording_id!r} in {self.path}")
-        self._ensure_mapped(cat.entry_offset(recording_id + 1))
+        buffer = self._ensure_mapped(cat.entry_offset(recording_id + 1))
+        if recording_id >= cat.capacity_entries(len(buffer)):
+            raise CatalogError(
+                f"recording {recording_id} is lost: catalog {self.path} is truncated ({len(buffer)} bytes)"
+            )
         return cat.entry_offset(recording_id)
 
     def add_recording(
@@ -303,6 +417,7 @@ class Catalog:
         start_position: int,
         start_time_ms: int | None = None,
         pid: int | None = None,
+        checksum: ChecksumType = ChecksumType.NONE,
     ) -> int:
         """Add an ACTIVE recording (this process as its recorder); returns its id."""
         self._check_writable()
@@ -321,6 +436,7 @@ class Catalog:
             buffer = self._ensure_mapped(entry + cat.ENTRY_LENGTH)
             buffer[entry : entry + cat.ENTRY_LENGTH] = bytes(cat.ENTRY_LENGTH)  # an INVALID leftover of a crash
             cat.INT32.pack_into(buffer, entry + cat.RECORDER_PID_OFFSET, os.getpid() if pid is None else pid)
+            cat.INT32.pack_into(buffer, entry + cat.CHECKSUM_OFFSET, int(checksum))
             cat.IDENTITY.pack_into(
                 buffer, entry + cat.RECORDING_ID_OFFSET, recording_id, start_position, now_ms, cat.NULL_TIME
             )
@@ -406,9 +522,12 @@ class Catalog:
         now_ms = _now_ms()
         count = cat.next_recording_id_volatile(self._buffer)
         buffer = self._ensure_mapped(cat.entry_offset(count))
-        for recording_id in range(count):
+        for recording_id in range(min(count, cat.capacity_entries(len(buffer)))):  # a truncated file: problems()
             entry = cat.entry_offset(recording_id)
-            if cat.state_volatile(buffer, entry) != cat.STATE_VALID:
+            if (
+                self._entry_problem(buffer, recording_id) is not None
+                or cat.state_volatile(buffer, entry) != cat.STATE_VALID
+            ):
                 continue
             flags = cat.flags_volatile(buffer, entry)
             if not flags & cat.FLAG_ACTIVE:
@@ -441,7 +560,8 @@ class Catalog:
             self._buffer.close()
         except BufferError:
             pass
-        os.close(self._fd)
+        if self._fd >= 0:
+            os.close(self._fd)
 
     def __enter__(self) -> Catalog:
         return self

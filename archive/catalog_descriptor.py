@@ -32,7 +32,7 @@ Recording descriptor entry (1024 bytes)::
     +---------------------------------------------------------------+
     |                     Recorder Pid (int32)                      |   8
     +---------------------------------------------------------------+
-    |                        reserved (int32)                       |  12
+    |        Checksum (int32): NONE 0, CRC32 1                      |  12
     +---------------------------------------------------------------+
     |                      Recording Id (int64)                     |  16
     +---------------------------------------------------------------+
@@ -77,6 +77,8 @@ Write order (what makes the entry safe to read while it changes):
 - **Stop**: stop position (release), stop time, then the flags without ACTIVE (release). A reader
   loads the flags first (acquire), then the stop position: if it saw the flags cleared, it sees
   the final stop position.
+- **Checksum**: written with the cold fields at add (0 in catalogs made before the field existed,
+  which was reserved and zero: no checksums). See :data:`CHECKSUM_CRC32`.
 - **Interrupted**: an ACTIVE entry whose recorder pid is gone (or whose heartbeat is older than
   :data:`RECORDER_TIMEOUT_MS`) was interrupted. Readers report it as such; the next writer to open
   the catalog walks the segment frames from the stored stop position, stores the end of the
@@ -111,7 +113,8 @@ HEADER: Final[struct.Struct] = struct.Struct("<iiii")
 STATE_OFFSET: Final[int] = 0
 FLAGS_OFFSET: Final[int] = STATE_OFFSET + 4
 RECORDER_PID_OFFSET: Final[int] = FLAGS_OFFSET + 4
-RECORDING_ID_OFFSET: Final[int] = RECORDER_PID_OFFSET + 8
+CHECKSUM_OFFSET: Final[int] = RECORDER_PID_OFFSET + 4
+RECORDING_ID_OFFSET: Final[int] = CHECKSUM_OFFSET + 4
 START_POSITION_OFFSET: Final[int] = RECORDING_ID_OFFSET + 8
 START_TIME_OFFSET: Final[int] = START_POSITION_OFFSET + 8
 STOP_TIME_OFFSET: Final[int] = START_TIME_OFFSET + 8
@@ -146,6 +149,12 @@ FLAG_INTERRUPTED: Final[int] = 2
 STATE_INVALID: Final[int] = 0
 STATE_VALID: Final[int] = 1
 STATE_DELETED: Final[int] = 2
+
+# -- record checksums (the checksum field) ---------------------------------------------------------
+CHECKSUM_NONE: Final[int] = 0
+CHECKSUM_CRC32: Final[int] = 1
+"""Each DATA frame's session id field holds the CRC-32 (zlib's) of its payload, in place of the
+session id (Aeron Archive's record checksum placement); the session id is the entry's."""
 
 NULL_TIME: Final[int] = -1
 RECORDER_HEARTBEAT_INTERVAL_MS: Final[int] = 1_000

@@ -3,9 +3,11 @@
     logbuf-archive -d ARCHIVE_DIR record --channel aeron:ipc --stream-id 10
     logbuf-archive -d ARCHIVE_DIR list
     logbuf-archive -d ARCHIVE_DIR replay 0 --stream-id 99
+    logbuf-archive -d ARCHIVE_DIR upload s3://bucket/archive --follow 30s
 
 The archive directory comes from ``-d/--archive-dir`` or ``LOGBUF_ARCHIVE_DIR``. Exit status: 0
-on success, 1 when verify finds a bad recording, 2 for bad input (the message names it).
+on success, 1 when verify finds a bad recording or list, verify or recover find a damaged catalog
+(an entry INVALID after it was added, a truncated file), 2 for bad input (the message names it).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from typing import Any
 
 import structlog
 
-from logbuf.archive.catalog import Catalog, CatalogError, RecordingDescriptor
+from logbuf.archive.catalog import Catalog, CatalogError, CatalogProblem, RecordingDescriptor
 from logbuf.archive.dump import iter_frames
 from logbuf.archive.maintenance import delete_recording, purge_segments
 from logbuf.archive.recorder import Recorder, RecorderContext
@@ -145,6 +147,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("recover", "close recordings whose recorder died, at their valid prefix")
 
+    p = command("upload", "copy complete segments, then the catalog, to a directory or URI (s3://, hdfs://, file://)")
+    p.add_argument("destination", help="e.g. s3://bucket/archive?endpoint_override=host:9000&scheme=http")
+    p.add_argument(
+        "--follow",
+        type=_duration_ms,
+        metavar="INTERVAL",
+        help="repeat every INTERVAL (e.g. 10s) until SIGINT/SIGTERM, uploading each segment as it completes",
+    )
+
     p = command("record", "record every image of a channel and stream until SIGINT/SIGTERM")
     p.add_argument("--channel", required=True, help="e.g. aeron:ipc or aeron:udp?endpoint=localhost:40123")
     p.add_argument("--stream-id", type=int, required=True)
@@ -157,6 +168,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--driver-timeout", type=_duration_ms, default=10_000, help="driver liveness timeout (default 10s)")
     p.add_argument("--no-reconnect", action="store_true", help="end when the driver goes away")
+    p.add_argument(
+        "--checksum",
+        choices=("none", "crc32"),
+        default="none",
+        help="crc32: record each frame's payload CRC-32 (in its session id field) for verify and Spark to check",
+    )
 
     p = command("replay", "replay a recording into an aeron:ipc publication")
     p.add_argument("recording_id", type=_non_negative)
@@ -175,12 +192,33 @@ def build_parser() -> argparse.ArgumentParser:
 def _descriptor_dict(d: RecordingDescriptor) -> dict[str, Any]:
     data = asdict(d)
     data["state"] = d.state.name
+    data["checksum"] = d.checksum.name
     return data
+
+
+def _report_problems(problems: list[CatalogProblem], as_json: bool) -> int:
+    """Print the catalog's damage (one line each, as verify reports a bad recording); 1 if there is any."""
+    for problem in problems:
+        if as_json:
+            print(
+                json.dumps(
+                    {
+                        "recording_id": problem.first_recording_id,
+                        "last_recording_id": problem.last_recording_id,
+                        "ok": False,
+                        "reason": problem.reason,
+                    }
+                )
+            )
+        else:
+            print(f"catalog BAD: {problem.reason}")
+    return 1 if problems else 0
 
 
 def _cmd_list(archive_dir: str, args: argparse.Namespace) -> int:
     with Catalog.open(archive_dir) as catalog:
         recordings = catalog.recordings()
+        problems = catalog.problems()
     for d in recordings:
         if d.state.name == "DELETED" and not args.all:
             continue
@@ -192,7 +230,7 @@ def _cmd_list(archive_dir: str, args: argparse.Namespace) -> int:
                 f"{d.recording_id:>4} {d.state.name:<7} {status:<11} stream={d.stream_id} session={d.session_id} "
                 f"start={d.start_position} stop={d.stop_position} bytes={d.recorded_length} {d.channel}"
             )
-    return 0
+    return _report_problems(problems, args.json)
 
 
 def _cmd_describe(archive_dir: str, args: argparse.Namespace) -> int:
@@ -215,31 +253,39 @@ def _cmd_describe(archive_dir: str, args: argparse.Namespace) -> int:
 
 def _cmd_verify(archive_dir: str, args: argparse.Namespace) -> int:
     with Catalog.open(archive_dir) as catalog:
+        problems = catalog.problems()
         if args.recording_id is not None:
-            recordings = [catalog.recording(args.recording_id)]
+            problems = [p for p in problems if p.first_recording_id <= args.recording_id <= p.last_recording_id]
+            recordings = [] if problems else [catalog.recording(args.recording_id)]
         else:
             recordings = [d for d in catalog.recordings() if d.state.name == "VALID"]
-    bad = 0
+    bad = _report_problems(problems, args.json)
     for d in recordings:
-        result = verify_recording(archive_dir, d)
-        if args.json:
-            print(
-                json.dumps(
-                    {
-                        "recording_id": d.recording_id,
-                        "ok": result.ok,
-                        "frames": result.frames,
-                        "position": result.end_position,
-                        "reason": result.reason,
-                    }
-                )
-            )
-        elif result.ok:
-            print(f"recording {d.recording_id}: OK, {result.frames} frames, {d.start_position}..{d.stop_position}")
-        else:
-            print(f"recording {d.recording_id}: BAD at position {result.end_position}: {result.reason}")
-        bad += not result.ok
+        bad += not _print_verified(archive_dir, d, args.json)
     return 1 if bad else 0
+
+
+def _print_verified(archive_dir: str, d: RecordingDescriptor, as_json: bool) -> bool:
+    result = verify_recording(archive_dir, d)
+    if as_json:
+        print(
+            json.dumps(
+                {
+                    "recording_id": d.recording_id,
+                    "ok": result.ok,
+                    "frames": result.frames,
+                    "position": result.end_position,
+                    "reason": result.reason,
+                    "checksum": d.checksum.name,
+                }
+            )
+        )
+    elif result.ok:
+        checked = ", payload checksums checked" if d.checksum else ""
+        print(f"recording {d.recording_id}: OK, {result.frames} frames, {d.start_position}..{d.stop_position}{checked}")
+    else:
+        print(f"recording {d.recording_id}: BAD at position {result.end_position}: {result.reason}")
+    return result.ok
 
 
 def _cmd_dump(archive_dir: str, args: argparse.Namespace) -> int:
@@ -286,14 +332,52 @@ def _cmd_retention(archive_dir: str, args: argparse.Namespace) -> int:
 
 
 def _cmd_recover(archive_dir: str, args: argparse.Namespace) -> int:
+    """Close interrupted recordings at the end of the valid frames after their stored stop position, then
+    verify each from its start: damage before the stored stop position is reported (exit 1), not hidden."""
+    bad = 0
     with Catalog.open_writable(archive_dir, create=False, recover=False) as catalog:
         recovered = catalog.recover_interrupted()
         for recording_id in recovered:
             d = catalog.recording(recording_id)
-            print(f"recording {recording_id}: interrupted, valid prefix kept up to {d.stop_position}")
+            result = verify_recording(archive_dir, d)
+            if result.ok:
+                print(f"recording {recording_id}: interrupted, valid prefix kept up to {d.stop_position}")
+            else:
+                bad += 1
+                print(
+                    f"recording {recording_id}: interrupted, closed at {d.stop_position}; "
+                    f"BAD at position {result.end_position}: {result.reason}"
+                )
+        bad += _report_problems(catalog.problems(), False)
     if not recovered:
         print("no interrupted recordings")
-    return 0
+    return 1 if bad else 0
+
+
+def _cmd_upload(archive_dir: str, args: argparse.Namespace) -> int:
+    from logbuf.archive.storage import parse_location, upload
+
+    destination = parse_location(args.destination)
+    if destination.is_local and os.path.abspath(destination.local_path) == os.path.abspath(archive_dir):
+        raise UsageError(f"the destination {destination} is the archive itself")
+    stop: list[bool] = []
+    if args.follow is not None:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, lambda *_: stop.append(True))
+    while True:
+        report = upload(archive_dir, destination)
+        print(
+            f"uploaded {len(report.segments)} segment files and the catalog ({report.recordings} recordings) "
+            f"to {destination}",
+            flush=True,
+        )
+        if args.follow is None:
+            return 0
+        deadline = time.monotonic() + args.follow / 1000
+        while not stop and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if stop:
+            return 0
 
 
 def _cmd_record(archive_dir: str, args: argparse.Namespace) -> int:
@@ -305,6 +389,7 @@ def _cmd_record(archive_dir: str, args: argparse.Namespace) -> int:
         segment_length=args.segment_length,
         driver_timeout_ms=args.driver_timeout,
         reconnect=not args.no_reconnect,
+        checksum=args.checksum,
     )
     recorder = Recorder(ctx)
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -359,6 +444,7 @@ COMMANDS = {
     "delete": _cmd_delete,
     "retention": _cmd_retention,
     "recover": _cmd_recover,
+    "upload": _cmd_upload,
     "record": _cmd_record,
     "replay": _cmd_replay,
 }

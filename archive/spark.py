@@ -31,25 +31,47 @@ resume position in the corrupt-record column (``_corrupt_record``, or
 ``columnNameOfCorruptRecord``). DROPMALFORMED: the region is skipped silently (one warning per
 region on the executor's stderr). FAILFAST: the query fails with the reason.
 
+Damage the catalog shows (an entry INVALID after it was added, a truncated catalog file, a descriptor
+with impossible stream parameters such as a term length of 3) is reported in the same three ways,
+before any segment is planned: a PERMISSIVE row with the recording id and the reason, a warning, or a
+FAILFAST error. A lost recording never reads as "no rows".
+
+Filters (:mod:`archive.spark_filters`): comparisons of the ids and ``position`` with literals prune
+recordings and segments; they and ``timestamp`` comparisons are then applied exactly to each batch.
+Spark only calls the reader's ``pushFilters`` with ``spark.sql.python.filterPushdown.enabled`` set,
+and refuses a reader that has it otherwise: :func:`register` sets it, and ``filterPushdown=false``
+gives a reader without it.
+
 Streaming offsets are ``{"<recording id>": position}``: per recording, the recorded position read
 so far. A micro-batch ends at each recording's stop position as the catalog holds it at that moment
 (every byte before it is written, so never a half-written frame); new recordings join from their
 start position; a restarted query goes on from its checkpointed offsets, so nothing is read twice.
+``maxBytesPerTrigger`` caps a micro-batch at whole terms of recorded bytes (at least one term, so it
+always moves), ``maxRecordsPerTrigger`` at a number of rows (found by reading the rows on the driver);
+recordings take their share in recording id order.
 """
 
 from __future__ import annotations
 
 import contextlib
-import pathlib
-from collections.abc import Iterator, Mapping, Sequence
+import difflib
+import json
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa  # type: ignore[import-untyped]
-from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
+import pyarrow.compute as pc  # type: ignore[import-untyped]
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, Filter, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxBytes,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
 from pyspark.sql.types import (
     BinaryType,
     DataType,
@@ -61,8 +83,9 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from logbuf.archive.catalog import Catalog, RecordingDescriptor, RecordingState
-from logbuf.archive.segments import mapped_segment, segment_base_position, segment_file_name
+from logbuf.archive.catalog import CatalogError, RecordingDescriptor, RecordingState
+from logbuf.archive.segments import segment_base_position, segment_file_name
+from logbuf.archive.spark_filters import IntRange, PushedFilters, split_filters
 from logbuf.archive.spark_frames import (
     TIMESTAMP_UNITS_US,
     Mode,
@@ -71,8 +94,19 @@ from logbuf.archive.spark_frames import (
     arrow_schema,
     build_batch,
     parse_chunk,
+    problem_batch,
     select_rows,
 )
+from logbuf.archive.storage import (
+    ArchiveLocation,
+    StorageError,
+    expand_locations,
+    has_glob,
+    open_catalog,
+    parse_location,
+    read_segment,
+)
+from logbuf.archive.verify import descriptor_problem
 from logbuf.logbuffer import data_header_descriptor as dh
 from logbuf.logging_config import library_logger
 
@@ -81,7 +115,10 @@ if TYPE_CHECKING:
 
 __all__ = [
     "LogbufDataSource",
+    "LogbufFilteringReader",
     "LogbufReader",
+    "LogbufSourceError",
+    "ProblemPartition",
     "LogbufStreamReader",
     "ReadOptions",
     "SegmentPartition",
@@ -90,6 +127,8 @@ __all__ = [
 
 FORMAT_NAME: Final[str] = "logbuf"
 DEFAULT_CORRUPT_COLUMN: Final[str] = "_corrupt_record"
+ARCHIVE_COLUMN: Final[str] = "archive"
+"""First column when several archives are read: the archive's path or URI."""
 DEFAULT_BATCH_BYTES: Final[int] = 16 * 1024 * 1024
 """Bytes of segment parsed per Arrow batch (rounded to whole terms): larger batches amortise the
 per-batch cost, smaller ones bound executor memory (about 3x this per task)."""
@@ -115,27 +154,61 @@ class LogbufSourceError(ValueError):
 
 
 def register(spark: SparkSession) -> None:
-    """Make ``format("logbuf")`` available in this session (batch and streaming)."""
+    """Make ``format("logbuf")`` available in this session (batch and streaming), with filter pushdown
+    enabled (``spark.sql.python.filterPushdown.enabled``; without it Spark refuses a reader that takes
+    filters, and ``filterPushdown=false`` is the way to read)."""
+    spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
     spark.dataSource.register(LogbufDataSource)
 
 
 # -- options --------------------------------------------------------------------------------------
+_OPTIONS: Final[tuple[str, ...]] = (
+    "path",
+    "paths",
+    "recordingId",
+    "streamId",
+    "startPosition",
+    "stopPosition",
+    "rowsPer",
+    "timestampFrom",
+    "timestampUnit",
+    "mode",
+    "columnNameOfCorruptRecord",
+    "batchBytes",
+    "filterPushdown",
+    "startingPositions",
+    "maxBytesPerTrigger",
+    "maxRecordsPerTrigger",
+)
+"""Every option the source reads; any other is an error (a misspelt ``streamIds`` must not read all)."""
+_TABLE_KEYS: Final[frozenset[str]] = frozenset({"location", "owner", "provider", "comment", "external"})
+"""Keys Spark adds when ``CREATE TABLE ... USING logbuf`` asks for the schema (not options)."""
+_TABLE_OPTIONS_METADATA: Final[str] = "logbuf.options"
+"""Schema field metadata that carries a catalog table's options from CREATE TABLE to its queries: Spark
+keeps a Python data source table's schema but calls its reader with no options (Spark 4.3)."""
+TIMESTAMP_RANGE_US: Final[tuple[int, int]] = (-62_135_596_800_000_000, 253_402_300_799_999_999)
+"""Spark's TIMESTAMP range, 0001-01-01 to 9999-12-31 23:59:59.999999 UTC, in epoch microseconds."""
+
+
 @dataclass(frozen=True)
 class ReadOptions:
     """The data source's options, validated (errors name the option and the value).
 
-    ``path``: the archive directory (or ``.load(dir)``). ``recordingId`` / ``streamId``: one id
-    or a comma-separated list. ``startPosition`` / ``stopPosition``: rows with
+    ``path``: the archive directory (or ``.load(dir)``; a ``file:`` URI too). ``recordingId`` /
+    ``streamId``: one id or a comma-separated list. ``startPosition`` / ``stopPosition``: rows with
     ``startPosition < position <= stopPosition``. ``rowsPer``: ``message`` (default, fragments
     reassembled) or ``frame``. ``timestampFrom``: ``none`` (default, a null ``timestamp``) or
     ``reserved_value`` with ``timestampUnit`` ``s``, ``ms``, ``us`` (default: the jetstream relay
     stamps epoch microseconds) or ``ns``; a reserved value of 0 gives null. ``mode``:
-    PERMISSIVE (default), DROPMALFORMED, FAILFAST; ``columnNameOfCorruptRecord``. Streaming only:
-    ``startingPositions``: ``earliest`` (default: recordings from their start) or ``latest`` (what
-    is recorded when the query starts is skipped; recordings that appear later are read whole).
+    PERMISSIVE (default), DROPMALFORMED, FAILFAST; ``columnNameOfCorruptRecord``.
+    ``filterPushdown``: ``true`` (default) or ``false``. Streaming only: ``startingPositions``:
+    ``earliest`` (default: recordings from their start) or ``latest`` (what is recorded when the query
+    starts is skipped; recordings that appear later are read whole); ``maxBytesPerTrigger`` or
+    ``maxRecordsPerTrigger``. Any other option is an error.
     """
 
     archive_dir: str
+    """The archive (a path or URI, maybe a glob), or the first of several."""
     recording_ids: frozenset[int] | None = None
     stream_ids: frozenset[int] | None = None
     start_position: int = -1
@@ -146,18 +219,63 @@ class ReadOptions:
     corrupt_column: str = DEFAULT_CORRUPT_COLUMN
     starting: str = "earliest"
     batch_bytes: int = DEFAULT_BATCH_BYTES
+    filter_pushdown: bool = True
+    max_bytes_per_trigger: int | None = None
+    max_records_per_trigger: int | None = None
+    table_options: tuple[tuple[str, str], ...] = ()
+    """The options as given, when they come from ``CREATE TABLE ... USING logbuf`` (kept in the schema)."""
+    archives: tuple[str, ...] = ()
+    """Every archive path or URI given (``path``, or ``paths`` from ``.load([...])``), globs unexpanded."""
+
+    @property
+    def several(self) -> bool:
+        """Several archives (a list, or a glob): rows then carry an ``archive`` column, since recording
+        ids repeat across archives."""
+        return len(self.archives) > 1 or any(has_glob(a) for a in self.archives)
+
+    def locations(self) -> list[ArchiveLocation]:
+        """The archives, globs expanded (on the driver: a glob lists directories)."""
+        try:
+            return expand_locations(self.archives)
+        except StorageError as e:
+            raise LogbufSourceError(str(e)) from None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> ReadOptions:
-        lowered = {k.lower(): v for k, v in options.items()}
+        lowered = {k.lower(): str(v) for k, v in options.items()}
+        table = "provider" in lowered  # CREATE TABLE: Spark's table keys come along with the options
+        known = {name.lower() for name in _OPTIONS}
+        unknown = sorted(
+            key
+            for key in lowered
+            if key not in known and not (table and (key in _TABLE_KEYS or key.startswith("option.")))
+        )
+        if unknown:
+            names = {k.lower(): k for k in options}
+            by_lower = {n.lower(): n for n in _OPTIONS}
+
+            def hint(key: str) -> str:
+                close = difflib.get_close_matches(key, list(by_lower), 1)
+                return repr(names[key]) + (f" (did you mean {by_lower[close[0]]!r}?)" if close else "")
+
+            raise LogbufSourceError(
+                f"unknown option{'s' if len(unknown) > 1 else ''} {', '.join(map(hint, unknown))} "
+                f"for format('logbuf'); the options are: {', '.join(_OPTIONS)}"
+            )
 
         def get(name: str) -> str | None:
             value = lowered.get(name.lower())
-            return None if value is None or value == "" else str(value)
+            return None if value is None or value == "" else value
 
-        archive_dir = get("path")
-        if archive_dir is None:
+        single = get("path")
+        archives = _paths_option(get("paths")) or ([single] if single else [])
+        if not archives:
             raise LogbufSourceError("no archive directory: give .load(archive_dir) or .option('path', archive_dir)")
+        try:
+            archives = [parse_location(a).uri for a in archives]
+        except StorageError as e:
+            raise LogbufSourceError(str(e)) from None
+        archive_dir = archives[0]
         mode_text = (get("mode") or "PERMISSIVE").upper()
         try:
             mode = Mode(mode_text)
@@ -185,6 +303,15 @@ class ReadOptions:
         batch_bytes = _int_option(get, "batchBytes", DEFAULT_BATCH_BYTES)
         if batch_bytes <= 0:
             raise LogbufSourceError(f"batchBytes={batch_bytes} must be positive")
+        pushdown = (get("filterPushdown") or "true").lower()
+        if pushdown not in ("true", "false"):
+            raise LogbufSourceError(f"filterPushdown={pushdown!r} must be 'true' or 'false'")
+        max_bytes = _positive_option(get, "maxBytesPerTrigger")
+        max_records = _positive_option(get, "maxRecordsPerTrigger")
+        if max_bytes is not None and max_records is not None:
+            raise LogbufSourceError(
+                f"maxBytesPerTrigger={max_bytes} and maxRecordsPerTrigger={max_records}: give one of them"
+            )
         return cls(
             archive_dir=archive_dir,
             recording_ids=_ids_option(get, "recordingId"),
@@ -197,6 +324,11 @@ class ReadOptions:
             corrupt_column=corrupt_column,
             starting=starting,
             batch_bytes=batch_bytes,
+            filter_pushdown=pushdown == "true",
+            max_bytes_per_trigger=max_bytes,
+            max_records_per_trigger=max_records,
+            table_options=tuple(sorted((k, str(v)) for k, v in options.items() if k.lower() in known) if table else ()),
+            archives=tuple(archives),
         )
 
     @property
@@ -209,6 +341,12 @@ class ReadOptions:
 
     def schema(self) -> StructType:
         fields = [StructField(name, data_type) for name, data_type in _COLUMNS]
+        if self.several:
+            fields.insert(0, StructField(ARCHIVE_COLUMN, StringType()))
+        if self.table_options:  # CREATE TABLE: the table keeps its options in its schema
+            first = fields[0]
+            metadata = {_TABLE_OPTIONS_METADATA: json.dumps(dict(self.table_options))}
+            fields[0] = StructField(first.name, first.dataType, first.nullable, metadata)
         if self.mode is Mode.PERMISSIVE:
             fields.append(StructField(self.corrupt_column, StringType()))
         return StructType(fields)
@@ -221,6 +359,28 @@ class ReadOptions:
         )
 
 
+def _options_for(options: Mapping[str, str], schema: StructType | None) -> Mapping[str, str]:
+    """The options a reader uses: those given, or a catalog table's (kept in its schema) when Spark gives
+    none, as it does for ``SELECT`` from a table made by ``CREATE TABLE ... USING logbuf``."""
+    if options or schema is None or not schema.fields:
+        return options
+    stored = schema.fields[0].metadata.get(_TABLE_OPTIONS_METADATA)
+    return json.loads(stored) if stored else options
+
+
+def _paths_option(text: str | None) -> list[str]:
+    """Spark's ``paths`` (from ``.load([a, b])``): a JSON array of strings."""
+    if text is None:
+        return []
+    try:
+        paths = json.loads(text)
+    except ValueError:
+        raise LogbufSourceError(f"paths={text!r} is not a JSON array of archive paths") from None
+    if not isinstance(paths, list) or not all(isinstance(p, str) for p in paths):
+        raise LogbufSourceError(f"paths={text!r} is not a JSON array of archive paths")
+    return paths
+
+
 def _int_option(get: Any, name: str, default: int) -> int:
     text = get(name)
     if text is None:
@@ -229,6 +389,15 @@ def _int_option(get: Any, name: str, default: int) -> int:
         return int(text)
     except ValueError:
         raise LogbufSourceError(f"{name}={text!r} is not an integer") from None
+
+
+def _positive_option(get: Any, name: str) -> int | None:
+    if get(name) is None:
+        return None
+    value = _int_option(get, name, 0)
+    if value <= 0:
+        raise LogbufSourceError(f"{name}={value} must be positive")
+    return value
 
 
 def _ids_option(get: Any, name: str) -> frozenset[int] | None:
@@ -252,6 +421,7 @@ class SegmentPartition(InputPartition):
     """
 
     archive_dir: str
+    """The archive's path or URI."""
     recording: RecordingDescriptor
     base_position: int
     parse_start: int
@@ -264,12 +434,34 @@ class SegmentPartition(InputPartition):
     value: Any = field(default=None, compare=False)
 
     @property
-    def path(self) -> pathlib.Path:
-        return pathlib.Path(self.archive_dir) / segment_file_name(self.recording.recording_id, self.base_position)
+    def location(self) -> ArchiveLocation:
+        return ArchiveLocation(self.archive_dir)
+
+    @property
+    def path(self) -> str:
+        return self.location.file_path(segment_file_name(self.recording.recording_id, self.base_position))
+
+
+@dataclass(frozen=True)
+class ProblemPartition(InputPartition):
+    """A recording the catalog lost or describes impossibly: one corrupt-record row (PERMISSIVE)."""
+
+    recording_id: int
+    stream_id: int | None
+    session_id: int | None
+    reason: str
+    archive_dir: str = ""
+    value: Any = field(default=None, compare=False)
 
 
 def plan_partitions(
-    options: ReadOptions, d: RecordingDescriptor, from_position: int, to_position: int, *, from_is_frame_start: bool
+    options: ReadOptions,
+    d: RecordingDescriptor,
+    from_position: int,
+    to_position: int,
+    *,
+    from_is_frame_start: bool,
+    archive: str | None = None,
 ) -> list[SegmentPartition]:
     """Partitions (one per segment) for rows of ``d`` with ``from_position < position <= to_position``.
 
@@ -295,7 +487,7 @@ def plan_partitions(
         parse_start = max(first_parse, base)
         partitions.append(
             SegmentPartition(
-                archive_dir=options.archive_dir,
+                archive_dir=options.archive_dir if archive is None else archive,
                 recording=d,
                 base_position=base,
                 parse_start=parse_start,
@@ -309,9 +501,57 @@ def plan_partitions(
     return partitions
 
 
-def _recordings(options: ReadOptions) -> list[RecordingDescriptor]:
-    with Catalog.open(options.archive_dir) as catalog:
-        return [d for d in catalog.recordings() if options.wants(d)]
+@dataclass(frozen=True)
+class _Planned:
+    archive: str
+    recording: RecordingDescriptor
+
+
+def _catalog_view(
+    options: ReadOptions, ids: IntRange | None = None, locations: Sequence[ArchiveLocation] | None = None
+) -> tuple[list[_Planned], list[ProblemPartition]]:
+    """The wanted recordings whose descriptors can be read, and a :class:`ProblemPartition` for each
+    damaged or impossible entry that may be wanted (its stream id may be unknown), over every archive.
+    FAILFAST raises for the first problem; DROPMALFORMED logs each one and drops it."""
+    good: list[_Planned] = []
+    problems: list[ProblemPartition] = []
+    for location in options.locations() if locations is None else locations:
+        with open_catalog(location) as catalog:
+            descriptors = catalog.recordings()
+            damaged = catalog.problems()
+        problems += [
+            ProblemPartition(p.first_recording_id, None, None, p.reason, location.uri)
+            for p in damaged
+            if _may_hold(options.recording_ids, ids, p.first_recording_id, p.last_recording_id)
+        ]
+        for d in descriptors:
+            if not options.wants(d) or (ids is not None and not ids.contains(d.recording_id)):
+                continue
+            reason = descriptor_problem(d)
+            if reason is None:
+                good.append(_Planned(location.uri, d))
+            else:
+                problems.append(ProblemPartition(d.recording_id, d.stream_id, d.session_id, reason, location.uri))
+    if problems and options.mode is Mode.FAILFAST:
+        raise LogbufSourceError(f"damaged catalog (mode FAILFAST): {problems[0].reason}")
+    if problems and options.mode is Mode.DROPMALFORMED:
+        for problem in problems:
+            library_logger(role="spark-source").warning(
+                "catalog.problem_dropped", recording_id=problem.recording_id, reason=problem.reason
+            )
+        problems = []
+    return good, problems
+
+
+def _may_hold(chosen: frozenset[int] | None, ids: IntRange | None, first: int, last: int) -> bool:
+    """Whether recordings ``first..last`` may include one the ``recordingId`` option and filters select."""
+    if chosen is not None and not any(first <= r <= last for r in chosen):
+        return False
+    if ids is None:
+        return True
+    if ids.values is not None:
+        return any(first <= r <= last and ids.contains(r) for r in ids.values)
+    return (ids.lo is None or ids.lo <= last) and (ids.hi is None or ids.hi >= first)
 
 
 def _check_schema(options: ReadOptions, schema: StructType) -> None:
@@ -324,36 +564,100 @@ def _check_schema(options: ReadOptions, schema: StructType) -> None:
 
 
 # -- reading a partition (executors) ----------------------------------------------------------------
-def read_partition(partition: SegmentPartition, options: ReadOptions) -> Iterator[pa.RecordBatch]:
-    """The Arrow batches of one partition (a generator, as Spark requires)."""
-    d = partition.recording
+def read_partition(
+    partition: SegmentPartition | ProblemPartition, options: ReadOptions, pushed: PushedFilters | None = None
+) -> Iterator[pa.RecordBatch]:
+    """The Arrow batches of one partition (a generator, as Spark requires), filtered by ``pushed``."""
+    for batch in _read_unfiltered(partition, options):
+        _check_timestamps(batch, options)
+        if options.several:
+            batch = _with_archive(batch, partition.archive_dir)
+        if pushed is not None:
+            batch = pushed.keep(batch)
+        if batch.num_rows:
+            yield batch
+
+
+def _with_archive(batch: pa.RecordBatch, archive: str) -> pa.RecordBatch:
+    column = pa.array([archive] * batch.num_rows, pa.string())
+    return pa.RecordBatch.from_arrays(
+        [column, *batch.columns], schema=batch.schema.insert(0, pa.field(ARCHIVE_COLUMN, pa.string()))
+    )
+
+
+def _read_unfiltered(partition: SegmentPartition | ProblemPartition, options: ReadOptions) -> Iterator[pa.RecordBatch]:
     schema = arrow_schema(options.corrupt_column_or_none)
+    if isinstance(partition, ProblemPartition):
+        if options.mode is Mode.PERMISSIVE:  # the other modes dealt with it when planning
+            p = partition
+            yield problem_batch(schema, p.recording_id, p.stream_id, p.session_id, p.reason)
+        return
+    d = partition.recording
     spec = options.row_spec
+    base = partition.base_position
+    first_term = partition.parse_start - (partition.parse_start & (d.term_length - 1))  # a mid-message start backs up
     with contextlib.ExitStack() as stack:
         try:
-            segment = stack.enter_context(mapped_segment(partition.path, d.segment_length))
+            segment, offset = stack.enter_context(
+                read_segment(
+                    partition.location,
+                    d.recording_id,
+                    base,
+                    d.segment_length,
+                    max(0, first_term - base),
+                    partition.parse_stop - base,
+                )
+            )
         except FileNotFoundError:
             reason = f"segment file {partition.path} is missing"
             batch = _on_corruption(options, d, partition.parse_start, reason, partition.parse_stop, schema, spec)
             if batch is not None:
                 yield batch
             return
-        yield from _read_segment(segment, partition, options, schema, spec)
+        yield from _read_segment(segment, base + offset, partition, options, schema, spec)
         del segment  # so that the mapping closes now
 
 
+def _check_timestamps(batch: pa.RecordBatch, options: ReadOptions) -> None:
+    """A reserved value that ``timestampUnit`` makes a time Spark cannot hold is a wrong unit, not a date:
+    the error names the value, its recording and position (numpy would wrap it silently)."""
+    unit = options.timestamp_unit
+    if unit is None or batch.num_rows == 0:
+        return
+    multiply, divide = TIMESTAMP_UNITS_US[unit]
+    lo_us, hi_us = TIMESTAMP_RANGE_US
+    lowest, highest = -((-lo_us * divide) // multiply), hi_us * divide // multiply  # reserved values that fit
+    reserved = batch.column("reserved_value")
+    extremes = pc.min_max(reserved)
+    smallest, largest = extremes["min"].as_py(), extremes["max"].as_py()
+    if smallest is None or (smallest >= lowest and largest <= highest):
+        return
+    i = pc.index(pc.or_(pc.less(reserved, lowest), pc.greater(reserved, highest)), True).as_py()
+    value = reserved[i].as_py()
+    raise LogbufSourceError(
+        f"timestampUnit={unit}: reserved value {value} (recording {batch.column('recording_id')[i].as_py()}, "
+        f"position {batch.column('position')[i].as_py()}) is {value * multiply // divide} microseconds "
+        f"from 1970, outside Spark's TIMESTAMP range (years 1..9999): is the unit right?"
+    )
+
+
 def _read_segment(
-    segment: npt.NDArray[np.uint8], p: SegmentPartition, options: ReadOptions, schema: pa.Schema, spec: RowSpec
+    segment: npt.NDArray[np.uint8],
+    base: int,
+    p: SegmentPartition,
+    options: ReadOptions,
+    schema: pa.Schema,
+    spec: RowSpec,
 ) -> Iterator[pa.RecordBatch]:
+    """Rows of ``p`` from ``segment``, the segment file's bytes from position ``base`` on."""
     d = p.recording
-    base = p.base_position
     term_length = d.term_length
     term_mask = term_length - 1
     terms_per_chunk = max(1, options.batch_bytes // term_length)
     position = p.parse_start
     backed_up = False
     if p.check_mid_message and _is_continuation(segment, position - base):
-        position = max(d.start_position, base, position - (position & term_mask))
+        position = max(d.start_position, p.base_position, position - (position & term_mask))
         backed_up = position < p.parse_start
     parts: list[Rows] = []
     corrupt: list[tuple[int, str]] = []
@@ -442,12 +746,12 @@ class LogbufDataSource(DataSource):
         return ReadOptions.parse(self.options).schema()
 
     def reader(self, schema: StructType) -> LogbufReader:
-        options = ReadOptions.parse(self.options)
+        options = ReadOptions.parse(_options_for(self.options, schema))
         _check_schema(options, schema)
-        return LogbufReader(options)
+        return LogbufFilteringReader(options) if options.filter_pushdown else LogbufReader(options)
 
     def streamReader(self, schema: StructType) -> LogbufStreamReader:
-        options = ReadOptions.parse(self.options)
+        options = ReadOptions.parse(_options_for(self.options, schema))
         _check_schema(options, schema)
         return LogbufStreamReader(options)
 
@@ -457,28 +761,63 @@ class LogbufReader(DataSourceReader):
 
     def __init__(self, options: ReadOptions) -> None:
         self.options = options
+        self.pushed = PushedFilters()
 
     def partitions(self) -> Sequence[InputPartition]:
-        o = self.options
-        partitions: list[InputPartition] = []
-        for d in _recordings(o):
-            partitions.extend(plan_partitions(o, d, o.start_position, o.stop_position, from_is_frame_start=False))
+        o, pushed = self.options, self.pushed
+        if pushed.nothing:
+            return []
+        positions = pushed.range_of("position")
+        low, high = positions.low, positions.high
+        from_position = o.start_position if low is None else max(o.start_position, low - 1)
+        to_position = o.stop_position if high is None else min(o.stop_position, high)
+        planned, problems = _catalog_view(o, pushed.ranges.get("recording_id"))
+        partitions: list[InputPartition] = list(problems)
+        for item in planned:
+            d = item.recording
+            if not (
+                pushed.range_of("stream_id").contains(d.stream_id)
+                and pushed.range_of("session_id").contains(d.session_id)
+            ):
+                continue
+            partitions.extend(
+                plan_partitions(o, d, from_position, to_position, from_is_frame_start=False, archive=item.archive)
+            )
         return partitions
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        if isinstance(partition, SegmentPartition):  # Spark reads one placeholder when there are none
-            yield from read_partition(partition, self.options)
+        if isinstance(partition, (SegmentPartition, ProblemPartition)):  # Spark reads a placeholder when there are none
+            yield from read_partition(partition, self.options, self.pushed)
+
+
+class LogbufFilteringReader(LogbufReader):
+    """A batch reader that takes filters (Spark asks for them only with filter pushdown enabled)."""
+
+    def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
+        self.pushed, rest = split_filters(filters)
+        return rest
 
 
 class LogbufStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Streaming reads: offsets are ``{"<recording id>": recorded position read so far}``."""
 
     def __init__(self, options: ReadOptions) -> None:
+        if options.several:
+            raise LogbufSourceError(
+                f"a streaming read follows one archive; got {', '.join(options.archives)} "
+                "(start one query per archive, or union their streams)"
+            )
         self.options = options
+        self.location = parse_location(options.archive_dir)
         self._target: dict[str, int] | None = None
 
     def _current(self) -> dict[str, int]:
-        return {str(d.recording_id): d.stop_position for d in _recordings(self.options)}
+        """Each wanted recording's stop position; 0 for a damaged entry, so its problem is read once."""
+        planned, problems = _catalog_view(self.options, locations=[self.location])
+        current = {str(item.recording.recording_id): item.recording.stop_position for item in planned}
+        for problem in problems:
+            current.setdefault(str(problem.recording_id), 0)
+        return current
 
     def initialOffset(self) -> dict[str, int]:
         if self.options.starting == "latest":
@@ -488,33 +827,115 @@ class LogbufStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def prepareForTriggerAvailableNow(self) -> None:
         self._target = self._current()
 
+    def getDefaultReadLimit(self) -> ReadLimit:
+        o = self.options
+        if o.max_bytes_per_trigger is not None:
+            return ReadMaxBytes(o.max_bytes_per_trigger)
+        if o.max_records_per_trigger is not None:
+            return ReadMaxRows(o.max_records_per_trigger)
+        return ReadAllAvailable()
+
     def latestOffset(self, start: dict[str, int] | None = None, limit: Any = None) -> dict[str, int]:
-        """Each wanted recording's stop position now (or when availableNow started); ``limit`` is
-        not used (every trigger reads all that is recorded). Spark before 4.2 passes no arguments."""
-        latest = dict(start or {})
+        """Each wanted recording's stop position now (or when availableNow started), as far as ``limit``
+        (from ``maxBytesPerTrigger`` / ``maxRecordsPerTrigger``) allows. Spark before 4.2 passes no
+        arguments (and so no limit)."""
+        start = dict(start or {})
         current = self._current() if self._target is None else self._target
+        latest = dict(start)
         for key, position in current.items():
             latest[key] = max(position, int(latest.get(key, -1)))
+        if isinstance(limit, ReadMaxBytes):
+            return self._limit_bytes(start, latest, limit.max_bytes)
+        if isinstance(limit, ReadMaxRows):
+            return self._limit_rows(start, latest, limit.max_rows)
         return latest
+
+    def _descriptors(self, keys: Iterable[str]) -> dict[int, RecordingDescriptor]:
+        with open_catalog(self.location) as catalog:
+            found = {}
+            for key in keys:
+                with contextlib.suppress(CatalogError):
+                    found[int(key)] = catalog.recording(int(key))
+            return found
+
+    def _limit_bytes(self, start: dict[str, int], latest: dict[str, int], budget: int) -> dict[str, int]:
+        """Recordings in id order take whole terms until ``budget`` bytes are used; a term boundary is
+        always a frame boundary, and at least one term is read so that the query moves."""
+        limited = dict(start)
+        moving = sorted(int(k) for k, v in latest.items() if v > int(start.get(k, -1)))
+        descriptors = self._descriptors(str(k) for k in moving)
+        for rid in moving:
+            key = str(rid)
+            d = descriptors.get(rid)
+            if d is None or descriptor_problem(d) is not None:
+                limited[key] = latest[key]  # a problem row (or nothing): no bytes to count
+                continue
+            begin = max(int(start.get(key, d.start_position)), d.start_position)
+            end = latest[key]
+            if budget <= 0:
+                break
+            if end - begin <= budget:
+                limited[key], budget = end, budget - (end - begin)
+                continue
+            cut = begin + budget
+            cut -= cut & (d.term_length - 1)
+            if cut <= begin:  # less than the rest of this term: take the rest of the term
+                cut = min(end, begin - (begin & (d.term_length - 1)) + d.term_length)
+            limited[key], budget = cut, 0
+        return limited
+
+    def _limit_rows(self, start: dict[str, int], latest: dict[str, int], budget: int) -> dict[str, int]:
+        """Recordings in id order take rows until ``budget`` rows: the rows are read here, as a
+        micro-batch would read them, to find the position after the last one."""
+        limited = dict(start)
+        moving = sorted(int(k) for k, v in latest.items() if v > int(start.get(k, -1)))
+        descriptors = self._descriptors(str(k) for k in moving)
+        for rid in moving:
+            if budget <= 0:
+                break
+            key = str(rid)
+            d = descriptors.get(rid)
+            if d is None or descriptor_problem(d) is not None:
+                limited[key] = latest[key]
+                budget -= 1
+                continue
+            from_position = int(start[key]) if key in start else d.start_position
+            limited[key], budget = self._position_after_rows(d, from_position, latest[key], budget)
+        return limited
+
+    def _position_after_rows(
+        self, d: RecordingDescriptor, from_position: int, to_position: int, budget: int
+    ) -> tuple[int, int]:
+        """(the offset after at most ``budget`` rows of ``d`` in ``(from, to]``, the budget left)."""
+        o = self.options
+        for partition in plan_partitions(o, d, from_position, to_position, from_is_frame_start=True):
+            for batch in _read_unfiltered(partition, o):
+                if batch.num_rows < budget:
+                    budget -= batch.num_rows
+                    continue
+                position = int(batch.column("position")[budget - 1].as_py())
+                good = o.mode is not Mode.PERMISSIVE or batch.column(o.corrupt_column)[budget - 1].as_py() is None
+                if not good:  # a corrupt region: it ends at its term's end (a frame boundary)
+                    position = min(to_position, position - (position & (d.term_length - 1)) + d.term_length)
+                return position, 0
+        return to_position, budget
 
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> Sequence[InputPartition]:
         changed = {int(k): int(v) for k, v in end.items() if int(v) > int(start.get(k, -1))}
         if not changed:
             return []
-        with Catalog.open(self.options.archive_dir) as catalog:
-            descriptors = {rid: catalog.recording(rid) for rid in changed}
-        partitions: list[InputPartition] = []
-        for rid, to_position in sorted(changed.items()):
-            d = descriptors[rid]
-            if d.state != RecordingState.VALID:
-                continue
-            key = str(rid)
+        planned, problems = _catalog_view(self.options, IntRange(values=frozenset(changed)), [self.location])
+        partitions: list[InputPartition] = [p for p in problems if p.recording_id in changed]
+        for d in (item.recording for item in planned):
+            key = str(d.recording_id)
             from_position = int(start[key]) if key in start else d.start_position
-            partitions.extend(plan_partitions(self.options, d, from_position, to_position, from_is_frame_start=True))
+            partitions.extend(
+                plan_partitions(self.options, d, from_position, changed[d.recording_id], from_is_frame_start=True)
+            )
         return partitions
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        if isinstance(partition, SegmentPartition):  # Spark reads one placeholder when there are none
+        if isinstance(partition, (SegmentPartition, ProblemPartition)):  # Spark reads a placeholder when there are none
             yield from read_partition(partition, self.options)
 
     def commit(self, end: dict[str, int]) -> None:

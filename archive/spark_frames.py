@@ -23,6 +23,9 @@ per frame:
    frames no longer than the MTU, no frame past its term or the recorded stop position, and the
    segment file long enough to hold it. The first frame that fails is *corrupt*; the reason is
    worded as verify words it.
+4. A recording made with record checksums (:mod:`archive.checksum`) has each DATA frame's payload
+   CRC-32 in the session id field: step 3 skips the session id there, and the chain's DATA frames
+   have their CRC recomputed (one zlib call per frame); the first mismatch is corrupt.
 
 After a corrupt frame its length cannot be trusted, so nothing up to the end of that term is
 read; the next term starts with a frame at term offset 0, which is where reading resumes.
@@ -49,6 +52,7 @@ import numpy.typing as npt
 import pyarrow as pa  # type: ignore[import-untyped]
 
 from logbuf.archive.catalog import RecordingDescriptor
+from logbuf.archive.checksum import checksum_mismatch
 from logbuf.archive.verify import frame_problem
 from logbuf.logbuffer import data_header_descriptor as dh
 
@@ -63,6 +67,7 @@ __all__ = [
     "describe_bad_frame",
     "empty_rows",
     "parse_chunk",
+    "problem_batch",
     "select_rows",
 ]
 
@@ -230,15 +235,42 @@ def parse_chunk(
             break
     chosen = np.concatenate([np.arange(a, b) for a, b in parts]) if parts else np.zeros(0, np.int64)
     corruption = None
+    checksum_reason = None
+    if d.checksum and len(chosen):
+        mismatch = _first_checksum_mismatch(region, ints, candidates[chosen], flen[chosen], words[chosen])
+        if mismatch is not None:  # the chain ends at the first frame whose payload changed
+            k, checksum_reason = mismatch
+            bad_slot = int(candidates[chosen[k]])
+            chosen = chosen[:k]
     if bad_slot >= 0:
         bad_position = lo + bad_slot * _SLOT
         term_end = bad_position - (bad_position & term_mask) + d.term_length
         corruption = Corruption(
             bad_position,
-            describe_bad_frame(region, lo, bad_position, hi, d),
+            checksum_reason or describe_bad_frame(region, lo, bad_position, hi, d),
             min(term_end, hi if hi > bad_position else term_end),
         )
     return ChunkFrames(region, lo, candidates[chosen], lengths[candidates[chosen]], words[chosen], corruption)
+
+
+def _first_checksum_mismatch(
+    region: npt.NDArray[np.uint8],
+    ints: npt.NDArray[np.int32],
+    slots: Int64Array,
+    flen: Int64Array,
+    words: npt.NDArray[np.int32],
+) -> tuple[int, str] | None:
+    """The index (in ``slots``) of the first DATA frame whose payload CRC-32 is not the one in its
+    session id field, and why; None if all match."""
+    is_data = ((words >> _TYPE_SHIFT) & 0xFFFF) == dh.HDR_TYPE_DATA
+    data = memoryview(region)  # type: ignore[arg-type]
+    stored = ints[slots, _SESSION_INT].tolist()
+    for k in np.flatnonzero(is_data).tolist():
+        start = int(slots[k]) * _SLOT + dh.HEADER_LENGTH
+        reason = checksum_mismatch(stored[k], data[start : start + int(flen[k]) - dh.HEADER_LENGTH])
+        if reason is not None:
+            return k, reason
+    return None
 
 
 def _frame_checks(
@@ -263,7 +295,7 @@ def _frame_checks(
         (version == dh.CURRENT_VERSION)
         & (is_data | (frame_type == dh.HDR_TYPE_PAD))
         & (ints[candidates, _TERM_ID_INT] == expected_term_id)
-        & (ints[candidates, _SESSION_INT] == d.session_id)
+        & ((ints[candidates, _SESSION_INT] == d.session_id) | bool(d.checksum))
         & (ints[candidates, _STREAM_INT] == d.stream_id)
         & (flen >= dh.HEADER_LENGTH)
         & (~is_data | (flen <= d.mtu))
@@ -438,6 +470,21 @@ def build_batch(
     ]
     if len(schema) > len(columns):
         columns.append(pa.array([None] * n_good + [text for _, text in corrupt], type=pa.string()))
+    return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
+def problem_batch(
+    schema: pa.Schema, recording_id: int, stream_id: int | None, session_id: int | None, text: str
+) -> pa.RecordBatch:
+    """One PERMISSIVE row for a recording the catalog lost or describes impossibly: its id (and stream
+    and session ids when the entry still holds them), nulls elsewhere, ``text`` in the corrupt column."""
+    columns = [
+        pa.array([recording_id], pa.int64()),
+        pa.array([stream_id], pa.int32()),
+        pa.array([session_id], pa.int32()),
+    ]
+    columns += [pa.nulls(1, field.type) for field in list(schema)[3:-1]]
+    columns.append(pa.array([text], pa.string()))
     return pa.RecordBatch.from_arrays(columns, schema=schema)
 
 

@@ -6,7 +6,12 @@ A recording is valid when, from its start position to its stop position, every f
 the previous one ends: a positive length, version 0, type DATA or PAD, a term-offset field equal
 to the position's offset in its term, the term id of that position, the recording's session and
 stream ids, DATA frames no longer than the MTU, no frame running past the end of its term or the
-stop position, and the segment file long enough to hold it.
+stop position, and the segment file long enough to hold it. A recording made with checksums
+(:mod:`archive.checksum`) carries each DATA frame's payload CRC-32 in the session id field instead:
+there the checksum is recomputed and compared, in place of the session id check.
+
+Before any frame, the descriptor itself is checked (:func:`descriptor_problem`): a catalog entry
+with a term length of 3 or a stop before its start describes no walkable recording.
 
 The walk goes a term at a time. Inside a term the native block scanner (``term_scan_block``)
 jumps over runs of DATA frames in C, and numpy checks all their headers at once (``frame_index``
@@ -28,13 +33,15 @@ from typing import TYPE_CHECKING, Final
 import numpy as np
 
 from logbuf import _native
-from logbuf.archive.segments import SegmentError, SegmentReader
+from logbuf.archive.checksum import checksum_mismatch
+from logbuf.archive.segments import SEGMENT_MAX_LENGTH, SegmentError, SegmentReader
 from logbuf.logbuffer import data_header_descriptor as dh
+from logbuf.logbuffer import log_buffer_descriptor as lbd
 
 if TYPE_CHECKING:
     from logbuf.archive.catalog import RecordingDescriptor
 
-__all__ = ["VerifyResult", "scan_valid_prefix", "verify_recording", "walk_frames"]
+__all__ = ["VerifyResult", "descriptor_problem", "scan_valid_prefix", "verify_recording", "walk_frames"]
 
 _TYPE_DATA_WORD: Final[int] = dh.HDR_TYPE_DATA << 16  # version 0, any flags, type DATA (bytes 4..7)
 
@@ -74,7 +81,7 @@ def walk_frames(
 def verify_recording(archive_dir: str | os.PathLike[str], descriptor: RecordingDescriptor) -> VerifyResult:
     """Check every frame from the start to the stop position; the first bad one is reported."""
     d = descriptor
-    problem = _check_descriptor(d)
+    problem = descriptor_problem(d)
     if problem is not None:
         return VerifyResult(d.recording_id, False, 0, d.start_position, problem)
     walk = _walk(archive_dir, d, d.start_position, d.stop_position)
@@ -86,15 +93,32 @@ def scan_valid_prefix(archive_dir: str | os.PathLike[str], descriptor: Recording
     return _walk(archive_dir, descriptor, from_position, None).end_position
 
 
-def _check_descriptor(d: RecordingDescriptor) -> str | None:
-    if d.term_length < 64 * 1024 or d.term_length & (d.term_length - 1):
-        return f"term length {d.term_length} in the catalog is not a power of two >= 64 KiB"
-    if d.segment_length < d.term_length or d.segment_length & (d.segment_length - 1):
-        return f"segment length {d.segment_length} in the catalog is not a power-of-two multiple of the term length"
-    if d.start_position % dh.FRAME_ALIGNMENT or d.stop_position % dh.FRAME_ALIGNMENT:
-        return f"start {d.start_position} or stop {d.stop_position} position is not a multiple of 32"
+def descriptor_problem(d: RecordingDescriptor) -> str | None:
+    """What makes a catalog entry's stream parameters or positions impossible (None: nothing), so that
+    no reader plans or walks a recording it describes wrongly. The message names the field and value."""
+    rid = d.recording_id
+    if not lbd.TERM_MIN_LENGTH <= d.term_length <= lbd.TERM_MAX_LENGTH or d.term_length & (d.term_length - 1):
+        return (
+            f"recording {rid}: term length {d.term_length} in the catalog is not a power of two "
+            f"within {lbd.TERM_MIN_LENGTH}..{lbd.TERM_MAX_LENGTH}"
+        )
+    if not d.term_length <= d.segment_length <= SEGMENT_MAX_LENGTH or d.segment_length & (d.segment_length - 1):
+        return (
+            f"recording {rid}: segment length {d.segment_length} in the catalog is not a power-of-two "
+            f"multiple of the term length {d.term_length} of at most {SEGMENT_MAX_LENGTH}"
+        )
+    if not dh.HEADER_LENGTH < d.mtu <= dh.MAX_UDP_PAYLOAD_LENGTH or d.mtu % dh.FRAME_ALIGNMENT:
+        return (
+            f"recording {rid}: MTU {d.mtu} in the catalog is not a multiple of 32 within "
+            f"{dh.HEADER_LENGTH + dh.FRAME_ALIGNMENT}..{dh.MAX_UDP_PAYLOAD_LENGTH}"
+        )
+    if d.start_position < 0 or d.start_position % dh.FRAME_ALIGNMENT or d.stop_position % dh.FRAME_ALIGNMENT:
+        return (
+            f"recording {rid}: start position {d.start_position} or stop position {d.stop_position} "
+            "in the catalog is not a non-negative multiple of 32"
+        )
     if d.stop_position < d.start_position:
-        return f"stop position {d.stop_position} is before the start position {d.start_position}"
+        return f"recording {rid}: stop position {d.stop_position} is before the start position {d.start_position}"
     return None
 
 
@@ -160,7 +184,7 @@ def _walk_term(
                 offset = end
                 continue
         # One frame at a time: a PAD, where the scanner stopped, or a truncated file.
-        reason, frame_end = _check_one(ints, available, d, offset, term_limit, term_id, path)
+        reason, frame_end = _check_one(view, ints, available, d, offset, term_limit, term_id, path)
         if reason is not None:
             return offset, frames, None if lenient else reason
         frames += 1
@@ -198,7 +222,7 @@ def frame_problem(
         return f"term offset field {term_offset_field} does not match the position (term offset {term_offset})"
     if term_id_field != term_id:
         return f"term id field {term_id_field} does not match the position (term id {term_id})"
-    if session_id != d.session_id:
+    if session_id != d.session_id and not d.checksum:  # with checksums the field holds the payload's CRC
         return f"session id {session_id} is not the recording's {d.session_id}"
     if stream_id != d.stream_id:
         return f"stream id {stream_id} is not the recording's {d.stream_id}"
@@ -233,6 +257,7 @@ def _problem_at(ints: np.ndarray, d: RecordingDescriptor, offset: int, term_limi
 
 
 def _check_one(
+    view: memoryview,
     ints: np.ndarray,
     available: int,
     d: RecordingDescriptor,
@@ -248,10 +273,29 @@ def _check_one(
         return problem, offset
     frame_length = int(ints[offset // 4])
     end = offset + dh.align(frame_length)
-    needed = offset + dh.HEADER_LENGTH if int(ints[offset // 4 + 1]) >> 16 & 0xFFFF == dh.HDR_TYPE_PAD else end
+    is_pad = int(ints[offset // 4 + 1]) >> 16 & 0xFFFF == dh.HDR_TYPE_PAD
+    needed = offset + dh.HEADER_LENGTH if is_pad else end
     if needed > available:
         return f"segment file {path} is truncated: it ends inside the frame at this position", offset
+    if d.checksum and not is_pad:
+        payload = view[offset + dh.HEADER_LENGTH : offset + frame_length]
+        reason = checksum_mismatch(int(ints[offset // 4 + 3]), payload)
+        if reason is not None:
+            return reason, offset
     return None, end
+
+
+def _check_checksums(
+    view: memoryview, ints: np.ndarray, headers: list[int], lengths: list[int]
+) -> tuple[int, str] | None:
+    """The first DATA frame (header offset, payload length) whose payload does not match the checksum
+    in its session id field, and why."""
+    for header, length in zip(headers, lengths):
+        payload = header + dh.HEADER_LENGTH
+        reason = checksum_mismatch(int(ints[header // 4 + 3]), view[payload : payload + length])
+        if reason is not None:
+            return header, reason
+    return None
 
 
 def _check_block(
@@ -270,14 +314,19 @@ def _check_block(
         | ((words >> 16 & 0xFFFF) != dh.HDR_TYPE_DATA)
         | (ints[idx + 2] != headers)
         | (ints[idx + 5] != term_id)
-        | (ints[idx + 3] != d.session_id)
+        | ((ints[idx + 3] != d.session_id) & (not d.checksum))
         | (ints[idx + 4] != d.stream_id)
         | (lengths[:n] + dh.HEADER_LENGTH > d.mtu)
         | (lengths[:n] < 0)
     )
     if not bad.any():
-        return None
-    offset = int(headers[int(np.argmax(bad))])
+        return _check_checksums(view, ints, headers.tolist(), lengths[:n].tolist()) if d.checksum else None
+    first_bad = int(np.argmax(bad))
+    if d.checksum:  # a payload changed before the first bad header makes the first bad frame
+        found = _check_checksums(view, ints, headers[:first_bad].tolist(), lengths[:first_bad].tolist())
+        if found is not None:
+            return found
+    offset = int(headers[first_bad])
     problem = _problem_at(ints, d, offset, end, term_id)  # the frames lie within [start, end)
     if problem is None:  # a PAD among the DATA frames (the block scanner stops before padding)
         problem = f"frame type {int(ints[offset // 4 + 1]) >> 16 & 0xFFFF:#x} is neither DATA (0x1) nor PAD (0x0)"

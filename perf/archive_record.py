@@ -7,7 +7,8 @@ Runs a real ``mediadriver`` (16 MiB IPC terms), a publisher process and either a
 process that block-polls and discards (the stream's rate with the fastest possible reader) or a
 recorder process writing segment files, once to disk (``--archive-dir``, default a fresh
 directory under the system temp dir, removed afterwards) and once to /dev/shm (the recorder's own
-cost, without the disk's write-back). Reports the publish rate in both runs, the
+cost, without the disk's write-back), and once more to /dev/shm with record checksums
+(``--checksum crc32``: a copy of each block and a CRC-32 per frame). Reports the publish rate in all runs, the
 recording rate (the publish rate with the recorder back-pressuring it) and checks that
 every published byte was recorded. Writes perf/results/archive_record.json.
 """
@@ -92,7 +93,9 @@ def _collect(q: Any, keys: int, timeout_s: float) -> dict[str, Any]:
     return results
 
 
-def run_case(directory: str, archive_dir: str | None, size: int, batch: int, seconds: float) -> dict[str, Any]:
+def run_case(
+    directory: str, archive_dir: str | None, size: int, batch: int, seconds: float, extra: tuple[str, ...] = ()
+) -> dict[str, Any]:
     ctx = mp.get_context("spawn")
     q: Any = ctx.Queue()
     recorder: subprocess.Popen[bytes] | None = None
@@ -119,6 +122,7 @@ def run_case(directory: str, archive_dir: str | None, size: int, batch: int, sec
                 str(STREAM),
                 "--driver-dir",
                 directory,
+                *extra,
             ],
             cwd=ROOT,
             stderr=subprocess.DEVNULL,
@@ -180,6 +184,7 @@ def main(argv: list[str] | None = None) -> int:
         help="where the recorder writes to disk (default: the temp dir); a fresh directory there is removed afterwards",
     )
     parser.add_argument("--no-tmpfs", action="store_true", help="skip the runs recording to /dev/shm")
+    parser.add_argument("--no-checksum", action="store_true", help="skip the run with record checksums")
     args = parser.parse_args(argv)
     quiet()
     if args.quick:
@@ -190,7 +195,11 @@ def main(argv: list[str] | None = None) -> int:
         cwd=ROOT,
         stderr=subprocess.DEVNULL,
     )
-    targets = [("disk", args.archive_dir or tempfile.gettempdir())] + ([] if args.no_tmpfs else [("tmpfs", "/dev/shm")])
+    targets: list[tuple[str, str, tuple[str, ...]]] = [("disk", args.archive_dir or tempfile.gettempdir(), ())]
+    if not args.no_tmpfs:
+        targets.append(("tmpfs", "/dev/shm", ()))
+    if not args.no_checksum:
+        targets.append(("tmpfs_crc32", "/dev/shm", ("--checksum", "crc32")))
     results = new_results("archive_record", seconds=args.seconds, ipc_term_length=16 << 20, segment_length=64 << 20)
     try:
         from logbuf.conduit.cnc import wait_for_driver
@@ -206,10 +215,10 @@ def main(argv: list[str] | None = None) -> int:
                 f"{case['case']:<16} publish alone {alone['publish_mb_per_s']:7.0f} MB/s (reader CPU "
                 f"{alone['reader_cpu_pct']:.0f}%)"
             )
-            for target, base in targets:
+            for target, base, extra in targets:
                 archive_dir = os.path.join(base, f"logbuf-archive-perf-{uuid.uuid4().hex[:8]}")
                 try:
-                    recorded = run_case(directory, archive_dir, size, batch, args.seconds)
+                    recorded = run_case(directory, archive_dir, size, batch, args.seconds, extra)
                 finally:
                     shutil.rmtree(archive_dir, ignore_errors=True)
                 recorded["archive_fs"] = target

@@ -19,7 +19,19 @@ Readers, each over the whole archive in one local[2] session, all producing the 
   to separate the parser's gain from the input path's.
 
 Each reader runs once to warm up on one segment, then ``--runs`` times over everything (best run
-kept). Writes perf/results/spark_ingest.json.
+kept).
+
+At cluster scale, in the same run (``--skip-scale`` leaves them out):
+
+- **Filter pushdown**: a 4-stream archive made from the recorded one (its segments copied under four
+  recording ids, each frame's stream id rewritten to 10, 20, 30, 40), then
+  ``filter(stream_id == 20)`` with and without pushdown: partitions planned and seconds.
+- **S3 vs local**: the archive uploaded (``logbuf-archive upload``) to an S3 API server on 127.0.0.1
+  (moto in server mode, from the ``test`` extra), then the same ``logbuf`` read from the directory
+  and from ``s3://``: MB/s of each. moto keeps objects in memory and serves them from Python, so
+  this bounds the source's remote path from below; a real object store is another measurement.
+
+Writes perf/results/spark_ingest.json (``--quick``: spark_ingest_quick.json).
 """
 
 from __future__ import annotations
@@ -148,6 +160,158 @@ def make_archive(archive_dir: str, target_bytes: int) -> dict[str, Any]:
         f"recorded {facts['recorded_bytes'] / 2**20:.0f} MiB, {messages} messages in {seconds:.1f} s -> {archive_dir}"
     )
     return facts
+
+
+# -- cluster scale: a 4-stream archive, an S3 server ------------------------------------------------------------
+def make_four_stream_archive(src: str, dst: str) -> dict[str, Any]:
+    """The recording's segments split in four recordings on streams 10, 20, 30, 40 (frames rewritten)."""
+    import numpy as np
+
+    from logbuf.archive.catalog import Catalog
+    from logbuf.archive.segments import segment_files
+    from logbuf.archive.spark_frames import parse_chunk
+    from logbuf.logbuffer import data_header_descriptor as dh
+
+    marker = os.path.join(dst, "complete.json")
+    if os.path.exists(marker):
+        with open(marker) as f:
+            return json.load(f)  # type: ignore[no-any-return]
+    shutil.rmtree(dst, ignore_errors=True)
+    os.makedirs(dst)
+    with Catalog.open(src) as catalog:
+        d = catalog.recordings()[0]
+    files = segment_files(src, d.recording_id)
+    whole = [(base, path) for base, path in files if base + d.segment_length <= d.stop_position]
+    per_stream = max(1, len(whole) // 4)
+    streams = []
+    with Catalog.open_writable(dst) as writer:
+        for k in range(4):
+            chosen = whole[k * per_stream : (k + 1) * per_stream] or whole[-1:]
+            first_base, stop = chosen[0][0], chosen[-1][0] + d.segment_length
+            start = max(first_base, d.start_position)
+            stream_id = 10 * (k + 1)
+            rid = writer.add_recording(
+                channel=d.channel,
+                source_identity=d.source_identity,
+                stream_id=stream_id,
+                session_id=d.session_id,
+                initial_term_id=d.initial_term_id,
+                term_length=d.term_length,
+                mtu=d.mtu,
+                segment_length=d.segment_length,
+                start_position=start,
+            )
+            for base, path in chosen:
+                data = np.fromfile(path, dtype=np.uint8)
+                lo = max(base, d.start_position)
+                frames = parse_chunk(data, base, lo, base + d.segment_length, d)
+                assert frames.corruption is None, frames.corruption
+                ints = data.view("<i4")
+                headers = (lo - base) // 4 + frames.slot * 8
+                ints[headers + dh.STREAM_ID_FIELD_OFFSET // 4] = stream_id
+                data.tofile(os.path.join(dst, f"{rid}-{base}.rec"))
+            writer.stop_recording(rid, stop)
+            streams.append(
+                {"recording_id": rid, "stream_id": stream_id, "segments": len(chosen), "bytes": stop - start}
+            )
+    facts = {"streams": streams, "segment_length": d.segment_length}
+    with open(marker, "w") as f:
+        json.dump(facts, f)
+    return facts
+
+
+class MotoServer:
+    """moto's S3 API server on a free loopback port (``python -m moto.server``)."""
+
+    def __init__(self) -> None:
+        import socket
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        for name, value in (("AWS_ACCESS_KEY_ID", "perf"), ("AWS_SECRET_ACCESS_KEY", "perf"),
+                            ("AWS_DEFAULT_REGION", "us-east-1"), ("AWS_EC2_METADATA_DISABLED", "true")):  # fmt: skip
+            os.environ.setdefault(name, value)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), 0.2).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline and self.proc.poll() is None, "moto server did not start"
+                time.sleep(0.1)
+
+    def uri(self, path: str) -> str:
+        return f"s3://{path}?endpoint_override=127.0.0.1:{self.port}&scheme=http&allow_bucket_creation=true"
+
+    def close(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(30)
+
+
+def scale_cases(spark: Any, archive_dir: str, facts: dict[str, Any], runs: int, results: dict[str, Any]) -> None:
+    from pyspark.sql import functions as F
+
+    from logbuf.archive.storage import parse_location, upload
+
+    four = make_four_stream_archive(archive_dir, archive_dir + "-4streams")
+    four_dir = archive_dir + "-4streams"
+    bytes_20 = next(s["bytes"] for s in four["streams"] if s["stream_id"] == 20)
+    pushdown = {}
+    for label, option in (("with pushdown", "true"), ("without pushdown", "false")):
+
+        def make(option: str = option) -> Any:
+            reader = spark.read.format("logbuf").option("filterPushdown", option).option("mode", "DROPMALFORMED")
+            return reader.load(four_dir).filter(F.col("stream_id") == 20)
+
+        make().selectExpr("count(*)").first()  # warm-up
+        partitions = make().rdd.getNumPartitions()
+        best = float("inf")
+        rows = 0
+        for _ in range(runs):
+            t0 = time.perf_counter()
+            rows = int(make().selectExpr("count(*) AS n").first().n)
+            best = min(best, time.perf_counter() - t0)
+        pushdown[label] = {"partitions": partitions, "seconds": best, "rows": rows}
+        print(f"filter(stream_id == 20) {label:<17} {partitions:4d} partitions {best:6.2f} s {rows} rows")
+    results["filter_pushdown"] = {
+        "archive": "4 streams, "
+        + ", ".join(f"{s['segments']} segments of stream {s['stream_id']}" for s in four["streams"]),
+        "stream_20_bytes": bytes_20,
+        **pushdown,
+        "speedup": pushdown["without pushdown"]["seconds"] / pushdown["with pushdown"]["seconds"],
+    }
+
+    server = MotoServer()
+    try:
+        destination = parse_location(server.uri("perf-archive/a"))
+        t0 = time.perf_counter()
+        upload(archive_dir, destination)
+        upload_s = time.perf_counter() - t0
+        print(f"uploaded {facts['recorded_bytes'] / 2**20:.0f} MiB to the S3 server in {upload_s:.1f} s")
+        cases = {}
+        for label, location in (("local", archive_dir), ("s3 (moto)", destination.uri)):
+
+            def make(location: str = location) -> Any:
+                return spark.read.format("logbuf").option("mode", "DROPMALFORMED").load(location)
+
+            cases[label] = measure(
+                f"logbuf data source, {label}", make, runs, facts["recorded_bytes"], facts["messages"]
+            )
+        results["s3_vs_local"] = {
+            "upload_seconds": upload_s,
+            "local_mb_per_s": cases["local"]["mb_per_s"],
+            "s3_mb_per_s": cases["s3 (moto)"]["mb_per_s"],
+            "ratio_s3_to_local": cases["s3 (moto)"]["mb_per_s"] / cases["local"]["mb_per_s"],
+            "rows_ok": cases["local"]["rows_ok"] and cases["s3 (moto)"]["rows_ok"],
+        }
+    finally:
+        server.close()
 
 
 # -- the baseline parser a user would write ---------------------------------------------------------------
@@ -282,6 +446,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--archive-dir", help="where the archive is recorded once and reused")
     parser.add_argument("--runs", type=int, default=2, help="timed runs per reader (the best is kept)")
     parser.add_argument("--skip-struct-walk", action="store_true", help="leave out the slow struct-walk baseline")
+    parser.add_argument("--skip-baselines", action="store_true", help="leave out the binaryFile readers")
+    parser.add_argument("--skip-scale", action="store_true", help="leave out filter pushdown and S3 vs local")
     args = parser.parse_args(argv)
     quiet()
     target = 128 * 2**20 if args.quick else GIB + 64 * 2**20
@@ -336,11 +502,10 @@ def main(argv: list[str] | None = None) -> int:
                 .mapInArrow(parser, BASELINE_DDL)
             )
 
-        readers = {
-            "logbuf data source": logbuf_source,
-            "binaryFile + mapInArrow (our numpy parser)": binary_file(numpy_parser(d)),
-        }
-        if not args.skip_struct_walk:
+        readers = {"logbuf data source": logbuf_source}
+        if not args.skip_baselines:
+            readers["binaryFile + mapInArrow (our numpy parser)"] = binary_file(numpy_parser(d))
+        if not args.skip_struct_walk and not args.skip_baselines:
             readers["binaryFile + mapInArrow (struct walk)"] = binary_file(struct_walk_batches)
         for name, make in readers.items():
             make(True).selectExpr("count(*)").first()  # warm-up on one segment: planner, workers
@@ -354,12 +519,16 @@ def main(argv: list[str] | None = None) -> int:
                 ratio = ours["mb_per_s"] / case["mb_per_s"]
                 results[f"ratio_vs_{name}"] = ratio
                 print(f"logbuf data source / {name}: {ratio:.2f}x")
+        if not args.skip_scale:
+            scale_cases(spark, archive_dir, facts, runs, results)
         results["note"] = (
             "2-core machine shared with other work: figures are noisy. MB/s counts the recorded "
             "bytes (headers and padding included); rows are whole messages (fragments reassembled)."
         )
     finally:
         spark.stop()
+    if args.quick:
+        results["benchmark"] = "spark_ingest_quick"
     write_results(results)
     return 0
 

@@ -4,11 +4,14 @@ The same command line runs on a laptop and on a cluster::
 
     python archive/examples/stream_rates.py ARCHIVE_DIR OUT        # local[*] when no master is set
     spark-submit archive/examples/stream_rates.py ARCHIVE_DIR OUT  # the master spark-submit gives
+    spark-submit --master spark://HOST:7077 archive/examples/stream_rates.py s3://bucket/archive OUT
 
 Each message's time is its reserved value read as epoch time (``--timestamp-unit``, default
 microseconds: the jetstream relay's convention); messages with no stamp (reserved value 0) are
 counted apart and left out of the per-second rows. On a cluster, every executor must be able to
-import ``archive.spark`` (install logbuf there) and read ARCHIVE_DIR (a shared filesystem).
+import ``archive.spark`` (install logbuf there) and read ARCHIVE_DIR: a shared filesystem, or an archive
+uploaded to object storage (``logbuf-archive upload s3://...``; ARCHIVE_DIR is then that URI, and the
+executors need the store's credentials, e.g. ``AWS_ACCESS_KEY_ID`` in ``spark.executorEnv``).
 
 Output columns: stream_id, second (timestamp, UTC), messages, bytes (payload bytes).
 """
@@ -27,7 +30,7 @@ if TYPE_CHECKING:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("archive_dir", help="the archive directory (logbuf-archive record -d DIR)")
+    parser.add_argument("archive_dir", help="the archive directory (logbuf-archive record -d DIR), or its URI")
     parser.add_argument("out", help="where to write the Parquet output (replaced if it exists)")
     parser.add_argument("--stream-id", default="", help="only these stream ids (comma-separated)")
     parser.add_argument(
@@ -98,7 +101,7 @@ def run(spark: SparkSession, args: argparse.Namespace) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if not os.path.isdir(args.archive_dir):
+    if "://" not in args.archive_dir and not os.path.isdir(args.archive_dir):
         print(f"stream_rates: {args.archive_dir} is not a directory", file=sys.stderr)
         return 2
     spark = session()

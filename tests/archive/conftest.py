@@ -1,13 +1,16 @@
-"""Archive system-test kit: a media driver per module and recorder processes (``logbuf-archive record``)."""
+"""Archive system-test kit: a media driver per module, recorder processes (``logbuf-archive record``) and
+an S3 API server (moto in server mode) for archives on object storage."""
 
 from __future__ import annotations
 
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -16,6 +19,16 @@ import pytest
 from logbuf.client import Publication
 from logbuf.logbuffer.publication import OfferResult
 from tests.driver.conftest import DriverProcess, unique_dir
+
+# Credentials for the S3 API server the tests start (moto accepts any), set before any Spark JVM starts so
+# that its Python workers inherit them; no request ever leaves 127.0.0.1.
+for _name, _value in (
+    ("AWS_ACCESS_KEY_ID", "logbuf-test"),
+    ("AWS_SECRET_ACCESS_KEY", "logbuf-test"),
+    ("AWS_DEFAULT_REGION", "us-east-1"),
+    ("AWS_EC2_METADATA_DISABLED", "true"),
+):
+    os.environ.setdefault(_name, _value)
 
 ARCHIVE_DRIVER_ARGS = [
     "--ipc-term-length",
@@ -134,3 +147,80 @@ def archive_driver() -> Iterator[DriverProcess]:
     finally:
         d.stop()
         shutil.rmtree(d.dir, ignore_errors=True)
+
+
+def archive_cli(archive: str | os.PathLike[str], *args: str) -> int:
+    """``logbuf-archive -d ARCHIVE ...`` in this process; the logging it configures is undone afterwards
+    (it would otherwise keep writing to this test's captured output)."""
+    import structlog
+
+    from logbuf.archive.main import main
+
+    saved, was_configured = structlog.get_config(), structlog.is_configured()
+    try:
+        return main(["-d", str(archive), "--log-level", "error", *args])
+    finally:
+        structlog.reset_defaults()
+        if was_configured:
+            structlog.configure(**saved)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class S3Server:
+    """moto's S3 API server on 127.0.0.1 (a real HTTP server speaking S3, not a mock of our code)."""
+
+    port: int
+    proc: subprocess.Popen[bytes]
+
+    @property
+    def endpoint(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def uri(self, bucket: str, prefix: str = "") -> str:
+        """An ``s3://`` URI that pyarrow (and so the Spark source and ``upload``) resolves to this server."""
+        path = f"{bucket}/{prefix}".rstrip("/")
+        return f"s3://{path}?endpoint_override={self.endpoint}&scheme=http&allow_bucket_creation=true"
+
+    def new_bucket(self) -> str:
+        import pyarrow.fs as pafs
+
+        bucket = f"logbuf-{uuid.uuid4().hex[:12]}"
+        fs, _ = pafs.FileSystem.from_uri(self.uri(bucket))
+        fs.create_dir(bucket)
+        return bucket
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    """One moto S3 server for the run, on a free loopback port, stopped at the end."""
+    port = free_port()
+    log = tmp_path_factory.mktemp("moto") / "moto.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)], stdout=out, stderr=out
+        )
+    try:
+
+        def listening() -> bool:
+            assert proc.poll() is None, f"moto server exited: {log.read_text(errors='replace')}"
+            try:
+                socket.create_connection(("127.0.0.1", port), 0.2).close()
+                return True
+            except OSError:
+                return False
+
+        await_(listening, 30, "the S3 server to listen")
+        yield S3Server(port, proc)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)

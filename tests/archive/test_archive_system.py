@@ -555,3 +555,33 @@ def test_a_recording_that_cannot_write_stops_interrupted_and_no_longer_holds_the
         assert r.stop() == 0, r.output()
     assert d is not None and d.interrupted and not d.active and d.stop_position == d.start_position
     assert "recording.write_failed" in r.output() and "File too large" in r.output()
+
+
+def test_a_recording_with_checksums_verifies_replays_identically_and_catches_a_changed_byte(
+    archive_driver: DriverProcess, aeron: Aeron, tmp_path: Any
+) -> None:
+    archive = str(tmp_path / "crc")
+    recorder = RecorderProcess(archive, archive_driver.dir, "aeron:ipc", 14, ["--checksum", "crc32"]).start()
+    try:
+        pub = aeron.add_publication("aeron:ipc", 14)
+        await_(lambda: pub.is_connected, 20, "the recorder to subscribe")
+        payloads = payloads_for(14, 400)
+        reserved, ends = publish(pub, payloads)
+        session_id = pub.session_id
+        pub.close()
+        d = await_stopped(archive, session_id)
+    finally:
+        assert recorder.stop() == 0, recorder.output()
+    assert d.checksum.name == "CRC32" and d.session_id == session_id
+    first = segment_files(archive, d.recording_id)[0][1].read_bytes()
+    assert dh.HEADER.unpack_from(first)[5] != session_id  # the field holds the first payload's CRC-32
+    assert verify_recording(archive, d).ok
+    got = replay_all(aeron, archive, d.recording_id, 92)
+    assert [g[0] for g in got] == payloads and [g[2] for g in got] == ends  # replay rewrites the field
+    k = next(i for i, p in enumerate(payloads) if len(p) > 10 and i > 5)
+    base, path = segment_files(archive, d.recording_id)[ends[k - 1] // d.segment_length]
+    with open(path, "r+b") as f:
+        f.seek(ends[k - 1] - base + dh.HEADER_LENGTH + 3)
+        f.write(bytes([payloads[k][3] ^ 0x10]))
+    out = run_cli(archive, "verify", str(d.recording_id))
+    assert out.returncode == 1 and f"BAD at position {ends[k - 1]}: payload checksum" in out.stdout

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pathlib
 import re
@@ -12,7 +13,8 @@ import time
 import pytest
 
 from logbuf.archive import catalog_descriptor as cat
-from logbuf.archive.catalog import Catalog, CatalogError, RecordingState, UnknownRecordingError
+from logbuf.archive.catalog import Catalog, CatalogError, ChecksumType, RecordingState, UnknownRecordingError
+from logbuf.archive.checksum import payload_checksum, stamp_block
 from logbuf.archive.segments import (
     SegmentReader,
     check_segment_length,
@@ -20,8 +22,9 @@ from logbuf.archive.segments import (
     segment_file_name,
     segment_files,
 )
-from logbuf.archive.verify import scan_valid_prefix, verify_recording
+from logbuf.archive.verify import descriptor_problem, scan_valid_prefix, verify_recording
 from logbuf.logbuffer import data_header_descriptor as dh
+from tests.archive.conftest import archive_cli
 from tests.test_protocol_spec import tables
 
 TERM = 64 * 1024
@@ -31,19 +34,28 @@ SESSION, STREAM = 7, 3
 START = 64
 
 
-def add(catalog: Catalog, *, pid: int | None = None, start: int = START, channel: str = "aeron:ipc") -> int:
+def add(
+    catalog: Catalog,
+    *,
+    pid: int | None = None,
+    start: int = START,
+    channel: str = "aeron:ipc",
+    checksum: ChecksumType = ChecksumType.NONE,
+    term_length: int = TERM,
+) -> int:
     return catalog.add_recording(
         channel=channel,
         source_identity="127.0.0.1:4000",
         stream_id=STREAM,
         session_id=SESSION,
         initial_term_id=INITIAL_TERM_ID,
-        term_length=TERM,
+        term_length=term_length,
         mtu=1408,
         segment_length=SEGMENT,
         start_position=start,
         start_time_ms=1_000,
         pid=pid,
+        checksum=checksum,
     )
 
 
@@ -171,6 +183,163 @@ def test_a_dead_recorder_is_reported_interrupted_and_recovery_keeps_the_valid_pr
         assert writer.recording(alive).active
     result = verify_recording(tmp_path, d)
     assert result.ok and result.frames == 700 + 1 and result.end_position == ends[-1], result
+
+
+def stopped_archive(archive: pathlib.Path, count: int, recordings: int = 1) -> list[int]:
+    """``recordings`` stopped recordings of ``count`` frames each (the same bytes); returns the frame ends."""
+    ends = []
+    for recording_id in range(recordings):
+        ends = write_recording(archive, recording_id, count)
+    with Catalog.open_writable(archive) as writer:
+        for _ in range(recordings):
+            writer.stop_recording(add(writer), ends[-1])
+    return ends
+
+
+def test_an_entry_made_invalid_after_it_was_added_is_reported_by_list_verify_and_recording(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    stopped_archive(tmp_path, 20, recordings=3)
+    with Catalog.open_writable(tmp_path) as writer:
+        writer.set_state(1, RecordingState.INVALID)
+    with Catalog.open(tmp_path) as reader:
+        assert [d.recording_id for d in reader.recordings()] == [0, 2]
+        [problem] = reader.problems()
+        assert (problem.first_recording_id, problem.last_recording_id) == (1, 1)
+        assert "recording 1: its catalog entry is INVALID (state 0) below the next recording id" in problem.reason
+        with pytest.raises(CatalogError, match="recording 1: its catalog entry is INVALID"):
+            reader.recording(1)
+    capsys.readouterr()
+    assert archive_cli(tmp_path, "list") == 1
+    out = capsys.readouterr().out
+    assert "catalog BAD: recording 1: its catalog entry is INVALID" in out and out.count(" VALID ") == 2
+    assert archive_cli(tmp_path, "verify") == 1
+    out = capsys.readouterr().out
+    assert "recording 0: OK" in out and "recording 2: OK" in out and "catalog BAD: recording 1" in out
+    assert archive_cli(tmp_path, "verify", "1") == 1
+    assert "catalog BAD: recording 1" in capsys.readouterr().out
+    assert archive_cli(tmp_path, "verify", "2") == 0
+
+
+def test_a_truncated_catalog_is_reported_and_recover_does_not_crash(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    stopped_archive(tmp_path, 20, recordings=3)
+    catalog_path = tmp_path / cat.CATALOG_FILE_NAME
+    os.truncate(catalog_path, cat.entry_offset(1) + 100)  # entry 0 whole, entry 1 cut, entry 2 gone
+    with Catalog.open(tmp_path) as reader:
+        assert [d.recording_id for d in reader.recordings()] == [0]
+        [problem] = reader.problems()
+        assert (problem.first_recording_id, problem.last_recording_id) == (1, 2)
+        assert "is truncated: its header counts 3 recordings but the file (2148 bytes) holds whole entries for 1" in (
+            problem.reason
+        )
+        with pytest.raises(CatalogError, match="recording 2 is lost: catalog .* is truncated"):
+            reader.recording(2)
+    capsys.readouterr()
+    assert archive_cli(tmp_path, "list", "--json") == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2 and '"last_recording_id": 2' in lines[1] and "recordings 1..2 are lost" in lines[1]
+    assert archive_cli(tmp_path, "verify") == 1
+    assert "recordings 1..2 are lost" in capsys.readouterr().out
+    assert archive_cli(tmp_path, "recover") == 1  # struct.error before
+    out = capsys.readouterr().out
+    assert "no interrupted recordings" in out and "catalog BAD" in out
+
+
+def test_recover_reports_damage_before_the_stored_stop_position(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ends = write_recording(tmp_path, 0, 300)
+    with Catalog.open_writable(tmp_path) as writer:
+        add(writer, pid=dead_pid())
+        writer.position_writer(0).set_position(ends[200])  # the recorder died after storing this
+    victim = ends[50]
+    with open(tmp_path / segment_file_name(0, 0), "r+b") as f:
+        f.seek(victim + dh.TERM_ID_FIELD_OFFSET)
+        f.write((999).to_bytes(4, "little"))
+    capsys.readouterr()
+    assert archive_cli(tmp_path, "recover") == 1
+    out = capsys.readouterr().out
+    assert f"recording 0: interrupted, closed at {ends[-1]}; BAD at position {victim}: term id field 999" in out
+    assert archive_cli(tmp_path, "verify") == 1
+    assert f"BAD at position {victim}" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "term_length, segment_length, mtu, start, stop, reason",
+    [
+        (3, SEGMENT, 1408, START, START, "term length 3 in the catalog is not a power of two within 65536.."),
+        (TERM, TERM // 2, 1408, START, START, "segment length 32768 in the catalog is not a power-of-two multiple"),
+        (TERM, SEGMENT, 1400, START, START, "MTU 1400 in the catalog is not a multiple of 32"),
+        (TERM, SEGMENT, 1408, START, START - 32, "stop position 32 is before the start position 64"),
+        (TERM, SEGMENT, 1408, START, START + 3, "stop position 67 in the catalog is not a non-negative multiple"),
+    ],
+)
+def test_impossible_descriptors_are_named_before_any_walk(
+    tmp_path: pathlib.Path, term_length: int, segment_length: int, mtu: int, start: int, stop: int, reason: str
+) -> None:
+    stopped_archive(tmp_path, 5)
+    with Catalog.open(tmp_path) as reader:
+        good = reader.recording(0)
+    assert descriptor_problem(good) is None
+    bad = dataclasses.replace(
+        good, term_length=term_length, segment_length=segment_length, mtu=mtu, start_position=start, stop_position=stop
+    )
+    assert reason in (descriptor_problem(bad) or "")
+    result = verify_recording(tmp_path, bad)
+    assert not result.ok and result.frames == 0 and reason in (result.reason or "")
+
+
+def stamp_segments(archive: pathlib.Path, recording_id: int) -> None:
+    """What ``record --checksum crc32`` writes: every DATA frame's session id field = its payload's CRC-32."""
+    for base, path in segment_files(archive, recording_id):
+        data = bytearray(path.read_bytes())
+        first = START if base == 0 else 0
+        data[first:] = stamp_block(memoryview(data)[first:])
+        path.write_bytes(bytes(data))
+
+
+def test_record_checksums_catch_a_flipped_payload_byte_that_headers_cannot(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ends = write_recording(tmp_path, 0, 700)  # two terms and a PAD
+    stamp_segments(tmp_path, 0)
+    with Catalog.open_writable(tmp_path) as writer:
+        add(writer, checksum=ChecksumType.CRC32)
+        writer.stop_recording(0, ends[-1])
+        d = writer.recording(0)
+    assert d.checksum is ChecksumType.CRC32
+    with open(tmp_path / segment_file_name(0, 0), "rb") as f:
+        f.seek(ends[3] + dh.SESSION_ID_FIELD_OFFSET)
+        assert int.from_bytes(f.read(4), "little", signed=True) == payload_checksum(bytes([3]) * 100)
+    result = verify_recording(tmp_path, d)
+    assert result.ok and result.frames == 701, result
+    victim = ends[600]  # in the second term
+    path = tmp_path / segment_file_name(0, segment_base_position(START, victim, TERM, SEGMENT))
+    offset = victim - segment_base_position(START, victim, TERM, SEGMENT) + dh.HEADER_LENGTH + 40
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        f.write(b"\xff")
+    result = verify_recording(tmp_path, d)
+    assert not result.ok and result.end_position == victim and result.frames == 601, result
+    assert "payload checksum" in (result.reason or "") and "does not match the recorded" in (result.reason or "")
+    without = dataclasses.replace(d, checksum=ChecksumType.NONE, session_id=SESSION)
+    assert not verify_recording(tmp_path, without).ok  # the session ids are CRCs now
+    capsys.readouterr()
+    assert archive_cli(tmp_path, "verify") == 1
+    assert f"BAD at position {victim}: payload checksum" in capsys.readouterr().out
+    assert archive_cli(tmp_path, "list", "--json") == 0
+    assert '"checksum": "CRC32"' in capsys.readouterr().out
+
+
+def test_without_checksums_a_flipped_payload_byte_still_verifies(tmp_path: pathlib.Path) -> None:
+    ends = stopped_archive(tmp_path, 50)
+    with open(tmp_path / segment_file_name(0, 0), "r+b") as f:
+        f.seek(ends[10] + dh.HEADER_LENGTH + 5)
+        f.write(b"\xff")
+    with Catalog.open(tmp_path) as reader:
+        assert verify_recording(tmp_path, reader.recording(0)).ok  # why record checksums exist
 
 
 # -- segments --------------------------------------------------------------------------------------------

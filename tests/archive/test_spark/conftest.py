@@ -96,17 +96,16 @@ class RecordedArchive:
     published: Published
 
 
-@pytest.fixture(scope="session")
-def recorded(
-    spark_driver: DriverProcess, aeron: Aeron, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[RecordedArchive]:
-    """3000 mixed messages (about a third fragmented) on aeron:ipc stream 10, recorded and stopped."""
-    archive_dir = str(tmp_path_factory.mktemp("spark-archive"))
-    recorder = RecorderProcess(archive_dir, spark_driver.dir, "aeron:ipc", STREAM).start()
+def record_archive(
+    driver: DriverProcess, aeron: Aeron, archive_dir: str, stream_id: int, count: int, seed: int, extra: list[str]
+) -> RecordedArchive:
+    """``count`` mixed messages published on aeron:ipc ``stream_id``, recorded by a recorder process
+    (with ``extra`` options) and stopped."""
+    recorder = RecorderProcess(archive_dir, driver.dir, "aeron:ipc", stream_id, extra).start()
     try:
-        pub = aeron.add_publication("aeron:ipc", STREAM)
+        pub = aeron.add_publication("aeron:ipc", stream_id)
         await_(lambda: pub.is_connected, 20, "the recorder to subscribe")
-        published = publish(pub, payloads_for(1, 3000))
+        published = publish(pub, payloads_for(seed, count))
         await_recorded(archive_dir, published.session_id, published.end_positions[-1])
         pub.close()
         await_(
@@ -118,7 +117,22 @@ def recorded(
         assert recorder.stop() == 0, recorder.output()
     d = recording_of(archive_dir, published.session_id)
     assert d is not None
-    yield RecordedArchive(archive_dir, d, published)
+    return RecordedArchive(archive_dir, d, published)
+
+
+@pytest.fixture(scope="session")
+def recorded(spark_driver: DriverProcess, aeron: Aeron, tmp_path_factory: pytest.TempPathFactory) -> RecordedArchive:
+    """3000 mixed messages (about a third fragmented) on aeron:ipc stream 10, recorded and stopped."""
+    return record_archive(spark_driver, aeron, str(tmp_path_factory.mktemp("spark-archive")), STREAM, 3000, 1, [])
+
+
+@pytest.fixture(scope="session")
+def recorded_with_checksums(
+    spark_driver: DriverProcess, aeron: Aeron, tmp_path_factory: pytest.TempPathFactory
+) -> RecordedArchive:
+    """500 mixed messages on aeron:ipc stream 12, recorded with ``--checksum crc32``."""
+    archive_dir = str(tmp_path_factory.mktemp("spark-archive-crc"))
+    return record_archive(spark_driver, aeron, archive_dir, 12, 500, 12, ["--checksum", "crc32"])
 
 
 @pytest.fixture(scope="session")

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import os
 import pathlib
+import random
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from logbuf.archive.catalog import RecordingDescriptor, RecordingState
+from logbuf.archive.catalog import Catalog, ChecksumType, RecordingDescriptor, RecordingState
+from logbuf.archive.checksum import stamp_block
 from logbuf.archive.segments import segment_base_position, segment_file_name
 from logbuf.logbuffer import data_header_descriptor as dh
 
@@ -114,3 +117,45 @@ class SyntheticRecording:
     def segment(self, base: int) -> bytes:
         chunk = bytes(self.data[base : base + self.segment_length])
         return chunk + bytes(self.segment_length - len(chunk))
+
+
+def build_archive(
+    archive: pathlib.Path,
+    recordings: Sequence[SyntheticRecording],
+    *,
+    checksum: ChecksumType = ChecksumType.NONE,
+) -> None:
+    """Segments and a catalog entry (stopped) per synthetic recording, with ids 0, 1, ..."""
+    with Catalog.open_writable(archive) as writer:
+        for rec in recordings:
+            if checksum:
+                stamp(rec)
+            rec.write_segments(archive)
+            rid = writer.add_recording(
+                channel="aeron:ipc",
+                source_identity="aeron:ipc",
+                stream_id=rec.stream_id,
+                session_id=rec.session_id,
+                initial_term_id=rec.initial_term_id,
+                term_length=rec.term_length,
+                mtu=MTU,
+                segment_length=rec.segment_length,
+                start_position=rec.start_position,
+                checksum=checksum,
+            )
+            assert rid == rec.recording_id
+            writer.stop_recording(rid, rec.position)
+
+
+def stamp(rec: SyntheticRecording) -> None:
+    """Record checksums, as ``record --checksum crc32`` writes them (frames from the start position)."""
+    start = rec.start_position
+    rec.data[start:] = stamp_block(memoryview(rec.data)[start:])
+
+
+def recording(recording_id: int, stream_id: int, count: int, seed: int, session_id: int = 77) -> SyntheticRecording:
+    rec = SyntheticRecording(recording_id=recording_id, stream_id=stream_id, session_id=session_id)
+    rng = random.Random(seed)
+    for i in range(count):
+        rec.offer(rng.randbytes(rng.choice((0, 10, 200, MTU, 3000))), reserved=1_700_000_000_000_000 + i)
+    return rec

@@ -7,10 +7,14 @@ import shutil
 from typing import TYPE_CHECKING
 
 import pytest
+from pyspark.sql import functions as F
 
+from logbuf.archive.catalog import Catalog, ChecksumType, RecordingState
 from logbuf.archive.segments import segment_files
 from logbuf.logbuffer import data_header_descriptor as dh
+from tests.archive.conftest import S3Server, archive_cli
 from tests.archive.test_spark.conftest import MAX_PAYLOAD, RecordedArchive
+from tests.archive.test_spark.synthetic import build_archive, recording
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrameReader, SparkSession
@@ -126,3 +130,95 @@ def test_corrupted_and_truncated_segments_in_the_three_modes(
 
     with pytest.raises(Exception, match=f"malformed frame \\(mode FAILFAST\\): term id field 12345.*position {bad}"):
         spark.read.format("logbuf").option("mode", "FAILFAST").load(str(archive)).count()
+
+
+def test_filter_on_stream_id_is_pushed_down_and_prunes_partitions(spark: SparkSession, tmp_path: pathlib.Path) -> None:
+    recs = [recording(i, 10 * (i + 1), 150, seed=20 + i, session_id=200 + i) for i in range(4)]
+    build_archive(tmp_path, recs)
+    df = spark.read.format("logbuf").load(str(tmp_path))
+    everything = df.rdd.getNumPartitions()
+    filtered = df.filter(F.col("stream_id") == 20)
+    assert everything == sum(len(segment_files(tmp_path, r.recording_id)) for r in recs)
+    assert filtered.rdd.getNumPartitions() == len(segment_files(tmp_path, 1))  # one recording's segments only
+    rows = filtered.orderBy("position").collect()
+    assert [bytes(r.payload) for r in rows] == [m[0] for m in recs[1].messages]
+    ranged = df.filter((F.col("position") > recs[2].messages[9][2]) & (F.col("recording_id") == 2))
+    assert [r.position for r in ranged.orderBy("position").select("position").collect()] == [
+        m[2] for m in recs[2].messages[10:]
+    ]
+    assert df.filter("stream_id IN (10, 40) AND session_id = 203").count() == len(recs[3].messages)
+    # Off: the same rows, every partition planned.
+    off = spark.read.format("logbuf").option("filterPushdown", "false").load(str(tmp_path)).filter("stream_id = 20")
+    assert off.rdd.getNumPartitions() == everything and off.count() == len(recs[1].messages)
+
+
+def test_unknown_options_and_a_damaged_catalog_fail_the_query_naming_them(
+    spark: SparkSession, tmp_path: pathlib.Path
+) -> None:
+    recs = [recording(0, 10, 50, seed=30), recording(1, 10, 50, seed=31)]
+    build_archive(tmp_path, recs)
+    with pytest.raises(Exception, match=r"(?i)unknown option 'streamIds' \(did you mean 'streamId'\?\)"):
+        spark.read.format("logbuf").option("streamIds", 20).load(str(tmp_path)).count()
+    with Catalog.open_writable(tmp_path) as writer:
+        writer.set_state(1, RecordingState.INVALID)
+    rows = spark.read.format("logbuf").load(str(tmp_path)).filter("_corrupt_record IS NOT NULL").collect()
+    assert [(r.recording_id, r.payload) for r in rows] == [(1, None)]
+    with pytest.raises(Exception, match=r"damaged catalog \(mode FAILFAST\): recording 1"):
+        spark.read.format("logbuf").option("mode", "FAILFAST").load(str(tmp_path)).count()
+
+
+def test_sql_create_table_and_temporary_view_using_logbuf(spark: SparkSession, tmp_path: pathlib.Path) -> None:
+    recs = [recording(0, 10, 40, seed=40), recording(1, 20, 30, seed=41)]
+    build_archive(tmp_path, recs)
+    spark.sql(f"CREATE TABLE logbuf_stream20 USING logbuf OPTIONS (path '{tmp_path}', streamId '20')")
+    try:
+        got = spark.sql("SELECT position, payload FROM logbuf_stream20 ORDER BY position").collect()
+        assert [(r.position, bytes(r.payload)) for r in got] == [(m[2], m[0]) for m in recs[1].messages]
+        assert spark.sql("SELECT count(*) AS n FROM logbuf_stream20 WHERE position > 0").first().n == 30
+    finally:
+        spark.sql("DROP TABLE IF EXISTS logbuf_stream20")
+    spark.sql(f"CREATE OR REPLACE TEMPORARY VIEW logbuf_all USING logbuf OPTIONS (path '{tmp_path}')")
+    counts = spark.sql(
+        "SELECT stream_id, count(*) AS n FROM logbuf_all GROUP BY stream_id ORDER BY stream_id"
+    ).collect()
+    assert [(r.stream_id, r.n) for r in counts] == [(10, 40), (20, 30)]
+
+
+def test_a_recording_made_with_checksums_reads_whole_and_a_changed_byte_is_a_corrupt_record(
+    spark: SparkSession, recorded_with_checksums: RecordedArchive, tmp_path: pathlib.Path
+) -> None:
+    d, published = recorded_with_checksums.recording, recorded_with_checksums.published
+    assert d.checksum is ChecksumType.CRC32
+    rows = spark.read.format("logbuf").load(recorded_with_checksums.archive_dir).orderBy("position").collect()
+    assert [bytes(r.payload) for r in rows] == published.payloads
+    assert {r.session_id for r in rows} == {published.session_id}
+    archive = tmp_path / "archive"
+    shutil.copytree(recorded_with_checksums.archive_dir, archive, ignore=shutil.ignore_patterns("*.log"))
+    k = next(i for i, p in enumerate(published.payloads) if len(p) > 50 and i > 10)
+    victim = published.end_positions[k - 1]  # the frame of message k starts where k - 1 ended
+    base, path = segment_files(archive, d.recording_id)[victim // d.segment_length]
+    with open(path, "r+b") as f:
+        f.seek(victim - base + dh.HEADER_LENGTH + 20)
+        f.write(bytes([published.payloads[k][20] ^ 0xFF]))
+    corrupt = spark.read.format("logbuf").load(str(archive)).filter("_corrupt_record IS NOT NULL").collect()
+    assert [r.position for r in corrupt] == [victim] and "payload checksum" in corrupt[0]._corrupt_record
+    with pytest.raises(Exception, match=f"FAILFAST.*payload checksum.*position {victim}"):
+        spark.read.format("logbuf").option("mode", "FAILFAST").load(str(archive)).count()
+
+
+def test_archives_on_s3_and_lists_of_paths_read_row_for_row(
+    spark: SparkSession, recorded: RecordedArchive, s3_server: S3Server, tmp_path: pathlib.Path
+) -> None:
+    bucket = s3_server.new_bucket()
+    uri = s3_server.uri(bucket, "recorded")
+    assert archive_cli(recorded.archive_dir, "upload", uri) == 0
+    columns = ["recording_id", "position", "reserved_value", "payload"]
+    local = spark.read.format("logbuf").load(recorded.archive_dir).select(*columns).orderBy("position").collect()
+    remote = spark.read.format("logbuf").load(uri).select(*columns).orderBy("position").collect()
+    assert remote == local and len(remote) == len(recorded.published.payloads)
+    second = tmp_path / "second"
+    build_archive(second, [recording(0, 99, 40, seed=60)])
+    both = spark.read.format("logbuf").load([recorded.archive_dir, str(second)])
+    assert both.columns[0] == "archive"
+    counts = {(r.archive, r.n) for r in both.groupBy("archive").agg(F.count("*").alias("n")).collect()}
+    assert counts == {(recorded.archive_dir, len(local)), (str(second), 40)}

@@ -10,6 +10,7 @@ import pytest
 from logbuf.client import Aeron
 from tests.archive.conftest import RecorderProcess, await_
 from tests.archive.test_spark.conftest import await_recorded, payloads_for, publish
+from tests.archive.test_spark.synthetic import build_archive, recording
 from tests.driver.conftest import DriverProcess
 
 if TYPE_CHECKING:
@@ -77,3 +78,36 @@ def test_stream_reads_new_positions_and_new_recordings_once_across_restarts(
         second.close()
     finally:
         assert recorder.stop() == 0, recorder.output()
+
+
+@pytest.mark.parametrize(("option", "value"), [("maxRecordsPerTrigger", "100"), ("maxBytesPerTrigger", "70000")])
+def test_admission_control_splits_the_backlog_into_micro_batches(
+    spark: SparkSession, tmp_path: pathlib.Path, option: str, value: str
+) -> None:
+    recs = [recording(0, 10, 230, seed=50), recording(1, 20, 60, seed=51)]
+    archive = tmp_path / "archive"
+    build_archive(archive, recs)
+    out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+    query = (
+        spark.readStream.format("logbuf")
+        .option(option, value)
+        .load(str(archive))
+        .select("recording_id", "position", "payload")
+        .writeStream.format("parquet")
+        .option("path", str(out))
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    try:
+        assert query.awaitTermination(120), "the availableNow query did not finish in 120 s"
+        batches = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+    finally:
+        query.stop()
+    assert sum(batches) == 290
+    if option == "maxRecordsPerTrigger":
+        assert batches == [100, 100, 90]
+    else:  # one 64 KiB term (plus what fits) per micro-batch: the first one no longer reads everything
+        assert len(batches) >= 3 and max(batches) < 290
+    expected = sorted((r.recording_id, m[2], m[0]) for r in recs for m in r.messages)
+    assert rows(spark, out) == expected
