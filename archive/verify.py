@@ -32,7 +32,7 @@ from logbuf.archive.segments import SegmentError, SegmentReader
 from logbuf.logbuffer import data_header_descriptor as dh
 
 if TYPE_CHECKING:
-    from logbuf.archive.catalog import RecordingDescriptor
+    from logbuf.archive.recording import RecordingDescriptor
 
 __all__ = ["VerifyResult", "scan_valid_prefix", "verify_recording", "walk_frames"]
 

@@ -32,6 +32,7 @@ from logbuf.conduit import counters_descriptor as cd
 from logbuf.conduit.cnc import CncError, CncFile, cnc_driver_heartbeat_ms
 from logbuf.conduit.counters import CounterInfo, CountersReader
 from logbuf.conduit.error_log import read_error_log
+from logbuf.errors import ShmError
 from logbuf.logbuffer import data_header_descriptor as dh
 from logbuf.logbuffer.log_buffer import LogBuffers
 from logbuf.logging_config import configure_logging
@@ -174,7 +175,7 @@ class StatReader:
             path = os.path.join(self.dir, folder, f"{registration_id}.logbuffer")
             try:
                 self._logs[registration_id] = LogBuffers.open_file(path)
-            except (OSError, ValueError):
+            except (OSError, ValueError, ShmError):
                 self._logs[registration_id] = None  # gone (driver cleaned up): counters only
         return self._logs[registration_id]
 

@@ -33,10 +33,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import Final
 
-
-class MalformedCommandError(ValueError):
-    """A command or response does not decode; the message names the type and the fault."""
-
+from logbuf.errors import MalformedCommandError as MalformedCommandError  # raised here
 
 # -- type ids -------------------------------------------------------------------------------------
 ADD_PUBLICATION: Final[int] = 0x01

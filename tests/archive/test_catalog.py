@@ -14,6 +14,7 @@ import pytest
 from logbuf.archive import catalog_descriptor as cat
 from logbuf.archive.catalog import Catalog, CatalogError, RecordingState, UnknownRecordingError
 from logbuf.archive.segments import (
+    SegmentError,
     SegmentReader,
     check_segment_length,
     segment_base_position,
@@ -203,7 +204,7 @@ def test_segment_files_are_found_by_name_and_sorted(tmp_path: pathlib.Path) -> N
     assert segment_file_name(3, 131072) == "3-131072.rec"
     with pytest.raises(ValueError, match="segment_length=100000 must be a power of two"):
         check_segment_length(100_000)
-    with pytest.raises(ValueError, match=re.escape(f"segment file {tmp_path / '9-0.rec'} is missing")):
+    with pytest.raises(SegmentError, match=re.escape(f"segment file {tmp_path / '9-0.rec'} is missing")):
         SegmentReader(tmp_path, 9, 0, TERM, SEGMENT).term_view(0)
 
 
