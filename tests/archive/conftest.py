@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -15,7 +14,7 @@ import pytest
 
 from logbuf.client import Publication
 from logbuf.logbuffer.publication import OfferResult
-from tests.driver.conftest import DriverProcess, unique_dir
+from tests.support.driver_process import DriverProcess, DriverSet
 
 ARCHIVE_DRIVER_ARGS = [
     "--ipc-term-length",
@@ -123,14 +122,7 @@ class RecorderProcess:
 
 
 @pytest.fixture(scope="module")
-def archive_driver() -> Iterator[DriverProcess]:
+def archive_driver(request: pytest.FixtureRequest) -> Iterator[DriverProcess]:
     """One driver for a test module (64 KiB IPC terms); its error log must stay empty."""
-    d = DriverProcess(unique_dir(), ARCHIVE_DRIVER_ARGS).start()
-    try:
-        yield d
-        if d.proc is not None and d.proc.poll() is None:
-            unexpected = [e for e in d.errors() if not any(x in e for x in d.expected_errors)]
-            assert not unexpected, f"driver error log holds unexpected errors: {unexpected}"
-    finally:
-        d.stop()
-        shutil.rmtree(d.dir, ignore_errors=True)
+    with DriverSet(request) as drivers:
+        yield drivers(base=ARCHIVE_DRIVER_ARGS)

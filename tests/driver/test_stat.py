@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -14,7 +13,7 @@ import urllib.request
 from logbuf.client import Aeron, Context, OfferResult
 from logbuf.client.stat import StatReader
 from logbuf.logbuffer import data_header_descriptor as dh
-from tests.driver.conftest import DriverProcess, unique_dir
+from tests.support.driver_process import DriverProcess, DriverSet, unique_dir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -132,10 +131,9 @@ def test_once_json_prometheus_and_live_view(media_driver: DriverProcess) -> None
     assert "streams" in live.stdout and "system counters" in live.stdout and "alive" in live.stdout
 
 
-def test_dead_driver_is_reported_not_alive_with_what_it_left() -> None:
-    driver = DriverProcess(unique_dir(), ["--ipc-term-length", "64k", "--dir-delete-on-shutdown", "false"]).start()
-    try:
-        aeron = Aeron.connect(Context(dir=driver.dir, driver_timeout_ms=60_000))
+def test_dead_driver_is_reported_not_alive_with_what_it_left(driver_factory: DriverSet) -> None:
+    driver = driver_factory("--ipc-term-length", "64k", "--dir-delete-on-shutdown", "false", base=[])
+    with Aeron.connect(Context(dir=driver.dir, driver_timeout_ms=60_000)) as aeron:
         pub = aeron.add_publication("aeron:ipc", 33)
         aeron.add_subscription("aeron:ipc", 33)
         deadline = time.monotonic() + 10
@@ -153,10 +151,6 @@ def test_dead_driver_is_reported_not_alive_with_what_it_left() -> None:
         assert stream["publisher_position"] == 64  # one 43-byte frame, aligned
         live = _stat("--dir", driver.dir, "--once", "--interval", "0.1", "--alive-timeout-ms", "500")
         assert "NOT ALIVE" in live.stdout
-        aeron.close()
-    finally:
-        driver.kill()
-        shutil.rmtree(driver.dir, ignore_errors=True)
 
 
 def test_missing_directory_and_bad_arguments_name_the_problem() -> None:
