@@ -11,7 +11,7 @@ import time
 import urllib.request
 
 from logbuf.client import Aeron, Context, OfferResult
-from logbuf.client.stat import StatReader
+from logbuf.client.stat import UDP_SYSTEM_COUNTER_IDS, StatReader
 from logbuf.logbuffer import data_header_descriptor as dh
 from tests.support.driver_process import DriverProcess, DriverSet, unique_dir
 
@@ -129,6 +129,38 @@ def test_once_json_prometheus_and_live_view(media_driver: DriverProcess) -> None
     live = _stat("--dir", media_driver.dir, "--duration", "0.5", "--interval", "0.2")
     assert live.returncode == 0, live.stderr
     assert "streams" in live.stdout and "system counters" in live.stdout and "alive" in live.stdout
+
+
+def test_the_live_view_says_what_it_counts_and_hides_idle_udp_counters_on_an_ipc_driver(
+    media_driver: DriverProcess,
+) -> None:
+    with Aeron.connect(Context(dir=media_driver.dir)) as aeron:
+        aeron.add_publication("aeron:ipc", 34)
+        aeron.add_subscription("aeron:ipc", 34)
+        live = _stat("--dir", media_driver.dir, "--once", "--interval", "0.1")
+        once = _stat("--dir", media_driver.dir, "--once", "--json", "--interval", "0.1")
+    assert live.returncode == 0 and once.returncode == 0, live.stderr + once.stderr
+    view = " ".join(live.stdout.split())  # rich wraps the legend at the console's width
+    assert "log bytes/s" in view and "lag (bytes)" in view
+    assert "limit: how far it may write before it is back-pressured" in view
+    assert "lag: how far a subscriber is behind the position" in view
+    assert "count log bytes: frames with their 32-byte headers" in view
+    counters = json.loads(once.stdout)["counters"]
+    udp = [c for c in counters if c["system_id"] in UDP_SYSTEM_COUNTER_IDS]
+    assert len(udp) == len(UDP_SYSTEM_COUNTER_IDS) and all(c["value"] == 0 for c in udp)  # JSON keeps them all
+    assert f"({len(udp)} idle UDP counters hidden: no UDP stream)" in view
+    assert "NAKs sent" not in view and "Bytes received" not in view
+    assert "Errors" in view and "Active publications" in view
+
+
+def test_the_udp_counter_ids_are_the_drivers_network_counters() -> None:
+    from logbuf.driver.system_counters import LABELS, SystemCounterId
+
+    network_words = ("Bytes", "NAK", "Status", "Heartbeat", "Retransmit", "Flow", "Invalid", "Short", "gap",
+                     "Sender", "Receiver", "Datagram", "Setup")  # fmt: skip
+    expected = {int(i) for i in SystemCounterId if any(w in LABELS[i] for w in network_words)}
+    expected.discard(SystemCounterId.BYTES_CURRENTLY_MAPPED)  # mapped log bytes: IPC too
+    assert UDP_SYSTEM_COUNTER_IDS == expected
 
 
 def test_dead_driver_is_reported_not_alive_with_what_it_left(driver_factory: DriverSet) -> None:
