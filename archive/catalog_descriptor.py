@@ -91,6 +91,7 @@ import struct
 from typing import TYPE_CHECKING, Final
 
 from logbuf import _native
+from logbuf.errors import LogbufError
 
 if TYPE_CHECKING:
     from typing_extensions import Buffer
@@ -169,7 +170,7 @@ assert STOP_TIME_OFFSET + 8 <= STOP_POSITION_OFFSET
 assert HEARTBEAT_OFFSET + 8 <= INITIAL_TERM_ID_OFFSET
 
 
-class CatalogFormatError(ValueError):
+class CatalogFormatError(LogbufError, ValueError):
     """The catalog file is not one this version understands (named in the message)."""
 
 

@@ -31,13 +31,13 @@ from logbuf.archive.maintenance import delete_recording, purge_segments
 from logbuf.archive.recorder import Recorder, RecorderContext
 from logbuf.archive.segments import DEFAULT_SEGMENT_LENGTH, SegmentError, segment_files
 from logbuf.archive.verify import verify_recording
-from logbuf.errors import LogbufError
+from logbuf.errors import ConfigurationError, LogbufError
 from logbuf.logging_config import configure_logging
 
 ENV_ARCHIVE_DIR = "LOGBUF_ARCHIVE_DIR"
 
 
-class UsageError(ValueError):
+class UsageError(ConfigurationError):
     """Bad command-line input (exit status 2)."""
 
 

@@ -36,13 +36,14 @@ from logbuf.archive.catalog import Catalog, CatalogError, RecordingDescriptor, R
 from logbuf.archive.segments import SegmentError, SegmentReader
 from logbuf.channel_uri import ChannelUri
 from logbuf.client import Aeron, Publication
+from logbuf.errors import LogbufError
 from logbuf.logbuffer import data_header_descriptor as dh
 from logbuf.logbuffer import log_buffer_descriptor as lbd
 
 __all__ = ["Replay", "ReplayError", "check_replay_bounds", "replay_channel"]
 
 
-class ReplayError(ValueError):
+class ReplayError(LogbufError, ValueError):
     """A replay that cannot start or go on (the message names the recording and the problem)."""
 
 

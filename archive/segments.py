@@ -24,6 +24,7 @@ from typing import Final
 import numpy as np
 import numpy.typing as npt
 
+from logbuf.errors import LogbufError
 from logbuf.logbuffer import log_buffer_descriptor as lbd
 
 __all__ = [
@@ -47,7 +48,7 @@ SEGMENT_SUFFIX: Final[str] = ".rec"
 _NAME = re.compile(r"^(\d+)-(\d+)\.rec$")
 
 
-class SegmentError(ValueError):
+class SegmentError(LogbufError):
     """A segment file is missing, truncated or unreadable (the message names the file and position)."""
 
 

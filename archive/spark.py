@@ -107,6 +107,7 @@ from logbuf.archive.storage import (
     read_segment,
 )
 from logbuf.archive.verify import descriptor_problem
+from logbuf.errors import LogbufError
 from logbuf.logbuffer import data_header_descriptor as dh
 from logbuf.logging_config import library_logger
 
@@ -149,7 +150,7 @@ _COLUMNS: Final[tuple[tuple[str, DataType], ...]] = (
 """The columns (all nullable: a PERMISSIVE corrupt row has nulls); spark_frames.arrow_schema matches."""
 
 
-class LogbufSourceError(ValueError):
+class LogbufSourceError(LogbufError, ValueError):
     """A bad option, or a corrupt frame in FAILFAST mode (the message names the value or position)."""
 
 

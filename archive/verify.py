@@ -39,7 +39,7 @@ from logbuf.logbuffer import data_header_descriptor as dh
 from logbuf.logbuffer import log_buffer_descriptor as lbd
 
 if TYPE_CHECKING:
-    from logbuf.archive.catalog import RecordingDescriptor
+    from logbuf.archive.recording import RecordingDescriptor
 
 __all__ = ["VerifyResult", "descriptor_problem", "scan_valid_prefix", "verify_recording", "walk_frames"]
 

@@ -11,6 +11,8 @@ works beside a busy driver and on the files a dead driver left behind (it then s
 Per stream (a publication's session id and stream id): publisher position and limit, bytes/s from
 how far the position moved, msgs/s from the messages (BEGIN frames) found in the frames written
 since the last sample, and each subscriber's lag behind the publisher; the slowest is marked.
+Positions, limits, lags and bytes/s count log bytes: frames with their 32-byte headers, each aligned
+to 32 bytes (a 32-byte message takes 64), so they run ahead of payload rates.
 """
 
 from __future__ import annotations
@@ -18,12 +20,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import struct
 import sys
 import threading
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 
@@ -32,6 +35,7 @@ from logbuf.conduit import counters_descriptor as cd
 from logbuf.conduit.cnc import CncError, CncFile, cnc_driver_heartbeat_ms
 from logbuf.conduit.counters import CounterInfo, CountersReader
 from logbuf.conduit.error_log import read_error_log
+from logbuf.errors import ShmError
 from logbuf.logbuffer import data_header_descriptor as dh
 from logbuf.logbuffer.log_buffer import LogBuffers
 from logbuf.logging_config import configure_logging
@@ -41,6 +45,26 @@ IMAGES_DIR = "images"
 DEFAULT_ALIVE_TIMEOUT_MS = 5_000
 MAX_SCAN_BYTES = 1 << 20
 """Frames scanned per stream per sample to estimate messages per byte."""
+
+SYSTEM_COUNTER_KEY: Final[struct.Struct] = struct.Struct("<i")
+"""A system counter's key: its id."""
+
+UDP_SYSTEM_COUNTER_IDS: frozenset[int] = frozenset(
+    {0, 1, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 16, 23, 28, 30, 36, 101, 102, 103, 104}
+)
+"""System counters (ids, Aeron's and logbuf's) that only UDP moves: bytes and datagrams sent and received,
+NAKs, status messages, heartbeats, retransmits, flow control, invalid packets, short sends, gap fills,
+the sender's and receiver's cycle times and setups. The live view hides them while they are 0
+on a driver with no UDP stream."""
+
+LEGEND = (
+    "position: where the publisher is in the stream; limit: how far it may write before it is "
+    "back-pressured (the slowest subscriber's position + the term window); for an image received over "
+    "UDP, position is what subscribers can read (rcv-pos) and limit the highest position received "
+    "(rcv-hwm). lag: how far a subscriber is behind the position. Positions, limits, lags and bytes/s "
+    "count log bytes: frames with their 32-byte headers, aligned to 32 (a 32-byte message takes 64 "
+    "bytes), so they run ahead of payload rates; msgs/s counts messages."
+)
 
 __all__ = ["StatReader", "Snapshot", "StreamStat", "SubscriberStat", "main"]
 
@@ -78,6 +102,8 @@ class CounterStat:
     type_id: int
     label: str
     value: int
+    system_id: int | None = None
+    """For a system counter: its id (Aeron's SystemCounterDescriptor, logbuf's own from 100), from its key."""
 
 
 @dataclass(slots=True)
@@ -174,7 +200,7 @@ class StatReader:
             path = os.path.join(self.dir, folder, f"{registration_id}.logbuffer")
             try:
                 self._logs[registration_id] = LogBuffers.open_file(path)
-            except (OSError, ValueError):
+            except (OSError, ValueError, ShmError):
                 self._logs[registration_id] = None  # gone (driver cleaned up): counters only
         return self._logs[registration_id]
 
@@ -190,7 +216,16 @@ class StatReader:
             heartbeat_age_ms=heartbeat_age,
             time_ms=now_ms,
             streams=streams,
-            counters=[CounterStat(i.counter_id, i.type_id, i.label, i.value) for i in infos],
+            counters=[
+                CounterStat(
+                    i.counter_id,
+                    i.type_id,
+                    i.label,
+                    i.value,
+                    SYSTEM_COUNTER_KEY.unpack_from(i.key)[0] if i.type_id == cd.SYSTEM_COUNTER_TYPE_ID else None,
+                )
+                for i in infos
+            ],
             errors=[
                 ErrorStat(e.count, e.first_observation_ms, e.last_observation_ms, e.text)
                 for e in sorted(read_error_log(self.cnc.error_log), key=lambda e: -e.last_observation_ms)
@@ -301,6 +336,29 @@ def _rate(value: float | None, unit: str = "") -> str:
     return f"{value:.0f} {unit}".rstrip()
 
 
+def has_udp(snapshot: Snapshot) -> bool:
+    """Whether the driver has a UDP stream: an image, or a publication with a sender."""
+    return any(s.kind == "image" or s.sender_position is not None for s in snapshot.streams)
+
+
+def system_counters_to_show(snapshot: Snapshot) -> tuple[list[CounterStat], int]:
+    """The system counters for the live view, and how many idle UDP counters were left out.
+
+    A counter's key holds its system counter id (Aeron's layout), which tells the UDP ones apart.
+    """
+    udp = has_udp(snapshot)
+    shown: list[CounterStat] = []
+    hidden = 0
+    for c in snapshot.counters:
+        if c.type_id != cd.SYSTEM_COUNTER_TYPE_ID:
+            continue
+        if not udp and c.value == 0 and c.system_id in UDP_SYSTEM_COUNTER_IDS:
+            hidden += 1
+        else:
+            shown.append(c)
+    return shown, hidden
+
+
 def render(snapshot: Snapshot) -> Any:
     """A rich renderable of a snapshot."""
     from rich.console import Group
@@ -321,7 +379,7 @@ def render(snapshot: Snapshot) -> Any:
         ("position", "right"),
         ("limit", "right"),
         ("msgs/s", "right"),
-        ("bytes/s", "right"),
+        ("log bytes/s", "right"),
     ):
         streams.add_column(
             name,
@@ -330,7 +388,7 @@ def render(snapshot: Snapshot) -> Any:
             min_width=13 if name in ("position", "limit") else None,
         )
     subscribers = Table(title="subscribers (slowest of a stream in red)", expand=True)
-    for name in ("stream", "session", "subscription", "client", "position", "lag"):
+    for name in ("stream", "session", "subscription", "client", "position", "lag (bytes)"):
         subscribers.add_column(name, justify="right", no_wrap=True)
     for s in snapshot.streams:
         channel = s.channel if s.kind == "publication" else f"{s.channel} (image)"
@@ -354,14 +412,17 @@ def render(snapshot: Snapshot) -> Any:
                 f"{sub.lag:,}",
                 style=style,
             )
-    counters = Table(title="system counters", expand=True)
+    shown, hidden = system_counters_to_show(snapshot)
+    counters = Table(
+        title="system counters" + (f" ({hidden} idle UDP counters hidden: no UDP stream)" if hidden else ""),
+        expand=True,
+    )
     counters.add_column("id", justify="right")
     counters.add_column("label")
     counters.add_column("value", justify="right")
-    for c in snapshot.counters:
-        if c.type_id == cd.SYSTEM_COUNTER_TYPE_ID:
-            counters.add_row(str(c.id), c.label, f"{c.value:,}")
-    parts: list[Any] = [title, streams, subscribers, counters]
+    for c in shown:
+        counters.add_row(str(c.id), c.label, f"{c.value:,}")
+    parts: list[Any] = [title, streams, Text(LEGEND, style="dim"), subscribers, counters]
     if snapshot.errors:
         errors = Table(title="distinct errors (most recent first)", expand=True)
         errors.add_column("count", justify="right")

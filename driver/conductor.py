@@ -41,14 +41,14 @@ from logbuf.driver.udp import (
     SocketSettings,
     resolve_interface,
 )
-from logbuf.errors import ErrorCode
+from logbuf.errors import ErrorCode, LogbufError
 from logbuf.logbuffer.log_buffer import LogBuffers
 
 RESERVED_SESSION_ID_LOW = -1
 RESERVED_SESSION_ID_HIGH = 1000
 
 
-class CommandError(Exception):
+class CommandError(LogbufError):
     """A command the driver rejects: sent back to the client as ON_ERROR."""
 
     def __init__(self, code: ErrorCode, message: str) -> None:
@@ -531,7 +531,7 @@ class DriverConductor:
                 initial_term_id=setup.initial_term_id,
                 correlation_id=registration_id,
             )
-        except (OSError, ValueError) as e:
+        except (OSError, ValueError, LogbufError) as e:  # e.g. ShmError: the file exists
             self.system_counters.increment(SystemCounterId.ERRORS)
             self.error_log.record(f"image for SETUP {setup} from {source} rejected: {e}")  # type: ignore[attr-defined]
             return

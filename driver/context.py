@@ -52,23 +52,45 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
 }
 
 
-def setting(default: Any, kind: str, doc: str) -> Any:
-    """A field with its kind (how to parse text) and the line on its trade-off."""
-    return field(default=default, metadata={"kind": kind, "doc": doc})
+def setting(default: Any, kind: str, doc: str, default_text: str | None = None) -> Any:
+    """A field with its kind (how to parse text) and the line on its trade-off; ``default_text`` says
+    what the default means where the value alone does not (an empty string, a 0 that means "derived")."""
+    return field(default=default, metadata={"kind": kind, "doc": doc, "default_text": default_text})
+
+
+_DURATION_UNITS = (("s", 1_000_000_000), ("ms", 1_000_000), ("us", 1_000), ("ns", 1))
+_SIZE_UNITS = (("g", 1024**3), ("m", 1024**2), ("k", 1024))
+METAVARS: dict[str, str] = {"duration": "DURATION", "size": "SIZE", "bool": "BOOL", "float": "FRACTION", "int": "N"}
+
+
+def format_default(kind: str, value: Any) -> str:
+    """A default as one would type it: durations with a unit (``10s``, ``100us``), sizes with k/m/g."""
+    if kind == "duration" and isinstance(value, int) and value > 0:
+        return next(f"{value // unit}{suffix}" for suffix, unit in _DURATION_UNITS if value % unit == 0)
+    if kind == "size" and isinstance(value, int) and value > 0:
+        return next((f"{value // unit}{suffix}" for suffix, unit in _SIZE_UNITS if value % unit == 0), str(value))
+    if kind == "bool":
+        return "true" if value else "false"
+    return str(value)
 
 
 @dataclass
 class DriverContext:
     """Media driver settings. CLI ``--term-length``/env ``LOGBUF_TERM_LENGTH`` for field ``term_length``, etc."""
 
-    dir: str = setting("", "str", "Where the CnC and logs live (default /dev/shm/logbuf-<user>); clients use the same.")
+    dir: str = setting(
+        "", "str", "Where the CnC and logs live; clients use the same.", default_text="/dev/shm/logbuf-<user>"
+    )
     ipc_term_length: int = setting(
         64 * 1024 * 1024, "size", "Term length of IPC logs: larger absorbs bursts, costs 3x in shared memory."
     )
     term_length: int = setting(16 * 1024 * 1024, "size", "Term length of network logs (UDP).")
     mtu: int = setting(dh.DEFAULT_MTU_LENGTH, "size", "Largest frame: larger means fewer fragments for big messages.")
     ipc_term_window_length: int = setting(
-        0, "size", "How far publishers may run ahead of the slowest subscriber (0 = term/2)."
+        0,
+        "size",
+        "How far publishers may run ahead of the slowest subscriber.",
+        default_text="0, half the IPC term length",
     )
     client_liveness_timeout: int = setting(
         10_000_000_000, "duration", "A client silent this long is timed out and its resources reclaimed."
@@ -86,12 +108,13 @@ class DriverContext:
         "has a dead publisher's claim padded over (Aeron's unblock).",
     )
     timer_interval: int = setting(100_000_000, "duration", "How often the conductor heartbeats and checks timeouts.")
-    idle_strategy: str = setting("backoff", "str", "Conductor idle strategy: backoff (default), sleep, yield, spin.")
+    idle_strategy: str = setting("backoff", "str", "Conductor idle strategy: backoff, sleep, yield or spin.")
     cpu_affinity: str = setting(
         "",
         "str",
-        "CPUs the duty cycle runs on, e.g. 0 or 0-1 (default: any). On a small "
+        "CPUs the duty cycle runs on, e.g. 0 or 0-1. On a small "
         "machine, giving each driver its own core halves UDP round trips.",
+        default_text="any",
     )
     to_driver_buffer_length: int = setting(1024 * 1024, "size", "Command ring capacity (power of 2).")
     to_clients_buffer_length: int = setting(1024 * 1024, "size", "Response broadcast capacity (power of 2).")
@@ -216,14 +239,19 @@ class DriverContext:
         parser = argparse.ArgumentParser(
             prog="mediadriver",
             description="logbuf media driver: owns shared-memory logs and counters for local clients.",
-            epilog="Every flag also reads from LOGBUF_<NAME> (e.g. LOGBUF_DIR, LOGBUF_IPC_TERM_LENGTH).",
+            epilog="Durations take a unit: ns, us, ms or s (10s, 500ms; a bare number is nanoseconds). Sizes take "
+            "k, m or g (64m; powers of 1024). Every flag also reads from LOGBUF_<NAME> (e.g. LOGBUF_DIR, "
+            "LOGBUF_IPC_TERM_LENGTH); flags win.",
         )
         for f in fields(cls):
+            kind = f.metadata["kind"]
+            default = f.metadata.get("default_text") or format_default(kind, f.default)
             parser.add_argument(
                 "--" + f.name.replace("_", "-"),
                 dest=f.name,
                 default=None,
-                help=f"{f.metadata['doc']} (default: {f.default!r})",
+                metavar=METAVARS.get(kind, f.name.upper()),
+                help=f"{f.metadata['doc']} (default: {default})",
             )
         return parser
 

@@ -45,7 +45,8 @@ import structlog
 
 from logbuf.archive import catalog_descriptor as cat
 from logbuf.archive.catalog import Catalog, CatalogError, RecordingDescriptor, RecordingState
-from logbuf.archive.segments import mapped_segment, segment_base_position, segment_file_name
+from logbuf.archive.segments import SegmentError, mapped_segment, segment_base_position, segment_file_name
+from logbuf.errors import LogbufError
 from logbuf.jetstream.events import EventMeta, parse_event
 from logbuf.logbuffer import data_header_descriptor as dh
 
@@ -64,7 +65,7 @@ CHUNK_BYTES: Final = 16 * 1024 * 1024
 AppendFn = Callable[[bytes, EventMeta], None]
 
 
-class BackfillError(Exception):
+class BackfillError(LogbufError):
     """The archive cannot be read for a backfill (the message names the directory and the problem)."""
 
 
@@ -337,7 +338,7 @@ def backfill(
                     result.first_time_us = t
                 result.events += 1
                 result.bytes += len(raw)
-        except (OSError, ValueError) as e:
+        except (OSError, ValueError, SegmentError) as e:
             raise BackfillError(
                 f"cannot read recording {d.recording_id} in {archive_dir} for the backfill: {e}"
             ) from None

@@ -25,6 +25,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from logbuf.errors import LogbufError
+
 __all__ = [
     "MAX_CLIENT_MESSAGE_LENGTH",
     "MAX_WANTED_COLLECTIONS",
@@ -66,11 +68,11 @@ _CURSOR_RE: Final = re.compile(r"[+-]?[0-9]+")
 _INVALID_OPTIONS: Final = "invalid subscriber options"
 
 
-class OptionsError(ValueError):
+class OptionsError(LogbufError, ValueError):
     """Options that fail validation; ``str()`` is jetstream's text for it."""
 
 
-class OptionsUpdateDecodeError(ValueError):
+class OptionsUpdateDecodeError(LogbufError, ValueError):
     """A client message that is not a well-formed envelope or ``options_update`` payload (close 1007)."""
 
 

@@ -66,6 +66,7 @@ import structlog
 import websockets
 from websockets.asyncio.client import connect
 
+from logbuf.errors import LogbufError
 from logbuf.jetstream.events import parse_event
 from logbuf.jetstream.generator import EventGenerator
 from logbuf.logbuffer.publication import OfferResult
@@ -93,7 +94,7 @@ _TIME_US_KEY: Final = b'"time_us"'
 _CURSOR_KEY: Final = b',"cursor":'
 
 
-class IngestError(Exception):
+class IngestError(LogbufError):
     """The ingest cannot go on (the publication closed or reached its maximum position)."""
 
 

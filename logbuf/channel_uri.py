@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from logbuf.errors import ConfigurationError
+from logbuf.errors import InvalidChannelError as InvalidChannelError  # raised here
 
 SCHEME = "aeron"
 SPY_PREFIX = "aeron-spy"
@@ -57,10 +57,6 @@ _SIZE = re.compile(r"^(\d+)([kmg]?)$", re.IGNORECASE)
 _DURATION = re.compile(r"^(\d+)(ns|us|ms|s)?$", re.IGNORECASE)
 _INTERFACE = re.compile(r"^(?P<host>[A-Za-z0-9.\-_]+)(?::(?P<port>\d+))?(?:/(?P<prefix>\d+))?$")
 _ENDPOINT = re.compile(r"^(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<host>[A-Za-z0-9.\-_]+)):(?P<port>\d+)$")
-
-
-class InvalidChannelError(ConfigurationError):
-    """A channel URI does not parse or holds a bad value; the message names the part."""
 
 
 @dataclass(frozen=True)

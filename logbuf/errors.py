@@ -1,7 +1,33 @@
 """logbuf's error vocabulary: one base class, errors that name the bad value.
 
 Hot paths (offer, poll) return codes, not exceptions: see :class:`logbuf.logbuffer.publication.OfferResult`.
-Exceptions are for misuse (bad arguments, closed resources) and lifecycle problems.
+Bad network input is counted and dropped, never raised in a duty cycle. Exceptions are for misuse (bad
+arguments, closed resources) and lifecycle problems, and every one logbuf raises on purpose derives from
+:class:`LogbufError`. ``ValueError`` is a second base only where the error is bad input: a setting or
+argument (:class:`ConfigurationError`), or bytes that do not decode (:class:`FrameError`,
+:class:`MalformedCommandError`). The hierarchy of the library (base layer, conduit, log buffer, protocol)
+is defined here; the modules that raise them re-export them. The components above keep their own, each
+rooted here (``tests/logbuf/test_errors.py`` walks every module of the package to hold that)::
+
+    LogbufError
+    +-- ConfigurationError (ValueError)    a setting or argument is invalid
+    |   +-- InvalidChannelError            a channel URI (logbuf.channel_uri)
+    |   +-- LogBufferError                 a log parameter or log file (logbuf.logbuffer.log_buffer_descriptor)
+    |   +-- UsageError                     logbuf-archive's command line (logbuf.archive.main)
+    +-- FrameError (ValueError)            a data frame's bytes (logbuf.logbuffer.data_header_descriptor)
+    |   +-- MalformedFrameError            a datagram's bytes (logbuf.protocol)
+    +-- MalformedCommandError (ValueError) a client<->driver command's bytes (logbuf.conduit.command_descriptor)
+    +-- ClosedError                        the client, publication or subscription is closed
+    +-- DriverTimeoutError                 the media driver stopped answering or heartbeating
+    +-- RegistrationError                  the media driver rejected a command (error code, correlation id)
+    +-- ShmError                           a shared-memory segment or file exists, is missing or empty (logbuf.shm)
+    |   +-- CncError                       the CnC file is missing, incompatible or corrupt (logbuf.conduit.cnc)
+    |       +-- CncNotReadyError           ... or still being initialised: retry
+    |       +-- CncVersionError            ... or written by another major version
+    +-- BroadcastLappedError               a broadcast receiver was overtaken (logbuf.conduit.broadcast)
+    +-- ActiveDriverError, CommandError    logbuf.driver.media_driver, logbuf.driver.conductor
+    +-- CatalogError, SegmentError, ...    logbuf.archive (catalog, segments, replay, the Spark source)
+    +-- IngestError, BackfillError, ...    logbuf.jetstream (ingest, backfill, subscriber options)
 """
 
 from __future__ import annotations
@@ -58,3 +84,75 @@ class RegistrationError(LogbufError):
         self.correlation_id = correlation_id
         self.error_code = error_code
         self.driver_message = message
+
+
+class FrameError(LogbufError, ValueError):
+    """A frame's bytes do not decode: the message names the field and the bad value."""
+
+
+class MalformedFrameError(FrameError):
+    """Bytes that do not decode as a frame; ``reason`` says why, naming the field and value.
+
+    Raised by the per-frame ``decode`` functions of :mod:`logbuf.protocol` and by
+    ``decode_datagram(..., strict=True)``; the receiver path uses :func:`logbuf.protocol.codec.classify`
+    instead and never sees it.
+    """
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class MalformedCommandError(LogbufError, ValueError):
+    """A command or response does not decode; the message names the type and the fault."""
+
+
+class InvalidChannelError(ConfigurationError):
+    """A channel URI does not parse or holds a bad value; the message names the part."""
+
+
+class LogBufferError(ConfigurationError):
+    """A log buffer parameter or file is invalid; the message names the parameter and value."""
+
+
+class ShmError(LogbufError):
+    """A shared-memory name or segment is invalid, already exists, is missing or empty; the message names it.
+
+    Not a ``ValueError``: a missing or half-made segment is a lifecycle problem (wait, retry, or start the
+    driver), not bad input.
+    """
+
+
+class CncError(ShmError):
+    """The CnC file is missing, not ready, incompatible or corrupt; the message says which."""
+
+
+class CncNotReadyError(CncError):
+    """The CnC file exists but its creator has not finished initialising it: retry shortly."""
+
+
+class CncVersionError(CncError):
+    """The CnC file was written by a driver with a different major version."""
+
+
+class BroadcastLappedError(LogbufError):
+    """The transmitter overwrote messages before this receiver read them: some were lost."""
+
+
+__all__ = [
+    "BroadcastLappedError",
+    "ClosedError",
+    "CncError",
+    "CncNotReadyError",
+    "CncVersionError",
+    "ConfigurationError",
+    "DriverTimeoutError",
+    "FrameError",
+    "InvalidChannelError",
+    "LogBufferError",
+    "LogbufError",
+    "MalformedCommandError",
+    "MalformedFrameError",
+    "RegistrationError",
+    "ShmError",
+]

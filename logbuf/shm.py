@@ -9,15 +9,11 @@ from typing import Final
 
 import posix_ipc
 
-from logbuf.errors import ConfigurationError
+from logbuf.errors import ShmError as ShmError  # raised here; defined with the hierarchy
 
 NAME_PATTERN: Final[re.Pattern[str]] = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
 OWNER_ONLY: Final[int] = 0o600
 OWNER_AND_GROUP: Final[int] = 0o660
-
-
-class ShmError(ConfigurationError):
-    """A shared-memory name or segment is invalid or missing; the message names it."""
 
 
 def check_name(name: str) -> str:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import warnings
 
+# The test kit's fixtures for every test: ``driver_factory`` (real media driver processes).
+pytest_plugins = ["tests.support.driver_process"]
+
 # On a failing example Hypothesis imports libcst (to suggest a patch), whose import warns
 # (mypy_extensions.TypedDict); with filterwarnings=error that turns the failure report into a
 # pytest INTERNALERROR. Import it once here with that warning silenced.

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 import uuid
 
 import pytest
 
 from logbuf.client import demo
+from logbuf.client.stat import StatReader
+from logbuf.errors import LogbufError
 
 pytestmark = pytest.mark.slow
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -43,3 +47,62 @@ def test_demo_rejects_bad_arguments_before_starting_anything() -> None:
         with pytest.raises(SystemExit) as exc:
             demo.main(argv)
         assert exc.value.code == 2
+
+
+def publishing(directory: str) -> bool:
+    """The demo's publisher has written into its stream (read from the driver's counters, as logbuf-stat does)."""
+    try:
+        with StatReader(directory) as reader:
+            return any(s.stream_id == demo.STREAM_ID and s.publisher_position > 0 for s in reader.sample().streams)
+    except LogbufError:  # no CnC yet
+        return False
+
+
+def test_ctrl_c_stops_everything_in_order_without_a_traceback_and_reports() -> None:
+    directory = f"/dev/shm/logbuf-test-demo-{uuid.uuid4().hex[:12]}"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "logbuf.client.demo", "--seconds", "120", "--dir", directory],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=ROOT,
+        start_new_session=True,  # its own process group, as a terminal's foreground job is
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not publishing(directory):
+            assert proc.poll() is None, proc.communicate()[0]
+            assert time.monotonic() < deadline, "the demo did not start publishing"
+            time.sleep(0.1)
+        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C: every process of the group gets it
+        output = proc.communicate(timeout=60)[0]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate(timeout=10)
+    assert proc.returncode == 0, output
+    assert "Traceback" not in output and "KeyboardInterrupt" not in output, output
+    summary = json.loads(output.strip().splitlines()[-1])
+    assert summary["interrupted"] is True and summary["published"] > 0
+    assert summary["received"] == summary["published"] and summary["lost"] == 0
+    assert '"event": "demo.interrupted"' in output
+    assert not os.path.exists(os.path.join(directory, "cnc.dat")), "the driver did not shut down cleanly"
+
+
+def test_the_summary_says_what_its_rates_count() -> None:
+    """Payload and log rates apart: the live view's bytes/s counts frames with their headers."""
+    directory = f"/dev/shm/logbuf-test-demo-{uuid.uuid4().hex[:12]}"
+    proc = subprocess.run(
+        [sys.executable, "-m", "logbuf.client.demo", "--seconds", "2", "--size", "32", "--dir", directory],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert summary["interrupted"] is False and summary["seconds"] > 0
+    # a 32-byte message is a 64-byte frame (32-byte header): the log moves twice the payload
+    assert summary["log_mb_per_s"] == pytest.approx(2 * summary["payload_mb_per_s"], rel=0.01)
+    view = " ".join(proc.stdout.split())  # the live view wraps at the console's width
+    assert "count log bytes: frames with their 32-byte headers" in view  # its legend

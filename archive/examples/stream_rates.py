@@ -8,10 +8,11 @@ The same command line runs on a laptop and on a cluster::
 
 Each message's time is its reserved value read as epoch time (``--timestamp-unit``, default
 microseconds: the jetstream relay's convention); messages with no stamp (reserved value 0) are
-counted apart and left out of the per-second rows. On a cluster, every executor must be able to
-import ``archive.spark`` (install logbuf there) and read ARCHIVE_DIR: a shared filesystem, or an archive
-uploaded to object storage (``logbuf-archive upload s3://...``; ARCHIVE_DIR is then that URI, and the
-executors need the store's credentials, e.g. ``AWS_ACCESS_KEY_ID`` in ``spark.executorEnv``).
+counted apart and left out of the per-second rows. It runs on the installed logbuf (``pip install``
+it first; it never imports the source tree beside it). On a cluster, every executor must be able to
+import ``logbuf.archive.spark`` (install logbuf there) and read ARCHIVE_DIR: a shared filesystem, or an
+archive uploaded to object storage (``logbuf-archive upload s3://...``; ARCHIVE_DIR is then that URI, and
+the executors need the store's credentials, e.g. ``AWS_ACCESS_KEY_ID`` in ``spark.executorEnv``).
 
 Output columns: stream_id, second (timestamp, UTC), messages, bytes (payload bytes).
 """
@@ -101,6 +102,11 @@ def run(spark: SparkSession, args: argparse.Namespace) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    try:
+        import logbuf.archive.spark  # noqa: F401  (before a Spark JVM is started for nothing)
+    except ImportError as e:
+        print(f"stream_rates: logbuf is not installed in {sys.executable} ({e}); pip install logbuf", file=sys.stderr)
+        return 2
     if "://" not in args.archive_dir and not os.path.isdir(args.archive_dir):
         print(f"stream_rates: {args.archive_dir} is not a directory", file=sys.stderr)
         return 2
@@ -113,5 +119,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     sys.exit(main())

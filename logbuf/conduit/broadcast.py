@@ -24,13 +24,9 @@ from typing import Final
 from logbuf import _native
 from logbuf.conduit import broadcast_descriptor as bd
 from logbuf.conduit.ring_buffer import byte_view
-from logbuf.errors import LogbufError
+from logbuf.errors import BroadcastLappedError as BroadcastLappedError  # raised here
 
 SCRATCH_BUFFER_LENGTH: Final[int] = 4096
-
-
-class BroadcastLappedError(LogbufError):
-    """The transmitter overwrote messages before this receiver read them: some were lost."""
 
 
 class BroadcastTransmitter:

@@ -18,19 +18,11 @@ import time
 from logbuf import _native
 from logbuf.conduit import cnc_descriptor as cnd
 from logbuf.conduit import ring_buffer_descriptor as rd
-from logbuf.shm import OWNER_ONLY, Segment, ShmError
-
-
-class CncError(ShmError):
-    """The CnC file is missing, not ready, incompatible or corrupt; the message says which."""
-
-
-class CncNotReadyError(CncError):
-    """The CnC file exists but its creator has not finished initialising it: retry shortly."""
-
-
-class CncVersionError(CncError):
-    """The CnC file was written by a driver with a different major version."""
+from logbuf.errors import CncError as CncError  # raised here; defined with the hierarchy
+from logbuf.errors import CncNotReadyError as CncNotReadyError
+from logbuf.errors import CncVersionError as CncVersionError
+from logbuf.errors import ShmError
+from logbuf.shm import OWNER_ONLY, Segment
 
 
 class CncFile:

@@ -34,10 +34,7 @@ import struct
 from dataclasses import dataclass
 from typing import Final
 
-
-class MalformedCommandError(ValueError):
-    """A command or response does not decode; the message names the type and the fault."""
-
+from logbuf.errors import MalformedCommandError as MalformedCommandError  # raised here
 
 # -- type ids -------------------------------------------------------------------------------------
 ADD_PUBLICATION: Final[int] = 0x01

@@ -40,7 +40,7 @@ import struct
 from typing import TYPE_CHECKING, Final
 
 from logbuf import _native
-from logbuf.errors import LogbufError
+from logbuf.errors import FrameError as FrameError  # raised here
 
 if TYPE_CHECKING:
     from typing_extensions import Buffer
@@ -92,10 +92,6 @@ HEADER: Final[struct.Struct] = struct.Struct("<iBBHiiiiq")
 """frame_length, version, flags, type, term_offset, session_id, stream_id, term_id, reserved_value."""
 
 assert HEADER.size == HEADER_LENGTH
-
-
-class FrameError(LogbufError, ValueError):
-    """A frame's bytes do not decode: the message names the field and the bad value."""
 
 
 def align(value: int, alignment: int = FRAME_ALIGNMENT) -> int:

@@ -43,7 +43,7 @@ import struct
 from typing import TYPE_CHECKING, Final
 
 from logbuf import _native
-from logbuf.errors import ConfigurationError
+from logbuf.errors import LogBufferError as LogBufferError  # raised here
 
 if TYPE_CHECKING:
     from typing_extensions import Buffer
@@ -101,10 +101,6 @@ assert LOG_DEFAULT_FRAME_HEADER_OFFSET == 320 and LOG_ENTITY_TAG_OFFSET == 448 a
 COLD_FIELDS: Final[struct.Struct] = struct.Struct("=qiiiiiiii")
 """correlation_id, initial_term_id, default_frame_header_length, mtu, term_length, page_size,
 publication_window_length, receiver_window_length, socket_sndbuf_length (at LOG_CORRELATION_ID_OFFSET)."""
-
-
-class LogBufferError(ConfigurationError):
-    """A log buffer parameter or file is invalid; the message names the parameter and value."""
 
 
 def check_term_length(term_length: int) -> None:

@@ -16,21 +16,7 @@ Modules: :mod:`~logbuf.protocol.frame_header` (the common 8-byte header and the 
 
 from __future__ import annotations
 
-from logbuf.logbuffer.data_header_descriptor import FrameError
-
-
-class MalformedFrameError(FrameError):
-    """Bytes that do not decode as a frame; ``reason`` says why, naming the field and value.
-
-    A ``ValueError`` (through :class:`logbuf.logbuffer.data_header_descriptor.FrameError`). Raised by the
-    per-frame ``decode`` functions and by ``decode_datagram(..., strict=True)``; the receiver
-    path uses :func:`logbuf.protocol.codec.classify` instead and never sees it.
-    """
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
-
+from logbuf.errors import MalformedFrameError
 
 # Imported after MalformedFrameError: the frame modules import it from this package.
 from logbuf.protocol.codec import Frame, classify, decode_datagram, encode_datagram  # noqa: E402

@@ -4,7 +4,6 @@ an S3 API server (moto in server mode) for archives on object storage."""
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -18,7 +17,7 @@ import pytest
 
 from logbuf.client import Publication
 from logbuf.logbuffer.publication import OfferResult
-from tests.driver.conftest import DriverProcess, unique_dir
+from tests.support.driver_process import DriverProcess, DriverSet
 
 # Credentials for the S3 API server the tests start (moto accepts any), set before any Spark JVM starts so
 # that its Python workers inherit them; no request ever leaves 127.0.0.1.
@@ -136,17 +135,10 @@ class RecorderProcess:
 
 
 @pytest.fixture(scope="module")
-def archive_driver() -> Iterator[DriverProcess]:
+def archive_driver(request: pytest.FixtureRequest) -> Iterator[DriverProcess]:
     """One driver for a test module (64 KiB IPC terms); its error log must stay empty."""
-    d = DriverProcess(unique_dir(), ARCHIVE_DRIVER_ARGS).start()
-    try:
-        yield d
-        if d.proc is not None and d.proc.poll() is None:
-            unexpected = [e for e in d.errors() if not any(x in e for x in d.expected_errors)]
-            assert not unexpected, f"driver error log holds unexpected errors: {unexpected}"
-    finally:
-        d.stop()
-        shutil.rmtree(d.dir, ignore_errors=True)
+    with DriverSet(request) as drivers:
+        yield drivers(base=ARCHIVE_DRIVER_ARGS)
 
 
 def archive_cli(archive: str | os.PathLike[str], *args: str) -> int:

@@ -21,10 +21,9 @@ from logbuf.archive.replay import Replay, ReplayError
 from logbuf.archive.segments import segment_base_position, segment_file_name, segment_files
 from logbuf.archive.verify import verify_recording
 from logbuf.client import Aeron, Context, FragmentAssembler
-from logbuf.conduit.cnc import wait_for_driver
 from logbuf.logbuffer import data_header_descriptor as dh
 from tests.archive.conftest import ARCHIVE_DRIVER_ARGS, RecorderProcess, await_, publish
-from tests.driver.conftest import DriverProcess, unique_dir
+from tests.support.driver_process import DriverProcess, DriverSet
 
 pytestmark = pytest.mark.slow
 STREAM = 10
@@ -133,7 +132,8 @@ def test_recording_descriptor_and_segment_files_match_the_stream(
     )
     assert (d.term_length, d.mtu, d.segment_length) == (64 * 1024, dh.DEFAULT_MTU_LENGTH, 128 * 1024)
     assert d.start_position == 0 and d.stop_position == published.end_positions[-1]
-    assert d.start_time_ms <= d.stop_time_ms <= time.time_ns() // 1_000_000
+    now_ms = time.time_ns() // 1_000_000
+    assert d.start_time_ms <= d.stop_time_ms <= now_ms  # stamped in order, both in the past
     files = segment_files(recorder.archive_dir, d.recording_id)
     expected_bases = sorted(
         {
@@ -419,21 +419,9 @@ def test_a_udp_image_is_recorded_and_replays_identically(
     assert [g[0] for g in got] == payloads and [g[2] for g in got] == ends
 
 
-def restart_driver(directory: str, args: list[str]) -> DriverProcess:
-    """A new driver taking over ``directory`` (its predecessor's heartbeat is stale by now)."""
-    driver = DriverProcess(directory, args)
-    driver.proc = subprocess.Popen(
-        [sys.executable, "-m", "logbuf.driver.main", "--dir", directory, *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
-    wait_for_driver(directory, timeout_s=20, heartbeat_timeout_ms=300)  # the new one's heartbeat, not the old
-    return driver
-
-
-def test_recording_survives_a_driver_restart(tmp_path: Any) -> None:
+def test_recording_survives_a_driver_restart(tmp_path: Any, driver_factory: DriverSet) -> None:
     args = [a if a != "2s" else "1s" for a in ARCHIVE_DRIVER_ARGS]
-    driver = DriverProcess(unique_dir(), args).start()
+    driver = driver_factory(base=args)
     archive = str(tmp_path / "restart")
     r = RecorderProcess(archive, driver.dir, "aeron:ipc", 14, ["--driver-timeout", "1s"]).start()
     try:
@@ -451,7 +439,7 @@ def test_recording_survives_a_driver_restart(tmp_path: Any) -> None:
             driver.kill()
             d = await_stopped(archive, session_id, timeout_s=10)  # the recorder saw the driver go
         assert not d.interrupted and d.stop_position == ends[-1] and verify_recording(archive, d).ok
-        driver = restart_driver(driver.dir, args)
+        driver.start()  # a new driver takes the directory over (its predecessor's heartbeat is stale by now)
         with Aeron.connect(Context(dir=driver.dir)) as client:
             pub = client.add_publication("aeron:ipc", 14)
             await_(lambda: pub.is_connected, 20, "the recorder to resubscribe to the new driver")
@@ -465,8 +453,6 @@ def test_recording_survives_a_driver_restart(tmp_path: Any) -> None:
             assert [g[0] for g in got] == first
     finally:
         status = r.stop()
-        driver.stop()
-        shutil.rmtree(driver.dir, ignore_errors=True)
     assert status == 0, r.output()
 
 

@@ -15,7 +15,7 @@ from logbuf.client import Aeron, Context, DriverTimeoutError, OfferResult, Regis
 from logbuf.conduit.cnc import CncFile
 from logbuf.conduit.ring_buffer import ManyToOneRingBuffer
 from logbuf.errors import ErrorCode
-from tests.driver.conftest import DriverProcess, unique_dir
+from tests.support.driver_process import DriverProcess, DriverSet
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -242,44 +242,30 @@ def test_killed_client_is_timed_out_and_its_resources_reclaimed(aeron: Aeron, me
     assert got == [b"still here"]
 
 
-def test_killed_driver_raises_driver_timeout_and_a_new_driver_takes_over() -> None:
-    directory = unique_dir()
-    first = DriverProcess(
-        directory, ["--driver-timeout", "2s", "--dir-delete-on-shutdown", "false", "--ipc-term-length", "1m"]
-    ).start()
-    try:
-        client = Aeron.connect(Context(dir=directory, driver_timeout_ms=2_000))
-        pub = client.add_publication("aeron:ipc", 5)
-        first.kill()
-        killed_at = time.monotonic()
-        with pytest.raises(DriverTimeoutError):
-            deadline = time.monotonic() + 10
-            while time.monotonic() < deadline:
-                client.add_subscription("aeron:ipc", 5)
-                time.sleep(0.2)
-        assert time.monotonic() - killed_at < 2.0 + 3.0, "driver death not detected within the timeout (+ margin)"
-        assert pub.offer(b"x") == OfferResult.CLOSED
-        client.close()
-        # a live driver in the same directory is refused; the stale one is taken over
-        second = DriverProcess(directory, ["--driver-timeout", "2s", "--ipc-term-length", "1m"]).start()
-        try:
-            third = subprocess.run(
-                [sys.executable, "-m", "logbuf.driver.main", "--dir", directory],
-                capture_output=True,
-                text=True,
-                timeout=30,
-            )
-            assert third.returncode != 0
-            assert "active media driver" in third.stderr + third.stdout
-            with Aeron.connect(Context(dir=directory, driver_timeout_ms=2_000)) as again:
-                assert again.add_publication("aeron:ipc", 5).registration_id > 0
-        finally:
-            second.stop()
-    finally:
-        first.kill()
-        import shutil
-
-        shutil.rmtree(directory, ignore_errors=True)
+def test_killed_driver_raises_driver_timeout_and_a_new_driver_takes_over(driver_factory: DriverSet) -> None:
+    first = driver_factory("--driver-timeout", "2s", "--ipc-term-length", "1m", base=[])
+    client = Aeron.connect(Context(dir=first.dir, driver_timeout_ms=2_000))
+    pub = client.add_publication("aeron:ipc", 5)
+    first.kill()
+    with pytest.raises(DriverTimeoutError):
+        deadline = time.monotonic() + 10  # the driver timeout is 2 s: within 10 s the client must notice
+        while time.monotonic() < deadline:
+            client.add_subscription("aeron:ipc", 5)
+            time.sleep(0.2)
+    assert pub.offer(b"x") == OfferResult.CLOSED
+    client.close()
+    # the stale directory is taken over; a live driver in it is refused
+    second = driver_factory.start(DriverProcess(first.dir, ["--driver-timeout", "2s", "--ipc-term-length", "1m"]))
+    third = subprocess.run(
+        [sys.executable, "-m", "logbuf.driver.main", "--dir", second.dir],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert third.returncode != 0
+    assert "active media driver" in third.stderr + third.stdout
+    with Aeron.connect(Context(dir=second.dir, driver_timeout_ms=2_000)) as again:
+        assert again.add_publication("aeron:ipc", 5).registration_id > 0
 
 
 def test_a_client_in_a_program_that_did_not_configure_logging_prints_nothing(media_driver: DriverProcess) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -12,9 +11,9 @@ import time
 import urllib.request
 
 from logbuf.client import Aeron, Context, OfferResult
-from logbuf.client.stat import StatReader
+from logbuf.client.stat import UDP_SYSTEM_COUNTER_IDS, StatReader
 from logbuf.logbuffer import data_header_descriptor as dh
-from tests.driver.conftest import DriverProcess, unique_dir
+from tests.support.driver_process import DriverProcess, DriverSet, unique_dir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -132,10 +131,41 @@ def test_once_json_prometheus_and_live_view(media_driver: DriverProcess) -> None
     assert "streams" in live.stdout and "system counters" in live.stdout and "alive" in live.stdout
 
 
-def test_dead_driver_is_reported_not_alive_with_what_it_left() -> None:
-    driver = DriverProcess(unique_dir(), ["--ipc-term-length", "64k", "--dir-delete-on-shutdown", "false"]).start()
-    try:
-        aeron = Aeron.connect(Context(dir=driver.dir, driver_timeout_ms=60_000))
+def test_the_live_view_says_what_it_counts_and_hides_idle_udp_counters_on_an_ipc_driver(
+    media_driver: DriverProcess,
+) -> None:
+    with Aeron.connect(Context(dir=media_driver.dir)) as aeron:
+        aeron.add_publication("aeron:ipc", 34)
+        aeron.add_subscription("aeron:ipc", 34)
+        live = _stat("--dir", media_driver.dir, "--once", "--interval", "0.1")
+        once = _stat("--dir", media_driver.dir, "--once", "--json", "--interval", "0.1")
+    assert live.returncode == 0 and once.returncode == 0, live.stderr + once.stderr
+    view = " ".join(live.stdout.split())  # rich wraps the legend at the console's width
+    assert "log bytes/s" in view and "lag (bytes)" in view
+    assert "limit: how far it may write before it is back-pressured" in view
+    assert "lag: how far a subscriber is behind the position" in view
+    assert "count log bytes: frames with their 32-byte headers" in view
+    counters = json.loads(once.stdout)["counters"]
+    udp = [c for c in counters if c["system_id"] in UDP_SYSTEM_COUNTER_IDS]
+    assert len(udp) == len(UDP_SYSTEM_COUNTER_IDS) and all(c["value"] == 0 for c in udp)  # JSON keeps them all
+    assert f"({len(udp)} idle UDP counters hidden: no UDP stream)" in view
+    assert "NAKs sent" not in view and "Bytes received" not in view
+    assert "Errors" in view and "Active publications" in view
+
+
+def test_the_udp_counter_ids_are_the_drivers_network_counters() -> None:
+    from logbuf.driver.system_counters import LABELS, SystemCounterId
+
+    network_words = ("Bytes", "NAK", "Status", "Heartbeat", "Retransmit", "Flow", "Invalid", "Short", "gap",
+                     "Sender", "Receiver", "Datagram", "Setup")  # fmt: skip
+    expected = {int(i) for i in SystemCounterId if any(w in LABELS[i] for w in network_words)}
+    expected.discard(SystemCounterId.BYTES_CURRENTLY_MAPPED)  # mapped log bytes: IPC too
+    assert UDP_SYSTEM_COUNTER_IDS == expected
+
+
+def test_dead_driver_is_reported_not_alive_with_what_it_left(driver_factory: DriverSet) -> None:
+    driver = driver_factory("--ipc-term-length", "64k", "--dir-delete-on-shutdown", "false", base=[])
+    with Aeron.connect(Context(dir=driver.dir, driver_timeout_ms=60_000)) as aeron:
         pub = aeron.add_publication("aeron:ipc", 33)
         aeron.add_subscription("aeron:ipc", 33)
         deadline = time.monotonic() + 10
@@ -153,10 +183,6 @@ def test_dead_driver_is_reported_not_alive_with_what_it_left() -> None:
         assert stream["publisher_position"] == 64  # one 43-byte frame, aligned
         live = _stat("--dir", driver.dir, "--once", "--interval", "0.1", "--alive-timeout-ms", "500")
         assert "NOT ALIVE" in live.stdout
-        aeron.close()
-    finally:
-        driver.kill()
-        shutil.rmtree(driver.dir, ignore_errors=True)
 
 
 def test_missing_directory_and_bad_arguments_name_the_problem() -> None:

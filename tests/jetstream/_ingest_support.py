@@ -32,7 +32,7 @@ from websockets.http11 import Request, Response
 
 from logbuf.client import Aeron, Context, FragmentAssembler
 from logbuf.jetstream.generator import EventGenerator
-from tests.driver.conftest import DriverProcess, unique_dir
+from tests.support.driver_process import DriverProcess, DriverSet, unique_dir
 
 DRIVER_ARGS = [
     "--ipc-term-length",
@@ -50,15 +50,17 @@ DRIVER_ARGS = [
 
 @contextmanager
 def driver_process(args: list[str] | None = None) -> Iterator[DriverProcess]:
-    """A real media driver process in a fresh directory; its error log must stay empty."""
-    d = DriverProcess(unique_dir(), DRIVER_ARGS if args is None else args).start()
+    """A real media driver process in a fresh directory; its error log must stay empty (the kit's
+    :class:`~tests.support.driver_process.DriverSet` checks it, and reports on failure)."""
+    drivers = DriverSet()
+    failed = False
     try:
-        yield d
-        assert not d.errors(), f"driver error log: {d.errors()}"
+        yield drivers(base=DRIVER_ARGS if args is None else args)
+    except BaseException:
+        failed = True
+        raise
     finally:
-        out = d.stop()
-        shutil.rmtree(d.dir, ignore_errors=True)
-        del out
+        drivers.close(failed=failed)
 
 
 def unique_driver_dir() -> str:

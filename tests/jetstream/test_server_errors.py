@@ -6,7 +6,6 @@ from __future__ import annotations
 import http.client
 import json
 import socket
-import time
 from pathlib import Path
 from typing import Any
 
@@ -187,10 +186,8 @@ def test_silent_connections_are_closed_after_the_handshake_timeout(tmp_path: Pat
     with running_relay(str(tmp_path), handshake_timeout_s=0.3) as relay:
         with socket.create_connection((relay.host, relay.port), timeout=5) as sock:
             sock.sendall(b"GET /subscribe HTTP/1.1\r\nHost: x\r\n")  # never finishes the request
-            start = time.monotonic()
-            assert sock.recv(100) == b""  # closed, no response
-            assert 0.2 < time.monotonic() - start < 3
-        assert relay.server.counters.handshakes["timeout"] == 1
+            assert sock.recv(100) == b""  # closed, no response (the socket's own timeout is 5 s)
+        assert relay.server.counters.handshakes["timeout"] == 1  # closed for the handshake timeout, nothing else
 
 
 def test_connections_over_the_per_ip_limit_get_429(tmp_path: Path) -> None:

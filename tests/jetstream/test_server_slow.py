@@ -74,14 +74,11 @@ def test_a_client_that_never_reads_slows_no_one_and_is_dropped_behind_retention(
 
             reader = threading.Thread(target=read_fast)
             reader.start()
-            start = time.monotonic()
             for i in range(0, total, 500):
                 relay.append(events[i : i + 500])
                 time.sleep(0.01)
-            reader.join(35)
-            fast_seconds = time.monotonic() - start
+            reader.join(35)  # recv_events gives up after 30 s: the slow client must not hold the fast one back
             assert got == [BASE_US + STEP_US * i for i in range(total)]
-            assert fast_seconds < 20, f"the fast client took {fast_seconds:.1f} s"
             wait_for(lambda: relay.server.counters.clients_dropped["behind_retention"] == 1, what="the drop")
         data = b""
         while True:  # the slow client reads at last: until EOF

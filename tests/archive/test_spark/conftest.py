@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import random
-import shutil
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -19,9 +18,9 @@ import pytest
 
 from logbuf.archive.catalog import Catalog, RecordingDescriptor
 from logbuf.client import Aeron, Context, Publication
-from tests.archive.conftest import ARCHIVE_DRIVER_ARGS, RecorderProcess, await_
+from tests.archive.conftest import RecorderProcess, await_
 from tests.archive.conftest import publish as publish_stamped
-from tests.driver.conftest import DriverProcess, unique_dir
+from tests.support.driver_process import DriverProcess, DriverSet
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -73,18 +72,34 @@ def await_recorded(archive_dir: str, session_id: int, position: int, timeout_s: 
     return d
 
 
-@pytest.fixture(scope="session")
-def spark_driver() -> Iterator[DriverProcess]:
-    d = DriverProcess(unique_dir(), ARCHIVE_DRIVER_ARGS).start()
-    try:
-        yield d
-    finally:
-        d.stop()
-        shutil.rmtree(d.dir, ignore_errors=True)
+SPARK_DRIVER_ARGS = [
+    "--ipc-term-length",
+    "64k",
+    "--driver-timeout",
+    "10s",
+    "--client-liveness-timeout",
+    "10s",
+    "--publication-linger-timeout",
+    "1s",
+    "--dir-delete-on-shutdown",
+    "false",
+]
+"""Aeron's default liveness timeouts: this driver lives for the whole session, beside a Spark JVM and its
+Python workers that keep both cores busy. A 2 s client liveness timeout (the archive tests' setting, where
+a driver lives for one module) once timed out a client here: its keepalive thread was held off that long
+(a full garbage collection of this big process holds the GIL for a quarter of a second on an idle machine,
+several times that on a loaded one), and the next test got "client is closed"."""
 
 
 @pytest.fixture(scope="session")
+def spark_driver(request: pytest.FixtureRequest) -> Iterator[DriverProcess]:
+    with DriverSet(request) as drivers:
+        yield drivers(base=SPARK_DRIVER_ARGS)
+
+
+@pytest.fixture
 def aeron(spark_driver: DriverProcess) -> Iterator[Aeron]:
+    """A client per test: none idles through other tests' Spark jobs."""
     with Aeron.connect(Context(dir=spark_driver.dir)) as client:
         yield client
 
@@ -97,22 +112,23 @@ class RecordedArchive:
 
 
 def record_archive(
-    driver: DriverProcess, aeron: Aeron, archive_dir: str, stream_id: int, count: int, seed: int, extra: list[str]
+    driver: DriverProcess, archive_dir: str, stream_id: int, count: int, seed: int, extra: list[str]
 ) -> RecordedArchive:
     """``count`` mixed messages published on aeron:ipc ``stream_id``, recorded by a recorder process
-    (with ``extra`` options) and stopped."""
+    (with ``extra`` options) and stopped. Its own client, closed after: none idles between tests."""
     recorder = RecorderProcess(archive_dir, driver.dir, "aeron:ipc", stream_id, extra).start()
     try:
-        pub = aeron.add_publication("aeron:ipc", stream_id)
-        await_(lambda: pub.is_connected, 20, "the recorder to subscribe")
-        published = publish(pub, payloads_for(seed, count))
-        await_recorded(archive_dir, published.session_id, published.end_positions[-1])
-        pub.close()
-        await_(
-            lambda: (d := recording_of(archive_dir, published.session_id)) is not None and not d.active,
-            20,
-            "the recording to stop",
-        )
+        with Aeron.connect(Context(dir=driver.dir)) as aeron:
+            pub = aeron.add_publication("aeron:ipc", stream_id)
+            await_(lambda: pub.is_connected, 20, "the recorder to subscribe")
+            published = publish(pub, payloads_for(seed, count))
+            await_recorded(archive_dir, published.session_id, published.end_positions[-1])
+            pub.close()
+            await_(
+                lambda: (d := recording_of(archive_dir, published.session_id)) is not None and not d.active,
+                20,
+                "the recording to stop",
+            )
     finally:
         assert recorder.stop() == 0, recorder.output()
     d = recording_of(archive_dir, published.session_id)
@@ -121,18 +137,16 @@ def record_archive(
 
 
 @pytest.fixture(scope="session")
-def recorded(spark_driver: DriverProcess, aeron: Aeron, tmp_path_factory: pytest.TempPathFactory) -> RecordedArchive:
+def recorded(spark_driver: DriverProcess, tmp_path_factory: pytest.TempPathFactory) -> RecordedArchive:
     """3000 mixed messages (about a third fragmented) on aeron:ipc stream 10, recorded and stopped."""
-    return record_archive(spark_driver, aeron, str(tmp_path_factory.mktemp("spark-archive")), STREAM, 3000, 1, [])
+    return record_archive(spark_driver, str(tmp_path_factory.mktemp("spark-archive")), STREAM, 3000, 1, [])
 
 
 @pytest.fixture(scope="session")
-def recorded_with_checksums(
-    spark_driver: DriverProcess, aeron: Aeron, tmp_path_factory: pytest.TempPathFactory
-) -> RecordedArchive:
+def recorded_with_checksums(spark_driver: DriverProcess, tmp_path_factory: pytest.TempPathFactory) -> RecordedArchive:
     """500 mixed messages on aeron:ipc stream 12, recorded with ``--checksum crc32``."""
     archive_dir = str(tmp_path_factory.mktemp("spark-archive-crc"))
-    return record_archive(spark_driver, aeron, archive_dir, 12, 500, 12, ["--checksum", "crc32"])
+    return record_archive(spark_driver, archive_dir, 12, 500, 12, ["--checksum", "crc32"])
 
 
 @pytest.fixture(scope="session")

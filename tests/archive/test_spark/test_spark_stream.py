@@ -11,7 +11,7 @@ from logbuf.client import Aeron
 from tests.archive.conftest import RecorderProcess, await_
 from tests.archive.test_spark.conftest import await_recorded, payloads_for, publish
 from tests.archive.test_spark.synthetic import build_archive, recording
-from tests.driver.conftest import DriverProcess
+from tests.support.driver_process import DriverProcess
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -1,0 +1,116 @@
+"""The wheel installs one import package, ``logbuf``: everything importable lives under ``logbuf/``, the
+console scripts point into it, and the build warns about no package it left out."""
+
+from __future__ import annotations
+
+import configparser
+import csv
+import io
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
+import zipfile
+from collections.abc import Iterator
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+SCRIPTS = {
+    "mediadriver": "logbuf.driver.main:main",
+    "logbuf-stat": "logbuf.client.stat:main",
+    "logbuf-demo": "logbuf.client.demo:main",
+    "logbuf-archive": "logbuf.archive.main:main",
+    "logbuf-jetstream": "logbuf.jetstream.main:main",
+}
+# What setuptools prints when a folder inside a package (data, say) is not in its `packages` list.
+LEFT_OUT = re.compile(r"Package '[^']+' is absent|Package would be ignored|absent from setuptools' `packages`")
+
+pytestmark = pytest.mark.slow
+
+
+class Wheel:
+    def __init__(self, path: pathlib.Path, build_output: str) -> None:
+        self.path = path
+        self.build_output = build_output
+        with zipfile.ZipFile(path) as z:
+            self.names = z.namelist()
+            self.dist_info = next(n.split("/")[0] for n in self.names if n.split("/")[0].endswith(".dist-info"))
+            self.files = {n: z.read(n).decode() for n in self.names if n.startswith(self.dist_info + "/")}
+
+    def metadata(self, name: str) -> str | None:
+        return self.files.get(f"{self.dist_info}/{name}")
+
+    def record(self) -> list[str]:
+        text = self.metadata("RECORD")
+        assert text is not None, "the wheel has no RECORD"
+        return [row[0] for row in csv.reader(io.StringIO(text)) if row]
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Wheel]:
+    """A wheel built from a clean copy of the worktree (no earlier build products in it)."""
+    tmp = tmp_path_factory.mktemp("packaging")
+    source = tmp / "src"
+    shutil.copytree(
+        ROOT,
+        source,
+        ignore=shutil.ignore_patterns(
+            ".git", "build", "dist", "*.egg-info", "__pycache__", ".mypy_cache", ".hypothesis", ".venv", "*.so"
+        ),
+    )
+    out = tmp / "wheels"
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-v", "-w", str(out), str(source)],
+        capture_output=True,
+        text=True,
+        timeout=900,  # builds the native core, in an isolated build environment
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-5_000:]
+    [path] = out.glob("logbuf-*.whl")
+    yield Wheel(path, output)
+
+
+def test_everything_importable_is_under_logbuf(wheel: Wheel) -> None:
+    top_level = wheel.metadata("top_level.txt")
+    if top_level is not None:
+        assert top_level.split() == ["logbuf"]
+    outside = [p for p in wheel.record() if not (p.startswith("logbuf/") or p.startswith(wheel.dist_info + "/"))]
+    assert outside == []
+    record = set(wheel.record())
+    for expected in (
+        "logbuf/__init__.py",
+        "logbuf/py.typed",
+        "logbuf/driver/main.py",
+        "logbuf/client/demo.py",
+        "logbuf/archive/catalog.py",
+        "logbuf/jetstream/main.py",
+        "logbuf/jetstream/data/jetstream-zstd.dict",
+    ):
+        assert expected in record, expected
+    assert any(re.fullmatch(r"logbuf/.+\.cpython-.+\.so", p) for p in record), "no compiled native core"
+
+
+def test_console_scripts_point_into_logbuf(wheel: Wheel) -> None:
+    text = wheel.metadata("entry_points.txt")
+    assert text is not None, "the wheel has no entry_points.txt"
+    entry_points = configparser.ConfigParser()
+    entry_points.read_string(text)
+    assert dict(entry_points["console_scripts"]) == SCRIPTS
+
+
+def test_the_build_leaves_out_no_package(wheel: Wheel) -> None:
+    assert "running build_py" in wheel.build_output  # the build's own output was captured
+    assert LEFT_OUT.findall(wheel.build_output) == []
+
+
+def test_the_warning_pattern_matches_what_setuptools_prints() -> None:
+    printed = [  # setuptools' _IncludePackageDataAbuse warning, summary and details
+        "Package 'logbuf.jetstream.data' is absent from the `packages` configuration.",
+        "# Package would be ignored #",
+        "but it is absent from setuptools' `packages` configuration.",
+    ]
+    assert all(LEFT_OUT.search(line) for line in printed)
+    assert not LEFT_OUT.search("adding 'logbuf/jetstream/data/jetstream-zstd.dict'")
