@@ -67,9 +67,10 @@ cdef inline int64_t pad_vft(int64_t version_flags_type) noexcept nogil:
 cdef inline int32_t handle_end_of_log(char *term, int64_t term_offset, int32_t term_length, int32_t term_id,
                                       int64_t vft, int64_t session_id, int32_t stream_id) noexcept nogil:
     """Pad the rest of the term from ``term_offset`` (if any is left) after a claim tripped it.
-    ``term_offset`` is the raw tail's offset (0 .. 2^32 - 1): past the end of the term nothing is written."""
+    ``term_offset`` is the raw tail's offset (0 .. 2^32 - 1): past the end of the term, or off a frame
+    boundary (a corrupted tail, where the 32-byte header might not fit), nothing is written."""
     cdef int32_t padding_length
-    if 0 <= term_offset < term_length:
+    if 0 <= term_offset < term_length and term_offset % FRAME_ALIGNMENT == 0:
         padding_length = <int32_t>(term_length - term_offset)
         header_write(term, <int32_t>term_offset, padding_length, term_id, pad_vft(vft), session_id, stream_id)
         lb_store_release_i32(term + term_offset, padding_length)
