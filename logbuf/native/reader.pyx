@@ -3,8 +3,8 @@
 and ``ImageCore``, a subscriber's poll, controlled poll and block poll as single native calls.
 
 The loops run in C around the Python handler. A frame length read from the term is not trusted: a length
-<= 0 means "not yet", and a frame whose aligned length runs past the end of the term ends the poll before
-it (it is never delivered and the position does not move past it). A subscriber position that is not a
+<= 0 means "not yet", and a length that runs past the end of the term ends the poll before that frame (it
+is never delivered and the position does not move past it). A subscriber position that is not a
 multiple of the frame alignment (a corrupted counter) is a ValueError.
 """
 
@@ -14,7 +14,16 @@ from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t
 from logbuf.native.atomics cimport checked_address, lb_load_acquire_i32, lb_load_acquire_i64, lb_store_release_i64
 from logbuf.native.constants cimport *
 from logbuf.native.log_view cimport LogView
-from logbuf.native.term cimport TermBuffer, align_frame_length, check_term, frame_type, log2_of, partition_index, scan_block
+from logbuf.native.term cimport (
+    TermBuffer,
+    align_fitting_length,
+    align_frame_length,
+    check_term,
+    frame_type,
+    log2_of,
+    partition_index,
+    scan_block,
+)
 
 
 cdef inline int64_t _read_position(const char *position_address) except? -1:
@@ -122,20 +131,16 @@ def term_read(term_buffer, int32_t term_offset, handler, int32_t fragment_limit,
     cdef object view = memoryview(term_buffer).toreadonly()
     cdef int32_t term_length = <int32_t>b.view.len
     cdef int32_t offset = term_offset, fragments = 0, frame_length, frame_offset
-    cdef int64_t aligned
     header._term = term
     header._initial_term_id = initial_term_id
     header._shift = log2_of(term_length)
     try:
         while fragments < fragment_limit and offset < term_length:
             frame_length = lb_load_acquire_i32(term + offset)
-            if frame_length <= 0:
-                break
-            aligned = align_frame_length(frame_length)
-            if aligned > term_length - offset:
+            if frame_length <= 0 or frame_length > term_length - offset:
                 break
             frame_offset = offset
-            offset += <int32_t>aligned
+            offset += align_fitting_length(frame_length)
             if frame_type(term + frame_offset) == HDR_TYPE_PAD:
                 continue
             fragments += 1
@@ -244,19 +249,17 @@ cdef class ImageCore:
         cdef object view = self._views[index]
         cdef Header header = self._header
         cdef int32_t offset = term_offset, fragments = 0, frame_length, frame_offset
-        cdef int64_t aligned
+        cdef int32_t aligned
         cdef int32_t term_length = self.term_length
         header._term = term
         try:
             while fragments < fragment_limit and offset < term_length:
                 frame_length = lb_load_acquire_i32(term + offset)
-                if frame_length <= 0:
+                if frame_length <= 0 or frame_length > term_length - offset:
                     break
-                aligned = align_frame_length(frame_length)
-                if aligned > term_length - offset:
-                    break
+                aligned = align_fitting_length(frame_length)
                 frame_offset = offset
-                offset += <int32_t>aligned
+                offset += aligned
                 if frame_type(term + frame_offset) == HDR_TYPE_PAD:
                     continue
                 fragments += 1
@@ -283,7 +286,7 @@ cdef class ImageCore:
         cdef object view = self._views[index]
         cdef Header header = self._header
         cdef int32_t offset = initial_offset, fragments = 0, frame_length, frame_offset
-        cdef int64_t aligned
+        cdef int32_t aligned
         cdef int32_t term_length = self.term_length
         cdef object action
         cdef int act
@@ -291,13 +294,11 @@ cdef class ImageCore:
         try:
             while fragments < fragment_limit and offset < term_length:
                 frame_length = lb_load_acquire_i32(term + offset)
-                if frame_length <= 0:
+                if frame_length <= 0 or frame_length > term_length - offset:
                     break
-                aligned = align_frame_length(frame_length)
-                if aligned > term_length - offset:
-                    break
+                aligned = align_fitting_length(frame_length)
                 frame_offset = offset
-                offset += <int32_t>aligned
+                offset += aligned
                 if frame_type(term + frame_offset) == HDR_TYPE_PAD:
                     continue
                 fragments += 1
@@ -306,7 +307,7 @@ cdef class ImageCore:
                 act = ACTION_CONTINUE if action is None else <int>action
                 if act == ACTION_ABORT:
                     fragments -= 1
-                    offset -= <int32_t>aligned
+                    offset -= aligned
                     break
                 elif act == ACTION_BREAK:
                     break

@@ -3,9 +3,10 @@
 wrappers in ``term.pyx``, the publication and image cores, and the driver's datagram sender
 (``logbuf.driver._udp``). Inline here, they compile into each user: a hot loop never calls across modules.
 
-Lengths read from a term are not trusted: ``align_frame_length`` works in 64 bits (no int32 overflow for
-any frame length, 0x7fffffff included), and a scan stops before a frame whose aligned length runs past the
-end of the term or its limit, so no frame length can move an offset outside the term.
+Lengths read from a term are not trusted: the scans align them in 64 bits (``align_frame_length``, no
+overflow for any int32, 0x7fffffff included) and stop before a frame that runs past their limit or the
+end of the term; the readers stop at a length that runs past the end of the term before aligning it in
+32 bits (``align_fitting_length``). No frame length can move an offset outside the term.
 """
 
 from cpython.buffer cimport PyBUF_SIMPLE, PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
@@ -28,6 +29,13 @@ from logbuf.native.constants cimport *
 cdef inline int64_t align_frame_length(int64_t length) noexcept nogil:
     """``length`` rounded up to FRAME_ALIGNMENT, in 64 bits: no overflow for any int32 frame length."""
     return (length + (FRAME_ALIGNMENT - 1)) & ~(<int64_t>(FRAME_ALIGNMENT - 1))
+
+
+cdef inline int32_t align_fitting_length(int32_t length) noexcept nogil:
+    """``length`` rounded up to FRAME_ALIGNMENT in 32 bits, for a length already checked to fit what is
+    left of a term (at most 1 GiB): the hot loops check ``0 < frame_length <= term_length - offset``
+    first, so this cannot overflow, and from a frame boundary the aligned frame still fits the term."""
+    return (length + (FRAME_ALIGNMENT - 1)) & ~(FRAME_ALIGNMENT - 1)
 
 
 cdef inline int32_t partition_index(int64_t term_count) noexcept nogil:
@@ -148,26 +156,25 @@ cdef inline int32_t scan_block(const char *term, int32_t term_offset, int32_t li
                                int32_t term_length) noexcept nogil:
     """Aeron's TermBlockScanner: end offset of whole frames from ``term_offset`` up to ``limit_offset``.
 
-    Stops before padding (a leading padding frame is a block of its own), at a length <= 0 and before a
-    frame running past ``limit_offset`` (a leading padding frame: past the end of the term).
+    Stops before padding (a leading padding frame is a block of its own), at a length <= 0, before a
+    length that runs past the end of the term and before a frame running past ``limit_offset``.
     ``term_offset`` is a multiple of FRAME_ALIGNMENT, ``limit_offset`` <= ``term_length``.
     """
-    cdef int32_t offset = term_offset
+    cdef int64_t offset = term_offset, end, limit = limit_offset  # 64 bits: no frame length can wrap them
     cdef int32_t frame_length
-    cdef int64_t aligned
-    while offset < limit_offset:
+    while offset < limit:
         frame_length = lb_load_acquire_i32(term + offset)
         if frame_length <= 0:
             break
-        aligned = align_frame_length(frame_length)
+        end = offset + align_frame_length(frame_length)
         if frame_type(term + offset) == HDR_TYPE_PAD:
-            if term_offset == offset and aligned <= term_length - offset:
-                offset += <int32_t>aligned
+            if term_offset == offset and end <= term_length:
+                offset = end
             break
-        if aligned > limit_offset - offset:
+        if end > limit:
             break
-        offset += <int32_t>aligned
-    return offset
+        offset = end
+    return <int32_t>offset
 
 
 cdef inline int32_t scan_for_availability(const char *term, int32_t offset, int32_t max_length,
@@ -178,23 +185,24 @@ cdef inline int32_t scan_for_availability(const char *term, int32_t offset, int3
     ``max_length`` or the end of the term ends it before that frame. ``offset`` is a multiple of
     FRAME_ALIGNMENT within the term.
     """
-    cdef int64_t available = 0, aligned
+    cdef int64_t available = 0, end  # 64 bits: no frame length can wrap them
     cdef int64_t limit = term_length - offset
+    cdef const char *start = term + offset
     cdef int32_t frame_length
     if max_length < limit:
         limit = max_length
     while available < limit:
-        frame_length = lb_load_acquire_i32(term + offset + available)
+        frame_length = lb_load_acquire_i32(start + available)
         if frame_length <= 0:
             break
-        aligned = align_frame_length(frame_length)
-        if frame_type(term + offset + available) == HDR_TYPE_PAD:
-            if available == 0 and aligned <= term_length - offset:
-                available = aligned
+        end = available + align_frame_length(frame_length)
+        if frame_type(start + available) == HDR_TYPE_PAD:
+            if available == 0 and end <= term_length - offset:
+                available = end
             break
-        if aligned > limit - available:
+        if end > limit:
             break
-        available += aligned
+        available = end
     return <int32_t>available
 
 

@@ -136,15 +136,13 @@ def term_gap_scan(term_buffer, int32_t rebuild_offset, int32_t hwm_offset) -> tu
         hwm_offset = term_length
     cdef const char *term = <const char *>b.view.buf
     cdef int32_t offset = rebuild_offset, frame_length, gap_end
-    cdef int64_t aligned
     while offset < hwm_offset:
         frame_length = lb_load_acquire_i32(term + offset)
         if frame_length <= 0:
             break
-        aligned = align_frame_length(frame_length)
-        if aligned > term_length - offset:
+        if frame_length > term_length - offset:
             return (offset, 0)
-        offset += <int32_t>aligned
+        offset += align_fitting_length(frame_length)
     if offset >= hwm_offset:
         return (offset, 0)
     gap_end = offset + FRAME_ALIGNMENT

@@ -214,7 +214,9 @@ def make_log(mtu: int = 1408, term_length: int = TERM) -> mmap.mmap:
     struct.pack_into("=i", log, meta + lbd.LOG_INITIAL_TERM_ID_OFFSET, INITIAL_TERM_ID)
     struct.pack_into("=i", log, meta + lbd.LOG_IS_CONNECTED_OFFSET, 1)
     put_header(log, meta + lbd.LOG_DEFAULT_FRAME_HEADER_OFFSET, 0, term_offset=0)
-    struct.pack_into("=q", log, meta + lbd.TERM_TAIL_COUNTERS_OFFSET, lbd.pack_tail(INITIAL_TERM_ID, 0))
+    for index in range(lbd.PARTITION_COUNT):  # as Aeron initialises them: partition i>0 awaits its rotation
+        term_id = INITIAL_TERM_ID if index == 0 else INITIAL_TERM_ID + index - lbd.PARTITION_COUNT
+        struct.pack_into("=q", log, meta + lbd.TERM_TAIL_COUNTERS_OFFSET + 8 * index, lbd.pack_tail(term_id, 0))
     return log
 
 
