@@ -90,7 +90,7 @@ from __future__ import annotations
 import struct
 from typing import TYPE_CHECKING, Final
 
-from logbuf import _native
+from logbuf import native
 from logbuf.errors import LogbufError
 
 if TYPE_CHECKING:
@@ -215,40 +215,40 @@ def check_string(name: str, value: str, max_length: int) -> bytes:
 
 # -- ordered accessors (the only reads and writes whose ordering matters) --------------------
 def state_volatile(buffer: Buffer, entry: int) -> int:
-    return _native.get_int32_volatile(buffer, entry + STATE_OFFSET)
+    return native.get_int32_volatile(buffer, entry + STATE_OFFSET)
 
 
 def state_ordered(buffer: Buffer, entry: int, state: int) -> None:
-    _native.put_int32_ordered(buffer, entry + STATE_OFFSET, state)
+    native.put_int32_ordered(buffer, entry + STATE_OFFSET, state)
 
 
 def flags_volatile(buffer: Buffer, entry: int) -> int:
-    return _native.get_int32_volatile(buffer, entry + FLAGS_OFFSET)
+    return native.get_int32_volatile(buffer, entry + FLAGS_OFFSET)
 
 
 def flags_ordered(buffer: Buffer, entry: int, flags: int) -> None:
-    _native.put_int32_ordered(buffer, entry + FLAGS_OFFSET, flags)
+    native.put_int32_ordered(buffer, entry + FLAGS_OFFSET, flags)
 
 
 def stop_position_volatile(buffer: Buffer, entry: int) -> int:
-    return _native.get_int64_volatile(buffer, entry + STOP_POSITION_OFFSET)
+    return native.get_int64_volatile(buffer, entry + STOP_POSITION_OFFSET)
 
 
 def stop_position_ordered(buffer: Buffer, entry: int, position: int) -> None:
-    _native.put_int64_ordered(buffer, entry + STOP_POSITION_OFFSET, position)
+    native.put_int64_ordered(buffer, entry + STOP_POSITION_OFFSET, position)
 
 
 def heartbeat_volatile(buffer: Buffer, entry: int) -> int:
-    return _native.get_int64_volatile(buffer, entry + HEARTBEAT_OFFSET)
+    return native.get_int64_volatile(buffer, entry + HEARTBEAT_OFFSET)
 
 
 def heartbeat_ordered(buffer: Buffer, entry: int, now_ms: int) -> None:
-    _native.put_int64_ordered(buffer, entry + HEARTBEAT_OFFSET, now_ms)
+    native.put_int64_ordered(buffer, entry + HEARTBEAT_OFFSET, now_ms)
 
 
 def next_recording_id_volatile(buffer: Buffer) -> int:
-    return _native.get_int64_volatile(buffer, NEXT_RECORDING_ID_OFFSET)
+    return native.get_int64_volatile(buffer, NEXT_RECORDING_ID_OFFSET)
 
 
 def next_recording_id_ordered(buffer: Buffer, value: int) -> None:
-    _native.put_int64_ordered(buffer, NEXT_RECORDING_ID_OFFSET, value)
+    native.put_int64_ordered(buffer, NEXT_RECORDING_ID_OFFSET, value)

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Final
 
 import numpy as np
 
-from logbuf import _native
+from logbuf import native
 from logbuf.logbuffer import data_header_descriptor as dh
 
 if TYPE_CHECKING:
@@ -60,7 +60,7 @@ def stamp_block(block: memoryview) -> bytearray:
     capacity = max(1, len(copy) // dh.HEADER_LENGTH)
     offsets = np.empty(capacity, dtype=np.int32)
     lengths = np.empty(capacity, dtype=np.int32)
-    n = _native.frame_index(copy, offsets, lengths)
+    n = native.frame_index(copy, offsets, lengths)
     if n == 0:
         return copy
     with memoryview(copy) as view:

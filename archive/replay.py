@@ -31,7 +31,7 @@ import time
 import numpy as np
 import structlog
 
-from logbuf import _native
+from logbuf import native
 from logbuf.archive.catalog import Catalog, CatalogError, RecordingDescriptor, RecordingState
 from logbuf.archive.segments import SegmentError, SegmentReader
 from logbuf.channel_uri import ChannelUri
@@ -253,23 +253,23 @@ class Replay:
         term = self._terms[index]
         src = view[start:end]
         term[start + 4 : end] = src[4:]
-        count = _native.frame_index(src, self._scratch, self._scratch_lengths)
+        count = native.frame_index(src, self._scratch, self._scratch_lengths)
         if count:
             ints = self._term_ints[index]
             headers = (self._scratch[:count] - dh.HEADER_LENGTH + start) // 4
             ints[headers + dh.SESSION_ID_FIELD_OFFSET // 4] = self.publication.session_id
             ints[headers + dh.STREAM_ID_FIELD_OFFSET // 4] = self.stream_id
-        _native.put_int32_ordered(term, start, int.from_bytes(src[:4], "little", signed=True))
+        native.put_int32_ordered(term, start, int.from_bytes(src[:4], "little", signed=True))
         src.release()
         term_id = self.descriptor.term_id_of(position)
-        _native.put_int64_ordered(self._meta, lbd.TERM_TAIL_COUNTERS_OFFSET + 8 * index, lbd.pack_tail(term_id, end))
+        native.put_int64_ordered(self._meta, lbd.TERM_TAIL_COUNTERS_OFFSET + 8 * index, lbd.pack_tail(term_id, end))
         if end == self._mask + 1:  # rotate, as an exclusive publication does: next tail, then the term count
             term_count = (position >> self._shift) + 1
             next_index = term_count % lbd.PARTITION_COUNT
-            _native.put_int64_ordered(
+            native.put_int64_ordered(
                 self._meta, lbd.TERM_TAIL_COUNTERS_OFFSET + 8 * next_index, lbd.pack_tail(term_id + 1, 0)
             )
-            _native.put_int32_ordered(self._meta, lbd.LOG_ACTIVE_TERM_COUNT_OFFSET, lbd._int32(term_count))
+            native.put_int32_ordered(self._meta, lbd.LOG_ACTIVE_TERM_COUNT_OFFSET, lbd._int32(term_count))
 
     # -- ending --------------------------------------------------------------------------------------------
     def _finish(self) -> None:
@@ -321,7 +321,7 @@ def _whole_frames_end(view: memoryview, start: int, limit: int, hard_limit: int)
     """Offset after the whole frames from ``start`` that end by ``limit`` (a PAD may reach ``hard_limit``)."""
     offset = start
     while offset < limit:
-        end = _native.term_scan_block(view, offset, limit)
+        end = native.term_scan_block(view, offset, limit)
         if end == offset:
             break
         if end > limit:  # a leading PAD longer than the limit

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Final
 
 import numpy as np
 
-from logbuf import _native
+from logbuf import native
 from logbuf.archive.checksum import checksum_mismatch
 from logbuf.archive.segments import SEGMENT_MAX_LENGTH, SegmentError, SegmentReader
 from logbuf.logbuffer import data_header_descriptor as dh
@@ -174,7 +174,7 @@ def _walk_term(
     frames = 0
     while offset < term_limit:
         if full:
-            end = _native.term_scan_block(view, offset, term_limit)
+            end = native.term_scan_block(view, offset, term_limit)
             if end > offset and int(ints[offset // 4 + 1]) >> 16 & 0xFFFF == dh.HDR_TYPE_DATA:
                 bad = _check_block(view, ints, d, offset, end, term_id)
                 if bad is not None:
@@ -193,7 +193,7 @@ def _walk_term(
 
 
 def _count(view: memoryview, start: int, end: int) -> int:
-    return _native.count_frames(view[start:end], True) if end > start else 0
+    return native.count_frames(view[start:end], True) if end > start else 0
 
 
 def frame_problem(
@@ -305,7 +305,7 @@ def _check_block(
     capacity = (end - start) // dh.HEADER_LENGTH
     offsets = np.empty(capacity, dtype=np.int32)
     lengths = np.empty(capacity, dtype=np.int32)
-    n = _native.frame_index(view[start:end], offsets, lengths)
+    n = native.frame_index(view[start:end], offsets, lengths)
     headers = offsets[:n].astype(np.int64) - dh.HEADER_LENGTH + start
     idx = headers // 4
     words = ints[idx + 1]

@@ -30,7 +30,7 @@ from typing import Any, Final
 
 import numpy as np
 
-from logbuf import _native
+from logbuf import native
 from logbuf.conduit import counters_descriptor as cd
 from logbuf.conduit.cnc import CncError, CncFile, cnc_driver_heartbeat_ms
 from logbuf.conduit.counters import CounterInfo, CountersReader
@@ -147,7 +147,7 @@ def count_messages(log: LogBuffers, start: int, end: int, max_bytes: int = MAX_S
         block = term[offset : offset + length]
         offsets = np.empty(length // dh.HEADER_LENGTH + 1, dtype=np.int32)
         lengths = np.empty_like(offsets)
-        n = _native.frame_index(block, offsets, lengths)
+        n = native.frame_index(block, offsets, lengths)
         if n:
             flags = np.frombuffer(block, dtype=np.uint8)[offsets[:n] - dh.HEADER_LENGTH + dh.FLAGS_FIELD_OFFSET]
             messages += int(np.count_nonzero(flags & dh.BEGIN_FLAG))

@@ -16,7 +16,7 @@ import os
 from dataclasses import dataclass, field
 from enum import Enum
 
-from logbuf import _native
+from logbuf import native
 from logbuf.conduit import counters_descriptor as cd
 from logbuf.conduit.counters import CountersManager
 from logbuf.logbuffer.flow_control import compute_limit_and_clean
@@ -35,7 +35,7 @@ class SubscriberPosition:
     subscription_registration_id: int
     client_id: int
     counter_id: int
-    position: _native.Position
+    position: native.Position
     join_position: int
 
 
@@ -72,7 +72,7 @@ class IpcPublication:
     log: LogBuffers
     log_file_name: str
     publisher_limit_id: int
-    publisher_limit: _native.Position
+    publisher_limit: native.Position
     publisher_position_id: int
     counters: CountersManager
     linger_timeout_ns: int

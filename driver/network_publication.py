@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from logbuf import _native
+from logbuf import native
 from logbuf.driver.ipc_publication import IpcPublication, PublicationState
 from logbuf.driver.system_counters import SystemCounterId, SystemCounters
 from logbuf.logbuffer import data_header_descriptor as dh
@@ -49,7 +49,7 @@ sender endpoint's native batch (one sendmmsg); without it, ``send`` is called pe
 class NetworkPublication(IpcPublication):
     sender_position_id: int = 0
     sender_limit_id: int = 0
-    sender_position: Any = None  # _native.Position over snd-pos
+    sender_position: Any = None  # native.Position over snd-pos
     system_counters: SystemCounters | None = None
     mtu_length: int = dh.DEFAULT_MTU_LENGTH
     connection_timeout_ns: int = 5_000_000_000
@@ -139,7 +139,7 @@ class NetworkPublication(IpcPublication):
     def _send_datagram(self, term: memoryview, term_offset: int, max_length: int, send: Send) -> tuple[int, int]:
         """Send one datagram of the committed frames at ``term_offset`` (up to the MTU and
         ``max_length``): (term bytes it covers, bytes sent). A PAD frame travels as its header."""
-        covered = _native.term_scan_for_availability(term, term_offset, min(self.mtu_length, max_length))
+        covered = native.term_scan_for_availability(term, term_offset, min(self.mtu_length, max_length))
         if covered <= 0:
             return 0, 0
         frame_type = int.from_bytes(term[term_offset + 6 : term_offset + 8], "little")

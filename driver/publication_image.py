@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from logbuf import _native
+from logbuf import native
 from logbuf.conduit.counters import CountersManager
 from logbuf.driver.ipc_publication import SubscriberPosition, allocate_subscriber_position
 from logbuf.driver.system_counters import SystemCounterId, SystemCounters
@@ -147,7 +147,7 @@ class PublicationImage:
             if position >= self.rebuild:
                 self.system_counters.increment(SystemCounterId.FLOW_CONTROL_OVER_RUNS)
             return False
-        _native.term_rebuild_insert(self.log.terms[(position // self.log.term_length) % 3], term_offset, packet)
+        native.term_rebuild_insert(self.log.terms[(position // self.log.term_length) % 3], term_offset, packet)
         if end > self.hwm:
             self.hwm = end
             self._hwm_counter.set_ordered(end)
@@ -162,7 +162,7 @@ class PublicationImage:
         gaps: dict[int, int] = {}
         while position < self.hwm and len(gaps) < MAX_GAPS:
             term_start = position - (position & (term_length - 1))
-            end, length = _native.term_gap_scan(
+            end, length = native.term_gap_scan(
                 self.log.terms[(position // term_length) % 3],
                 position - term_start,
                 min(self.hwm - term_start, term_length),
@@ -252,7 +252,7 @@ class PublicationImage:
             term_id,
             0,
         )
-        if _native.term_rebuild_insert(self.log.terms[(position // self.log.term_length) % 3], term_offset, pad):
+        if native.term_rebuild_insert(self.log.terms[(position // self.log.term_length) % 3], term_offset, pad):
             self.system_counters.increment(SystemCounterId.LOSS_GAP_FILLS)
 
     def _send(self, send: Send, datagram: bytes) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import struct
 from enum import IntEnum
 
-from logbuf import _native
+from logbuf import native
 from logbuf.conduit import counters_descriptor as cd
 from logbuf.conduit.counters import CountersManager
 
@@ -98,7 +98,7 @@ class SystemCounters:
 
     def increment(self, counter_id: SystemCounterId, delta: int = 1) -> None:
         """Atomic add (several agents may count the same thing)."""
-        _native.get_and_add_int64(self._values, self._offsets[counter_id], delta)
+        native.get_and_add_int64(self._values, self._offsets[counter_id], delta)
 
     def count_send(self, length: int, sent: int) -> int:
         """Count one datagram of ``length`` bytes of which the socket took ``sent``: as bytes and a
@@ -111,14 +111,14 @@ class SystemCounters:
         return sent
 
     def set(self, counter_id: SystemCounterId, value: int) -> None:
-        _native.put_int64_ordered(self._values, self._offsets[counter_id], value)
+        native.put_int64_ordered(self._values, self._offsets[counter_id], value)
 
     def get(self, counter_id: SystemCounterId) -> int:
-        return _native.get_int64_volatile(self._values, self._offsets[counter_id])
+        return native.get_int64_volatile(self._values, self._offsets[counter_id])
 
     def propose_max(self, counter_id: SystemCounterId, value: int) -> None:
-        if value > _native.get_int64_volatile(self._values, self._offsets[counter_id]):
-            _native.put_int64_ordered(self._values, self._offsets[counter_id], value)
+        if value > native.get_int64_volatile(self._values, self._offsets[counter_id]):
+            native.put_int64_ordered(self._values, self._offsets[counter_id], value)
 
     def offset(self, counter_id: SystemCounterId) -> int:
         return self._offsets[counter_id]

@@ -26,7 +26,8 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import numpy as np
 
-from logbuf import _native
+from logbuf import native
+from logbuf.driver import _udp
 from logbuf.driver.network_publication import NetworkPublication
 from logbuf.driver.publication_image import ImageState, PublicationImage
 from logbuf.driver.system_counters import SystemCounterId, SystemCounters
@@ -189,7 +190,7 @@ class UdpEndpoint:
         how many."""
         if not self._readable.poll(0) and self.faults is None:
             return 0
-        n = _native.udp_receive_batch(self.socket.fileno(), self._buffer, SLOT_LENGTH, self._lengths, self._sources)
+        n = _udp.udp_receive_batch(self.socket.fileno(), self._buffer, SLOT_LENGTH, self._lengths, self._sources)
         if not n:
             return 0
         lengths = self._lengths[:n].tolist()
@@ -254,8 +255,8 @@ class SendChannelEndpoint(UdpEndpoint):
         self, term: memoryview, term_offset: int, max_length: int, mtu: int, max_datagrams: int
     ) -> tuple[int, int]:
         """Send datagrams of committed frames straight from the term with one sendmmsg (see
-        :func:`logbuf._native.term_send_datagrams`): (term bytes covered, datagrams sent)."""
-        covered, datagrams, sent = _native.term_send_datagrams(
+        :func:`logbuf.driver._udp.term_send_datagrams`): (term bytes covered, datagrams sent)."""
+        covered, datagrams, sent = _udp.term_send_datagrams(
             self.socket.fileno(), term, term_offset, max_length, mtu, self._sockaddr, max_datagrams
         )
         if datagrams:
@@ -331,7 +332,7 @@ class ReceiveChannelEndpoint(UdpEndpoint):
             term_offset, session_id, stream_id, term_id = _DATA_IDS.unpack_from(datagram, 8)
             image = self.images.get((session_id, stream_id))
             term_length = image.log.term_length if image is not None else 0
-            covered = _native.check_data_datagram(datagram, term_length)
+            covered = native.check_data_datagram(datagram, term_length)
             if covered < 0:
                 counters.increment(SystemCounterId.INVALID_PACKETS)
                 return

@@ -67,8 +67,8 @@ def lb_subscriber(directory: str, size: int, batch: int, out: Any) -> None:
     quiet()
     import numpy as np
 
-    from logbuf._native import frame_index
     from logbuf.client import Aeron, Context
+    from logbuf.native import frame_index
 
     offsets = np.empty(1 << 16, dtype=np.int32)
     lengths = np.empty(1 << 16, dtype=np.int32)

@@ -54,8 +54,8 @@ def subscriber(name: str, size: int, batch: int, out: Any) -> None:
     quiet()
     import numpy as np
 
-    from logbuf._native import frame_index
     from logbuf.logbuffer.standalone import StreamLog
+    from logbuf.native import frame_index
 
     offsets = np.empty(1 << 16, dtype=np.int32)
     lengths = np.empty(1 << 16, dtype=np.int32)

@@ -61,28 +61,28 @@ def main(argv: list[str] | None = None) -> int:
     quiet()
     if args.quick:
         args.calls = 200_000
-    from logbuf import _native
     from logbuf.logbuffer.standalone import StreamLog
+    from logbuf.native import atomics
 
     buf = mmap.mmap(-1, 4096)
     i64, i32 = struct.Struct("=q"), struct.Struct("=i")
     off = 64
     ops: list[tuple[str, Callable[[], Any], Callable[[], Any]]] = [
-        ("get_int64_volatile", lambda: _native.get_int64_volatile(buf, off), lambda: i64.unpack_from(buf, off)),
-        ("put_int64_ordered", lambda: _native.put_int64_ordered(buf, off, 7), lambda: i64.pack_into(buf, off, 7)),
+        ("get_int64_volatile", lambda: atomics.get_int64_volatile(buf, off), lambda: i64.unpack_from(buf, off)),
+        ("put_int64_ordered", lambda: atomics.put_int64_ordered(buf, off, 7), lambda: i64.pack_into(buf, off, 7)),
         (
             "get_and_add_int64",
-            lambda: _native.get_and_add_int64(buf, off, 1),
+            lambda: atomics.get_and_add_int64(buf, off, 1),
             lambda: i64.pack_into(buf, off, i64.unpack_from(buf, off)[0] + 1),
         ),
         (
             "compare_and_set_int64",
-            lambda: _native.compare_and_set_int64(buf, off, 0, 0),
+            lambda: atomics.compare_and_set_int64(buf, off, 0, 0),
             lambda: cas_plain(i64, buf, off),
         ),
         (
             "get_and_add_int32",
-            lambda: _native.get_and_add_int32(buf, off, 1),
+            lambda: atomics.get_and_add_int32(buf, off, 1),
             lambda: i32.pack_into(buf, off, i32.unpack_from(buf, off)[0] + 1),
         ),
     ]

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 
 import pytest
 
-from logbuf import _native
 from logbuf.conduit import counters_descriptor as cd
 from logbuf.logbuffer import data_header_descriptor as dh
 from logbuf.logbuffer import log_buffer_descriptor as lbd
@@ -204,18 +203,6 @@ def test_record_tables_tile_their_record_without_gaps(name: str, first_constant:
         assert offset == end, f"{name}: {field} starts at {offset}, the previous field ends at {end}"
         end = offset + int(size) if size.isdigit() else length
     assert end == length, f"{name}: fields end at {end}, the record is {length} bytes"
-
-
-def test_native_core_constants_agree_with_the_descriptors() -> None:
-    native = dict(_native.NATIVE_CONSTANTS)
-    assert len(native) >= 20
-    for name, value in native.items():
-        holders = [m for m in (dh, lbd) if hasattr(m, name)]
-        assert holders, f"_native.NATIVE_CONSTANTS[{name!r}] names no descriptor constant"
-        for module in holders:
-            assert getattr(module, name) == value, (
-                f"native {name}={value}, {module.__name__}.{name}={getattr(module, name)}"
-            )
 
 
 # -- the checker itself can fail ---------------------------------------------------------------

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Final
 
-from logbuf import _native
+from logbuf import native
 from logbuf.conduit import broadcast_descriptor as bd
 from logbuf.conduit.ring_buffer import byte_view
 from logbuf.errors import BroadcastLappedError as BroadcastLappedError  # raised here
@@ -147,7 +147,7 @@ class BroadcastReceiver:
         if self._fenced_validate:
             tail_intent = bd.tail_intent_after_loads(self.buffer, self.capacity)
         else:  # a read-only mapping cannot use the read-modify-write barrier
-            tail_intent = _native.get_int64_volatile(self.buffer, self.capacity + bd.TAIL_INTENT_COUNTER_OFFSET)
+            tail_intent = native.get_int64_volatile(self.buffer, self.capacity + bd.TAIL_INTENT_COUNTER_OFFSET)
         return cursor + self.capacity > tail_intent
 
 

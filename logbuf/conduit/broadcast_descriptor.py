@@ -33,7 +33,7 @@ from __future__ import annotations
 import struct
 from typing import Final
 
-from logbuf import _native
+from logbuf import native
 
 # -- record -----------------------------------------------------------------------------------
 LENGTH_OFFSET: Final[int] = 0
@@ -87,12 +87,12 @@ def check_msg_length(length: int, max_length: int) -> None:
 def tail_intent_fenced(buffer: memoryview, capacity: int, value: int) -> None:
     """Announce the tail about to be reached, visible before any record byte is overwritten.
 
-    Agrona: plain store + ``storeFence``. ``_native`` has no standalone fence: a release store
+    Agrona: plain store + ``storeFence``. ``logbuf.native`` has no standalone fence: a release store
     followed by an atomic add of 0 (a sequentially consistent read-modify-write) stands in for it.
     """
     offset = capacity + TAIL_INTENT_COUNTER_OFFSET
-    _native.put_int64_ordered(buffer, offset, value)
-    _native.get_and_add_int64(buffer, offset, 0)
+    native.put_int64_ordered(buffer, offset, value)
+    native.get_and_add_int64(buffer, offset, 0)
 
 
 def tail_intent_after_loads(buffer: memoryview, capacity: int) -> int:
@@ -101,22 +101,22 @@ def tail_intent_after_loads(buffer: memoryview, capacity: int) -> int:
     Agrona: ``acquireFence`` then a volatile load. An acquire load alone would let earlier loads
     drift after it; an atomic add of 0 is a full barrier that returns the current value.
     """
-    return _native.get_and_add_int64(buffer, capacity + TAIL_INTENT_COUNTER_OFFSET, 0)
+    return native.get_and_add_int64(buffer, capacity + TAIL_INTENT_COUNTER_OFFSET, 0)
 
 
 def tail_volatile(buffer: memoryview, capacity: int) -> int:
-    return _native.get_int64_volatile(buffer, capacity + TAIL_COUNTER_OFFSET)
+    return native.get_int64_volatile(buffer, capacity + TAIL_COUNTER_OFFSET)
 
 
 def tail_ordered(buffer: memoryview, capacity: int, value: int) -> None:
     """Publish a complete record: everything written before is visible first."""
-    _native.put_int64_ordered(buffer, capacity + TAIL_COUNTER_OFFSET, value)
+    native.put_int64_ordered(buffer, capacity + TAIL_COUNTER_OFFSET, value)
 
 
 def latest_ordered(buffer: memoryview, capacity: int, value: int) -> None:
     """Store where the newest record starts (single 8-byte store: receivers never see it torn)."""
-    _native.put_int64_ordered(buffer, capacity + LATEST_COUNTER_OFFSET, value)
+    native.put_int64_ordered(buffer, capacity + LATEST_COUNTER_OFFSET, value)
 
 
 def latest_volatile(buffer: memoryview, capacity: int) -> int:
-    return _native.get_int64_volatile(buffer, capacity + LATEST_COUNTER_OFFSET)
+    return native.get_int64_volatile(buffer, capacity + LATEST_COUNTER_OFFSET)

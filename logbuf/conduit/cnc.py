@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import time
 
-from logbuf import _native
+from logbuf import native
 from logbuf.conduit import cnc_descriptor as cnd
 from logbuf.conduit import ring_buffer_descriptor as rd
 from logbuf.errors import CncError as CncError  # raised here; defined with the hierarchy
@@ -33,7 +33,7 @@ class CncFile:
         self._segment = segment
         self._base = memoryview(segment.buffer)
         base = self._base
-        self.version: int = _native.get_int32_volatile(base, cnd.CNC_VERSION_FIELD_OFFSET)
+        self.version: int = native.get_int32_volatile(base, cnd.CNC_VERSION_FIELD_OFFSET)
         (
             to_driver_length,
             to_clients_length,
@@ -103,8 +103,8 @@ class CncFile:
             os.getpid(),
         )
         heartbeat_offset = cnd.END_OF_METADATA_OFFSET + to_driver_capacity + rd.CONSUMER_HEARTBEAT_OFFSET
-        _native.put_int64_ordered(buffer, heartbeat_offset, start_ms)
-        _native.put_int32_ordered(buffer, cnd.CNC_VERSION_FIELD_OFFSET, cnd.CNC_VERSION)
+        native.put_int64_ordered(buffer, heartbeat_offset, start_ms)
+        native.put_int32_ordered(buffer, cnd.CNC_VERSION_FIELD_OFFSET, cnd.CNC_VERSION)
         return cls(path, segment)
 
     @classmethod
@@ -126,7 +126,7 @@ class CncFile:
         try:
             if segment.length < cnd.END_OF_METADATA_OFFSET:
                 raise CncNotReadyError(f"CnC file {path} is being initialised ({segment.length} bytes)")
-            version = _native.get_int32_volatile(segment.buffer, cnd.CNC_VERSION_FIELD_OFFSET)
+            version = native.get_int32_volatile(segment.buffer, cnd.CNC_VERSION_FIELD_OFFSET)
             if version == 0:
                 raise CncNotReadyError(f"CnC file {path} is being initialised (version 0)")
             check_version(version, path)
@@ -171,7 +171,7 @@ def check_version(version: int, path: str = cnd.CNC_FILE) -> None:
 def cnc_driver_heartbeat_ms(cnc: CncFile) -> int:
     """The driver's last heartbeat, epoch ms: the to-driver ring buffer's consumer heartbeat."""
     capacity = len(cnc.to_driver) - rd.TRAILER_LENGTH
-    return _native.get_int64_volatile(cnc.to_driver, capacity + rd.CONSUMER_HEARTBEAT_OFFSET)
+    return native.get_int64_volatile(cnc.to_driver, capacity + rd.CONSUMER_HEARTBEAT_OFFSET)
 
 
 def is_driver_active(directory: str, timeout_ms: int, now_ms: int | None = None) -> bool:

@@ -2,7 +2,7 @@
 
 Allocation claims a record by CAS on its record state, so several processes may allocate
 (standalone logs); a media driver allocates from its conductor alone. Values are read and
-written through :class:`logbuf._native.Position` (acquire loads, release stores).
+written through :class:`logbuf.native.Position` (acquire loads, release stores).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from logbuf import _native
+from logbuf import native
 from logbuf.conduit import counters_descriptor as cd
 
 _I32 = struct.Struct("=i")
@@ -52,7 +52,7 @@ class CountersReader:
 
     def state(self, counter_id: int) -> int:
         self._check_id(counter_id)
-        return _native.get_int32_volatile(self.metadata, cd.metadata_offset(counter_id) + cd.RECORD_STATE_OFFSET)
+        return native.get_int32_volatile(self.metadata, cd.metadata_offset(counter_id) + cd.RECORD_STATE_OFFSET)
 
     def type_id(self, counter_id: int) -> int:
         self._check_id(counter_id)
@@ -60,7 +60,7 @@ class CountersReader:
 
     def value(self, counter_id: int) -> int:
         self._check_id(counter_id)
-        return _native.get_int64_volatile(self.values, cd.values_offset(counter_id))
+        return native.get_int64_volatile(self.values, cd.values_offset(counter_id))
 
     def label(self, counter_id: int) -> str:
         self._check_id(counter_id)
@@ -101,10 +101,10 @@ class CountersReader:
             if state == cd.RECORD_ALLOCATED:
                 yield self.info(counter_id)
 
-    def position(self, counter_id: int) -> _native.Position:
+    def position(self, counter_id: int) -> native.Position:
         """A :class:`Position` over a counter's value (for readers and its single writer)."""
         self._check_id(counter_id)
-        return _native.Position(self.values, cd.values_offset(counter_id))
+        return native.Position(self.values, cd.values_offset(counter_id))
 
 
 class CountersManager(CountersReader):
@@ -132,15 +132,15 @@ class CountersManager(CountersReader):
         now_ms = int(time.time() * 1000)
         for counter_id in range(self.max_counter_id + 1):
             meta = cd.metadata_offset(counter_id)
-            state = _native.get_int32_volatile(self.metadata, meta + cd.RECORD_STATE_OFFSET)
+            state = native.get_int32_volatile(self.metadata, meta + cd.RECORD_STATE_OFFSET)
             if state == cd.RECORD_ALLOCATED:
                 continue
             if state == cd.RECORD_RECLAIMED:
-                deadline = _native.get_int64_volatile(self.metadata, meta + cd.FREE_FOR_REUSE_DEADLINE_OFFSET)
+                deadline = native.get_int64_volatile(self.metadata, meta + cd.FREE_FOR_REUSE_DEADLINE_OFFSET)
                 if deadline > now_ms:
                     continue
             # A claiming writer parks the record at state 2 while it fills it in.
-            if not _native.compare_and_set_int32(self.metadata, meta + cd.RECORD_STATE_OFFSET, state, 2):
+            if not native.compare_and_set_int32(self.metadata, meta + cd.RECORD_STATE_OFFSET, state, 2):
                 continue
             value = cd.values_offset(counter_id)
             struct.pack_into("=qqqq", self.values, value, initial_value, registration_id, owner_id, reference_id)
@@ -151,8 +151,8 @@ class CountersManager(CountersReader):
             )
             struct.pack_into("=i", self.metadata, meta + cd.LABEL_LENGTH_OFFSET, len(encoded))
             self.metadata[meta + cd.LABEL_OFFSET : meta + cd.LABEL_OFFSET + len(encoded)] = encoded
-            _native.put_int64_ordered(self.values, value, initial_value)
-            _native.put_int32_ordered(self.metadata, meta + cd.RECORD_STATE_OFFSET, cd.RECORD_ALLOCATED)
+            native.put_int64_ordered(self.values, value, initial_value)
+            native.put_int32_ordered(self.metadata, meta + cd.RECORD_STATE_OFFSET, cd.RECORD_ALLOCATED)
             return counter_id
         raise MemoryError(f"no counter records left (capacity {self.max_counter_id + 1}) for {label!r}")
 
@@ -162,8 +162,8 @@ class CountersManager(CountersReader):
         meta = cd.metadata_offset(counter_id)
         deadline = int(time.time() * 1000) + self.free_to_reuse_timeout_ms
         struct.pack_into("=q", self.metadata, meta + cd.FREE_FOR_REUSE_DEADLINE_OFFSET, deadline)
-        _native.put_int32_ordered(self.metadata, meta + cd.RECORD_STATE_OFFSET, cd.RECORD_RECLAIMED)
+        native.put_int32_ordered(self.metadata, meta + cd.RECORD_STATE_OFFSET, cd.RECORD_RECLAIMED)
 
     def set_value(self, counter_id: int, value: int) -> None:
         self._check_id(counter_id)
-        _native.put_int64_ordered(self.values, cd.values_offset(counter_id), value)
+        native.put_int64_ordered(self.values, cd.values_offset(counter_id), value)

@@ -19,7 +19,7 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from logbuf import _native
+from logbuf import native
 from logbuf.conduit import error_log_descriptor as ed
 from logbuf.conduit.ring_buffer import byte_view
 
@@ -51,7 +51,7 @@ class DistinctErrorLog:
     def __init__(self, buffer: memoryview, clock_ms: Callable[[], int] = epoch_ms) -> None:
         view = byte_view(buffer)
         ed.check_buffer_length(len(view))
-        _native.get_int64_volatile(view, 0)  # raises if the buffer is not 8-byte aligned
+        native.get_int64_volatile(view, 0)  # raises if the buffer is not 8-byte aligned
         self.buffer = view
         self.clock_ms = clock_ms
         self._lock = threading.Lock()
@@ -64,7 +64,7 @@ class DistinctErrorLog:
         offset = 0
         capacity = len(self.buffer)
         while offset + ed.ENCODED_ERROR_OFFSET <= capacity:
-            length = _native.get_int32_volatile(self.buffer, offset + ed.LENGTH_OFFSET)
+            length = native.get_int32_volatile(self.buffer, offset + ed.LENGTH_OFFSET)
             if length < ed.ENCODED_ERROR_OFFSET or offset + length > capacity:
                 break
             text = bytes(self.buffer[offset + ed.ENCODED_ERROR_OFFSET : offset + length]).decode("utf-8", "replace")
@@ -80,8 +80,8 @@ class DistinctErrorLog:
             offset = self._offsets.get(text)
             if offset is None:
                 return self._append(text, timestamp_ms)
-        _native.get_and_add_int32(self.buffer, offset + ed.OBSERVATION_COUNT_OFFSET, 1)
-        _native.put_int64_ordered(self.buffer, offset + ed.LAST_OBSERVATION_TIMESTAMP_OFFSET, timestamp_ms)
+        native.get_and_add_int32(self.buffer, offset + ed.OBSERVATION_COUNT_OFFSET, 1)
+        native.put_int64_ordered(self.buffer, offset + ed.LAST_OBSERVATION_TIMESTAMP_OFFSET, timestamp_ms)
         return True
 
     def _append(self, text: str, timestamp_ms: int) -> bool:
@@ -94,7 +94,7 @@ class DistinctErrorLog:
         start = offset + ed.ENCODED_ERROR_OFFSET
         buffer[start : start + len(encoded)] = encoded
         ed.RECORD_HEADER.pack_into(buffer, offset, 0, 1, timestamp_ms, timestamp_ms)
-        _native.put_int32_ordered(buffer, offset + ed.LENGTH_OFFSET, length)
+        native.put_int32_ordered(buffer, offset + ed.LENGTH_OFFSET, length)
         self._offsets[text] = offset
         self._next_offset = ed.align(offset + length)
         return True
@@ -111,12 +111,12 @@ def read_error_log(buffer: memoryview, since_ms: int = 0) -> list[ErrorObservati
     observations: list[ErrorObservation] = []
     offset = 0
     while offset + ed.ENCODED_ERROR_OFFSET <= capacity:
-        length = _native.get_int32_volatile(view, offset + ed.LENGTH_OFFSET)
+        length = native.get_int32_volatile(view, offset + ed.LENGTH_OFFSET)
         if length < ed.ENCODED_ERROR_OFFSET or offset + length > capacity:
             break  # 0: the end; anything else invalid: stop rather than misread
-        last_ms = _native.get_int64_volatile(view, offset + ed.LAST_OBSERVATION_TIMESTAMP_OFFSET)
+        last_ms = native.get_int64_volatile(view, offset + ed.LAST_OBSERVATION_TIMESTAMP_OFFSET)
         if last_ms >= since_ms:
-            count = _native.get_int32_volatile(view, offset + ed.OBSERVATION_COUNT_OFFSET)
+            count = native.get_int32_volatile(view, offset + ed.OBSERVATION_COUNT_OFFSET)
             first_ms = ed.RECORD_HEADER.unpack_from(view, offset)[3]
             text = bytes(view[offset + ed.ENCODED_ERROR_OFFSET : offset + length]).decode("utf-8", "replace")
             observations.append(ErrorObservation(count, first_ms, last_ms, text))

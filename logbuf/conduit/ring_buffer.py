@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from logbuf import _native
+from logbuf import native
 from logbuf.conduit import ring_buffer_descriptor as rd
 
 MessageHandler = Callable[[int, memoryview], None]
@@ -45,7 +45,7 @@ class ManyToOneRingBuffer:
         self._head_offset = self.capacity + rd.HEAD_POSITION_OFFSET
         self._correlation_offset = self.capacity + rd.CORRELATION_COUNTER_OFFSET
         self._heartbeat_offset = self.capacity + rd.CONSUMER_HEARTBEAT_OFFSET
-        _native.get_int64_volatile(view, self._tail_offset)  # raises if the buffer is not 8-byte aligned
+        native.get_int64_volatile(view, self._tail_offset)  # raises if the buffer is not 8-byte aligned
 
     # -- producers ------------------------------------------------------------------------------
     def write(self, msg_type_id: int, payload: bytes | bytearray | memoryview) -> bool:
@@ -72,27 +72,27 @@ class ManyToOneRingBuffer:
         """Claim ``required`` bytes (plus padding to the end of the ring if needed) by CAS on the tail."""
         buffer = self.buffer
         capacity = self.capacity
-        head = _native.get_int64_volatile(buffer, self._head_cache_offset)
+        head = native.get_int64_volatile(buffer, self._head_cache_offset)
         while True:
-            tail = _native.get_int64_volatile(buffer, self._tail_offset)
+            tail = native.get_int64_volatile(buffer, self._tail_offset)
             if required > capacity - (tail - head):
-                head = _native.get_int64_volatile(buffer, self._head_offset)
+                head = native.get_int64_volatile(buffer, self._head_offset)
                 if required > capacity - (tail - head):
                     return rd.INSUFFICIENT_CAPACITY
-                _native.put_int64_ordered(buffer, self._head_cache_offset, head)
+                native.put_int64_ordered(buffer, self._head_cache_offset, head)
             padding = 0
             tail_index = tail & self._mask
             to_end = capacity - tail_index
             if required > to_end:
                 head_index = head & self._mask
                 if required > head_index:
-                    head = _native.get_int64_volatile(buffer, self._head_offset)
+                    head = native.get_int64_volatile(buffer, self._head_offset)
                     head_index = head & self._mask
                     if required > head_index:
                         return rd.INSUFFICIENT_CAPACITY
-                    _native.put_int64_ordered(buffer, self._head_cache_offset, head)
+                    native.put_int64_ordered(buffer, self._head_cache_offset, head)
                 padding = to_end
-            if _native.compare_and_set_int64(buffer, self._tail_offset, tail, tail + required + padding):
+            if native.compare_and_set_int64(buffer, self._tail_offset, tail, tail + required + padding):
                 break
         if padding:
             rd.record_length_fenced(buffer, tail_index, -padding)
@@ -103,7 +103,7 @@ class ManyToOneRingBuffer:
 
     def next_correlation_id(self) -> int:
         """A number unique across every user of this ring (atomic get-and-add on the trailer counter)."""
-        return _native.get_and_add_int64(self.buffer, self._correlation_offset, 1)
+        return native.get_and_add_int64(self.buffer, self._correlation_offset, 1)
 
     # -- the consumer ---------------------------------------------------------------------------
     def read(self, handler: MessageHandler, message_count_limit: int = 64) -> int:
@@ -113,7 +113,7 @@ class ManyToOneRingBuffer:
         handed out (the failing one included) are still consumed, then the exception propagates.
         """
         buffer = self.buffer
-        head = _native.get_int64_volatile(buffer, self._head_offset)
+        head = native.get_int64_volatile(buffer, self._head_offset)
         head_index = head & self._mask
         max_block_length = self.capacity - head_index
         bytes_read = 0
@@ -137,31 +137,31 @@ class ManyToOneRingBuffer:
         finally:
             if bytes_read:
                 buffer[head_index : head_index + bytes_read] = bytes(bytes_read)
-                _native.put_int64_ordered(buffer, self._head_offset, head + bytes_read)
+                native.put_int64_ordered(buffer, self._head_offset, head + bytes_read)
         return messages_read
 
     def consumer_heartbeat_time(self) -> int:
         """The consumer's last heartbeat, epoch ms (the driver's liveness in a CnC)."""
-        return _native.get_int64_volatile(self.buffer, self._heartbeat_offset)
+        return native.get_int64_volatile(self.buffer, self._heartbeat_offset)
 
     def set_consumer_heartbeat_time(self, epoch_ms: int) -> None:
-        _native.put_int64_ordered(self.buffer, self._heartbeat_offset, epoch_ms)
+        native.put_int64_ordered(self.buffer, self._heartbeat_offset, epoch_ms)
 
     # -- state ------------------------------------------------------------------------------------
     def producer_position(self) -> int:
-        return _native.get_int64_volatile(self.buffer, self._tail_offset)
+        return native.get_int64_volatile(self.buffer, self._tail_offset)
 
     def consumer_position(self) -> int:
-        return _native.get_int64_volatile(self.buffer, self._head_offset)
+        return native.get_int64_volatile(self.buffer, self._head_offset)
 
     def size(self) -> int:
         """Bytes claimed but not yet consumed (a consistent tail - head snapshot)."""
         buffer = self.buffer
-        head_after = _native.get_int64_volatile(buffer, self._head_offset)
+        head_after = native.get_int64_volatile(buffer, self._head_offset)
         while True:
             head_before = head_after
-            tail = _native.get_int64_volatile(buffer, self._tail_offset)
-            head_after = _native.get_int64_volatile(buffer, self._head_offset)
+            tail = native.get_int64_volatile(buffer, self._tail_offset)
+            head_after = native.get_int64_volatile(buffer, self._head_offset)
             if head_after == head_before:
                 return tail - head_after
 
@@ -172,8 +172,8 @@ class ManyToOneRingBuffer:
         take to commit: a slow producer is indistinguishable from a dead one.
         """
         buffer = self.buffer
-        head = _native.get_int64_volatile(buffer, self._head_offset)
-        tail = _native.get_int64_volatile(buffer, self._tail_offset)
+        head = native.get_int64_volatile(buffer, self._head_offset)
+        tail = native.get_int64_volatile(buffer, self._tail_offset)
         if head == tail:
             return False
         consumer_index = head & self._mask
@@ -187,7 +187,7 @@ class ManyToOneRingBuffer:
             limit = producer_index if producer_index > consumer_index else self.capacity
             i = consumer_index + rd.ALIGNMENT
             while i < limit:
-                if _native.get_int32_volatile(buffer, i) != 0:
+                if native.get_int32_volatile(buffer, i) != 0:
                     if self._still_zeroed(i, consumer_index):
                         rd.MSG_TYPE_ID.pack_into(buffer, consumer_index + rd.TYPE_OFFSET, rd.PADDING_MSG_TYPE_ID)
                         rd.record_length_ordered(buffer, consumer_index, i - consumer_index)
@@ -200,7 +200,7 @@ class ManyToOneRingBuffer:
         """Scan back from ``start`` to ``limit``: still no record begun in between?"""
         i = start - rd.ALIGNMENT
         while i >= limit:
-            if _native.get_int32_volatile(self.buffer, i) != 0:
+            if native.get_int32_volatile(self.buffer, i) != 0:
                 return False
             i -= rd.ALIGNMENT
         return True

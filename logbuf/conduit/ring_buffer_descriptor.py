@@ -38,7 +38,7 @@ from __future__ import annotations
 import struct
 from typing import Final
 
-from logbuf import _native
+from logbuf import native
 
 CACHE_LINE_LENGTH: Final[int] = 64
 
@@ -96,22 +96,22 @@ def check_msg_length(length: int, max_msg_length: int) -> None:
 
 # -- ordered access (every cross-process read or write whose ordering matters) ---------------------
 def record_length_volatile(buffer: memoryview, record_offset: int) -> int:
-    return _native.get_int32_volatile(buffer, record_offset + LENGTH_OFFSET)
+    return native.get_int32_volatile(buffer, record_offset + LENGTH_OFFSET)
 
 
 def record_length_ordered(buffer: memoryview, record_offset: int, length: int) -> None:
     """Release-store of a record length: everything written before it is visible first."""
-    _native.put_int32_ordered(buffer, record_offset + LENGTH_OFFSET, length)
+    native.put_int32_ordered(buffer, record_offset + LENGTH_OFFSET, length)
 
 
 def record_length_fenced(buffer: memoryview, record_offset: int, length: int) -> None:
     """Store a (negative, uncommitted) length so that it is visible before any later store.
 
-    Agrona writes ``putIntOrdered`` then ``storeFence``. ``_native`` has no standalone fence, so the
+    Agrona writes ``putIntOrdered`` then ``storeFence``. ``logbuf.native`` has no standalone fence, so the
     store is followed by an atomic add of 0 to the same field: a sequentially consistent read-modify-
     write, which no later load or store may overtake (``lock xadd`` on x86; on ARMv8 the release
     store and the acquire read of the RMW are not reordered either).
     """
     offset = record_offset + LENGTH_OFFSET
-    _native.put_int32_ordered(buffer, offset, length)
-    _native.get_and_add_int32(buffer, offset, 0)
+    native.put_int32_ordered(buffer, offset, length)
+    native.get_and_add_int32(buffer, offset, 0)

@@ -39,7 +39,7 @@ from __future__ import annotations
 import struct
 from typing import TYPE_CHECKING, Final
 
-from logbuf import _native
+from logbuf import native
 from logbuf.errors import FrameError as FrameError  # raised here
 
 if TYPE_CHECKING:
@@ -166,9 +166,9 @@ def check_frame(buffer: bytes | bytearray | memoryview, *, exact: bool = True) -
 
 def frame_length_volatile(buffer: Buffer, frame_offset: int) -> int:
     """Acquire-load of a frame's length: what a reader sees once the writer committed."""
-    return _native.get_int32_volatile(buffer, frame_offset + FRAME_LENGTH_FIELD_OFFSET)
+    return native.get_int32_volatile(buffer, frame_offset + FRAME_LENGTH_FIELD_OFFSET)
 
 
 def frame_length_ordered(buffer: Buffer, frame_offset: int, frame_length: int) -> None:
     """Release-store of a frame's length: commits everything written before it."""
-    _native.put_int32_ordered(buffer, frame_offset + FRAME_LENGTH_FIELD_OFFSET, frame_length)
+    native.put_int32_ordered(buffer, frame_offset + FRAME_LENGTH_FIELD_OFFSET, frame_length)

@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from logbuf._native import Header
 from logbuf.logbuffer import data_header_descriptor as dh
 from logbuf.logbuffer.image import ControlledPollAction
+from logbuf.native import Header
 
 FragmentHandler = Callable[[memoryview, Header], Any]
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from enum import IntEnum
 from typing import Any
 
-from logbuf import _native
-from logbuf._native import Header
+from logbuf import native
+from logbuf.native import Header
 
 __all__ = ["ControlledPollAction", "Header", "Image"]
 
@@ -24,7 +24,7 @@ class ControlledPollAction(IntEnum):
     """Consume this fragment and continue (returning None means the same)."""
 
 
-class Image(_native.ImageCore):
+class Image(native.ImageCore):
     """One subscriber's reading position in one log.
 
     ``poll(handler, fragment_limit)`` calls ``handler(payload: memoryview, header: Header)`` for

@@ -6,7 +6,7 @@ import mmap
 import struct
 from dataclasses import dataclass
 
-from logbuf import _native
+from logbuf import native
 from logbuf.logbuffer import data_header_descriptor as dh
 from logbuf.logbuffer import log_buffer_descriptor as lbd
 from logbuf.shm import OWNER_ONLY, Segment
@@ -80,19 +80,19 @@ class LogParams:
         for index in range(1, lbd.PARTITION_COUNT):
             tail = lbd.pack_tail(self.initial_term_id - lbd.PARTITION_COUNT + index, 0)
             struct.pack_into("=q", buf, meta_off + 8 * index, tail)
-        _native.put_int32_ordered(buf, meta_off + lbd.LOG_ACTIVE_TERM_COUNT_OFFSET, 0)
-        _native.put_int64_ordered(buf, meta_off + lbd.TERM_TAIL_COUNTERS_OFFSET, lbd.pack_tail(self.initial_term_id, 0))
+        native.put_int32_ordered(buf, meta_off + lbd.LOG_ACTIVE_TERM_COUNT_OFFSET, 0)
+        native.put_int64_ordered(buf, meta_off + lbd.TERM_TAIL_COUNTERS_OFFSET, lbd.pack_tail(self.initial_term_id, 0))
 
 
 class LogBuffers:
     """A log buffer mapped in this process. Create it once, open it from any process.
 
-    ``view`` is the native :class:`~logbuf._native.LogView` that publications and images use.
+    ``view`` is the native :class:`~logbuf.native.LogView` that publications and images use.
     """
 
     def __init__(self, segment: Segment) -> None:
         self.segment = segment
-        self.view = _native.LogView(segment.buffer)
+        self.view = native.LogView(segment.buffer)
         self.term_length: int = self.view.term_length
         self.mtu_length: int = self.view.mtu_length
         self.initial_term_id: int = self.view.initial_term_id
@@ -154,7 +154,7 @@ class LogBuffers:
                 other = (index + k) % lbd.PARTITION_COUNT
                 struct.pack_into("=q", meta, 8 * other, lbd.pack_tail(term_id + k - lbd.PARTITION_COUNT, 0))
             struct.pack_into("=q", meta, 8 * index, lbd.pack_tail(term_id, term_offset))
-            _native.put_int32_ordered(meta, lbd.LOG_ACTIVE_TERM_COUNT_OFFSET, count)
+            native.put_int32_ordered(meta, lbd.LOG_ACTIVE_TERM_COUNT_OFFSET, count)
 
     @classmethod
     def open(cls, name: str) -> LogBuffers:
@@ -209,7 +209,7 @@ class LogBuffers:
 
     def set_connected(self, connected: bool) -> None:
         with self.metadata() as meta:
-            _native.put_int32_ordered(meta, lbd.LOG_IS_CONNECTED_OFFSET, 1 if connected else 0)
+            native.put_int32_ordered(meta, lbd.LOG_IS_CONNECTED_OFFSET, 1 if connected else 0)
 
     def end_of_stream_position(self) -> int:
         with self.metadata() as meta:
@@ -217,7 +217,7 @@ class LogBuffers:
 
     def set_end_of_stream_position(self, position: int) -> None:
         with self.metadata() as meta:
-            _native.put_int64_ordered(meta, lbd.LOG_END_OF_STREAM_POSITION_OFFSET, position)
+            native.put_int64_ordered(meta, lbd.LOG_END_OF_STREAM_POSITION_OFFSET, position)
 
     def clean(self, from_position: int, to_position: int) -> int:
         """Zero the log between two positions (wrapping through the partitions); returns bytes zeroed."""
@@ -229,7 +229,7 @@ class LogBuffers:
             offset = position & mask
             length = min(self.term_length - offset, to_position - position)
             with self.term_buffer(index) as term:
-                _native.term_clean(term, offset, length)
+                native.term_clean(term, offset, length)
             position += length
             cleaned += length
         return cleaned

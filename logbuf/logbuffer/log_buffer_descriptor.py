@@ -42,7 +42,7 @@ from __future__ import annotations
 import struct
 from typing import TYPE_CHECKING, Final
 
-from logbuf import _native
+from logbuf import native
 from logbuf.errors import LogBufferError as LogBufferError  # raised here
 
 if TYPE_CHECKING:
@@ -201,29 +201,29 @@ def max_possible_position(term_length: int) -> int:
 
 def get_and_add_raw_tail(metadata: Buffer, partition_index: int, delta: int) -> int:
     """Atomically add ``delta`` to a partition's raw tail, returning the previous raw tail."""
-    return _native.get_and_add_int64(metadata, TERM_TAIL_COUNTERS_OFFSET + 8 * partition_index, delta)
+    return native.get_and_add_int64(metadata, TERM_TAIL_COUNTERS_OFFSET + 8 * partition_index, delta)
 
 
 def raw_tail_volatile(metadata: Buffer, partition_index: int) -> int:
     """Acquire-load of a partition's raw tail."""
-    return _native.get_int64_volatile(metadata, TERM_TAIL_COUNTERS_OFFSET + 8 * partition_index)
+    return native.get_int64_volatile(metadata, TERM_TAIL_COUNTERS_OFFSET + 8 * partition_index)
 
 
 def active_term_count_volatile(metadata: Buffer) -> int:
     """Acquire-load of the active term count."""
-    return _native.get_int32_volatile(metadata, LOG_ACTIVE_TERM_COUNT_OFFSET)
+    return native.get_int32_volatile(metadata, LOG_ACTIVE_TERM_COUNT_OFFSET)
 
 
 def cas_active_term_count(metadata: Buffer, expected: int, update: int) -> bool:
     """Advance the active term count if it is still ``expected``: exactly one rotator wins."""
-    return _native.compare_and_set_int32(metadata, LOG_ACTIVE_TERM_COUNT_OFFSET, expected, update)
+    return native.compare_and_set_int32(metadata, LOG_ACTIVE_TERM_COUNT_OFFSET, expected, update)
 
 
 def is_connected_volatile(metadata: Buffer) -> bool:
     """Acquire-load of the is-connected flag."""
-    return _native.get_int32_volatile(metadata, LOG_IS_CONNECTED_OFFSET) == 1
+    return native.get_int32_volatile(metadata, LOG_IS_CONNECTED_OFFSET) == 1
 
 
 def end_of_stream_position_volatile(metadata: Buffer) -> int:
     """Acquire-load of the end-of-stream position (max int64 while the stream is open)."""
-    return _native.get_int64_volatile(metadata, LOG_END_OF_STREAM_POSITION_OFFSET)
+    return native.get_int64_volatile(metadata, LOG_END_OF_STREAM_POSITION_OFFSET)

@@ -1,6 +1,6 @@
 """Publications: append messages to a log (offer, batch offer, try_claim).
 
-The hot paths are single native calls (:class:`logbuf._native.PublicationCore`); this module
+The hot paths are single native calls (:class:`logbuf.native.PublicationCore`); this module
 adds the result vocabulary and the Python conveniences.
 """
 
@@ -9,8 +9,8 @@ from __future__ import annotations
 from enum import IntEnum
 from typing import Any
 
-from logbuf import _native
-from logbuf._native import BufferClaim
+from logbuf import native
+from logbuf.native import BufferClaim
 
 __all__ = ["BufferClaim", "ConcurrentPublication", "ExclusivePublication", "OfferResult", "Publication"]
 
@@ -30,7 +30,7 @@ class OfferResult(IntEnum):
     """The stream reached term_length * 2^31. Close and use a new publication."""
 
 
-class Publication(_native.PublicationCore):
+class Publication(native.PublicationCore):
     """A publication over one log. Use :meth:`offer` for one message, :meth:`offer_batch` for many
     small ones, :meth:`try_claim` to write in place.
 

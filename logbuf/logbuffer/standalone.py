@@ -21,7 +21,7 @@ import struct
 import time
 from typing import Any
 
-from logbuf import _native
+from logbuf import native
 from logbuf.conduit import counters_descriptor as cd
 from logbuf.conduit.counters import CountersManager
 from logbuf.logbuffer.flow_control import compute_limit_and_clean
@@ -210,7 +210,7 @@ class StreamLog:
         if check:
             self._last_liveness_check = now
         metadata, values = self._metadata, self._values
-        get_int32, get_int64 = _native.get_int32_volatile, _native.get_int64_volatile
+        get_int32, get_int64 = native.get_int32_volatile, native.get_int64_volatile
         positions = {}
         for counter_id in range(self.counters.max_counter_id + 1):
             meta = cd.metadata_offset(counter_id)
@@ -236,11 +236,11 @@ class StreamLog:
         Returns False if another live process holds the update lock (try again later).
         """
         values = self._values
-        if not _native.compare_and_set_int64(values, self._lock_offset, 0, self._pid):
-            holder = _native.get_int64_volatile(values, self._lock_offset)
+        if not native.compare_and_set_int64(values, self._lock_offset, 0, self._pid):
+            holder = native.get_int64_volatile(values, self._lock_offset)
             if holder == self._pid or pid_alive(holder):
                 return False
-            if not _native.compare_and_set_int64(values, self._lock_offset, holder, self._pid):
+            if not native.compare_and_set_int64(values, self._lock_offset, holder, self._pid):
                 return False
         try:
             update = compute_limit_and_clean(
@@ -256,7 +256,7 @@ class StreamLog:
             self.log.set_connected(update.connected)
             self._limit.set_ordered(update.limit)
         finally:
-            _native.put_int64_ordered(values, self._lock_offset, 0)
+            native.put_int64_ordered(values, self._lock_offset, 0)
         return True
 
     def __repr__(self) -> str:

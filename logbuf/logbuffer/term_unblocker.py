@@ -21,7 +21,7 @@ from enum import Enum
 
 import numpy as np
 
-from logbuf import _native
+from logbuf import native
 from logbuf.logbuffer import data_header_descriptor as dh
 from logbuf.logbuffer import log_buffer_descriptor as lbd
 from logbuf.logbuffer.log_buffer import LogBuffers
@@ -51,7 +51,7 @@ def write_padding(
         term_id,
         0,
     )
-    _native.put_int32_ordered(term, term_offset, length)
+    native.put_int32_ordered(term, term_offset, length)
 
 
 def _zero_from(term: memoryview, start: int, end: int) -> int:
@@ -67,7 +67,7 @@ def term_unblock(
     term: memoryview, blocked_offset: int, tail_offset: int, term_id: int, session_id: int, stream_id: int
 ) -> UnblockStatus:
     """Cover the dead claim at ``blocked_offset`` with padding if it can be bounded safely."""
-    frame_length = _native.get_int32_volatile(term, blocked_offset)
+    frame_length = native.get_int32_volatile(term, blocked_offset)
     if frame_length < 0:  # the header was written, the commit never came
         write_padding(term, blocked_offset, -frame_length, term_id, session_id, stream_id)
         return UnblockStatus.UNBLOCKED
@@ -76,11 +76,11 @@ def term_unblock(
     offset = _zero_from(term, blocked_offset + dh.FRAME_ALIGNMENT, tail_offset)
     if offset < tail_offset:
         # a later frame is committed: pad up to it if the claim region is still all zeroes
-        if _native.get_int32_volatile(term, offset) != 0 and _zero_from(term, blocked_offset, offset) == offset:
+        if native.get_int32_volatile(term, offset) != 0 and _zero_from(term, blocked_offset, offset) == offset:
             write_padding(term, blocked_offset, offset - blocked_offset, term_id, session_id, stream_id)
             return UnblockStatus.UNBLOCKED
         return UnblockStatus.NO_ACTION
-    if tail_offset >= len(term) and _native.get_int32_volatile(term, blocked_offset) == 0:
+    if tail_offset >= len(term) and native.get_int32_volatile(term, blocked_offset) == 0:
         write_padding(term, blocked_offset, len(term) - blocked_offset, term_id, session_id, stream_id)
         return UnblockStatus.UNBLOCKED_TO_END
     return UnblockStatus.NO_ACTION
@@ -98,7 +98,7 @@ def log_unblock(log: LogBuffers, blocked_position: int) -> bool:
         if active_term_count == blocked_term_count - 1 and blocked_offset == 0:
             # the claim that tripped the term end died before rotating the log
             raw = lbd.raw_tail_volatile(meta, lbd.index_by_term_count(active_term_count))
-            _native.rotate_log(meta, active_term_count, lbd.term_id(raw))
+            native.rotate_log(meta, active_term_count, lbd.term_id(raw))
             return True
         index = lbd.index_by_term_count(blocked_term_count)
         raw = lbd.raw_tail_volatile(meta, index)
@@ -108,7 +108,7 @@ def log_unblock(log: LogBuffers, blocked_position: int) -> bool:
             term, blocked_offset, lbd.term_offset(raw, term_length), term_id, log.session_id, log.stream_id
         )
         if status is UnblockStatus.UNBLOCKED_TO_END:
-            _native.rotate_log(meta, blocked_term_count, term_id)
+            native.rotate_log(meta, blocked_term_count, term_id)
         return status is not UnblockStatus.NO_ACTION
     finally:
         if term is not None:

@@ -421,6 +421,36 @@ def test_verify_reports_a_stop_position_inside_a_frame(tmp_path: pathlib.Path) -
     assert result.reason == "frame length 132 runs past the recorded stop position"
 
 
+@pytest.mark.parametrize(
+    "frame_type, frame_length, reason",
+    [
+        (dh.HDR_TYPE_DATA, 0x7FFFFFFF, "frame length 2147483647 exceeds the recording's MTU 1408"),
+        (dh.HDR_TYPE_DATA, 0x7FFFFFE1, "frame length 2147483617 exceeds the recording's MTU 1408"),
+        (dh.HDR_TYPE_PAD, 0x7FFFFFFF, "frame length 2147483647 runs past the end of the term"),
+        (dh.HDR_TYPE_PAD, TERM + 32, f"frame length {TERM + 32} runs past the end of the term"),
+        (dh.HDR_TYPE_DATA, -1, "no frame here (frame length -1)"),
+    ],
+)
+def test_verify_reports_a_hostile_frame_length_instead_of_crashing(
+    tmp_path: pathlib.Path, frame_type: int, frame_length: int, reason: str
+) -> None:
+    """Issue 14 item 12: a frame length of 0x7fffffff overflowed the native block scanner (rc 139)."""
+    ends = write_recording(tmp_path, 0, 300)
+    with Catalog.open_writable(tmp_path) as writer:
+        add(writer)
+        writer.stop_recording(0, ends[-1])
+    victim = ends[123]
+    with open(tmp_path / segment_file_name(0, 0), "r+b") as f:
+        f.seek(victim)
+        f.write(frame_length.to_bytes(4, "little", signed=True))
+        f.seek(victim + dh.TYPE_FIELD_OFFSET)
+        f.write(frame_type.to_bytes(2, "little"))
+    verify = [sys.executable, "-m", "logbuf.archive.main", "-d", str(tmp_path), "--log-level", "warning", "verify", "0"]
+    done = subprocess.run(verify, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1, (done.returncode, done.stdout, done.stderr)  # a crash would be -11 (rc 139)
+    assert f"recording 0: BAD at position {victim}: {reason}" in done.stdout, done.stdout
+
+
 # -- spec ----------------------------------------------------------------------------------------------------
 def test_protocol_spec_archive_tables_match_the_catalog_descriptor() -> None:
     text = (pathlib.Path(__file__).resolve().parents[2] / "protocol_spec" / "archive.md").read_text(encoding="utf-8")

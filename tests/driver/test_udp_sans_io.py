@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from logbuf import _native
+from logbuf import native
 from logbuf.client import FragmentAssembler
 from logbuf.conduit import counters_descriptor as cd
 from logbuf.conduit.counters import CountersManager
@@ -184,7 +184,7 @@ def run(
                 sub = image.add_subscriber(3, 0, "test")
                 subscriber = Image(image.log.view, counters.values, cd.values_offset(sub.counter_id))
             elif frame_type in (0, 1) and image is not None:
-                covered = _native.check_data_datagram(view, TERM)
+                covered = native.check_data_datagram(view, TERM)
                 assert covered >= 0, "the sender produced an invalid datagram"
                 image.insert_packet(
                     int.from_bytes(view[20:24], "little", signed=True),

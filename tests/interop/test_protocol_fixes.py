@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from logbuf import _native
+from logbuf import native
 from logbuf.conduit import counters_descriptor as cd
 from logbuf.conduit.counters import CountersManager
 from logbuf.driver.ipc_publication import PublicationState
@@ -69,7 +69,7 @@ def connect(workdir: str) -> tuple[Any, Any, PublicationImage, Image, CountersMa
 def deliver(image: PublicationImage, datagrams: list[bytes], now: int) -> None:
     for datagram in datagrams:
         view = memoryview(datagram)
-        covered = _native.check_data_datagram(view, image.log.term_length)
+        covered = native.check_data_datagram(view, image.log.term_length)
         assert covered >= 0
         image.insert_packet(
             int.from_bytes(view[20:24], "little", signed=True), int.from_bytes(view[8:12], "little"), view, covered, now

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from logbuf import _native
+from logbuf import native
 from logbuf.conduit import cnc_descriptor as cnd
 from logbuf.conduit.broadcast import BroadcastTransmitter, CopyBroadcastReceiver
 from logbuf.conduit.cnc import (
@@ -80,8 +80,8 @@ def test_open_sees_what_create_wrote(driver_cnc: CncFile, directory: str) -> Non
         assert got[-1] == (9, b"response")
         DistinctErrorLog(driver_cnc.error_log).record("driver error")
         assert [o.text for o in read_error_log(client.error_log)] == ["driver error"]
-        _native.put_int64_ordered(driver_cnc.counters_values, 128, 42)
-        assert _native.get_int64_volatile(client.counters_values, 128) == 42
+        native.put_int64_ordered(driver_cnc.counters_values, 128, 42)
+        assert native.get_int64_volatile(client.counters_values, 128) == 42
         del client_ring, driver_ring, responses
     finally:
         client.close()

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from logbuf import _native
+from logbuf import native
 from logbuf.logbuffer import data_header_descriptor as dh
 from logbuf.logbuffer import log_buffer_descriptor as lbd
 from logbuf.logbuffer.image import Header
@@ -44,7 +44,7 @@ def test_the_header_flyweight_reads_every_field_of_the_frame_it_is_given(term: m
     def handler(buffer: memoryview, header: Header) -> None:
         seen.append((bytes(buffer), header.snapshot(), header.frame_offset, header.initial_term_id))
 
-    assert _native.term_read(term, 0, handler, 10, Header(), initial_term_id) == (2, 192)
+    assert native.term_read(term, 0, handler, 10, Header(), initial_term_id) == (2, 192)
     begin = 3 * TERM_LENGTH
     assert seen == [
         (
@@ -88,33 +88,33 @@ def test_term_read_stops_at_the_fragment_limit_and_resumes_from_the_offset_it_re
     for i in range(5):
         term[64 * i : 64 * i + 33] = dh.HEADER.pack(33, 0, 0xC0, 1, 64 * i, 1, 1, 0, i) + bytes([i])
     got: list[tuple[bytes, int]] = []
-    assert _native.term_read(term, 0, collect(got), 2, Header()) == (2, 128)
-    assert _native.term_read(term, 128, collect(got), 10, Header()) == (3, 320)
+    assert native.term_read(term, 0, collect(got), 2, Header()) == (2, 128)
+    assert native.term_read(term, 128, collect(got), 10, Header()) == (3, 320)
     assert [payload for payload, _ in got] == [bytes([i]) for i in range(5)]
-    assert _native.term_read(term, 320, collect(got), 10, Header()) == (0, 320)  # nothing committed there
+    assert native.term_read(term, 320, collect(got), 10, Header()) == (0, 320)  # nothing committed there
 
 
 @pytest.mark.parametrize("length", [TERM_LENGTH - 1, TERM_LENGTH + 1, TERM_LENGTH // 2, 3 * TERM_LENGTH // 2])
 def test_a_term_that_is_not_a_power_of_two_of_at_least_64_kib_is_rejected_naming_its_length(length: int) -> None:
     buffer = bytearray(length)
     with pytest.raises(ValueError, match=rf"term buffer length={length} is not a power of 2 >= 65536"):
-        _native.term_read(buffer, 0, collect([]), 10, Header())
+        native.term_read(buffer, 0, collect([]), 10, Header())
     with pytest.raises(ValueError, match=rf"term buffer length={length} is not a power of 2"):
-        _native.term_scan_block(buffer, 0, length)
+        native.term_scan_block(buffer, 0, length)
     with pytest.raises(ValueError, match=rf"term buffer length={length} is not a power of 2"):
-        _native.term_scan_for_availability(buffer, 0, length)
+        native.term_scan_for_availability(buffer, 0, length)
 
 
 @pytest.mark.parametrize("offset", [-32, 33, 8, TERM_LENGTH + 32])
 def test_a_term_offset_that_is_misaligned_or_outside_the_term_is_rejected(term: memoryview, offset: int) -> None:
     with pytest.raises(ValueError, match=rf"term_offset={offset} is not a multiple of 32 within the term"):
-        _native.term_read(term, offset, collect([]), 10, Header())
+        native.term_read(term, offset, collect([]), 10, Header())
     with pytest.raises(ValueError, match=rf"term_offset={offset} is not a multiple of 32 within the term"):
-        _native.term_scan_block(term, offset, TERM_LENGTH)
+        native.term_scan_block(term, offset, TERM_LENGTH)
 
 
 def test_term_read_at_the_end_of_the_term_reads_nothing(term: memoryview) -> None:
-    assert _native.term_read(term, TERM_LENGTH, collect([]), 10, Header()) == (0, TERM_LENGTH)
+    assert native.term_read(term, TERM_LENGTH, collect([]), 10, Header()) == (0, TERM_LENGTH)
 
 
 def test_an_unset_header_reports_itself_as_unset() -> None:
@@ -124,7 +124,7 @@ def test_an_unset_header_reports_itself_as_unset() -> None:
 
 
 _UNSET_HEADER_SCRIPT = """
-from logbuf._native import Header
+from logbuf.native import Header
 for field in ("frame_length", "flags", "session_id", "reserved_value", "position"):
     try:
         getattr(Header(), field)
@@ -142,32 +142,32 @@ def test_reading_a_field_of_an_unset_header_does_not_crash_the_interpreter() -> 
 
 def test_log_view_rejects_a_buffer_too_short_for_a_log() -> None:
     with pytest.raises(ValueError, match=r"log buffer of 4096 bytes is too short for three 64 KiB terms and metadata"):
-        _native.LogView(bytearray(4096))
+        native.LogView(bytearray(4096))
 
 
 def test_log_view_rejects_a_buffer_whose_metadata_records_no_term_length() -> None:
     with mmap.mmap(-1, 3 * TERM_LENGTH + lbd.LOG_META_DATA_LENGTH) as mm:
         with pytest.raises(ValueError, match=r"log buffer of 200704 bytes holds no valid term_length"):
-            _native.LogView(mm)
+            native.LogView(mm)
 
 
-READERS_32 = [_native.get_int32_volatile]
+READERS_32 = [native.get_int32_volatile]
 
 
-READERS_64 = [_native.get_int64_volatile]
+READERS_64 = [native.get_int64_volatile]
 
 
 WRITERS_32: list[tuple[Callable[..., Any], tuple[int, ...]]] = [
-    (_native.put_int32_ordered, (1,)),
-    (_native.get_and_add_int32, (1,)),
-    (_native.compare_and_set_int32, (0, 1)),
+    (native.put_int32_ordered, (1,)),
+    (native.get_and_add_int32, (1,)),
+    (native.compare_and_set_int32, (0, 1)),
 ]
 
 
 WRITERS_64: list[tuple[Callable[..., Any], tuple[int, ...]]] = [
-    (_native.put_int64_ordered, (1,)),
-    (_native.get_and_add_int64, (1,)),
-    (_native.compare_and_set_int64, (0, 1)),
+    (native.put_int64_ordered, (1,)),
+    (native.get_and_add_int64, (1,)),
+    (native.compare_and_set_int64, (0, 1)),
 ]
 
 
@@ -229,7 +229,7 @@ def test_a_32_bit_access_at_len_minus_4_is_the_last_valid_one(
 ) -> None:
     struct.pack_into("<i", shared, len(shared) - 4, 0)
     op(shared, len(shared) - 4, *args)
-    assert struct.unpack_from("<i", shared, len(shared) - 4)[0] == (0 if op is _native.get_int32_volatile else 1)
+    assert struct.unpack_from("<i", shared, len(shared) - 4)[0] == (0 if op is native.get_int32_volatile else 1)
 
 
 @pytest.mark.parametrize(("op", "args", "size"), ALL_OPS, ids=OP_IDS)
@@ -261,8 +261,8 @@ def test_writes_to_read_only_buffers_are_refused(op: Callable[..., Any], args: t
 
 def test_reads_from_read_only_buffers_are_allowed() -> None:
     raw = struct.pack("<iiq", -7, 0, -(2**40))
-    assert _native.get_int32_volatile(raw, 0) == -7
-    assert _native.get_int64_volatile(memoryview(raw).toreadonly(), 8) == -(2**40)
+    assert native.get_int32_volatile(raw, 0) == -7
+    assert native.get_int64_volatile(memoryview(raw).toreadonly(), 8) == -(2**40)
 
 
 @pytest.mark.parametrize(("op", "args", "size"), ALL_OPS, ids=OP_IDS)
@@ -274,35 +274,35 @@ def test_non_buffers_are_rejected(op: Callable[..., Any], args: tuple[int, ...],
 def test_atomic_values_out_of_range_for_their_width_raise_overflow() -> None:
     buf = bytearray(16)
     with pytest.raises(OverflowError, match=r"int32"):
-        _native.put_int32_ordered(buf, 0, 2**31)
+        native.put_int32_ordered(buf, 0, 2**31)
     with pytest.raises(OverflowError):
-        _native.put_int64_ordered(buf, 8, 2**63)
+        native.put_int64_ordered(buf, 8, 2**63)
     assert buf == bytearray(16)
 
 
 def test_atomics_do_what_they_say_at_valid_offsets(shared: Any) -> None:
-    assert _native.get_and_add_int64(shared, 8, 5) == 0
-    assert _native.get_and_add_int64(shared, 8, -7) == 5
-    assert _native.get_int64_volatile(shared, 8) == -2
-    assert not _native.compare_and_set_int64(shared, 8, 0, 9)
-    assert _native.compare_and_set_int64(shared, 8, -2, 9)
-    assert _native.get_int64_volatile(shared, 8) == 9
-    _native.put_int32_ordered(shared, 4, -1)
-    assert _native.get_and_add_int32(shared, 4, 1) == -1
-    assert _native.compare_and_set_int32(shared, 4, 0, 2**31 - 1)
+    assert native.get_and_add_int64(shared, 8, 5) == 0
+    assert native.get_and_add_int64(shared, 8, -7) == 5
+    assert native.get_int64_volatile(shared, 8) == -2
+    assert not native.compare_and_set_int64(shared, 8, 0, 9)
+    assert native.compare_and_set_int64(shared, 8, -2, 9)
+    assert native.get_int64_volatile(shared, 8) == 9
+    native.put_int32_ordered(shared, 4, -1)
+    assert native.get_and_add_int32(shared, 4, 1) == -1
+    assert native.compare_and_set_int32(shared, 4, 0, 2**31 - 1)
     assert struct.unpack_from("<iq", shared, 4) == (2**31 - 1, 9)
 
 
 def test_positions_reject_misaligned_and_out_of_range_offsets() -> None:
     with pytest.raises(ValueError, match=r"offset=4 is not 8-byte aligned"):
-        _native.Position(bytearray(16), 4)
+        native.Position(bytearray(16), 4)
     with pytest.raises(ValueError, match=r"offset=16 is out of bounds for a 8-byte access in a buffer of 16 bytes"):
-        _native.Position(bytearray(16), 16)
+        native.Position(bytearray(16), 16)
 
 
 _HUGE_OFFSET_SCRIPT = """
-from logbuf import _native
-for op, offset in ((_native.get_int32_volatile, 2**63 - 4), (_native.get_int64_volatile, 2**63 - 8)):
+from logbuf import native
+for op, offset in ((native.get_int32_volatile, 2**63 - 4), (native.get_int64_volatile, 2**63 - 8)):
     try:
         op(bytearray(16), offset)
     except ValueError as e:

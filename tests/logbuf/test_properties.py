@@ -30,7 +30,7 @@ from typing import Any
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from logbuf import _native
+from logbuf import native
 from logbuf.logbuffer import data_header_descriptor as dh
 from logbuf.logbuffer import log_buffer_descriptor as lbd
 from logbuf.logbuffer.fragment_assembler import FragmentAssembler
@@ -504,8 +504,8 @@ def test_block_poll_hands_over_the_exact_frames_and_never_mixes_padding_with_dat
                     n_data += 1
                 offset += dh.align(frame_length)
             assert offset == len(block)
-            assert _native.count_frames(block) == n_data
-            assert _native.count_frames(block, include_padding=True) == n_data + (1 if _is_pad(block) else 0)
+            assert native.count_frames(block) == n_data
+            assert native.count_frames(block, include_padding=True) == n_data + (1 if _is_pad(block) else 0)
 
         end = image.position
         for i, body in enumerate(bodies):
@@ -590,7 +590,7 @@ def test_term_append_unfragmented_then_term_read_round_trips_and_pads_the_trippe
         expected_offset = 0
         for i, n in enumerate(lengths):
             body = message_body(i, n)
-            result = _native.term_append_unfragmented(meta, 0, term, template, body, i)
+            result = native.term_append_unfragmented(meta, 0, term, template, body, i)
             aligned = dh.align(n + dh.HEADER_LENGTH)
             if expected_offset + aligned > TERM_LENGTH:
                 assert result == -2  # TERM_APPEND_FAILED: the caller must rotate
@@ -607,7 +607,7 @@ def test_term_append_unfragmented_then_term_read_round_trips_and_pads_the_trippe
 
         offset, total = 0, 0
         while True:
-            fragments, offset = _native.term_read(term, offset, handler, fragment_limit, header, term_id)
+            fragments, offset = native.term_read(term, offset, handler, fragment_limit, header, term_id)
             assert fragments <= fragment_limit
             total += fragments
             if fragments == 0:
@@ -621,10 +621,10 @@ def test_term_append_unfragmented_then_term_read_round_trips_and_pads_the_trippe
             if tripped_at < TERM_LENGTH:
                 assert (type_, frame_length, pad_offset) == (dh.HDR_TYPE_PAD, TERM_LENGTH - tripped_at, tripped_at)
             assert offset == TERM_LENGTH
-            assert _native.term_scan_block(term, tripped_at, TERM_LENGTH) == TERM_LENGTH
+            assert native.term_scan_block(term, tripped_at, TERM_LENGTH) == TERM_LENGTH
         else:
             assert offset == expected_offset
-        assert _native.term_scan_block(term, 0, TERM_LENGTH) == expected_offset  # stops before the padding
+        assert native.term_scan_block(term, 0, TERM_LENGTH) == expected_offset  # stops before the padding
 
 
 @settings(max_examples=50, deadline=None, database=None)

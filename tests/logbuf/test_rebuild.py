@@ -9,7 +9,8 @@ import time
 import numpy as np
 import pytest
 
-from logbuf import _native
+from logbuf import native
+from logbuf.driver import _udp
 from logbuf.protocol import DataFrame, HeartbeatFrame, PadFrame, encode_datagram
 
 TERM = 65536
@@ -24,11 +25,11 @@ def frames(*payloads: bytes, start: int = 0) -> list[DataFrame]:
 
 
 def test_valid_datagrams_pass_the_check() -> None:
-    assert _native.check_data_datagram(encode_datagram(frames(b"a" * 10, b"b" * 40)), TERM) == 64 + 96
-    assert _native.check_data_datagram(HeartbeatFrame(64, 7, 9, 3).encode(), TERM) == 0
+    assert native.check_data_datagram(encode_datagram(frames(b"a" * 10, b"b" * 40)), TERM) == 64 + 96
+    assert native.check_data_datagram(HeartbeatFrame(64, 7, 9, 3).encode(), TERM) == 0
     tail = frames(b"a" * 10, start=TERM - 128)
     pad = PadFrame(TERM - 64, 7, 9, 3, 64)
-    assert _native.check_data_datagram(encode_datagram([*tail, pad]), TERM) == 128  # the PAD covers 64
+    assert native.check_data_datagram(encode_datagram([*tail, pad]), TERM) == 128  # the PAD covers 64
 
 
 @pytest.mark.parametrize(
@@ -43,28 +44,28 @@ def test_valid_datagrams_pass_the_check() -> None:
 )
 def test_invalid_datagrams_name_their_reason(mutate, code) -> None:  # type: ignore[no-untyped-def]
     datagram = encode_datagram(frames(b"a" * 10, b"b" * 40))
-    assert _native.check_data_datagram(mutate(datagram), TERM) == code
+    assert native.check_data_datagram(mutate(datagram), TERM) == code
 
 
 def test_frames_past_the_term_are_outside() -> None:
     datagram = encode_datagram(frames(b"a" * 100, start=TERM - 64))
-    assert _native.check_data_datagram(datagram, TERM) == -6
+    assert native.check_data_datagram(datagram, TERM) == -6
 
 
 def test_rebuild_insert_skips_duplicates_and_gap_scan_finds_holes() -> None:
     term = bytearray(TERM)
     first, second, third = (encode_datagram([f]) for f in frames(b"a" * 10, b"b" * 10, b"c" * 10))
-    assert _native.term_gap_scan(term, 0, 192) == (0, 192)
-    assert _native.term_rebuild_insert(term, 128, third)
-    assert _native.term_gap_scan(term, 0, 192) == (0, 128)
-    assert _native.term_rebuild_insert(term, 0, first)
-    assert not _native.term_rebuild_insert(term, 0, first)  # duplicate
-    assert _native.term_gap_scan(term, 0, 192) == (64, 64)
-    assert _native.term_rebuild_insert(term, 64, second)
-    assert _native.term_gap_scan(term, 0, 192) == (192, 0)
+    assert native.term_gap_scan(term, 0, 192) == (0, 192)
+    assert native.term_rebuild_insert(term, 128, third)
+    assert native.term_gap_scan(term, 0, 192) == (0, 128)
+    assert native.term_rebuild_insert(term, 0, first)
+    assert not native.term_rebuild_insert(term, 0, first)  # duplicate
+    assert native.term_gap_scan(term, 0, 192) == (64, 64)
+    assert native.term_rebuild_insert(term, 64, second)
+    assert native.term_gap_scan(term, 0, 192) == (192, 0)
     assert bytes(term[:192]) == first + second + third
     with pytest.raises(ValueError, match="does not fit the term"):
-        _native.term_rebuild_insert(term, TERM - 32, first)
+        native.term_rebuild_insert(term, TERM - 32, first)
 
 
 def test_send_datagrams_batches_whole_frames_up_to_the_mtu_and_pads_travel_as_headers() -> None:
@@ -78,15 +79,15 @@ def test_send_datagrams_batches_whole_frames_up_to_the_mtu_and_pads_travel_as_he
         rx.bind(("127.0.0.1", 0))
         port = rx.getsockname()[1]
         address = struct.pack("=H", socket.AF_INET) + struct.pack("!H", port) + socket.inet_aton("127.0.0.1") + bytes(8)
-        assert _native.term_send_datagrams(tx.fileno(), term, 0, TERM, 1408, address, 2) == (2 * 1088, 2, 2 * 1088)
-        covered, sent, sent_bytes = _native.term_send_datagrams(tx.fileno(), term, 2 * 1088, TERM, 1408, address, 64)
+        assert _udp.term_send_datagrams(tx.fileno(), term, 0, TERM, 1408, address, 2) == (2 * 1088, 2, 2 * 1088)
+        covered, sent, sent_bytes = _udp.term_send_datagrams(tx.fileno(), term, 2 * 1088, TERM, 1408, address, 64)
         assert (covered, sent, sent_bytes) == (544 + 1024, 2, 544 + 32)  # the last frame, then the PAD's header
-        assert _native.term_send_datagrams(tx.fileno(), term, len(data) + 1024, TERM, 1408, address, 64) == (0, 0, 0)
+        assert _udp.term_send_datagrams(tx.fileno(), term, len(data) + 1024, TERM, 1408, address, 64) == (0, 0, 0)
         buffer = bytearray(8 * 65536)
         lengths, sources = np.zeros(8, dtype=np.int32), np.zeros(8, dtype=np.uint64)
         got, deadline = 0, time.monotonic() + 5
         while got < 4 and time.monotonic() < deadline:  # loopback delivers at once; a batch may split
-            got += _native.udp_receive_batch(
+            got += _udp.udp_receive_batch(
                 rx.fileno(), memoryview(buffer)[got * 65536 :], 65536, lengths[got:], sources[got:]
             )
         assert got == 4 and lengths[:4].tolist() == [1088, 1088, 544, 32]

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from logbuf import _native
+from logbuf import native
 from logbuf.logbuffer.fragment_assembler import FragmentAssembler
 from logbuf.logbuffer.publication import BufferClaim
 from logbuf.logbuffer.standalone import StreamLog
@@ -72,7 +72,7 @@ def test_a_committed_frame_or_a_claim_with_nothing_after_it_is_left_alone(log: S
     claim = BufferClaim()
     assert pub.try_claim(10, claim) > 0
     term = log.log.term_buffer(0)
-    _native.put_int32_ordered(term, position, 0)  # zeroes, and no frame after it: cannot bound it
+    native.put_int32_ordered(term, position, 0)  # zeroes, and no frame after it: cannot bound it
     term.release()
     assert not log_unblock(log.log, position)
     assert drain(image) == [b"x"]

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from logbuf import _native
+from logbuf import native
 from logbuf.logbuffer import data_header_descriptor as dh
 from logbuf.logbuffer.image import ControlledPollAction, Header, Image
 from logbuf.logbuffer.publication import BufferClaim
@@ -106,11 +106,11 @@ def test_block_poll_hands_contiguous_whole_frames_and_stops_before_padding(log: 
     block, term_offset, session_id, term_id = blocks[0]
     assert (term_offset, session_id, term_id) == (0, SESSION_ID, 0)
     offsets, lengths = array("i", [0] * 8), array("i", [0] * 8)
-    assert _native.frame_index(block, offsets, lengths) == 3 == _native.count_frames(block)
+    assert native.frame_index(block, offsets, lengths) == 3 == native.count_frames(block)
     assert [block[o : o + n] for o, n in zip(offsets[:3], lengths[:3])] == [b"a", b"bb", b"ccc"]
     # the aborted claim is a padding frame: a block of its own
     assert image.block_poll(on_block, TERM_LENGTH) == 96
-    assert _native.count_frames(blocks[1][0]) == 0 and _native.count_frames(blocks[1][0], include_padding=True) == 1
+    assert native.count_frames(blocks[1][0]) == 0 and native.count_frames(blocks[1][0], include_padding=True) == 1
     assert image.block_poll(on_block, TERM_LENGTH) == 64
     assert blocks[2][0][dh.HEADER_LENGTH : dh.HEADER_LENGTH + 4] == b"dddd" and blocks[2][1] == ends[2] + 96
     assert image.position == tail_end

@@ -1,0 +1,3 @@
+"""Type stubs for logbuf.native.constants (constants.pyx)."""
+
+NATIVE_CONSTANTS: dict[str, int]

@@ -1,0 +1,49 @@
+# cython: language_level=3
+"""The native core's shared constants (``constants.pxd``) as a dict, so a test can check them against the
+descriptor modules and the result enums they mirror."""
+
+NATIVE_CONSTANTS = {
+    # logbuf.logbuffer.data_header_descriptor
+    "HEADER_LENGTH": HEADER_LENGTH,
+    "FRAME_ALIGNMENT": FRAME_ALIGNMENT,
+    "VERSION_FIELD_OFFSET": VERSION_OFFSET,
+    "FLAGS_FIELD_OFFSET": FLAGS_OFFSET,
+    "TYPE_FIELD_OFFSET": TYPE_OFFSET,
+    "TERM_OFFSET_FIELD_OFFSET": TERM_OFFSET_OFFSET,
+    "SESSION_ID_FIELD_OFFSET": SESSION_ID_OFFSET,
+    "STREAM_ID_FIELD_OFFSET": STREAM_ID_OFFSET,
+    "TERM_ID_FIELD_OFFSET": TERM_ID_OFFSET,
+    "RESERVED_VALUE_FIELD_OFFSET": RESERVED_VALUE_OFFSET,
+    "HDR_TYPE_PAD": HDR_TYPE_PAD,
+    "HDR_TYPE_DATA": HDR_TYPE_DATA,
+    "BEGIN_FLAG": BEGIN_FLAG,
+    "END_FLAG": END_FLAG,
+    "UNFRAGMENTED": UNFRAGMENTED,
+    "MAX_MESSAGE_LENGTH": MAX_MESSAGE_LENGTH,
+    "MAX_UDP_PAYLOAD_LENGTH": MAX_UDP_PAYLOAD_LENGTH,
+    # logbuf.logbuffer.log_buffer_descriptor
+    "PARTITION_COUNT": PARTITION_COUNT,
+    "TERM_MIN_LENGTH": TERM_MIN_LENGTH,
+    "TERM_MAX_LENGTH": TERM_MAX_LENGTH,
+    "LOG_META_DATA_LENGTH": LOG_META_DATA_LENGTH,
+    "TERM_TAIL_COUNTERS_OFFSET": TAIL_COUNTERS_OFFSET,
+    "LOG_ACTIVE_TERM_COUNT_OFFSET": ACTIVE_TERM_COUNT_OFFSET,
+    "LOG_END_OF_STREAM_POSITION_OFFSET": END_OF_STREAM_POSITION_OFFSET,
+    "LOG_IS_CONNECTED_OFFSET": IS_CONNECTED_OFFSET,
+    "LOG_INITIAL_TERM_ID_OFFSET": INITIAL_TERM_ID_OFFSET,
+    "LOG_MTU_LENGTH_OFFSET": MTU_LENGTH_OFFSET,
+    "LOG_TERM_LENGTH_OFFSET": TERM_LENGTH_OFFSET,
+    "LOG_DEFAULT_FRAME_HEADER_OFFSET": DEFAULT_FRAME_HEADER_OFFSET,
+    # logbuf.logbuffer.publication.OfferResult
+    "OfferResult.NOT_CONNECTED": NOT_CONNECTED,
+    "OfferResult.BACK_PRESSURED": BACK_PRESSURED,
+    "OfferResult.ADMIN_ACTION": ADMIN_ACTION,
+    "OfferResult.CLOSED": CLOSED,
+    "OfferResult.MAX_POSITION_EXCEEDED": MAX_POSITION_EXCEEDED,
+    # logbuf.logbuffer.image.ControlledPollAction
+    "ControlledPollAction.ABORT": ACTION_ABORT,
+    "ControlledPollAction.BREAK": ACTION_BREAK,
+    "ControlledPollAction.COMMIT": ACTION_COMMIT,
+    "ControlledPollAction.CONTINUE": ACTION_CONTINUE,
+}
+"""Each shared constant under the name of the Python constant it mirrors (``Enum.MEMBER`` for result codes)."""

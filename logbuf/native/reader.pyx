@@ -1,0 +1,354 @@
+# cython: language_level=3
+"""Reading a log: the ``Header`` flyweight handed to fragment handlers, ``term_read`` (Aeron's TermReader)
+and ``ImageCore``, a subscriber's poll, controlled poll and block poll as single native calls.
+
+The loops run in C around the Python handler. A frame length read from the term is not trusted: a length
+<= 0 means "not yet", and a length that runs past the end of the term ends the poll before that frame (it
+is never delivered and the position does not move past it). A subscriber position that is not a
+multiple of the frame alignment (a corrupted counter) is a ValueError.
+"""
+
+from cpython.buffer cimport PyBuffer_Release
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t
+
+from logbuf.native.atomics cimport checked_address, lb_load_acquire_i32, lb_load_acquire_i64, lb_store_release_i64
+from logbuf.native.constants cimport *
+from logbuf.native.log_view cimport LogView
+from logbuf.native.term cimport (
+    TermBuffer,
+    align_fitting_length,
+    align_frame_length,
+    check_term,
+    frame_type,
+    log2_of,
+    partition_index,
+    scan_block,
+)
+
+
+cdef inline int64_t _read_position(const char *position_address) except? -1:
+    """The subscriber position (a plain load: the image is its single writer), a frame boundary."""
+    cdef int64_t position = (<const int64_t *>position_address)[0]
+    if position & (FRAME_ALIGNMENT - 1):
+        raise ValueError(f"subscriber position={position} is not a multiple of {FRAME_ALIGNMENT} (corrupted counter)")
+    return position
+
+
+cdef class Header:
+    """The header of the fragment being delivered: a view, valid only during the handler call.
+
+    Reads its fields from the term on access. ``position`` is the stream position just after
+    this (aligned) frame, i.e. where the next frame starts.
+    """
+
+    cdef const char *_term
+    cdef readonly int32_t frame_offset
+    cdef int32_t _initial_term_id
+    cdef int32_t _shift
+
+    cdef inline const char *_frame(self) except NULL:
+        if self._term == NULL:
+            raise ValueError("this Header is not bound to a frame: a header is valid only during the handler call"
+                             " (use header.snapshot() there to keep its fields)")
+        return self._term + self.frame_offset
+
+    @property
+    def frame_length(self) -> int:
+        return (<int32_t *>(self._frame()))[0]
+
+    @property
+    def version(self) -> int:
+        return (<uint8_t *>(self._frame() + VERSION_OFFSET))[0]
+
+    @property
+    def flags(self) -> int:
+        return (<uint8_t *>(self._frame() + FLAGS_OFFSET))[0]
+
+    @property
+    def type(self) -> int:
+        return (<uint16_t *>(self._frame() + TYPE_OFFSET))[0]
+
+    @property
+    def term_offset(self) -> int:
+        return (<int32_t *>(self._frame() + TERM_OFFSET_OFFSET))[0]
+
+    @property
+    def session_id(self) -> int:
+        return (<int32_t *>(self._frame() + SESSION_ID_OFFSET))[0]
+
+    @property
+    def stream_id(self) -> int:
+        return (<int32_t *>(self._frame() + STREAM_ID_OFFSET))[0]
+
+    @property
+    def term_id(self) -> int:
+        return (<int32_t *>(self._frame() + TERM_ID_OFFSET))[0]
+
+    @property
+    def reserved_value(self) -> int:
+        return (<int64_t *>(self._frame() + RESERVED_VALUE_OFFSET))[0]
+
+    @property
+    def initial_term_id(self) -> int:
+        return self._initial_term_id
+
+    @property
+    def position(self) -> int:
+        cdef int32_t term_id = (<int32_t *>(self._frame() + TERM_ID_OFFSET))[0]
+        cdef int32_t frame_length = (<int32_t *>(self._frame()))[0]
+        cdef int64_t begin = (<int64_t>(<int32_t>(term_id - self._initial_term_id))) << self._shift
+        return begin + align_frame_length(<int64_t>self.frame_offset + frame_length)
+
+    def snapshot(self) -> dict:
+        """The header's fields as a plain dict (safe to keep after the handler returns)."""
+        return {
+            "frame_length": self.frame_length, "version": self.version, "flags": self.flags,
+            "type": self.type, "term_offset": self.term_offset, "session_id": self.session_id,
+            "stream_id": self.stream_id, "term_id": self.term_id,
+            "reserved_value": self.reserved_value, "position": self.position,
+        }
+
+    def __repr__(self) -> str:
+        if self._term == NULL:
+            return "Header(<unset>)"
+        return ("Header(session_id={}, stream_id={}, term_id={}, term_offset={}, flags=0x{:02x}, "
+                "frame_length={}, position={})").format(self.session_id, self.stream_id, self.term_id,
+                                                        self.term_offset, self.flags, self.frame_length,
+                                                        self.position)
+
+
+def term_read(term_buffer, int32_t term_offset, handler, int32_t fragment_limit, Header header not None,
+              int32_t initial_term_id=0) -> tuple:
+    """Aeron's TermReader: deliver up to ``fragment_limit`` fragments from ``term_offset``.
+
+    Calls ``handler(payload: memoryview, header)`` per data frame, skipping padding. Returns
+    ``(fragments_read, next_term_offset)``. If the handler raises, the exception propagates;
+    the caller's position may move past every fragment handed out so far (use ImageCore.poll).
+    """
+    cdef TermBuffer b = TermBuffer(term_buffer, False)
+    check_term(b, term_offset)
+    cdef const char *term = <const char *>b.view.buf
+    cdef object view = memoryview(term_buffer).toreadonly()
+    cdef int32_t term_length = <int32_t>b.view.len
+    cdef int32_t offset = term_offset, fragments = 0, frame_length, frame_offset
+    header._term = term
+    header._initial_term_id = initial_term_id
+    header._shift = log2_of(term_length)
+    try:
+        while fragments < fragment_limit and offset < term_length:
+            frame_length = lb_load_acquire_i32(term + offset)
+            if frame_length <= 0 or frame_length > term_length - offset:
+                break
+            frame_offset = offset
+            offset += align_fitting_length(frame_length)
+            if frame_type(term + frame_offset) == HDR_TYPE_PAD:
+                continue
+            fragments += 1
+            header.frame_offset = frame_offset
+            handler(view[frame_offset + HEADER_LENGTH:frame_offset + frame_length], header)
+    finally:
+        header._term = NULL
+        view.release()
+    return fragments, offset
+
+
+cdef class ImageCore:
+    """A subscriber's view of one log: reads from its own subscriber-position counter."""
+
+    cdef LogView _log
+    cdef char *_pos
+    cdef object _pos_owner
+    cdef Header _header
+    cdef list _views
+    cdef int32_t _mask
+    cdef int32_t _shift
+    cdef readonly int32_t term_length
+    cdef readonly int32_t session_id
+    cdef readonly int32_t stream_id
+    cdef readonly int32_t initial_term_id
+    cdef bint _closed
+
+    def __cinit__(self, LogView log not None, position_buffer, Py_ssize_t position_offset):
+        cdef Py_buffer view
+        if log.closed:
+            raise ValueError("log is closed")
+        self._pos = checked_address(&view, position_buffer, position_offset, 8, True)
+        PyBuffer_Release(&view)
+        self._pos_owner = memoryview(position_buffer)
+        self._log = log
+        self.term_length = log.term_length
+        self._mask = log.term_length - 1
+        self._shift = log.position_bits_to_shift
+        self.initial_term_id = log.initial_term_id
+        self._views = list(log._term_views)
+        self._header = Header()
+        self._header._initial_term_id = log.initial_term_id
+        self._header._shift = log.position_bits_to_shift
+        cdef const char *hdr = log.meta + DEFAULT_FRAME_HEADER_OFFSET
+        self.session_id = (<int32_t *>(hdr + SESSION_ID_OFFSET))[0]
+        self.stream_id = (<int32_t *>(hdr + STREAM_ID_OFFSET))[0]
+        self._closed = False
+
+    @property
+    def is_closed(self) -> bool:
+        return self._closed
+
+    @property
+    def position(self) -> int:
+        """This subscriber's position in the stream."""
+        if self._closed:
+            raise ValueError("image is closed")
+        return lb_load_acquire_i64(self._pos)
+
+    @position.setter
+    def position(self, int64_t new_position) -> None:
+        """Move this subscriber (frame-aligned, within the window still held in the log)."""
+        if self._closed:
+            raise ValueError("image is closed")
+        cdef int64_t current = lb_load_acquire_i64(self._pos)
+        if new_position % FRAME_ALIGNMENT != 0:
+            raise ValueError(f"position={new_position} is not a multiple of {FRAME_ALIGNMENT}")
+        if new_position < current:
+            raise ValueError(f"position={new_position} is behind the current position {current}")
+        lb_store_release_i64(self._pos, new_position)
+
+    @property
+    def end_of_stream_position(self) -> int:
+        if self._closed:
+            raise ValueError("image is closed")
+        return lb_load_acquire_i64(self._log.meta + END_OF_STREAM_POSITION_OFFSET)
+
+    @property
+    def is_end_of_stream(self) -> bool:
+        """True once this subscriber reached the end-of-stream position (or the image is closed)."""
+        if self._closed:
+            return True
+        return lb_load_acquire_i64(self._pos) >= lb_load_acquire_i64(self._log.meta + END_OF_STREAM_POSITION_OFFSET)
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._pos_owner.release()
+            self._pos_owner = None
+            self._pos = NULL
+            self._views = None
+            self._log = None
+
+    def poll(self, handler, int32_t fragment_limit) -> int:
+        """Deliver up to ``fragment_limit`` fragments to ``handler(payload: memoryview, header)``.
+
+        The position is stored (release) after the last fragment handed to the handler, even
+        when the handler raises: a fragment whose handler raised counts as delivered.
+        """
+        if self._closed:
+            return 0
+        cdef int64_t position = _read_position(self._pos)
+        cdef int32_t term_offset = <int32_t>(position & self._mask)
+        cdef int32_t index = partition_index(position >> self._shift)
+        cdef const char *term = self._log.terms[index]
+        cdef object view = self._views[index]
+        cdef Header header = self._header
+        cdef int32_t offset = term_offset, fragments = 0, frame_length, frame_offset
+        cdef int32_t aligned
+        cdef int32_t term_length = self.term_length
+        header._term = term
+        try:
+            while fragments < fragment_limit and offset < term_length:
+                frame_length = lb_load_acquire_i32(term + offset)
+                if frame_length <= 0 or frame_length > term_length - offset:
+                    break
+                aligned = align_fitting_length(frame_length)
+                frame_offset = offset
+                offset += aligned
+                if frame_type(term + frame_offset) == HDR_TYPE_PAD:
+                    continue
+                fragments += 1
+                header.frame_offset = frame_offset
+                handler(view[frame_offset + HEADER_LENGTH:frame_offset + frame_length], header)
+        finally:
+            header._term = NULL  # the header is valid only during the handler call
+            if offset != term_offset and self._pos != NULL:  # NULL: closed from a handler
+                lb_store_release_i64(self._pos, position + (offset - term_offset))
+        return fragments
+
+    def controlled_poll(self, handler, int32_t fragment_limit) -> int:
+        """Like poll, but ``handler`` returns an action: ABORT (1), BREAK (2), COMMIT (3) or CONTINUE (4).
+
+        ABORT rewinds the fragment and stops; BREAK stops after it; COMMIT stores the position
+        now and continues; CONTINUE (or None) carries on.
+        """
+        if self._closed:
+            return 0
+        cdef int64_t initial_position = _read_position(self._pos)
+        cdef int32_t initial_offset = <int32_t>(initial_position & self._mask)
+        cdef int32_t index = partition_index(initial_position >> self._shift)
+        cdef const char *term = self._log.terms[index]
+        cdef object view = self._views[index]
+        cdef Header header = self._header
+        cdef int32_t offset = initial_offset, fragments = 0, frame_length, frame_offset
+        cdef int32_t aligned
+        cdef int32_t term_length = self.term_length
+        cdef object action
+        cdef int act
+        header._term = term
+        try:
+            while fragments < fragment_limit and offset < term_length:
+                frame_length = lb_load_acquire_i32(term + offset)
+                if frame_length <= 0 or frame_length > term_length - offset:
+                    break
+                aligned = align_fitting_length(frame_length)
+                frame_offset = offset
+                offset += aligned
+                if frame_type(term + frame_offset) == HDR_TYPE_PAD:
+                    continue
+                fragments += 1
+                header.frame_offset = frame_offset
+                action = handler(view[frame_offset + HEADER_LENGTH:frame_offset + frame_length], header)
+                act = ACTION_CONTINUE if action is None else <int>action
+                if act == ACTION_ABORT:
+                    fragments -= 1
+                    offset -= aligned
+                    break
+                elif act == ACTION_BREAK:
+                    break
+                elif act == ACTION_COMMIT:
+                    initial_position += offset - initial_offset
+                    initial_offset = offset
+                    if self._pos != NULL:
+                        lb_store_release_i64(self._pos, initial_position)
+                elif act != ACTION_CONTINUE:
+                    raise ValueError(f"controlled poll handler returned {action!r}; expected ABORT, BREAK, COMMIT or CONTINUE")
+        finally:
+            header._term = NULL
+            if offset != initial_offset and self._pos != NULL:
+                lb_store_release_i64(self._pos, initial_position + (offset - initial_offset))
+        return fragments
+
+    def block_poll(self, handler, int32_t block_length_limit) -> int:
+        """Hand a contiguous block of whole frames (raw, headers included) to
+        ``handler(block: memoryview, term_offset, session_id, term_id)``; returns the block length.
+
+        The block never crosses a term and stops before a padding frame (a leading padding
+        frame is returned as a block of its own). The position moves past the block even if the
+        handler raises.
+        """
+        if self._closed:
+            return 0
+        cdef int64_t position = _read_position(self._pos)
+        cdef int32_t term_offset = <int32_t>(position & self._mask)
+        cdef int32_t index = partition_index(position >> self._shift)
+        cdef const char *term = self._log.terms[index]
+        cdef int64_t limit = <int64_t>term_offset + block_length_limit
+        if limit > self.term_length:
+            limit = self.term_length
+        cdef int32_t resulting = scan_block(term, term_offset, <int32_t>limit, self.term_length)
+        cdef int32_t length = resulting - term_offset
+        if length > 0:
+            try:
+                handler(self._views[index][term_offset:resulting], term_offset,
+                        (<int32_t *>(term + term_offset + SESSION_ID_OFFSET))[0],
+                        (<int32_t *>(term + term_offset + TERM_ID_OFFSET))[0])
+            finally:
+                if self._pos != NULL:
+                    lb_store_release_i64(self._pos, position + length)
+        return length
