@@ -36,6 +36,7 @@ import structlog
 from logbuf.archive import catalog_descriptor as cat
 from logbuf.archive.catalog import Catalog, CatalogError
 from logbuf.archive.segments import mapped_segment, segment_file_name, segment_files
+from logbuf.errors import LogbufError
 
 if TYPE_CHECKING:
     import pyarrow.fs as pafs  # type: ignore[import-untyped]
@@ -56,7 +57,7 @@ _GLOB_CHARS: Final[str] = "*?["
 _COPY_CHUNK: Final[int] = 8 * 1024 * 1024
 
 
-class StorageError(ValueError):
+class StorageError(LogbufError, ValueError):
     """A location that cannot be used (the message names it and why)."""
 
 

@@ -138,7 +138,7 @@ class DriverContext:
     udp_reorder_rate: float = setting(0.0, "float", "Fault injection: fraction of received datagrams reordered.")
     udp_fault_seed: int = setting(0, "int", "Fault injection: random seed.")
     termination_token: str = setting(
-        "", "str", "TERMINATE_DRIVER stops the driver only if it carries this token; empty denies it (Aeron's default)."
+        "", "str", "TERMINATE_DRIVER stops the driver only if it carries this token; empty denies it, as Aeron does."
     )
 
     def conclude(self) -> DriverContext:

@@ -147,6 +147,7 @@ __all__ = [
     "CncVersionError",
     "ConfigurationError",
     "DriverTimeoutError",
+    "ErrorCode",
     "FrameError",
     "InvalidChannelError",
     "LogBufferError",
