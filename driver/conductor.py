@@ -25,6 +25,7 @@ from logbuf.conduit import command_descriptor as cmd
 from logbuf.conduit import counters_descriptor as cd
 from logbuf.conduit.command_descriptor import ErrorCode, MalformedCommandError
 from logbuf.conduit.counters import CountersManager
+from logbuf.conduit.ring_buffer import RingBufferUnblocker
 from logbuf.driver.context import DriverContext
 from logbuf.driver.ipc_publication import IpcPublication, PublicationState
 from logbuf.driver.network_publication import NetworkPublication
@@ -44,6 +45,9 @@ from logbuf.logbuffer.log_buffer import LogBuffers
 
 RESERVED_SESSION_ID_LOW = -1
 RESERVED_SESSION_ID_HIGH = 1000
+MAX_CLIENT_TIMEOUTS_PER_TIMER = 64
+"""Clients timed out per timer tick at most: a flood of clients that all go silent at once (forged
+keepalives, say) is reaped over several ticks, and the heartbeat keeps its interval."""
 
 
 class CommandError(Exception):
@@ -94,6 +98,7 @@ class DriverConductor:
     ) -> None:
         self.ctx = ctx
         self.to_driver = to_driver
+        self._to_driver_unblocker = RingBufferUnblocker(to_driver, ctx.command_unblock_timeout_ns)  # type: ignore[arg-type]
         self.to_clients = to_clients
         self.counters = counters
         self.system_counters = system_counters
@@ -738,11 +743,18 @@ class DriverConductor:
     def _on_timer(self, now_ns: int) -> int:
         work = 0
         self._heartbeat()
+        if self._to_driver_unblocker.check(now_ns):
+            self.system_counters.increment(SystemCounterId.UNBLOCKED_COMMANDS)
+            self._log.warning("commands.unblocked", position=self._to_driver_unblocker.ring.consumer_position())
+        timeouts = 0
         for session in list(self.clients.values()):
+            if timeouts == MAX_CLIENT_TIMEOUTS_PER_TIMER:
+                break
             if now_ns > session.last_keepalive_ns + self.ctx.client_liveness_timeout:
                 self.system_counters.increment(SystemCounterId.CLIENT_TIMEOUTS)
                 self._transmit(cmd.ON_CLIENT_TIMEOUT, cmd.ClientTimeout(session.client_id).encode())
                 self._remove_client(session, reason="timeout")
+                timeouts += 1
                 work += 1
         for publication in list(self.publications):
             publication.sample_publisher_position()

@@ -19,6 +19,7 @@ import structlog
 from logbuf.agent import AgentRunner, BackoffIdleStrategy, CompositeAgent, idle_strategy_from_name, parse_cpu_list
 from logbuf.conduit.broadcast import BroadcastTransmitter
 from logbuf.conduit.cnc import CncFile, is_driver_active
+from logbuf.conduit.command_descriptor import ErrorCode
 from logbuf.conduit.counters import CountersManager
 from logbuf.conduit.error_log import DistinctErrorLog
 from logbuf.conduit.ring_buffer import ManyToOneRingBuffer
@@ -76,7 +77,7 @@ class MediaDriver:
         self.error_log = DistinctErrorLog(self.cnc.error_log)
         self.conductor = DriverConductor(
             ctx,
-            to_driver=ManyToOneRingBuffer(self.cnc.to_driver),
+            to_driver=ManyToOneRingBuffer(self.cnc.to_driver, self._on_invalid_command_record),
             to_clients=BroadcastTransmitter(self.cnc.to_clients),
             counters=self.counters,
             system_counters=self.system_counters,
@@ -99,6 +100,15 @@ class MediaDriver:
         )
         self._log = structlog.get_logger().bind(role="driver", dir=ctx.dir)
         self._closed = False
+
+    def _on_invalid_command_record(self, record_offset: int, length: int, msg_type_id: int) -> None:
+        """A command record whose length cannot be true (written by something that is not a client):
+        the ring skips it; counted and recorded, never raised."""
+        self.system_counters.increment(SystemCounterId.ERRORS)
+        self.error_log.record(
+            f"{ErrorCode.MALFORMED_COMMAND.name}: command ring record of length {length} (type {msg_type_id})"
+            " cannot be valid: skipped"
+        )
 
     def _park(self, seconds: float) -> None:
         sockets = [e.socket for e in self.conductor.sender.endpoints] + [

@@ -1,0 +1,186 @@
+"""Issue 14, items 6-11: a local process that can reach the driver directory, and the machine's limits.
+
+Every test here plays the attacker (or the full disk) against a real driver process and shows the
+driver, and its honest clients, carry on.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from logbuf import _native
+from logbuf.client import Aeron, Context
+from logbuf.conduit import command_descriptor as cmd
+from logbuf.conduit import ring_buffer_descriptor as rd
+from logbuf.conduit.cnc import CncFile, cnc_driver_heartbeat_ms, wait_for_driver
+from logbuf.conduit.counters import CountersReader
+from logbuf.conduit.ring_buffer import ManyToOneRingBuffer
+from tests.driver.conftest import DriverProcess, unique_dir
+
+
+def await_condition(condition: Callable[[], object], timeout_s: float = 10.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+        time.sleep(0.01)
+
+
+class Cnc:
+    """The attacker's view: the driver's CnC mapped read-write, as any process that can open it."""
+
+    def __init__(self, directory: str) -> None:
+        self.file = CncFile.open(directory)
+        self.ring = ManyToOneRingBuffer(self.file.to_driver)
+        self.counters = CountersReader(self.file.counters_metadata, self.file.counters_values)
+        self._system_ids: dict[str, int] = {}
+
+    def counter(self, label: str) -> int:
+        """A system counter's value (their ids never change, so each is looked up once)."""
+        if label not in self._system_ids:
+            ids = [c.counter_id for c in self.counters if c.label == label]
+            assert len(ids) == 1, f"{label!r}: {ids}"
+            self._system_ids[label] = ids[0]
+        return self.counters.value(self._system_ids[label])
+
+    def heartbeat_ms(self) -> int:
+        return cnc_driver_heartbeat_ms(self.file)
+
+    def claim(self, length: int) -> int:
+        """Claim ``length`` bytes of the command ring as a producer does (CAS on the tail)."""
+        offset = self.ring._claim_capacity(rd.align(length))
+        assert offset >= 0, "command ring full"
+        return offset
+
+    def close(self) -> None:
+        del self.ring, self.counters
+        self.file.close()
+
+
+@pytest.fixture
+def cnc(media_driver: DriverProcess) -> Iterator[Cnc]:
+    view = Cnc(media_driver.dir)
+    try:
+        yield view
+    finally:
+        view.close()
+
+
+def connect(directory: str) -> Aeron:
+    return Aeron.connect(Context(dir=directory, driver_timeout_ms=8_000))
+
+
+def round_trip(aeron: Aeron, stream_id: int, message: bytes = b"hello") -> None:
+    """A publication and a subscription on ``stream_id`` that carry ``message``."""
+    sub = aeron.add_subscription("aeron:ipc", stream_id)
+    pub = aeron.add_publication("aeron:ipc", stream_id)
+    await_condition(lambda: pub.is_connected, what="publication connected")
+    assert pub.offer(message) > 0
+    got: list[bytes] = []
+    await_condition(lambda: sub.poll(lambda b, h: got.append(bytes(b)), 10) > 0, what="message")
+    assert got == [message]
+    pub.close()
+    sub.close()
+
+
+# -- item 6: the command ring cannot be wedged --------------------------------------------------------------
+def test_a_command_record_with_an_impossible_length_is_skipped_and_counted(
+    media_driver: DriverProcess, cnc: Cnc
+) -> None:
+    media_driver.expected_errors.append("command ring record of length 2147483632")
+    offset = cnc.claim(rd.HEADER_LENGTH)
+    rd.MSG_TYPE_ID.pack_into(cnc.ring.buffer, offset + rd.TYPE_OFFSET, cmd.ADD_PUBLICATION)
+    rd.record_length_ordered(cnc.ring.buffer, offset, 0x7FFFFFF0)
+    with connect(media_driver.dir) as aeron:
+        round_trip(aeron, 61)
+    assert any("command ring record of length 2147483632" in e for e in media_driver.errors())
+    assert cnc.counter("Errors") >= 1
+
+
+def test_a_client_killed_between_claim_and_commit_is_unblocked_and_counted(
+    media_driver: DriverProcess, cnc: Cnc
+) -> None:
+    with connect(media_driver.dir) as aeron:  # connected before the stall: its keepalives queue behind it
+        offset = cnc.claim(rd.HEADER_LENGTH + 40)
+        rd.record_length_fenced(cnc.ring.buffer, offset, -(rd.HEADER_LENGTH + 40))  # ... and dies here
+        round_trip(aeron, 62)  # waits behind the dead claim for the unblock timeout (1 s here)
+        assert not aeron.is_closed  # its keepalives arrived in time
+    assert cnc.counter("Unblocked Control Commands") == 1
+
+
+def test_a_tail_moved_far_ahead_is_put_back(media_driver: DriverProcess, cnc: Cnc) -> None:
+    tail_offset = cnc.ring.capacity + rd.TAIL_POSITION_OFFSET
+    head = cnc.ring.consumer_position()
+    _native.put_int64_ordered(cnc.ring.buffer, tail_offset, head + 1000 * cnc.ring.capacity)
+    with connect(media_driver.dir) as aeron:  # its first command waits for room in the ring
+        round_trip(aeron, 63)
+    assert cnc.counter("Unblocked Control Commands") == 1
+
+
+class DriverLoggingToFile(DriverProcess):
+    """A driver whose (lifecycle) log goes to a file: a flood of clients logs more than a pipe holds."""
+
+    def start(self, timeout_s: float = 20.0) -> DriverLoggingToFile:
+        self.log_path = os.path.join(tempfile.mkdtemp(prefix="logbuf-driver-log-"), "driver.log")
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "logbuf.driver.main", "--dir", self.dir, *self.args],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        wait_for_driver(self.dir, timeout_s=timeout_s, heartbeat_timeout_ms=5_000)
+        return self
+
+    def stop(self, timeout_s: float = 10.0) -> str:
+        assert self.proc is not None
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(5)
+        with open(self.log_path, encoding="utf-8", errors="replace") as log:
+            out = log.read()
+        shutil.rmtree(os.path.dirname(self.log_path), ignore_errors=True)
+        shutil.rmtree(self.dir, ignore_errors=True)
+        return out
+
+
+def test_a_flood_of_silent_clients_is_reaped_over_several_timer_ticks() -> None:
+    """5,000 forged keepalives make 5,000 clients that time out together; the heartbeat must keep
+    ticking while they are reaped, not stop until the last one is gone."""
+    driver = DriverLoggingToFile(unique_dir(), ["--client-liveness-timeout", "2s"]).start()
+    try:
+        cnc = Cnc(driver.dir)
+        try:
+            flood_clients(cnc)
+        finally:
+            cnc.close()
+    finally:
+        driver.stop()
+
+
+def flood_clients(cnc: Cnc) -> None:
+    flood = 5_000
+    for client_id in range(10_000_000, 10_000_000 + flood):
+        payload = cmd.CorrelatedCommand(client_id, 0).encode()
+        while not cnc.ring.write(cmd.CLIENT_KEEPALIVE, payload):
+            time.sleep(0.001)
+    heartbeats_while_reaping: set[int] = set()
+    deadline = time.monotonic() + 60
+    while (timeouts := cnc.counter("Client liveness timeouts")) < flood:
+        assert time.monotonic() < deadline, f"{timeouts} of {flood} clients timed out"
+        if timeouts > 0:
+            heartbeats_while_reaping.add(cnc.heartbeat_ms())
+        time.sleep(0.002)
+    assert cnc.counter("Active clients") == 0
+    # 64 per 100 ms tick at most: some 80 ticks, each with its own heartbeat (sampling may miss a few)
+    assert len(heartbeats_while_reaping) >= 10, sorted(heartbeats_while_reaping)
