@@ -17,12 +17,13 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from logbuf import _native
-from logbuf.client import Aeron, Context
+from logbuf.client import Aeron, Context, RegistrationError
 from logbuf.conduit import command_descriptor as cmd
 from logbuf.conduit import ring_buffer_descriptor as rd
 from logbuf.conduit.cnc import CncFile, cnc_driver_heartbeat_ms, wait_for_driver
 from logbuf.conduit.counters import CountersReader
 from logbuf.conduit.ring_buffer import ManyToOneRingBuffer
+from logbuf.driver.system_counters import SystemCounterId
 from tests.driver.conftest import DriverProcess, unique_dir
 
 
@@ -184,3 +185,59 @@ def flood_clients(cnc: Cnc) -> None:
     assert cnc.counter("Active clients") == 0
     # 64 per 100 ms tick at most: some 80 ticks, each with its own heartbeat (sampling may miss a few)
     assert len(heartbeats_while_reaping) >= 10, sorted(heartbeats_while_reaping)
+
+
+# -- item 11: thousands of streams ------------------------------------------------------------------------
+def allocated_counters(cnc: Cnc) -> list[str]:
+    return [c.label for c in cnc.counters]
+
+
+@pytest.mark.parametrize(
+    "driver_args",
+    [["--counters-buffer-length", "8k", "--publication-linger-timeout", "100ms", "--dir-delete-on-shutdown", "false"]],
+)
+def test_a_stream_refused_for_want_of_counters_leaves_nothing_behind(media_driver: DriverProcess, cnc: Cnc) -> None:
+    media_driver.expected_errors.append("counters are full")
+    publications_dir = os.path.join(media_driver.dir, "publications")
+    with connect(media_driver.dir) as aeron:
+        pairs = []
+        with pytest.raises(RegistrationError, match="counters are full") as refused:
+            for stream_id in range(100, 200):
+                sub = aeron.add_subscription("aeron:ipc", stream_id)
+                pairs.append((aeron.add_publication("aeron:ipc", stream_id), sub))
+        assert "capacity 64" in str(refused.value) and "counters_buffer_length" in str(refused.value)
+        # 64 records: the system counters, this client's heartbeat, then 3 per pair (pub-lmt, pub-pos, sub-pos)
+        system = len(SystemCounterId)
+        assert len(pairs) == (64 - system - 1) // 3
+        before = allocated_counters(cnc)
+        assert len(os.listdir(publications_dir)) == len(pairs)  # the refused log was never created
+        with pytest.raises(RegistrationError, match="needs 3 counters"):  # again: still nothing leaks
+            aeron.add_publication("aeron:ipc", 100 + len(pairs))
+        assert allocated_counters(cnc) == before
+        assert len(os.listdir(publications_dir)) == len(pairs)
+        pub, sub = pairs.pop()
+        pub.close()
+        sub.close()
+        # linger (100 ms) and the counters' free-to-reuse time (1 s) later, the room is there again
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                pairs.append((aeron.add_publication("aeron:ipc", 300), aeron.add_subscription("aeron:ipc", 300)))
+                break
+            except RegistrationError:
+                assert time.monotonic() < deadline, "freed counters never reused"
+                time.sleep(0.2)
+
+
+@pytest.mark.parametrize("driver_args", [["--counters-buffer-length", "16k", "--dir-delete-on-shutdown", "false"]])
+def test_the_counter_capacity_is_a_setting(media_driver: DriverProcess, cnc: Cnc) -> None:
+    media_driver.expected_errors.append("counters are full")
+    assert cnc.counters.max_counter_id + 1 == 128
+    with connect(media_driver.dir) as aeron:
+        added = 0
+        with pytest.raises(RegistrationError, match="capacity 128"):
+            for stream_id in range(100, 200):
+                aeron.add_subscription("aeron:ipc", stream_id)
+                aeron.add_publication("aeron:ipc", stream_id)
+                added += 1
+    assert added == (128 - len(SystemCounterId) - 1) // 3
