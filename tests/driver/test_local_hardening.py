@@ -6,8 +6,11 @@ driver, and its honest clients, carry on.
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -21,6 +24,7 @@ from logbuf.client import Aeron, Context, RegistrationError
 from logbuf.conduit import command_descriptor as cmd
 from logbuf.conduit import ring_buffer_descriptor as rd
 from logbuf.conduit.cnc import CncFile, cnc_driver_heartbeat_ms, wait_for_driver
+from logbuf.conduit.command_descriptor import ErrorCode
 from logbuf.conduit.counters import CountersReader
 from logbuf.conduit.ring_buffer import ManyToOneRingBuffer
 from logbuf.driver.system_counters import SystemCounterId
@@ -241,3 +245,142 @@ def test_the_counter_capacity_is_a_setting(media_driver: DriverProcess, cnc: Cnc
                 aeron.add_publication("aeron:ipc", stream_id)
                 added += 1
     assert added == (128 - len(SystemCounterId) - 1) // 3
+
+
+# -- item 10: a full /dev/shm -------------------------------------------------------------------------------
+SMALL_CNC = [
+    "--to-driver-buffer-length",
+    "64k",
+    "--to-clients-buffer-length",
+    "64k",
+    "--counters-buffer-length",
+    "64k",
+    "--error-buffer-length",
+    "64k",
+    "--dir-delete-on-shutdown",
+    "false",
+]
+
+
+@pytest.fixture
+def small_tmpfs() -> Iterator[str]:
+    """A 4 MiB tmpfs of its own: the driver directory on it fills up long before /dev/shm would."""
+    mount_point = tempfile.mkdtemp(prefix="logbuf-tmpfs-")
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", mount_point], check=True, timeout=30)
+    try:
+        yield mount_point
+    finally:
+        done = subprocess.run(["umount", mount_point], capture_output=True, timeout=30)
+        if done.returncode != 0:  # something still maps a file there: detach now, freed when unmapped
+            subprocess.run(["umount", "-l", mount_point], check=True, timeout=30)
+        os.rmdir(mount_point)
+
+
+PUBLISH_INTO_A_SECOND_LOG = """
+import json, sys, time
+from logbuf.client import Aeron, Context, RegistrationError
+directory = sys.argv[1]
+with Aeron.connect(Context(dir=directory, driver_timeout_ms=8_000)) as aeron:
+    first_sub = aeron.add_subscription("aeron:ipc", 1)
+    first = aeron.add_publication("aeron:ipc", 1)
+    while not first.is_connected:
+        time.sleep(0.001)
+
+    def send(publication, subscription, length):
+        sent = 0
+        while sent < length:  # a page that cannot be had when first written is a SIGBUS
+            if publication.offer(bytes(4000)) > 0:
+                sent += 4000
+            subscription.poll(lambda b, h: None, 100)
+        return sent
+
+    send(first, first_sub, 3 * 1024 * 1024 + 8000)  # every page of the first log is now in use
+    sub = aeron.add_subscription("aeron:ipc", 2)
+    try:
+        second = aeron.add_publication("aeron:ipc", 2)
+    except RegistrationError as e:
+        while first.offer(b"the first log still works") < 0:
+            time.sleep(0.001)
+        got = []
+        while not got:
+            first_sub.poll(lambda b, h: got.append(bytes(b)), 1)
+        print(json.dumps({"refused": e.error_code, "message": str(e), "first": got[0].decode()}))
+        sys.exit(0)
+    while not second.is_connected:
+        time.sleep(0.001)
+    print(json.dumps({"sent": send(second, sub, 3 * 1024 * 1024)}))
+"""
+
+
+def test_a_log_that_does_not_fit_is_refused_with_storage_space_instead_of_a_sigbus(small_tmpfs: str) -> None:
+    directory = os.path.join(small_tmpfs, "driver")
+    driver = DriverProcess(directory, [*SMALL_CNC, "--ipc-term-length", "1m"]).start()
+    try:
+        child = subprocess.run(
+            [sys.executable, "-c", PUBLISH_INTO_A_SECOND_LOG, directory], capture_output=True, text=True, timeout=120
+        )
+        assert child.returncode == 0, f"publisher died ({child.returncode}): {child.stderr[-2000:]}"
+        result = json.loads(child.stdout.strip().splitlines()[-1])
+        assert result["refused"] == ErrorCode.STORAGE_SPACE, result
+        assert "cannot reserve 3149824 bytes" in result["message"] and "available" in result["message"]
+        assert result["first"] == "the first log still works"
+        refused_log = re.search(r"log (\S+\.logbuffer)", result["message"])
+        assert refused_log is not None and refused_log.group(1).startswith(directory), result["message"]
+        assert not os.path.exists(refused_log.group(1))  # no half-made file left behind
+        assert driver.proc is not None and driver.proc.poll() is None
+        assert any("STORAGE_SPACE" in e for e in driver.errors())
+    finally:
+        driver.stop()
+
+
+SUBSCRIBE_AND_POLL = """
+import json, sys, time
+from logbuf.client import Aeron, Context
+with Aeron.connect(Context(dir=sys.argv[1], driver_timeout_ms=8_000)) as aeron:
+    sub = aeron.add_subscription(f"aeron:udp?endpoint=127.0.0.1:{sys.argv[2]}", 7)
+    print("ready", flush=True)
+    deadline = time.monotonic() + float(sys.argv[3])
+    while time.monotonic() < deadline:
+        if not sub.poll(lambda b, h: None, 100):
+            time.sleep(0.001)
+    print(json.dumps({"images": sub.image_count}), flush=True)
+"""
+
+
+def test_an_image_that_does_not_fit_is_refused_and_the_receiving_driver_stays_up(small_tmpfs: str) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    receiver = DriverProcess(os.path.join(small_tmpfs, "driver"), SMALL_CNC).start()
+    sender = DriverProcess(unique_dir(), ["--dir-delete-on-shutdown", "true"]).start()
+    receiver.expected_errors.append("rejected")
+    subscriber = subprocess.Popen(
+        [sys.executable, "-c", SUBSCRIBE_AND_POLL, receiver.dir, str(port), "3"], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert subscriber.stdout is not None and subscriber.stdout.readline().strip() == "ready"
+        with connect(sender.dir) as sending:
+            # a 2 MiB term: the image's log (6 MiB) cannot fit in the 4 MiB tmpfs
+            pub = sending.add_publication(f"aeron:udp?endpoint=127.0.0.1:{port}|term-length=2m", 7)
+            sent, deadline = 0, time.monotonic() + 30
+            while sent < 5 * 1024 * 1024 and receiver.proc.poll() is None:  # type: ignore[union-attr]
+                if any("rejected" in e for e in receiver.errors()):
+                    break
+                assert time.monotonic() < deadline, f"sent {sent}, no rejection recorded"
+                if pub.offer(bytes(4000)) > 0:
+                    sent += 4000
+                else:
+                    time.sleep(0.001)
+            assert receiver.proc is not None and receiver.proc.poll() is None, (
+                f"receiving driver died ({receiver.proc.returncode if receiver.proc else None}) after {sent} bytes"
+            )
+            assert any("cannot reserve" in e for e in receiver.errors())
+            assert os.listdir(os.path.join(receiver.dir, "images")) == []
+        out, _ = subscriber.communicate(timeout=30)
+        assert subscriber.returncode == 0, f"subscriber died ({subscriber.returncode})"
+        assert json.loads(out.strip().splitlines()[-1]) == {"images": 0}
+    finally:
+        subscriber.kill()
+        subscriber.communicate(timeout=10)
+        sender.stop()
+        receiver.stop()
