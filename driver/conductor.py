@@ -140,8 +140,9 @@ class DriverConductor:
 
     # -- agent ------------------------------------------------------------------------------------------
     def on_start(self) -> None:
-        os.makedirs(self._publications_dir, mode=self.ctx.dir_mode, exist_ok=True)
-        os.makedirs(self._images_dir, mode=self.ctx.dir_mode, exist_ok=True)
+        for directory in (self._publications_dir, self._images_dir):
+            os.makedirs(directory, mode=self.ctx.dir_mode, exist_ok=True)
+            os.chmod(directory, self.ctx.dir_mode)  # makedirs' mode goes through the umask
         self._heartbeat()
 
     def do_work(self) -> int:

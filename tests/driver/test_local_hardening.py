@@ -11,11 +11,13 @@ import os
 import re
 import shutil
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 import pytest
 
@@ -28,6 +30,7 @@ from logbuf.conduit.command_descriptor import ErrorCode
 from logbuf.conduit.counters import CountersReader
 from logbuf.conduit.ring_buffer import ManyToOneRingBuffer
 from logbuf.driver.system_counters import SystemCounterId
+from tests.archive.conftest import RecorderProcess
 from tests.driver.conftest import DriverProcess, unique_dir
 
 
@@ -130,18 +133,33 @@ def test_a_tail_moved_far_ahead_is_put_back(media_driver: DriverProcess, cnc: Cn
     assert cnc.counter("Unblocked Control Commands") == 1
 
 
+@dataclass
 class DriverLoggingToFile(DriverProcess):
-    """A driver whose (lifecycle) log goes to a file: a flood of clients logs more than a pipe holds."""
+    """A driver whose (lifecycle) log goes to a file (a flood of clients logs more than a pipe holds),
+    optionally under another umask or as another user."""
+
+    umask: int = -1
+    user: int | None = None
+    log_path: str = ""
 
     def start(self, timeout_s: float = 20.0) -> DriverLoggingToFile:
-        self.log_path = os.path.join(tempfile.mkdtemp(prefix="logbuf-driver-log-"), "driver.log")
+        log_dir = tempfile.mkdtemp(prefix="logbuf-driver-log-")
+        if self.user is not None:
+            os.chown(log_dir, self.user, -1)
+        self.log_path = os.path.join(log_dir, "driver.log")
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "logbuf.driver.main", "--dir", self.dir, *self.args],
                 stdout=log,
                 stderr=subprocess.STDOUT,
+                umask=self.umask,
+                user=self.user,
+                cwd=log_dir,
             )
-        wait_for_driver(self.dir, timeout_s=timeout_s, heartbeat_timeout_ms=5_000)
+        try:
+            wait_for_driver(self.dir, timeout_s=timeout_s, heartbeat_timeout_ms=5_000)
+        except TimeoutError:
+            raise AssertionError(f"driver did not start: {self.stop()}") from None
         return self
 
     def stop(self, timeout_s: float = 10.0) -> str:
@@ -384,3 +402,56 @@ def test_an_image_that_does_not_fit_is_refused_and_the_receiving_driver_stays_up
         subscriber.communicate(timeout=10)
         sender.stop()
         receiver.stop()
+
+
+# -- item 9: modes set explicitly, never through the umask ----------------------------------------------
+def modes_under(directory: str) -> dict[str, int]:
+    """Permission bits of everything under ``directory`` (itself as ".")."""
+    found = {".": stat.S_IMODE(os.stat(directory).st_mode)}
+    for root, dirs, files in os.walk(directory):
+        for name in dirs + files:
+            path = os.path.join(root, name)
+            found[os.path.relpath(path, directory)] = stat.S_IMODE(os.stat(path).st_mode)
+    return found
+
+
+def test_group_access_under_umask_077_shares_every_file_and_directory_with_the_group() -> None:
+    driver = DriverLoggingToFile(unique_dir(), ["--group-access", "true"], umask=0o077).start()
+    try:
+        with connect(driver.dir) as aeron:
+            aeron.add_subscription("aeron:ipc", 91)
+            pub = aeron.add_publication("aeron:ipc", 91)
+            modes = modes_under(driver.dir)
+        log = os.path.relpath(pub._log_file_name, driver.dir)  # type: ignore[attr-defined]
+        assert {k: modes[k] for k in (".", "cnc.dat", "publications", "images", log)} == {
+            ".": 0o770,
+            "cnc.dat": 0o660,
+            "publications": 0o770,
+            "images": 0o770,
+            log: 0o660,
+        }
+    finally:
+        driver.stop()
+
+
+@pytest.mark.parametrize(("group_access", "file_mode"), [("false", 0o600), ("true", 0o660)])
+def test_archive_files_get_the_drivers_modes_not_the_umasks(
+    tmp_path: object, group_access: str, file_mode: int
+) -> None:
+    driver = DriverLoggingToFile(unique_dir(), ["--group-access", group_access, "--ipc-term-length", "64k"]).start()
+    archive_dir = os.path.join(str(tmp_path), "archive")
+    recorder = RecorderProcess(archive_dir, driver.dir, "aeron:ipc", 92).start()  # umask 022: files would be 0644
+    try:
+        with connect(driver.dir) as aeron:
+            pub = aeron.add_publication("aeron:ipc", 92)
+            await_condition(lambda: pub.is_connected, timeout_s=20, what="recorder subscribed")
+            while pub.offer(b"recorded") < 0:
+                time.sleep(0.001)
+            await_condition(lambda: any(n.endswith(".rec") for n in os.listdir(archive_dir)), what="a segment file")
+        modes = modes_under(archive_dir)
+        written = {name: mode for name, mode in modes.items() if name.endswith((".rec", ".catalog"))}
+        assert "archive.catalog" in written and len(written) >= 2, written
+        assert set(written.values()) == {file_mode}, written
+    finally:
+        recorder.stop()
+        driver.stop()
