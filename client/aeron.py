@@ -15,6 +15,7 @@ calls on the mapped log and the position counters in the CnC.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -26,7 +27,7 @@ from logbuf.conduit import counters_descriptor as cd
 from logbuf.conduit.broadcast import CopyBroadcastReceiver
 from logbuf.conduit.cnc import CncFile, cnc_driver_heartbeat_ms
 from logbuf.conduit.ring_buffer import ManyToOneRingBuffer
-from logbuf.directory import resolve_dir
+from logbuf.directory import ENV_PREFIX, DirectoryPermissionError, check_directory, resolve_dir
 from logbuf.errors import ClosedError, ConfigurationError, DriverTimeoutError, RegistrationError
 from logbuf.logbuffer.image import Image as _Image
 from logbuf.logbuffer.log_buffer import LogBuffers
@@ -36,6 +37,7 @@ from logbuf.shm import ShmError
 
 __all__ = ["Aeron", "Context", "Image", "Publication", "Subscription"]
 
+GROUP_ACCESS_ENV = ENV_PREFIX + "GROUP_ACCESS"
 RESOURCE_LINGER_NS = 3_000_000_000
 """Closed images and logs stay mapped this long: a poll still running on another thread is safe."""
 
@@ -51,9 +53,14 @@ class Context:
     on_available_image: Callable[[Image], None] | None = None
     on_unavailable_image: Callable[[Image], None] | None = None
     use_conductor_thread: bool = True
+    group_access: bool = False
+    """Trust a driver directory owned by one of this user's groups, as a driver run with
+    ``--group-access`` by another member makes (also ``LOGBUF_GROUP_ACCESS=true``)."""
 
     def conclude(self) -> Context:
         self.dir = resolve_dir(self.dir or None)
+        if os.environ.get(GROUP_ACCESS_ENV, "").strip().lower() in ("1", "true", "yes", "on"):
+            self.group_access = True
         if self.driver_timeout_ms <= 0:
             raise ConfigurationError(f"driver_timeout_ms={self.driver_timeout_ms} must be positive")
         if self.keepalive_interval_ms <= 0:
@@ -549,12 +556,15 @@ def _await_cnc(ctx: Context) -> CncFile:
     last_error: Exception | None = None
     while True:
         try:
+            check_directory(ctx.dir, group_access=ctx.group_access)  # DirectoryPermissionError: no point waiting
             cnc = CncFile.open(ctx.dir)
             age_ms = time.time_ns() // 1_000_000 - cnc_driver_heartbeat_ms(cnc)
             if age_ms <= ctx.driver_timeout_ms:
                 return cnc
             cnc.close()
             last_error = DriverTimeoutError(f"media driver in {ctx.dir} is not alive (heartbeat {age_ms} ms old)")
+        except DirectoryPermissionError:
+            raise
         except (ShmError, ValueError, OSError) as e:
             last_error = e
         if time.monotonic() > deadline:

@@ -23,6 +23,7 @@ from logbuf.conduit.command_descriptor import ErrorCode
 from logbuf.conduit.counters import CountersManager
 from logbuf.conduit.error_log import DistinctErrorLog
 from logbuf.conduit.ring_buffer import ManyToOneRingBuffer
+from logbuf.directory import DirectoryPermissionError, check_directory
 from logbuf.driver.conductor import DriverConductor
 from logbuf.driver.context import DriverContext
 from logbuf.driver.system_counters import SystemCounterId, SystemCounters
@@ -167,9 +168,10 @@ class MediaDriver:
 
 
 def prepare_directory(ctx: DriverContext) -> None:
-    """Create the driver directory; refuse a live driver there; clear a stale one."""
+    """Create the driver directory; refuse one owned by another user or writable by others
+    (:func:`check_directory`) and a live driver there; clear a stale one."""
     log = structlog.get_logger().bind(role="driver", dir=ctx.dir)
-    if os.path.isdir(ctx.dir):
+    if check_directory(ctx.dir, group_access=ctx.group_access):
         timeout_ms = ctx.driver_timeout // 1_000_000
         if is_driver_active(ctx.dir, timeout_ms):
             raise ActiveDriverError(
@@ -178,7 +180,12 @@ def prepare_directory(ctx: DriverContext) -> None:
             )
         log.warning("driver.stale_directory_taken_over")
         shutil.rmtree(ctx.dir)
-    os.makedirs(ctx.dir, mode=ctx.dir_mode)
+    try:
+        os.makedirs(ctx.dir, mode=ctx.dir_mode)
+    except FileExistsError:
+        raise DirectoryPermissionError(
+            f"driver directory {ctx.dir} was created by someone else while this driver was starting"
+        ) from None
     os.chmod(ctx.dir, ctx.dir_mode)
 
 

@@ -18,6 +18,7 @@ import time
 from logbuf import _native
 from logbuf.conduit import cnc_descriptor as cnd
 from logbuf.conduit import ring_buffer_descriptor as rd
+from logbuf.directory import DirectoryPermissionError
 from logbuf.shm import OWNER_ONLY, Segment, ShmError
 
 
@@ -123,10 +124,22 @@ class CncFile:
         initialised, :class:`CncVersionError` for another major version.
         """
         path = cnc_path(directory)
-        if not os.path.exists(path):
-            raise CncError(f"no CnC file at {path}: is a media driver running with dir={directory}?")
+        try:
+            os.stat(path)
+        except FileNotFoundError:
+            raise CncError(f"no CnC file at {path}: is a media driver running with dir={directory}?") from None
+        except PermissionError as e:  # not "no CnC file": say what is wrong
+            raise DirectoryPermissionError(
+                f"cannot reach the CnC file {path}: permission denied to uid {os.geteuid()}"
+                " (a driver run by another user, or without --group-access?)"
+            ) from e
         try:
             segment = Segment.open_file(path)
+        except PermissionError as e:
+            raise DirectoryPermissionError(
+                f"cannot open the CnC file {path}: permission denied to uid {os.geteuid()}"
+                " (a driver run by another user, or without --group-access?)"
+            ) from e
         except ShmError as e:
             if os.path.exists(path):  # empty: created, not yet sized
                 raise CncNotReadyError(f"CnC file {path} is being initialised (empty)") from e

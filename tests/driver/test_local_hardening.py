@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import pytest
 
 from logbuf import _native
-from logbuf.client import Aeron, Context, RegistrationError
+from logbuf.client import Aeron, Context, DirectoryPermissionError, RegistrationError
 from logbuf.conduit import command_descriptor as cmd
 from logbuf.conduit import ring_buffer_descriptor as rd
 from logbuf.conduit.cnc import CncFile, cnc_driver_heartbeat_ms, wait_for_driver
@@ -296,7 +296,7 @@ def small_tmpfs() -> Iterator[str]:
 
 PUBLISH_INTO_A_SECOND_LOG = """
 import json, sys, time
-from logbuf.client import Aeron, Context, RegistrationError
+from logbuf.client import Aeron, Context, DirectoryPermissionError, RegistrationError
 directory = sys.argv[1]
 with Aeron.connect(Context(dir=directory, driver_timeout_ms=8_000)) as aeron:
     first_sub = aeron.add_subscription("aeron:ipc", 1)
@@ -455,3 +455,71 @@ def test_archive_files_get_the_drivers_modes_not_the_umasks(
     finally:
         recorder.stop()
         driver.stop()
+
+
+# -- item 8: a driver directory squatted by another user --------------------------------------------------
+NOBODY = 65534
+
+
+def test_a_client_refuses_a_driver_directory_owned_by_another_user(media_driver: DriverProcess) -> None:
+    """Another user ran a driver at the directory the client uses: it must not connect (that user
+    would read every message), and it says why at once instead of waiting out the driver timeout."""
+    os.chown(media_driver.dir, NOBODY, 0)
+    with pytest.raises(DirectoryPermissionError, match=r"owned by nobody \(uid 65534.*not by root \(uid 0\)"):
+        Aeron.connect(Context(dir=media_driver.dir, driver_timeout_ms=30_000))
+    # under group access a directory of one of the user's groups (root's group here) is trusted
+    with Aeron.connect(Context(dir=media_driver.dir, driver_timeout_ms=8_000, group_access=True)) as aeron:
+        assert aeron.add_publication("aeron:ipc", 81).registration_id > 0
+    os.chown(media_driver.dir, 0, 0)
+
+
+def test_a_client_refuses_a_driver_directory_writable_by_everyone(media_driver: DriverProcess) -> None:
+    os.chmod(media_driver.dir, 0o777)
+    with pytest.raises(DirectoryPermissionError, match="writable by every user"):
+        Aeron.connect(Context(dir=media_driver.dir, driver_timeout_ms=30_000))
+
+
+def test_the_driver_refuses_a_directory_another_user_made_first() -> None:
+    directory = unique_dir()
+    os.mkdir(directory, 0o755)
+    os.chown(directory, NOBODY, NOBODY)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "logbuf.driver.main", "--dir", directory], capture_output=True, timeout=60
+        )
+        assert done.returncode != 0
+        assert b"is owned by nobody (uid 65534" in done.stdout + done.stderr
+        assert os.stat(directory).st_uid == NOBODY and os.listdir(directory) == []  # left as it was
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+CONNECT_AS_NOBODY = """
+import json, os, sys
+from logbuf.client import Aeron, Context
+os.setgroups([])
+os.setgid(65534)
+os.setuid(65534)
+try:
+    Aeron.connect(Context(dir=sys.argv[1], driver_timeout_ms=3_000))
+    print(json.dumps({"connected": True}))
+except Exception as e:
+    print(json.dumps({"error": type(e).__name__, "message": str(e), "permission": isinstance(e, PermissionError)}))
+"""
+
+
+def test_a_client_without_permission_is_told_so_not_that_there_is_no_driver(media_driver: DriverProcess) -> None:
+    """A group member trusts the directory (its group's), but the driver runs without --group-access (0700)."""
+    os.chown(media_driver.dir, 0, NOBODY)
+    done = subprocess.run(
+        [sys.executable, "-c", CONNECT_AS_NOBODY, media_driver.dir],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "LOGBUF_GROUP_ACCESS": "true"},
+    )
+    os.chown(media_driver.dir, 0, 0)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["permission"] and result["error"] == "DirectoryPermissionError", result
+    assert "permission denied" in result["message"] and "no CnC file" not in result["message"]
