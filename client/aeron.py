@@ -25,7 +25,7 @@ from typing import Any
 from logbuf.conduit import command_descriptor as cmd
 from logbuf.conduit import counters_descriptor as cd
 from logbuf.conduit.broadcast import CopyBroadcastReceiver
-from logbuf.conduit.cnc import CncFile, cnc_driver_heartbeat_ms
+from logbuf.conduit.cnc import ClientLivenessLock, CncFile, cnc_driver_heartbeat_ms
 from logbuf.conduit.ring_buffer import ManyToOneRingBuffer
 from logbuf.directory import ENV_PREFIX, DirectoryPermissionError, check_directory, resolve_dir
 from logbuf.errors import ClosedError, ConfigurationError, DriverTimeoutError, RegistrationError
@@ -226,6 +226,7 @@ class ClientConductor:
         self.to_driver = ManyToOneRingBuffer(self.cnc.to_driver)
         self.to_clients = CopyBroadcastReceiver(self.cnc.to_clients, raise_on_lap=False)
         self.client_id = self.to_driver.next_correlation_id()
+        self._liveness_lock = ClientLivenessLock(self.cnc.path, self.client_id)  # so no one else can close us
         self._lock = threading.RLock()
         self._pending: dict[int, _Pending] = {}
         self._subscriptions: dict[int, Subscription] = {}
@@ -343,6 +344,7 @@ class ClientConductor:
             if cmd.ClientTimeout.decode(payload).client_id == self.client_id:
                 self._log.error("client.timed_out_by_driver")
                 self._force_close_resources()
+                self._liveness_lock.release()
                 self._closed = True
                 self._handle_error(ClosedError("the media driver timed this client out"))
 
@@ -525,6 +527,7 @@ class ClientConductor:
             # (it releases all of this client's resources on CLIENT_CLOSE, or on its liveness timeout
             # if the command never arrives), so closing never blocks on a dead driver.
             self._force_close_resources()
+            self._liveness_lock.release()  # first: the driver honours a CLIENT_CLOSE only from an unlocked client
             if self._driver_error is None:
                 self.to_driver.write(cmd.CLIENT_CLOSE, cmd.CorrelatedCommand(self.client_id, 0).encode())
             self._closed = True

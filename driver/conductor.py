@@ -23,6 +23,7 @@ import structlog
 from logbuf.channel_uri import ChannelUri, InvalidChannelError
 from logbuf.conduit import command_descriptor as cmd
 from logbuf.conduit import counters_descriptor as cd
+from logbuf.conduit.cnc import client_liveness_lock_held, cnc_path
 from logbuf.conduit.command_descriptor import ErrorCode, MalformedCommandError
 from logbuf.conduit.counters import CountersManager
 from logbuf.conduit.ring_buffer import RingBufferUnblocker
@@ -737,6 +738,12 @@ class DriverConductor:
         command = cmd.CorrelatedCommand.decode(buffer)
         session = self.clients.get(command.client_id)
         if session is not None:
+            if client_liveness_lock_held(cnc_path(self.ctx.dir), command.client_id):
+                raise CommandError(
+                    ErrorCode.GENERIC_ERROR,
+                    f"CLIENT_CLOSE for client_id={command.client_id} refused: that client is still open"
+                    " (it holds its liveness lock), so it did not send this",
+                )
             self._remove_client(session, reason="closed")
 
     def _on_terminate_driver(self, buffer: memoryview) -> None:

@@ -12,7 +12,9 @@ from them (slices, ``Position`` counters) must be gone by then or it raises ``Bu
 
 from __future__ import annotations
 
+import fcntl
 import os
+import struct
 import time
 
 from logbuf import _native
@@ -174,6 +176,63 @@ class CncFile:
 
     def __repr__(self) -> str:
         return f"CncFile({self.path!r}, version={cnd.version_string(self.version)}, pid={self.pid})"
+
+
+_FLOCK = struct.Struct("hhqqi4x")
+"""Linux ``struct flock``: l_type, l_whence, l_start, l_len, l_pid (padded to 32 bytes)."""
+_MAX_LOCK_OFFSET = (1 << 63) - 2
+
+
+class ClientLivenessLock:
+    """Proof, only the kernel can give, that a client is still open: a shared open-file-description
+    lock on byte ``client_id`` of the CnC file, taken when the client connects and let go just before
+    it sends CLIENT_CLOSE (and by the kernel when its process dies).
+
+    Every process that maps the CnC can write a CLIENT_CLOSE naming any client id, but none can drop
+    another process's lock: the driver honours a close only if nobody holds the named client's lock
+    (:func:`client_liveness_lock_held`). Clients that take no lock (Aeron's own) are closed as in
+    Aeron. The lock is advisory and costs nothing while held.
+    """
+
+    def __init__(self, path: str, client_id: int) -> None:
+        self.path = path
+        self.client_id = client_id
+        self._fd = -1
+        if not 0 <= client_id <= _MAX_LOCK_OFFSET:
+            return
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            fcntl.fcntl(fd, fcntl.F_OFD_SETLK, _FLOCK.pack(fcntl.F_RDLCK, os.SEEK_SET, client_id, 1, 0))
+        except OSError:  # someone holds a write lock on that byte: go without (the Aeron behaviour)
+            os.close(fd)
+            return
+        self._fd = fd
+
+    @property
+    def held(self) -> bool:
+        return self._fd >= 0
+
+    def release(self) -> None:
+        """Let go (closing the descriptor drops its lock); idempotent."""
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+def client_liveness_lock_held(path: str, client_id: int) -> bool:
+    """Does any process hold ``client_id``'s :class:`ClientLivenessLock` on the CnC file at ``path``?"""
+    if not 0 <= client_id <= _MAX_LOCK_OFFSET:
+        return False
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        probe = _FLOCK.pack(fcntl.F_WRLCK, os.SEEK_SET, client_id, 1, 0)
+        l_type = _FLOCK.unpack(fcntl.fcntl(fd, fcntl.F_OFD_GETLK, probe))[0]
+        return bool(l_type != fcntl.F_UNLCK)
+    finally:
+        os.close(fd)
 
 
 def cnc_path(directory: str) -> str:

@@ -523,3 +523,46 @@ def test_a_client_without_permission_is_told_so_not_that_there_is_no_driver(medi
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["permission"] and result["error"] == "DirectoryPermissionError", result
     assert "permission denied" in result["message"] and "no CnC file" not in result["message"]
+
+
+# -- item 7: commands that name a client act only for that client ----------------------------------------
+@pytest.mark.parametrize(
+    "driver_args",
+    [["--ipc-term-length", "1m", "--client-liveness-timeout", "30s", "--dir-delete-on-shutdown", "false"]],
+)
+def test_a_client_close_naming_another_client_is_refused_and_the_victim_goes_on(
+    media_driver: DriverProcess, cnc: Cnc
+) -> None:
+    media_driver.expected_errors.append("refused: that client is still open")
+    victim = connect(media_driver.dir)
+    try:
+        sub = victim.add_subscription("aeron:ipc", 71)
+        pub = victim.add_publication("aeron:ipc", 71)
+        await_condition(lambda: pub.is_connected, what="victim connected")
+        assert cnc.counter("Active clients") == 1
+        assert cnc.ring.write(cmd.CLIENT_CLOSE, cmd.CorrelatedCommand(victim.client_id, 0).encode())  # forged
+        await_condition(
+            lambda: any("refused: that client is still open" in e for e in media_driver.errors()), what="refusal"
+        )
+        assert cnc.counter("Active clients") == 1
+        # the victim's stream goes on well past one term window (512 KiB): its limit still moves
+        received = 0
+
+        def count(buffer: memoryview, header: object) -> None:
+            nonlocal received
+            received += 1
+
+        deadline = time.monotonic() + 30
+        for _ in range(1_000):
+            while pub.offer(bytes(2000)) < 0:
+                assert time.monotonic() < deadline, f"victim's offers stuck after {received} messages"
+                sub.poll(count, 100)
+            sub.poll(count, 100)
+        while received < 1_000:
+            assert time.monotonic() < deadline, f"received {received}"
+            sub.poll(count, 100)
+    finally:
+        victim.close()
+    # its own close is honoured at once (not after the 30 s liveness timeout): it let go of its lock first
+    await_condition(lambda: cnc.counter("Active clients") == 0, timeout_s=10, what="the victim's own close")
+    assert cnc.counter("Client liveness timeouts") == 0
