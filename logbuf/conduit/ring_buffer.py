@@ -17,9 +17,11 @@ Theory of operation (layout in :mod:`logbuf.conduit.ring_buffer_descriptor`):
 * **Distrust.** Every process that maps the ring can write anything into it, so the consumer
   never reads past the tail (bytes there were never claimed) and checks each committed length:
   at least a header, within the claimed bytes and the end of the ring, and a message no longer
-  than ``max_msg_length``. A length that cannot be true is counted and its header skipped (where
-  the record really ends is unknown); what follows is read as the next record, or, if nothing has
-  been started there, waits for ``unblock()`` like any dead claim.
+  than ``max_msg_length``. A length that cannot be true is counted and its header skipped: where
+  the record really ends is unknown, so the consumer walks on 8 bytes at a time, past every length
+  no producer could have written (negative ones included), to the next record that can be true.
+  If it meets zeroes instead (nothing begun there), they wait for ``unblock()`` like a dead claim.
+  Random bytes after a lying header thus cost one pass, not one unblock timeout per 8 bytes.
 * **Unblock.** A producer that dies between claim and commit leaves a record the consumer can never
   pass (a negative length, or zeroes if it died before even that). ``unblock()`` turns such a record
   into padding (zeroes up to the next record that has begun, or up to the tail or the end of the
@@ -60,6 +62,8 @@ class ManyToOneRingBuffer:
         self.invalid_records = 0
         """Committed records the consumer skipped because their length cannot be true."""
         self.invalid_record_handler = invalid_record_handler
+        self._resync_position = -1
+        """Where the consumer stopped while walking what a lying record left (it goes on walking there)."""
         _native.get_int64_volatile(view, self._tail_offset)  # raises if the buffer is not 8-byte aligned
 
     # -- producers ------------------------------------------------------------------------------
@@ -133,17 +137,23 @@ class ManyToOneRingBuffer:
         head_index = head & self._mask
         to_end = self.capacity - head_index
         limit = self._read_limit(head, to_end)
+        resyncing = head == self._resync_position
         bytes_read = 0
         messages_read = 0
         try:
             while bytes_read < limit and messages_read < message_count_limit:
                 record_offset = head_index + bytes_read
                 record_length = rd.record_length_volatile(buffer, record_offset)
-                if record_length <= 0:
-                    break
-                aligned_length = rd.align(record_length)
+                if record_length == 0:
+                    break  # claimed, not yet begun
+                aligned_length = rd.align(abs(record_length))
                 if aligned_length > limit - bytes_read and limit < to_end:
                     limit = self._read_limit(head, to_end)  # claimed and committed since the tail was read?
+                if record_length < 0:
+                    if not resyncing or (rd.HEADER_LENGTH <= -record_length and aligned_length <= limit - bytes_read):
+                        break  # begun, not yet committed (or its producer died: unblock())
+                    bytes_read += rd.ALIGNMENT  # after a lying record, a length no producer could have written
+                    continue
                 msg_type_id = rd.MSG_TYPE_ID.unpack_from(buffer, record_offset + rd.TYPE_OFFSET)[0]
                 if (
                     record_length < rd.HEADER_LENGTH
@@ -152,9 +162,12 @@ class ManyToOneRingBuffer:
                         msg_type_id != rd.PADDING_MSG_TYPE_ID and record_length - rd.HEADER_LENGTH > self.max_msg_length
                     )
                 ):
+                    if not resyncing:
+                        self._on_invalid_record(record_offset, record_length, msg_type_id)
+                        resyncing = True
                     bytes_read += rd.ALIGNMENT
-                    self._on_invalid_record(record_offset, record_length, msg_type_id)
                     continue
+                resyncing = False
                 bytes_read += aligned_length
                 if msg_type_id == rd.PADDING_MSG_TYPE_ID:
                     continue
@@ -165,6 +178,7 @@ class ManyToOneRingBuffer:
                 finally:
                     _release(message)
         finally:
+            self._resync_position = head + bytes_read if resyncing else -1
             if bytes_read:
                 buffer[head_index : head_index + bytes_read] = bytes(bytes_read)
                 _native.put_int64_ordered(buffer, self._head_offset, head + bytes_read)
@@ -226,8 +240,10 @@ class ManyToOneRingBuffer:
         producer_index = tail & self._mask
         length = rd.record_length_volatile(buffer, consumer_index)
         if length < 0:  # claimed and started, never committed
+            end = producer_index if producer_index > consumer_index else self.capacity
+            padding = -length if rd.HEADER_LENGTH <= -length <= end - consumer_index else rd.ALIGNMENT
             rd.MSG_TYPE_ID.pack_into(buffer, consumer_index + rd.TYPE_OFFSET, rd.PADDING_MSG_TYPE_ID)
-            rd.record_length_ordered(buffer, consumer_index, -length)
+            rd.record_length_ordered(buffer, consumer_index, padding)
             return True
         if length == 0:  # claimed, not even started: pad up to the next record that has begun
             limit = producer_index if producer_index > consumer_index else self.capacity

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import shutil
 import socket
@@ -25,7 +26,7 @@ from logbuf import _native
 from logbuf.client import Aeron, Context, DirectoryPermissionError, RegistrationError
 from logbuf.conduit import command_descriptor as cmd
 from logbuf.conduit import ring_buffer_descriptor as rd
-from logbuf.conduit.cnc import CncFile, cnc_driver_heartbeat_ms, wait_for_driver
+from logbuf.conduit.cnc import CncFile, cnc_driver_heartbeat_ms, is_driver_active, wait_for_driver
 from logbuf.conduit.command_descriptor import ErrorCode
 from logbuf.conduit.counters import CountersReader
 from logbuf.conduit.ring_buffer import ManyToOneRingBuffer
@@ -566,3 +567,156 @@ def test_a_client_close_naming_another_client_is_refused_and_the_victim_goes_on(
     # its own close is honoured at once (not after the 30 s liveness timeout): it let go of its lock first
     await_condition(lambda: cnc.counter("Active clients") == 0, timeout_s=10, what="the victim's own close")
     assert cnc.counter("Client liveness timeouts") == 0
+
+
+# -- item 6, soak: random records into a live driver's command ring -------------------------------------------
+STREAM_PUBLISHER = """
+import json, os, struct, sys, time
+from logbuf.client import Aeron, Context
+directory, stop_path = sys.argv[1], sys.argv[2]
+with Aeron.connect(Context(dir=directory, driver_timeout_ms=10_000)) as aeron:
+    pub = aeron.add_publication("aeron:ipc", 55)
+    while not pub.is_connected:
+        time.sleep(0.001)
+    body, seq, deadline = bytearray(64), 0, time.monotonic() + 120
+    while seq == 0 or not os.path.exists(stop_path):
+        struct.pack_into("<q", body, 0, seq)
+        if pub.offer(body) > 0:
+            seq += 1
+            if seq % 64 == 0:
+                time.sleep(0.0005)  # a steady stream, not a flood: it must outlast the fuzzing
+        assert time.monotonic() < deadline, f"publisher stuck at {seq}"
+    struct.pack_into("<q", body, 0, -1)
+    while pub.offer(body) < 0:
+        assert time.monotonic() < deadline
+    print(json.dumps({"published": seq}))
+"""
+
+STREAM_SUBSCRIBER = """
+import json, struct, sys, time
+from logbuf.client import Aeron, Context
+state = {"next": 0, "errors": 0, "done": False}
+def on_message(buffer, header):
+    (seq,) = struct.unpack_from("<q", buffer, 0)
+    if seq == -1:
+        state["done"] = True
+    elif seq != state["next"]:
+        state["errors"] += 1
+        state["next"] = seq + 1
+    else:
+        state["next"] += 1
+with Aeron.connect(Context(dir=sys.argv[1], driver_timeout_ms=10_000)) as aeron:
+    sub = aeron.add_subscription("aeron:ipc", 55)
+    print("ready", flush=True)
+    deadline = time.monotonic() + 150
+    while not state["done"]:
+        if not sub.poll(on_message, 256):
+            time.sleep(0.0002)
+        assert time.monotonic() < deadline, f"subscriber stuck at {state['next']}"
+    print(json.dumps({"received": state["next"], "errors": state["errors"]}))
+"""
+
+
+def rss_bytes(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError(f"no VmRSS for pid {pid}")
+
+
+def fuzz_command_ring(cnc: Cnc, rng: random.Random, count: int) -> dict[str, int]:
+    """Write ``count`` random records: framed with random type ids and payloads, committed with lying
+    lengths, claims left uncommitted (one at a time, each waited out), and bytes scribbled past the tail."""
+    ring, done = cnc.ring, {"framed": 0, "lying": 0, "dead": 0, "scribbled": 0}
+    type_ids = [t for t in range(1, 0x20) if t != cmd.TERMINATE_DRIVER]  # the interop helper's part of item 7
+    for _ in range(count):
+        kind = rng.random()
+        if kind < 0.70:
+            type_id = rng.choice(type_ids) if rng.random() < 0.8 else rng.randint(1, (1 << 31) - 1)
+            while type_id == cmd.TERMINATE_DRIVER:
+                type_id = rng.randint(1, (1 << 31) - 1)
+            payload = rng.randbytes(rng.randint(0, 300))
+            while not ring.write(type_id, payload):
+                time.sleep(0.001)
+            done["framed"] += 1
+        elif kind < 0.95:
+            claimed = rng.randint(1, 40) * rd.ALIGNMENT
+            offset = ring._claim_capacity(claimed)
+            if offset < 0:
+                time.sleep(0.001)
+                continue
+            ring.buffer[offset + rd.HEADER_LENGTH : offset + claimed] = rng.randbytes(claimed - rd.HEADER_LENGTH)
+            rd.MSG_TYPE_ID.pack_into(ring.buffer, offset + rd.TYPE_OFFSET, rng.choice(type_ids))
+            lie = rng.choice(
+                [rng.randint(1, 7), rng.randint(claimed + 1, 1 << 31 - 1), rng.randint(1 << 20, (1 << 31) - 1)]
+            )
+            rd.record_length_ordered(ring.buffer, offset, lie)
+            done["lying"] += 1
+        elif kind < 0.99 or done["dead"] >= 3:
+            start = ring.producer_position() & (ring.capacity - 1)
+            length = min(rng.randint(1, 256), ring.capacity - start)
+            ring.buffer[start : start + length] = rng.randbytes(length)  # unclaimed: never read
+            done["scribbled"] += 1
+        else:
+            unblocked = cnc.counter("Unblocked Control Commands")
+            offset = ring._claim_capacity(64)
+            if offset < 0:
+                continue
+            if rng.random() < 0.5:
+                rd.record_length_fenced(ring.buffer, offset, -64)  # died after its first store, or before it
+            done["dead"] += 1
+            await_condition(lambda: cnc.counter("Unblocked Control Commands") > unblocked, timeout_s=20, what="unblock")
+    return done
+
+
+@pytest.mark.slow
+def test_random_records_in_the_command_ring_leave_the_driver_and_a_live_stream_unharmed(tmp_path: object) -> None:
+    driver = DriverLoggingToFile(
+        unique_dir(),
+        ["--ipc-term-length", "1m", "--client-liveness-timeout", "6s", "--command-unblock-timeout", "500ms"],
+    ).start()
+    stop_path = os.path.join(str(tmp_path), "stop")
+    subscriber = subprocess.Popen(
+        [sys.executable, "-c", STREAM_SUBSCRIBER, driver.dir], stdout=subprocess.PIPE, text=True
+    )
+    publisher: subprocess.Popen[str] | None = None
+    cnc = Cnc(driver.dir)
+    try:
+        assert subscriber.stdout is not None and subscriber.stdout.readline().strip() == "ready"
+        publisher = subprocess.Popen(
+            [sys.executable, "-c", STREAM_PUBLISHER, driver.dir, stop_path], stdout=subprocess.PIPE, text=True
+        )
+        assert driver.proc is not None
+
+        def stream_position() -> int:
+            return max([c.value for c in cnc.counters if c.label.startswith("pub-pos")], default=0)
+
+        await_condition(lambda: stream_position() > 0, timeout_s=20, what="the stream flowing")
+        position_before = stream_position()
+        rss_before = rss_bytes(driver.proc.pid)
+        heartbeat_before = cnc.heartbeat_ms()
+        done = fuzz_command_ring(cnc, random.Random(14), 3_000)
+        assert stream_position() > position_before  # the stream ran while the ring was attacked
+        await_condition(lambda: cnc.ring.consumer_position() == cnc.ring.producer_position(), what="ring drained")
+        assert driver.proc.poll() is None, "the driver died"
+        assert cnc.heartbeat_ms() > heartbeat_before
+        assert is_driver_active(driver.dir, 2_000)
+        rss_after = rss_bytes(driver.proc.pid)
+        assert rss_after - rss_before < 64 * 1024 * 1024, (rss_before, rss_after)
+        assert done["dead"] == 3 and cnc.counter("Unblocked Control Commands") >= 3
+        assert any("cannot be valid: skipped" in e for e in driver.errors())  # lies were caught and counted
+        # the stream: every message, in order, after 3,000 hostile records
+        with open(stop_path, "w"):
+            pass
+        published = json.loads(publisher.communicate(timeout=60)[0].strip().splitlines()[-1])["published"]
+        received = json.loads(subscriber.communicate(timeout=60)[0].strip().splitlines()[-1])
+        assert received == {"received": published, "errors": 0}
+        assert publisher.returncode == 0 and subscriber.returncode == 0
+    finally:
+        cnc.close()
+        for child in (publisher, subscriber):
+            if child is not None and child.poll() is None:
+                child.kill()
+                child.communicate(timeout=10)
+        driver.stop()

@@ -315,6 +315,39 @@ def test_the_unknown_rest_of_a_lying_record_is_unblocked_like_a_dead_claim(ring:
     assert ring.consumer_position() == ring.producer_position()
 
 
+def test_random_bytes_after_a_lying_record_are_walked_past_to_the_next_record(ring: ManyToOneRingBuffer) -> None:
+    """Negative lengths among them included: no producer writes -1_234_567_890, so none is waited for."""
+    offset = forge_record(ring, rd.HEADER_LENGTH + 96, 0x7FFFFFF0)
+    garbage = bytearray(os.urandom(96))
+    for i in range(0, 96, rd.ALIGNMENT):  # every length slot: negative or too long, never plausible
+        rd.RECORD_HEADER.pack_into(garbage, i, -1_234_567_890 if i % 16 else 0x40000000 + i, 5)
+    ring.buffer[offset + rd.HEADER_LENGTH : offset + rd.HEADER_LENGTH + 96] = garbage
+    assert ring.write(2, b"after")
+    assert drain(ring) == [(2, b"after")]
+    assert ring.invalid_records == 1  # one lying record, however many slots it left
+    assert ring.consumer_position() == ring.producer_position()
+
+
+def test_a_dead_claim_after_a_lying_record_is_still_waited_for(ring: ManyToOneRingBuffer) -> None:
+    """A plausible negative length may be a producer mid-write: the walk stops there."""
+    forge_record(ring, rd.HEADER_LENGTH, 3)
+    offset = ring._claim_capacity(rd.align(rd.HEADER_LENGTH + 20))
+    rd.record_length_fenced(ring.buffer, offset, -(rd.HEADER_LENGTH + 20))
+    assert ring.read(lambda t, m: None) == 0
+    assert ring.consumer_position() == offset
+    rd.MSG_TYPE_ID.pack_into(ring.buffer, offset + rd.TYPE_OFFSET, 4)
+    rd.record_length_ordered(ring.buffer, offset, rd.HEADER_LENGTH + 20)
+    assert drain(ring) == [(4, bytes(20))]
+
+
+def test_unblock_pads_one_slot_over_a_negative_length_no_producer_wrote(ring: ManyToOneRingBuffer) -> None:
+    offset = ring._claim_capacity(64)
+    rd.record_length_fenced(ring.buffer, offset, -(1 << 31))
+    assert ring.read(lambda t, m: None) == 0
+    assert ring.unblock()
+    assert rd.RECORD_HEADER.unpack_from(ring.buffer, offset) == (rd.ALIGNMENT, rd.PADDING_MSG_TYPE_ID)
+
+
 def test_the_reader_never_passes_the_producer_position(ring: ManyToOneRingBuffer) -> None:
     """Bytes beyond the tail were never claimed: a committed-looking record there is not read."""
     assert ring.write(1, b"real")
