@@ -659,14 +659,15 @@ def fuzz_command_ring(cnc: Cnc, rng: random.Random, count: int) -> dict[str, int
             ring.buffer[start : start + length] = rng.randbytes(length)  # unclaimed: never read
             done["scribbled"] += 1
         else:
-            unblocked = cnc.counter("Unblocked Control Commands")
             offset = ring._claim_capacity(64)
             if offset < 0:
                 continue
+            claimed_at = ring.producer_position() - 64
+            ring.buffer[offset : offset + 64] = bytes(64)  # as a producer finds it (scribbles aside)
             if rng.random() < 0.5:
                 rd.record_length_fenced(ring.buffer, offset, -64)  # died after its first store, or before it
             done["dead"] += 1
-            await_condition(lambda: cnc.counter("Unblocked Control Commands") > unblocked, timeout_s=20, what="unblock")
+            await_condition(lambda: ring.consumer_position() > claimed_at, timeout_s=20, what="dead claim unblocked")
     return done
 
 
