@@ -24,8 +24,10 @@ import structlog
 from logbuf.channel_uri import ChannelUri, InvalidChannelError
 from logbuf.conduit import command_descriptor as cmd
 from logbuf.conduit import counters_descriptor as cd
+from logbuf.conduit.cnc import client_liveness_lock_held, cnc_path
 from logbuf.conduit.command_descriptor import MalformedCommandError
 from logbuf.conduit.counters import CountersManager
+from logbuf.conduit.ring_buffer import RingBufferUnblocker
 from logbuf.driver.context import DriverContext
 from logbuf.driver.ipc_publication import IpcPublication, PublicationState
 from logbuf.driver.network_publication import NetworkPublication
@@ -46,6 +48,12 @@ from logbuf.logbuffer.log_buffer import LogBuffers
 
 RESERVED_SESSION_ID_LOW = -1
 RESERVED_SESSION_ID_HIGH = 1000
+MAX_CLIENT_TIMEOUTS_PER_TIMER = 64
+COMMANDS_EVERY_PUBLICATIONS = 256
+"""With thousands of publications, the duty cycle and the timer read commands again after every this
+many publications, so that a command waits for a bounded slice of a pass, not for all of it."""
+"""Clients timed out per timer tick at most: a flood of clients that all go silent at once (forged
+keepalives, say) is reaped over several ticks, and the heartbeat keeps its interval."""
 
 
 class CommandError(LogbufError):
@@ -96,6 +104,7 @@ class DriverConductor:
     ) -> None:
         self.ctx = ctx
         self.to_driver = to_driver
+        self._to_driver_unblocker = RingBufferUnblocker(to_driver, ctx.command_unblock_timeout_ns)  # type: ignore[arg-type]
         self.to_clients = to_clients
         self.counters = counters
         self.system_counters = system_counters
@@ -106,6 +115,10 @@ class DriverConductor:
         self.clients: dict[int, ClientSession] = {}
         self.publications: list[IpcPublication] = []
         self.subscriptions: dict[int, SubscriptionLink] = {}
+        # By stream id, so that adding a stream costs the same with 10 or 10,000 others (issue 14, item 11).
+        self._publications_by_stream: dict[int, list[IpcPublication]] = {}
+        self._subscriptions_by_stream: dict[int, dict[int, SubscriptionLink]] = {}
+        self._images_changed = False
         self._next_session_id = random.randint(RESERVED_SESSION_ID_HIGH + 1, 1 << 30)
         self._next_timer_ns = 0
         self._publications_dir = os.path.join(ctx.dir, "publications")
@@ -130,14 +143,17 @@ class DriverConductor:
 
     # -- agent ------------------------------------------------------------------------------------------
     def on_start(self) -> None:
-        os.makedirs(self._publications_dir, mode=self.ctx.dir_mode, exist_ok=True)
-        os.makedirs(self._images_dir, mode=self.ctx.dir_mode, exist_ok=True)
+        for directory in (self._publications_dir, self._images_dir):
+            os.makedirs(directory, mode=self.ctx.dir_mode, exist_ok=True)
+            os.chmod(directory, self.ctx.dir_mode)  # makedirs' mode goes through the umask
         self._heartbeat()
 
     def do_work(self) -> int:
         work: int = self.to_driver.read(self._on_command, 64)  # type: ignore[attr-defined]
-        for publication in self.publications:
+        for index, publication in enumerate(self.publications):  # commands only append to the list
             work += publication.update_publisher_limit()
+            if index % COMMANDS_EVERY_PUBLICATIONS == COMMANDS_EVERY_PUBLICATIONS - 1:
+                work += self.to_driver.read(self._on_command, 64)  # type: ignore[attr-defined]
         now_ns = self.clock_ns()
         if now_ns >= self._next_timer_ns:
             self._next_timer_ns = now_ns + self.ctx.timer_interval
@@ -282,7 +298,7 @@ class DriverConductor:
         canonical = uri.canonical_form()
         publication = None
         if not exclusive and uri.session_id() is None:
-            for candidate in self.publications:
+            for candidate in self._publications_by_stream.get(command.stream_id, ()):
                 if (
                     not candidate.exclusive
                     and candidate.state is PublicationState.ACTIVE
@@ -321,6 +337,9 @@ class DriverConductor:
         linger = uri.linger_ns() or self.ctx.publication_linger_timeout
         canonical = uri.canonical_form()
         path = os.path.join(self._publications_dir, f"{registration_id}.logbuffer")
+        self._check_counters(
+            (4 if network else 2) + len(self._subscriptions_by_stream.get(stream_id, ())), f"publication {path}"
+        )
         try:
             log = LogBuffers.create_file(
                 path,
@@ -420,6 +439,7 @@ class DriverConductor:
         else:
             publication = IpcPublication(**common)  # type: ignore[arg-type]
         self.publications.append(publication)
+        self._publications_by_stream.setdefault(stream_id, []).append(publication)
         self.system_counters.set(SystemCounterId.ACTIVE_PUBLICATIONS, len(self.publications))
         self._log.info(
             "publication.added",
@@ -430,7 +450,7 @@ class DriverConductor:
             exclusive=exclusive,
             term_length=term_length,
         )
-        for link in self.subscriptions.values():
+        for link in self._subscriptions_by_stream.get(stream_id, {}).values():
             if link.stream_id == stream_id and link.canonical == canonical and link.spy == network:
                 self._link_subscriber(publication, link)
         return publication
@@ -456,6 +476,7 @@ class DriverConductor:
         link = SubscriptionLink(
             command.correlation_id, command.client_id, command.stream_id, command.channel, uri.canonical_form(), spy
         )
+        self._check_counters(len(self._publications_by_stream.get(link.stream_id, ())), f"subscription {link.channel}")
         if uri.media == "udp" and not spy:
             address = self._resolve(uri)
             endpoint = self.receive_endpoints.get(address)
@@ -488,6 +509,7 @@ class DriverConductor:
             endpoint.stream_ids[link.stream_id] = endpoint.stream_ids.get(link.stream_id, 0) + 1
             link.endpoint_key = address
         self.subscriptions[link.registration_id] = link
+        self._subscriptions_by_stream.setdefault(link.stream_id, {})[link.registration_id] = link
         session.subscription_ids.add(link.registration_id)
         self._transmit(cmd.ON_SUBSCRIPTION_READY, cmd.SubscriptionReady(command.correlation_id, -1).encode())
         self._log.info(
@@ -506,7 +528,7 @@ class DriverConductor:
                 ):
                     self._link_subscriber(image, link)  # type: ignore[arg-type]
             return
-        for publication in self.publications:
+        for publication in self._publications_by_stream.get(link.stream_id, ()):
             if (
                 publication.state is PublicationState.ACTIVE
                 and publication.stream_id == link.stream_id
@@ -520,6 +542,10 @@ class DriverConductor:
         """A SETUP for a subscribed stream without an active image: create the image, link subscribers."""
         registration_id = self.to_driver.next_correlation_id()  # type: ignore[attr-defined]
         path = os.path.join(self._images_dir, f"{registration_id}.logbuffer")
+        if not self.counters.has_room(2 + len(self._subscriptions_by_stream.get(setup.stream_id, ()))):
+            self.system_counters.increment(SystemCounterId.ERRORS)
+            self.error_log.record(f"image for SETUP {setup} from {source} rejected: the counters are full")  # type: ignore[attr-defined]
+            return
         try:
             log = LogBuffers.create_file(
                 path,
@@ -587,7 +613,7 @@ class DriverConductor:
             source=image.source_identity,
             join_position=join,
         )
-        for link in self.subscriptions.values():
+        for link in self._subscriptions_by_stream.get(setup.stream_id, {}).values():
             if (
                 link.endpoint_key is not None
                 and link.stream_id == setup.stream_id
@@ -657,10 +683,16 @@ class DriverConductor:
         self._count_images()
 
     def _count_images(self) -> None:
-        self.system_counters.set(
-            SystemCounterId.ACTIVE_IMAGES,
-            sum(len(p.subscribers) for p in self.publications) + sum(len(i.subscribers) for i in self.images),
-        )
+        self._images_changed = True  # counted on the timer: a sum over every stream is too dear per command
+
+    def _check_counters(self, count: int, what: str) -> None:
+        """Refuse a command that would run out of counters before it creates anything (nothing leaks)."""
+        if not self.counters.has_room(count):
+            raise CommandError(
+                ErrorCode.GENERIC_ERROR,
+                f"{what} needs {count} counters and the counters are full (capacity {self.counters.capacity};"
+                f" counters_buffer_length={self.ctx.counters_buffer_length} sets it, 128 bytes per counter)",
+            )
 
     def _on_remove_subscription(self, buffer: memoryview) -> None:
         command = cmd.RemoveCommand.decode(buffer)
@@ -674,13 +706,18 @@ class DriverConductor:
 
     def _remove_subscription(self, session: ClientSession, registration_id: int, *, notify: bool) -> None:
         session.subscription_ids.discard(registration_id)
-        for publication in self.publications:
+        link = self.subscriptions.get(registration_id)
+        for publication in self._publications_by_stream.get(link.stream_id, ()) if link else self.publications:
             if registration_id in publication.subscribers:
                 self._unlink_subscriber(publication, registration_id, notify=notify)
         for image in self.images:
             if registration_id in image.subscribers:
                 self._unlink_subscriber(image, registration_id, notify=notify)  # type: ignore[arg-type]
         link = self.subscriptions.pop(registration_id, None)
+        if link is not None:
+            self._subscriptions_by_stream[link.stream_id].pop(registration_id, None)
+            if not self._subscriptions_by_stream[link.stream_id]:
+                del self._subscriptions_by_stream[link.stream_id]
         if link is not None and link.endpoint_key is not None:
             endpoint = self.receive_endpoints[link.endpoint_key]
             endpoint.stream_ids[link.stream_id] -= 1
@@ -704,6 +741,12 @@ class DriverConductor:
         command = cmd.CorrelatedCommand.decode(buffer)
         session = self.clients.get(command.client_id)
         if session is not None:
+            if client_liveness_lock_held(cnc_path(self.ctx.dir), command.client_id):
+                raise CommandError(
+                    ErrorCode.GENERIC_ERROR,
+                    f"CLIENT_CLOSE for client_id={command.client_id} refused: that client is still open"
+                    " (it holds its liveness lock), so it did not send this",
+                )
             self._remove_client(session, reason="closed")
 
     def _on_terminate_driver(self, buffer: memoryview) -> None:
@@ -744,7 +787,13 @@ class DriverConductor:
     def _on_timer(self, now_ns: int) -> int:
         work = 0
         self._heartbeat()
+        if self._to_driver_unblocker.check(now_ns):
+            self.system_counters.increment(SystemCounterId.UNBLOCKED_COMMANDS)
+            self._log.warning("commands.unblocked", position=self._to_driver_unblocker.ring.consumer_position())
+        timeouts = 0
         for session in list(self.clients.values()):
+            if timeouts == MAX_CLIENT_TIMEOUTS_PER_TIMER:
+                break
             # Aeron clients keep alive by writing epoch ms into their heartbeat counter, not by command
             heartbeat_age_ms = self.epoch_ms() - self.counters.value(session.heartbeat_counter_id)
             if heartbeat_age_ms * 1_000_000 < now_ns - session.last_keepalive_ns:
@@ -753,8 +802,11 @@ class DriverConductor:
                 self.system_counters.increment(SystemCounterId.CLIENT_TIMEOUTS)
                 self._transmit(cmd.ON_CLIENT_TIMEOUT, cmd.ClientTimeout(session.client_id).encode())
                 self._remove_client(session, reason="timeout")
+                timeouts += 1
                 work += 1
-        for publication in list(self.publications):
+        for index, publication in enumerate(list(self.publications)):
+            if index % COMMANDS_EVERY_PUBLICATIONS == COMMANDS_EVERY_PUBLICATIONS - 1:
+                work += self.to_driver.read(self._on_command, 64)  # type: ignore[attr-defined]
             publication.sample_publisher_position()
             publication.on_time_event(now_ns)
             if publication.check_for_blocked_publisher(now_ns):
@@ -773,6 +825,9 @@ class DriverConductor:
                     self._remove_from_send_endpoint(publication)
                 publication.close()
                 self.publications.remove(publication)
+                self._publications_by_stream[publication.stream_id].remove(publication)
+                if not self._publications_by_stream[publication.stream_id]:
+                    del self._publications_by_stream[publication.stream_id]
                 self.system_counters.set(SystemCounterId.ACTIVE_PUBLICATIONS, len(self.publications))
                 self._log.info(
                     "publication.removed",
@@ -786,4 +841,10 @@ class DriverConductor:
             if image.state is ImageState.INACTIVE:
                 self._retire_image(image)
                 work += 1
+        if self._images_changed:
+            self._images_changed = False
+            self.system_counters.set(
+                SystemCounterId.ACTIVE_IMAGES,
+                sum(len(p.subscribers) for p in self.publications) + sum(len(i.subscribers) for i in self.images),
+            )
         return work

@@ -107,6 +107,13 @@ class DriverContext:
         "A publication whose consumers are stuck below its tail this long "
         "has a dead publisher's claim padded over (Aeron's unblock).",
     )
+    command_unblock_timeout: int = setting(
+        0,
+        "duration",
+        "A command ring stuck this long behind a record nobody commits (a client died mid-write, or "
+        "wrote nonsense) is unblocked; 0 = half the client liveness timeout, so that the keepalives "
+        "queued behind it still arrive in time. Shorter risks padding over a slow client's command.",
+    )
     timer_interval: int = setting(100_000_000, "duration", "How often the conductor heartbeats and checks timeouts.")
     idle_strategy: str = setting("backoff", "str", "Conductor idle strategy: backoff, sleep, yield or spin.")
     cpu_affinity: str = setting(
@@ -168,6 +175,8 @@ class DriverContext:
         ):
             if getattr(self, name) <= 0:
                 raise ConfigurationError(f"{name}={getattr(self, name)} must be a positive duration")
+        if self.command_unblock_timeout < 0:
+            raise ConfigurationError(f"command_unblock_timeout={self.command_unblock_timeout} must be 0 or positive")
         try:
             parse_cpu_list(self.cpu_affinity)
         except ConfigurationError as e:
@@ -200,6 +209,11 @@ class DriverContext:
         if self.error_buffer_length < 4096:
             raise ConfigurationError(f"error_buffer_length={self.error_buffer_length} must be at least 4096")
         return self
+
+    @property
+    def command_unblock_timeout_ns(self) -> int:
+        """The command ring's unblock timeout with 0 resolved (half the client liveness timeout)."""
+        return self.command_unblock_timeout or max(1, self.client_liveness_timeout // 2)
 
     @property
     def file_mode(self) -> int:

@@ -22,10 +22,11 @@ from logbuf.conduit.cnc import CncFile, is_driver_active
 from logbuf.conduit.counters import CountersManager
 from logbuf.conduit.error_log import DistinctErrorLog
 from logbuf.conduit.ring_buffer import ManyToOneRingBuffer
+from logbuf.directory import DirectoryPermissionError, check_directory
 from logbuf.driver.conductor import DriverConductor
 from logbuf.driver.context import DriverContext
 from logbuf.driver.system_counters import SystemCounterId, SystemCounters
-from logbuf.errors import LogbufError
+from logbuf.errors import ErrorCode, LogbufError
 
 COUNTER_FREE_TO_REUSE_TIMEOUT_MS = 1_000
 JUST_BUSY_NS = 1_000_000
@@ -76,7 +77,7 @@ class MediaDriver:
         self.error_log = DistinctErrorLog(self.cnc.error_log)
         self.conductor = DriverConductor(
             ctx,
-            to_driver=ManyToOneRingBuffer(self.cnc.to_driver),
+            to_driver=ManyToOneRingBuffer(self.cnc.to_driver, self._on_invalid_command_record),
             to_clients=BroadcastTransmitter(self.cnc.to_clients),
             counters=self.counters,
             system_counters=self.system_counters,
@@ -99,6 +100,15 @@ class MediaDriver:
         )
         self._log = structlog.get_logger().bind(role="driver", dir=ctx.dir)
         self._closed = False
+
+    def _on_invalid_command_record(self, record_offset: int, length: int, msg_type_id: int) -> None:
+        """A command record whose length cannot be true (written by something that is not a client):
+        the ring skips it; counted and recorded, never raised."""
+        self.system_counters.increment(SystemCounterId.ERRORS)
+        self.error_log.record(
+            f"{ErrorCode.MALFORMED_COMMAND.name}: command ring record of length {length} (type {msg_type_id})"
+            " cannot be valid: skipped"
+        )
 
     def _park(self, seconds: float) -> None:
         sockets = [e.socket for e in self.conductor.sender.endpoints] + [
@@ -157,9 +167,10 @@ class MediaDriver:
 
 
 def prepare_directory(ctx: DriverContext) -> None:
-    """Create the driver directory; refuse a live driver there; clear a stale one."""
+    """Create the driver directory; refuse one owned by another user or writable by others
+    (:func:`check_directory`) and a live driver there; clear a stale one."""
     log = structlog.get_logger().bind(role="driver", dir=ctx.dir)
-    if os.path.isdir(ctx.dir):
+    if check_directory(ctx.dir, group_access=ctx.group_access):
         timeout_ms = ctx.driver_timeout // 1_000_000
         if is_driver_active(ctx.dir, timeout_ms):
             raise ActiveDriverError(
@@ -168,7 +179,12 @@ def prepare_directory(ctx: DriverContext) -> None:
             )
         log.warning("driver.stale_directory_taken_over")
         shutil.rmtree(ctx.dir)
-    os.makedirs(ctx.dir, mode=ctx.dir_mode)
+    try:
+        os.makedirs(ctx.dir, mode=ctx.dir_mode)
+    except FileExistsError:
+        raise DirectoryPermissionError(
+            f"driver directory {ctx.dir} was created by someone else while this driver was starting"
+        ) from None
     os.chmod(ctx.dir, ctx.dir_mode)
 
 
