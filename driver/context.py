@@ -1,17 +1,24 @@
 """The media driver's one configuration: every setting with its CLI flag, environment name,
 default and trade-off, gathered in :class:`DriverContext` and validated once by ``conclude()``.
+
+Besides the settings, the context carries what the driver's agents are given rather than make
+(STYLE section 5): the clocks and the UDP transport factory. Tests swap them (a fake clock, an
+in-memory lossy link); they have no CLI flag or environment name.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import Field, dataclass, field, fields
 from typing import Any
 
 from logbuf.agent import IDLE_STRATEGIES, parse_cpu_list
+from logbuf.conduit.error_log import epoch_ms
 from logbuf.directory import ENV_PREFIX, resolve_dir
+from logbuf.driver.udp import TransportFactory, UdpTransport
 from logbuf.errors import ConfigurationError
 from logbuf.logbuffer import data_header_descriptor as dh
 from logbuf.logbuffer import log_buffer_descriptor as lbd
@@ -55,6 +62,15 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
 def setting(default: Any, kind: str, doc: str) -> Any:
     """A field with its kind (how to parse text) and the line on its trade-off."""
     return field(default=default, metadata={"kind": kind, "doc": doc})
+
+
+def injected(default: Any) -> Any:
+    """A field the driver is given, not configured: no CLI flag, no environment name, not in the summary."""
+    return field(default=default, repr=False, compare=False)
+
+
+def _settings(cls: type[DriverContext] | DriverContext) -> list[Field[Any]]:
+    return [f for f in fields(cls) if "kind" in f.metadata]
 
 
 @dataclass
@@ -114,6 +130,14 @@ class DriverContext:
     udp_duplicate_rate: float = setting(0.0, "float", "Fault injection: fraction of received datagrams duplicated.")
     udp_reorder_rate: float = setting(0.0, "float", "Fault injection: fraction of received datagrams reordered.")
     udp_fault_seed: int = setting(0, "int", "Fault injection: random seed.")
+
+    # -- injected ------------------------------------------------------------------------------------
+    clock_ns: Callable[[], int] = injected(time.monotonic_ns)
+    """Monotonic nanoseconds: every timeout and interval of the conductor, sender and receiver."""
+    epoch_clock_ms: Callable[[], int] = injected(epoch_ms)
+    """Wall-clock milliseconds: the CnC heartbeat, client heartbeat counters, error log times."""
+    udp_transport: TransportFactory = injected(UdpTransport)
+    """Makes each UDP endpoint's transport (a bound socket by default)."""
 
     def conclude(self) -> DriverContext:
         """Validate everything once; errors name the setting and its value."""
@@ -189,13 +213,13 @@ class DriverContext:
         """Defaults, overridden by ``LOGBUF_*`` environment variables, overridden by CLI flags."""
         env = os.environ if env is None else env
         values: dict[str, Any] = {}
-        for f in fields(cls):
+        for f in _settings(cls):
             key = ENV_PREFIX + f.name.upper()
             if key in env:
                 values[f.name] = cls._parse(f.name, f.metadata["kind"], env[key], source=key)
         parser = cls.argument_parser()
         args = parser.parse_args(argv)
-        for f in fields(cls):
+        for f in _settings(cls):
             text = getattr(args, f.name)
             if text is not None:
                 values[f.name] = cls._parse(f.name, f.metadata["kind"], text, source="--" + f.name.replace("_", "-"))
@@ -215,7 +239,7 @@ class DriverContext:
             description="logbuf media driver: owns shared-memory logs and counters for local clients.",
             epilog="Every flag also reads from LOGBUF_<NAME> (e.g. LOGBUF_DIR, LOGBUF_IPC_TERM_LENGTH).",
         )
-        for f in fields(cls):
+        for f in _settings(cls):
             parser.add_argument(
                 "--" + f.name.replace("_", "-"),
                 dest=f.name,
@@ -225,4 +249,4 @@ class DriverContext:
         return parser
 
     def summary(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        return {f.name: getattr(self, f.name) for f in _settings(self)}
