@@ -15,6 +15,7 @@ from logbuf.conduit import counters_descriptor as cd
 from logbuf.conduit.broadcast import CopyBroadcastReceiver
 from logbuf.conduit.cnc import CncFile
 from logbuf.conduit.ring_buffer import ManyToOneRingBuffer
+from logbuf.driver.conductor import DriverConductor
 from logbuf.driver.context import DriverContext
 from logbuf.driver.media_driver import MediaDriver
 from logbuf.driver.system_counters import SystemCounterId
@@ -41,7 +42,7 @@ class SteppedDriver:
         self._closed = False
 
     @property
-    def conductor(self) -> Any:
+    def conductor(self) -> DriverConductor:
         return self.driver.conductor
 
     def do_work(self) -> int:
