@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from logbuf import _native
-from logbuf.driver.ipc_publication import IpcPublication, PublicationState
+from logbuf.driver.ipc_publication import IpcPublication
+from logbuf.driver.lifecycle import PublicationState
 from logbuf.driver.system_counters import SystemCounterId, SystemCounters
 from logbuf.logbuffer import data_header_descriptor as dh
 from logbuf.protocol.data import HeartbeatFrame
@@ -233,7 +234,7 @@ class NetworkPublication(IpcPublication):
             if (spies_done and sent and now_ns >= self.draining_deadline_ns) or (
                 now_ns >= self.draining_deadline_ns + self.linger_timeout_ns
             ):
-                self.state = PublicationState.DONE
+                self.transition(PublicationState.DONE)
 
     def close(self) -> None:
         self.sender_position.close()
