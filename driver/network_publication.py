@@ -226,6 +226,7 @@ class NetworkPublication(IpcPublication):
             self.has_received_sm = False
             self.should_send_setup = True
             if not self.subscribers:
+                self.update_publisher_limit()  # pinned to snd-pos before a client can see not-connected
                 self.log.set_connected(False)
         if self.state is PublicationState.DRAINING:
             eos = self.log.end_of_stream_position()
