@@ -25,6 +25,7 @@ import structlog
 from logbuf.archive import catalog_descriptor as cat
 from logbuf.archive.recording import ChecksumType, RecordingDescriptor, RecordingState
 from logbuf.archive.verify import scan_valid_prefix
+from logbuf.directory import OWNER_ONLY_DIR_MODE, OWNER_ONLY_FILE_MODE
 from logbuf.errors import LogbufError
 from logbuf.process import pid_alive
 
@@ -80,6 +81,8 @@ class Catalog:
 
     def __init__(self, path: pathlib.Path, fd: int, buffer: mmap.mmap, writable: bool) -> None:
         self.path = path
+        self.file_mode = OWNER_ONLY_FILE_MODE
+        """The mode of segment files created in this archive."""
         self.archive_dir = path.parent
         self._fd = fd
         self._buffer = buffer
@@ -106,24 +109,30 @@ class Catalog:
         create: bool = True,
         capacity: int = cat.DEFAULT_CAPACITY,
         recover: bool = True,
+        file_mode: int = OWNER_ONLY_FILE_MODE,
+        dir_mode: int = OWNER_ONLY_DIR_MODE,
     ) -> Catalog:
         """Map the catalog for writing (creating the directory and file if ``create``).
 
-        With ``recover``, recordings whose recorder died are closed at their valid prefix.
+        With ``recover``, recordings whose recorder died are closed at their valid prefix. A new
+        directory, catalog and segment files get ``dir_mode`` and ``file_mode`` (the driver's: see
+        :func:`logbuf.directory.access_modes`), whatever the umask.
         """
         directory = pathlib.Path(archive_dir)
         path = directory / cat.CATALOG_FILE_NAME
-        if create:
+        if create and not directory.is_dir():
             directory.mkdir(parents=True, exist_ok=True)
+            os.chmod(directory, dir_mode)
         flags = os.O_RDWR | (os.O_CREAT if create else 0)
         try:
-            fd = os.open(path, flags, 0o644)
+            fd = os.open(path, flags, file_mode)
         except FileNotFoundError:
             raise CatalogError(f"no archive catalog at {path} (is {archive_dir} an archive directory?)") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             try:
                 if os.fstat(fd).st_size == 0:
+                    os.fchmod(fd, file_mode)
                     length = max(capacity, cat.HEADER_LENGTH + cat.ENTRY_LENGTH)
                     os.ftruncate(fd, length)
                     header = cat.HEADER.pack(cat.MAGIC, cat.VERSION, cat.HEADER_LENGTH, cat.ENTRY_LENGTH)
@@ -134,6 +143,7 @@ class Catalog:
             os.close(fd)
             raise
         catalog = cls._map(path, fd, writable=True)
+        catalog.file_mode = file_mode
         if recover:
             try:
                 catalog.recover_interrupted()

@@ -45,6 +45,7 @@ from logbuf.archive.segments import (
 )
 from logbuf.channel_uri import ChannelUri
 from logbuf.client import Aeron, Context, Image, Subscription
+from logbuf.directory import access_modes, resolve_dir, shares_with_group
 from logbuf.errors import DriverTimeoutError, LogbufError
 from logbuf.logbuffer import data_header_descriptor as dh
 
@@ -200,7 +201,9 @@ class RecordingSession:
             os.close(self._fd)
         base = segment_base_position(self.start_position, position, self.term_length, self.segment_length)
         path = self.archive_dir / segment_file_name(self.recording_id, base)
-        self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        self._fd = os.open(path, os.O_RDWR | os.O_CREAT, self.catalog.file_mode)
+        if os.fstat(self._fd).st_size == 0:
+            os.fchmod(self._fd, self.catalog.file_mode)  # not through the umask
         if os.fstat(self._fd).st_size < self.segment_length:
             os.ftruncate(self._fd, self.segment_length)  # sparse, full length: zeros past the recorded position
         self._segment_base = base
@@ -266,7 +269,8 @@ class Recorder:
         self, ctx: RecorderContext, *, on_recording_started: Callable[[RecordingSession], None] | None = None
     ) -> None:
         self.ctx = ctx.conclude()
-        self.catalog = Catalog.open_writable(ctx.archive_dir)
+        file_mode, dir_mode = access_modes(shares_with_group(resolve_dir(ctx.driver_dir or None)))
+        self.catalog = Catalog.open_writable(ctx.archive_dir, file_mode=file_mode, dir_mode=dir_mode)
         self.sessions: dict[int, RecordingSession] = {}
         """Active sessions by image correlation id."""
         self.finished: list[int] = []

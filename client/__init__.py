@@ -1,6 +1,7 @@
 """logbuf's client API: connect to a media driver, publish and subscribe through shared memory."""
 
 from logbuf.client.aeron import Aeron, Context, Image, Publication, Subscription
+from logbuf.directory import DirectoryPermissionError
 from logbuf.errors import ClosedError, DriverTimeoutError, LogbufError, RegistrationError
 from logbuf.logbuffer.fragment_assembler import ControlledFragmentAssembler, FragmentAssembler
 from logbuf.logbuffer.image import ControlledPollAction, Header
@@ -13,6 +14,7 @@ __all__ = [
     "Context",
     "ControlledFragmentAssembler",
     "ControlledPollAction",
+    "DirectoryPermissionError",
     "DriverTimeoutError",
     "FragmentAssembler",
     "Header",

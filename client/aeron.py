@@ -15,6 +15,7 @@ calls on the mapped log and the position counters in the CnC.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -24,9 +25,9 @@ from typing import Any
 from logbuf.conduit import command_descriptor as cmd
 from logbuf.conduit import counters_descriptor as cd
 from logbuf.conduit.broadcast import CopyBroadcastReceiver
-from logbuf.conduit.cnc import CncFile, cnc_driver_heartbeat_ms
+from logbuf.conduit.cnc import ClientLivenessLock, CncFile, cnc_driver_heartbeat_ms
 from logbuf.conduit.ring_buffer import ManyToOneRingBuffer
-from logbuf.directory import resolve_dir
+from logbuf.directory import ENV_PREFIX, DirectoryPermissionError, check_directory, resolve_dir
 from logbuf.errors import ClosedError, ConfigurationError, DriverTimeoutError, ErrorCode, RegistrationError
 from logbuf.logbuffer.image import Image as _Image
 from logbuf.logbuffer.log_buffer import LogBuffers
@@ -36,6 +37,7 @@ from logbuf.shm import ShmError
 
 __all__ = ["Aeron", "Context", "Image", "Publication", "Subscription"]
 
+GROUP_ACCESS_ENV = ENV_PREFIX + "GROUP_ACCESS"
 RESOURCE_LINGER_NS = 3_000_000_000
 """Closed images and logs stay mapped this long: a poll still running on another thread is safe."""
 
@@ -51,9 +53,14 @@ class Context:
     on_available_image: Callable[[Image], None] | None = None
     on_unavailable_image: Callable[[Image], None] | None = None
     use_conductor_thread: bool = True
+    group_access: bool = False
+    """Trust a driver directory owned by one of this user's groups, as a driver run with
+    ``--group-access`` by another member makes (also ``LOGBUF_GROUP_ACCESS=true``)."""
 
     def conclude(self) -> Context:
         self.dir = resolve_dir(self.dir or None)
+        if os.environ.get(GROUP_ACCESS_ENV, "").strip().lower() in ("1", "true", "yes", "on"):
+            self.group_access = True
         if self.driver_timeout_ms <= 0:
             raise ConfigurationError(f"driver_timeout_ms={self.driver_timeout_ms} must be positive")
         if self.keepalive_interval_ms <= 0:
@@ -219,6 +226,7 @@ class ClientConductor:
         self.to_driver = ManyToOneRingBuffer(self.cnc.to_driver)
         self.to_clients = CopyBroadcastReceiver(self.cnc.to_clients, raise_on_lap=False)
         self.client_id = self.to_driver.next_correlation_id()
+        self._liveness_lock = ClientLivenessLock(self.cnc.path, self.client_id)  # so no one else can close us
         self._lock = threading.RLock()
         self._pending: dict[int, _Pending] = {}
         self._subscriptions: dict[int, Subscription] = {}
@@ -336,6 +344,7 @@ class ClientConductor:
             if cmd.ClientTimeout.decode(payload).client_id == self.client_id:
                 self._log.error("client.timed_out_by_driver")
                 self._force_close_resources()
+                self._liveness_lock.release()
                 self._closed = True
                 self._handle_error(ClosedError("the media driver timed this client out"))
 
@@ -518,6 +527,7 @@ class ClientConductor:
             # (it releases all of this client's resources on CLIENT_CLOSE, or on its liveness timeout
             # if the command never arrives), so closing never blocks on a dead driver.
             self._force_close_resources()
+            self._liveness_lock.release()  # first: the driver honours a CLIENT_CLOSE only from an unlocked client
             if self._driver_error is None:
                 self.to_driver.write(cmd.CLIENT_CLOSE, cmd.CorrelatedCommand(self.client_id, 0).encode())
             self._closed = True
@@ -549,12 +559,15 @@ def _await_cnc(ctx: Context) -> CncFile:
     last_error: Exception | None = None
     while True:
         try:
+            check_directory(ctx.dir, group_access=ctx.group_access)  # DirectoryPermissionError: no point waiting
             cnc = CncFile.open(ctx.dir)
             age_ms = time.time_ns() // 1_000_000 - cnc_driver_heartbeat_ms(cnc)
             if age_ms <= ctx.driver_timeout_ms:
                 return cnc
             cnc.close()
             last_error = DriverTimeoutError(f"media driver in {ctx.dir} is not alive (heartbeat {age_ms} ms old)")
+        except DirectoryPermissionError:
+            raise
         except (ShmError, ValueError, OSError) as e:
             last_error = e
         if time.monotonic() > deadline:

@@ -6,6 +6,11 @@ heartbeat into the CnC, time out silent clients, retire drained publications, sa
 
 Errors from a command are answered with ON_ERROR to the client, counted in the ERRORS counter
 and recorded in the distinct error log; the conductor carries on with the next command.
+
+The conductor never touches the sender's or the receiver's state: it opens endpoints and hands
+them, with new publications, subscriptions and images, to those agents through their proxies
+(:mod:`logbuf.driver.proxies`); a receive endpoint asks it for an image through its own
+(:meth:`DriverConductor.on_create_publication_image`). Its clocks are the driver context's.
 """
 
 from __future__ import annotations
@@ -14,38 +19,50 @@ import hmac
 import os
 import random
 import socket
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Protocol, TypedDict
 
 import structlog
 
+from logbuf import native
 from logbuf.channel_uri import ChannelUri, InvalidChannelError
 from logbuf.conduit import command_descriptor as cmd
 from logbuf.conduit import counters_descriptor as cd
+from logbuf.conduit.broadcast import BroadcastTransmitter
+from logbuf.conduit.cnc import client_liveness_lock_held, cnc_path
 from logbuf.conduit.command_descriptor import MalformedCommandError
 from logbuf.conduit.counters import CountersManager
+from logbuf.conduit.error_log import DistinctErrorLog
+from logbuf.conduit.ring_buffer import ManyToOneRingBuffer, RingBufferUnblocker
 from logbuf.driver.context import DriverContext
-from logbuf.driver.ipc_publication import IpcPublication, PublicationState
+from logbuf.driver.ipc_publication import IpcPublication, SubscriberPosition
+from logbuf.driver.lifecycle import ImageState, PublicationState
 from logbuf.driver.network_publication import NetworkPublication
-from logbuf.driver.publication_image import ImageState, PublicationImage
+from logbuf.driver.proxies import DriverConductorProxy, ReceiverCommands, SenderCommands
+from logbuf.driver.publication_image import PublicationImage
 from logbuf.driver.system_counters import SystemCounterId, SystemCounters
 from logbuf.driver.udp import (
+    Address,
     FaultInjector,
     ImageSettings,
     ReceiveChannelEndpoint,
-    Receiver,
     SendChannelEndpoint,
-    Sender,
     SocketSettings,
     resolve_interface,
 )
 from logbuf.errors import ErrorCode, LogbufError
 from logbuf.logbuffer.log_buffer import LogBuffers
+from logbuf.protocol.setup import SetupFrame
 
 RESERVED_SESSION_ID_LOW = -1
 RESERVED_SESSION_ID_HIGH = 1000
+MAX_CLIENT_TIMEOUTS_PER_TIMER = 64
+COMMANDS_EVERY_PUBLICATIONS = 256
+"""With thousands of publications, the duty cycle and the timer read commands again after every this
+many publications, so that a command waits for a bounded slice of a pass, not for all of it."""
+"""Clients timed out per timer tick at most: a flood of clients that all go silent at once (forged
+keepalives, say) is reaped over several ticks, and the heartbeat keeps its interval."""
 
 
 class CommandError(LogbufError):
@@ -73,7 +90,60 @@ class SubscriptionLink:
     channel: str
     canonical: str
     spy: bool = False
-    endpoint_key: tuple[str, int] | None = None  # udp (not spy): the receive endpoint it uses
+    endpoint_key: Address | None = None  # udp (not spy): the receive endpoint it uses
+
+
+@dataclass
+class ReceiveChannel:
+    """The conductor's side of a receive endpoint (the receiver has the endpoint's dispatch state):
+    the subscriptions to each stream, their image settings, and the images it created there."""
+
+    endpoint: ReceiveChannelEndpoint
+    subscriptions: dict[int, int] = field(default_factory=dict)  # stream id -> how many
+    image_settings: dict[int, ImageSettings] = field(default_factory=dict)  # stream id -> its subscriptions'
+    images: dict[tuple[int, int], PublicationImage] = field(default_factory=dict)  # (session, stream) -> image
+
+
+class Subscribable(Protocol):
+    """What subscribers link to: an IPC or network publication (spies), or a publication image."""
+
+    @property
+    def registration_id(self) -> int: ...
+    @property
+    def session_id(self) -> int: ...
+    @property
+    def stream_id(self) -> int: ...
+    @property
+    def channel(self) -> str: ...
+    @property
+    def log_file_name(self) -> str: ...
+    @property
+    def source_identity(self) -> str: ...
+    @property
+    def subscribers(self) -> dict[int, SubscriberPosition]: ...
+
+    def add_subscriber(self, subscription_registration_id: int, client_id: int, channel: str) -> SubscriberPosition: ...
+
+    def remove_subscriber(self, subscription_registration_id: int) -> SubscriberPosition | None: ...
+
+
+class _PublicationFields(TypedDict):
+    """What an IPC and a network publication are built from alike."""
+
+    registration_id: int
+    session_id: int
+    stream_id: int
+    channel: str
+    exclusive: bool
+    log: LogBuffers
+    log_file_name: str
+    publisher_limit_id: int
+    publisher_limit: native.Position
+    publisher_position_id: int
+    counters: CountersManager
+    linger_timeout_ns: int
+    clean_position: int
+    unblock_timeout_ns: int
 
 
 class DriverConductor:
@@ -85,36 +155,42 @@ class DriverConductor:
         self,
         ctx: DriverContext,
         *,
-        to_driver: object,
-        to_clients: object,
+        to_driver: ManyToOneRingBuffer,
+        to_clients: BroadcastTransmitter,
         counters: CountersManager,
         system_counters: SystemCounters,
-        error_log: object,
-        clock_ns: Callable[[], int] = time.monotonic_ns,
-        epoch_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
+        error_log: DistinctErrorLog,
+        sender: SenderCommands,
+        receiver: ReceiverCommands,
         on_terminate: Callable[[], None] | None = None,
     ) -> None:
         self.ctx = ctx
         self.to_driver = to_driver
+        self._to_driver_unblocker = RingBufferUnblocker(to_driver, ctx.command_unblock_timeout_ns)
         self.to_clients = to_clients
         self.counters = counters
         self.system_counters = system_counters
         self.error_log = error_log
-        self.clock_ns = clock_ns
-        self.epoch_ms = epoch_ms
+        self.sender = sender
+        self.receiver = receiver
+        self.clock_ns = ctx.clock_ns
+        self.epoch_ms = ctx.epoch_clock_ms
         self.on_terminate = on_terminate
         self.clients: dict[int, ClientSession] = {}
         self.publications: list[IpcPublication] = []
         self.subscriptions: dict[int, SubscriptionLink] = {}
+        # By stream id, so that adding a stream costs the same with 10 or 10,000 others (issue 14, item 11).
+        self._publications_by_stream: dict[int, list[IpcPublication]] = {}
+        self._subscriptions_by_stream: dict[int, dict[int, SubscriptionLink]] = {}
+        self._images_changed = False
         self._next_session_id = random.randint(RESERVED_SESSION_ID_HIGH + 1, 1 << 30)
         self._next_timer_ns = 0
         self._publications_dir = os.path.join(ctx.dir, "publications")
         self._images_dir = os.path.join(ctx.dir, "images")
-        self.sender = Sender(clock_ns)
-        self.receiver = Receiver(clock_ns)
         self.send_endpoints: dict[str, SendChannelEndpoint] = {}
-        self.receive_endpoints: dict[tuple[str, int], ReceiveChannelEndpoint] = {}
+        self.receive_endpoints: dict[Address, ReceiveChannel] = {}
         self.images: list[PublicationImage] = []
+        self._proxy = DriverConductorProxy(self)  # what the receive endpoints it opens call back
         self._fault_seed = ctx.udp_fault_seed
         self._log = structlog.get_logger().bind(role=self.role_name)
         self._handlers: dict[int, Callable[[memoryview], None]] = {
@@ -130,14 +206,17 @@ class DriverConductor:
 
     # -- agent ------------------------------------------------------------------------------------------
     def on_start(self) -> None:
-        os.makedirs(self._publications_dir, mode=self.ctx.dir_mode, exist_ok=True)
-        os.makedirs(self._images_dir, mode=self.ctx.dir_mode, exist_ok=True)
+        for directory in (self._publications_dir, self._images_dir):
+            os.makedirs(directory, mode=self.ctx.dir_mode, exist_ok=True)
+            os.chmod(directory, self.ctx.dir_mode)  # makedirs' mode goes through the umask
         self._heartbeat()
 
     def do_work(self) -> int:
-        work: int = self.to_driver.read(self._on_command, 64)  # type: ignore[attr-defined]
-        for publication in self.publications:
+        work = self.to_driver.read(self._on_command, 64)
+        for index, publication in enumerate(self.publications):  # commands only append to the list
             work += publication.update_publisher_limit()
+            if index % COMMANDS_EVERY_PUBLICATIONS == COMMANDS_EVERY_PUBLICATIONS - 1:
+                work += self.to_driver.read(self._on_command, 64)
         now_ns = self.clock_ns()
         if now_ns >= self._next_timer_ns:
             self._next_timer_ns = now_ns + self.ctx.timer_interval
@@ -151,8 +230,6 @@ class DriverConductor:
         for image in self.images:
             image.close()
         self.images.clear()
-        self.sender.on_close()
-        self.receiver.on_close()
 
     # -- command dispatch --------------------------------------------------------------------------------
     def _on_command(self, msg_type_id: int, buffer: memoryview) -> None:
@@ -177,11 +254,11 @@ class DriverConductor:
 
     def _on_error(self, correlation_id: int, code: ErrorCode, message: str, error: BaseException) -> None:
         self.system_counters.increment(SystemCounterId.ERRORS)
-        self.error_log.record(f"{code.name}: {message}")  # type: ignore[attr-defined]
+        self.error_log.record(f"{code.name}: {message}")
         self._transmit(cmd.ON_ERROR, cmd.ErrorResponse(correlation_id, int(code), message).encode())
 
     def _transmit(self, msg_type_id: int, payload: bytes) -> None:
-        self.to_clients.transmit(msg_type_id, payload)  # type: ignore[attr-defined]
+        self.to_clients.transmit(msg_type_id, payload)
 
     def _client(self, client_id: int) -> ClientSession:
         """The client's session, created (with its heartbeat counter) on its first command."""
@@ -227,7 +304,7 @@ class DriverConductor:
         return SocketSettings(rcvbuf or self.ctx.socket_buffer_length, sndbuf or self.ctx.socket_buffer_length)
 
     @staticmethod
-    def _interface_bind(uri: ChannelUri) -> tuple[str, int]:
+    def _interface_bind(uri: ChannelUri) -> Address:
         """Where a publication's socket binds: ``interface=host[:port][/prefix]``, else any address."""
         interface = uri.interface_address()
         if interface is None:
@@ -242,7 +319,7 @@ class DriverConductor:
             ) from None
 
     @staticmethod
-    def _resolve(uri: ChannelUri) -> tuple[str, int]:
+    def _resolve(uri: ChannelUri) -> Address:
         endpoint = uri.endpoint()
         assert endpoint is not None
         host, port = endpoint
@@ -282,7 +359,7 @@ class DriverConductor:
         canonical = uri.canonical_form()
         publication = None
         if not exclusive and uri.session_id() is None:
-            for candidate in self.publications:
+            for candidate in self._publications_by_stream.get(command.stream_id, ()):
                 if (
                     not candidate.exclusive
                     and candidate.state is PublicationState.ACTIVE
@@ -321,6 +398,9 @@ class DriverConductor:
         linger = uri.linger_ns() or self.ctx.publication_linger_timeout
         canonical = uri.canonical_form()
         path = os.path.join(self._publications_dir, f"{registration_id}.logbuffer")
+        self._check_counters(
+            (4 if network else 2) + len(self._subscriptions_by_stream.get(stream_id, ())), f"publication {path}"
+        )
         try:
             log = LogBuffers.create_file(
                 path,
@@ -354,7 +434,7 @@ class DriverConductor:
             registration_id=registration_id,
             initial_value=start,
         )
-        common = dict(
+        common = _PublicationFields(
             registration_id=registration_id,
             session_id=session_id,
             stream_id=stream_id,
@@ -387,7 +467,7 @@ class DriverConductor:
                 initial_value=start,
             )
             network_publication = NetworkPublication(
-                **common,  # type: ignore[arg-type]
+                **common,
                 sender_position_id=snd_pos,
                 sender_limit_id=snd_lmt,
                 sender_position=self.counters.position(snd_pos),
@@ -399,27 +479,26 @@ class DriverConductor:
             endpoint = self.send_endpoints.get(canonical)
             if endpoint is None:
                 try:
-                    endpoint = SendChannelEndpoint(
-                        canonical,
-                        destination,
-                        self.system_counters,
-                        self._faults(),
-                        self._socket_settings(uri),
+                    transport = self.ctx.udp_transport(
                         self._interface_bind(uri),
+                        sockets=self._socket_settings(uri),
+                        faults=self._faults(),
+                        system_counters=self.system_counters,
                     )
                 except OSError as e:
                     network_publication.close()
                     raise CommandError(
                         ErrorCode.CHANNEL_ENDPOINT_ERROR, f"cannot open a socket for {canonical}: {e}"
                     ) from e
-                endpoint.clock_ns = self.clock_ns
+                endpoint = SendChannelEndpoint(canonical, destination, transport, self.system_counters, self.clock_ns)
                 self.send_endpoints[canonical] = endpoint
-                self.sender.endpoints.append(endpoint)
-            endpoint.publications[(session_id, stream_id)] = network_publication
+                self.sender.register_send_channel_endpoint(endpoint)
+            self.sender.new_network_publication(endpoint, network_publication)
             publication = network_publication
         else:
-            publication = IpcPublication(**common)  # type: ignore[arg-type]
+            publication = IpcPublication(**common)
         self.publications.append(publication)
+        self._publications_by_stream.setdefault(stream_id, []).append(publication)
         self.system_counters.set(SystemCounterId.ACTIVE_PUBLICATIONS, len(self.publications))
         self._log.info(
             "publication.added",
@@ -430,7 +509,7 @@ class DriverConductor:
             exclusive=exclusive,
             term_length=term_length,
         )
-        for link in self.subscriptions.values():
+        for link in self._subscriptions_by_stream.get(stream_id, {}).values():
             if link.stream_id == stream_id and link.canonical == canonical and link.spy == network:
                 self._link_subscriber(publication, link)
         return publication
@@ -456,38 +535,43 @@ class DriverConductor:
         link = SubscriptionLink(
             command.correlation_id, command.client_id, command.stream_id, command.channel, uri.canonical_form(), spy
         )
+        self._check_counters(len(self._publications_by_stream.get(link.stream_id, ())), f"subscription {link.channel}")
         if uri.media == "udp" and not spy:
             address = self._resolve(uri)
-            endpoint = self.receive_endpoints.get(address)
-            if endpoint is None:
+            receive_channel = self.receive_endpoints.get(address)
+            if receive_channel is None:
                 try:
-                    endpoint = ReceiveChannelEndpoint(
-                        link.canonical,
+                    transport = self.ctx.udp_transport(
                         address,
-                        self.system_counters,
-                        self._faults(),
-                        self._socket_settings(uri),
-                        self._on_setup,
+                        sockets=self._socket_settings(uri),
+                        faults=self._faults(),
+                        system_counters=self.system_counters,
                     )
                 except OSError as e:
                     raise CommandError(
                         ErrorCode.CHANNEL_ENDPOINT_ERROR,
                         f"cannot bind {address[0]}:{address[1]} for {command.channel}: {e}",
                     ) from e
-                endpoint.clock_ns = self.clock_ns
-                self.receive_endpoints[address] = endpoint
-                self.receiver.endpoints.append(endpoint)
+                endpoint = ReceiveChannelEndpoint(
+                    link.canonical, transport, self.system_counters, self.clock_ns, self._proxy
+                )
+                receive_channel = self.receive_endpoints[address] = ReceiveChannel(endpoint)
+                self.receiver.register_receive_channel_endpoint(endpoint)
             settings = ImageSettings(uri.reliable(), uri.receiver_window_length(), uri.nak_delay_ns())
-            existing = endpoint.image_settings.setdefault(link.stream_id, settings)
+            existing = receive_channel.image_settings.setdefault(link.stream_id, settings)
             if existing != settings:
                 raise CommandError(
                     ErrorCode.INVALID_CHANNEL,
                     f"{settings} conflicts with {existing} of an existing subscription to stream "
                     f"{link.stream_id}: {command.channel}",
                 )
-            endpoint.stream_ids[link.stream_id] = endpoint.stream_ids.get(link.stream_id, 0) + 1
+            count = receive_channel.subscriptions.get(link.stream_id, 0)
+            receive_channel.subscriptions[link.stream_id] = count + 1
+            if count == 0:
+                self.receiver.add_subscription(receive_channel.endpoint, link.stream_id)
             link.endpoint_key = address
         self.subscriptions[link.registration_id] = link
+        self._subscriptions_by_stream.setdefault(link.stream_id, {})[link.registration_id] = link
         session.subscription_ids.add(link.registration_id)
         self._transmit(cmd.ON_SUBSCRIPTION_READY, cmd.SubscriptionReady(command.correlation_id, -1).encode())
         self._log.info(
@@ -504,9 +588,9 @@ class DriverConductor:
                     and image.stream_id == link.stream_id
                     and image.channel == link.canonical
                 ):
-                    self._link_subscriber(image, link)  # type: ignore[arg-type]
+                    self._link_subscriber(image, link)
             return
-        for publication in self.publications:
+        for publication in self._publications_by_stream.get(link.stream_id, ()):
             if (
                 publication.state is PublicationState.ACTIVE
                 and publication.stream_id == link.stream_id
@@ -516,10 +600,18 @@ class DriverConductor:
                 self._link_subscriber(publication, link)
 
     # -- images --------------------------------------------------------------------------------------------
-    def _on_setup(self, endpoint: ReceiveChannelEndpoint, setup: Any, source: tuple[str, int]) -> None:
-        """A SETUP for a subscribed stream without an active image: create the image, link subscribers."""
-        registration_id = self.to_driver.next_correlation_id()  # type: ignore[attr-defined]
+    def on_create_publication_image(self, endpoint: ReceiveChannelEndpoint, setup: SetupFrame, source: Address) -> None:
+        """A SETUP for a subscribed stream without an active image (from a receive endpoint, through the
+        conductor proxy): create the image, hand it to the receiver, link subscribers."""
+        receive_channel = self._receive_channel_of(endpoint)
+        if receive_channel is None:
+            return  # the endpoint was closed since (a queued request)
+        registration_id = self.to_driver.next_correlation_id()
         path = os.path.join(self._images_dir, f"{registration_id}.logbuffer")
+        if not self.counters.has_room(2 + len(self._subscriptions_by_stream.get(setup.stream_id, ()))):
+            self.system_counters.increment(SystemCounterId.ERRORS)
+            self.error_log.record(f"image for SETUP {setup} from {source} rejected: the counters are full")
+            return
         try:
             log = LogBuffers.create_file(
                 path,
@@ -533,11 +625,11 @@ class DriverConductor:
             )
         except (OSError, ValueError, LogbufError) as e:  # e.g. ShmError: the file exists
             self.system_counters.increment(SystemCounterId.ERRORS)
-            self.error_log.record(f"image for SETUP {setup} from {source} rejected: {e}")  # type: ignore[attr-defined]
+            self.error_log.record(f"image for SETUP {setup} from {source} rejected: {e}")
             return
         log.seek_to(setup.active_term_id, setup.term_offset)
         join = log.tail_position()
-        old = endpoint.images.get((setup.session_id, setup.stream_id))
+        old = receive_channel.images.get((setup.session_id, setup.stream_id))
         if old is not None:
             self._retire_image(old)
         label = cd.stream_label("{}", registration_id, setup.session_id, setup.stream_id, endpoint.channel)
@@ -553,7 +645,7 @@ class DriverConductor:
             initial_value=join,
         )
         now = self.clock_ns()
-        settings = endpoint.image_settings.get(setup.stream_id, ImageSettings())
+        settings = receive_channel.image_settings.get(setup.stream_id, ImageSettings())
         image = PublicationImage(
             registration_id=registration_id,
             session_id=setup.session_id,
@@ -577,8 +669,9 @@ class DriverConductor:
             now_ns=now,
             reliable=settings.reliable,
         )
-        endpoint.images[(setup.session_id, setup.stream_id)] = image
+        receive_channel.images[(setup.session_id, setup.stream_id)] = image
         self.images.append(image)
+        self.receiver.new_publication_image(endpoint, image)
         self._log.info(
             "image.created",
             registration_id=registration_id,
@@ -587,21 +680,29 @@ class DriverConductor:
             source=image.source_identity,
             join_position=join,
         )
-        for link in self.subscriptions.values():
+        for link in self._subscriptions_by_stream.get(setup.stream_id, {}).values():
             if (
                 link.endpoint_key is not None
                 and link.stream_id == setup.stream_id
                 and link.canonical == endpoint.channel
             ):
-                self._link_subscriber(image, link)  # type: ignore[arg-type]
+                self._link_subscriber(image, link)
+
+    def _receive_channel_of(self, endpoint: ReceiveChannelEndpoint) -> ReceiveChannel | None:
+        for receive_channel in self.receive_endpoints.values():
+            if receive_channel.endpoint is endpoint:
+                return receive_channel
+        return None
 
     def _retire_image(self, image: PublicationImage) -> None:
         for subscription_id in list(image.subscribers):
-            self._unlink_subscriber(image, subscription_id)  # type: ignore[arg-type]
-        for endpoint in self.receive_endpoints.values():
-            if endpoint.images.get((image.session_id, image.stream_id)) is image:
-                del endpoint.images[(image.session_id, image.stream_id)]
-        image.state = ImageState.DONE
+            self._unlink_subscriber(image, subscription_id)
+        key = (image.session_id, image.stream_id)
+        for receive_channel in self.receive_endpoints.values():
+            if receive_channel.images.get(key) is image:
+                del receive_channel.images[key]
+                self.receiver.remove_publication_image(receive_channel.endpoint, image)
+        image.transition(ImageState.DONE)
         image.close()
         if image in self.images:
             self.images.remove(image)
@@ -613,9 +714,9 @@ class DriverConductor:
             stream_id=image.stream_id,
         )
 
-    def _link_subscriber(self, publication: IpcPublication, link: SubscriptionLink) -> None:
+    def _link_subscriber(self, publication: Subscribable, link: SubscriptionLink) -> None:
         sub = publication.add_subscriber(link.registration_id, link.client_id, link.channel)
-        if not isinstance(publication, PublicationImage):
+        if isinstance(publication, IpcPublication):
             publication.update_publisher_limit()
         image = cmd.ImageReady(
             publication.registration_id,
@@ -624,7 +725,7 @@ class DriverConductor:
             link.registration_id,
             sub.counter_id,
             publication.log_file_name,
-            getattr(publication, "source_identity", "aeron:ipc"),
+            publication.source_identity,
         )
         self._transmit(cmd.ON_AVAILABLE_IMAGE, image.encode())
         self._count_images()
@@ -637,7 +738,7 @@ class DriverConductor:
             join_position=sub.join_position,
         )
 
-    def _unlink_subscriber(self, publication: IpcPublication, subscription_id: int, notify: bool = True) -> None:
+    def _unlink_subscriber(self, publication: Subscribable, subscription_id: int, notify: bool = True) -> None:
         sub = publication.remove_subscriber(subscription_id)
         if sub is not None and notify:
             link = self.subscriptions.get(subscription_id)
@@ -657,10 +758,16 @@ class DriverConductor:
         self._count_images()
 
     def _count_images(self) -> None:
-        self.system_counters.set(
-            SystemCounterId.ACTIVE_IMAGES,
-            sum(len(p.subscribers) for p in self.publications) + sum(len(i.subscribers) for i in self.images),
-        )
+        self._images_changed = True  # counted on the timer: a sum over every stream is too dear per command
+
+    def _check_counters(self, count: int, what: str) -> None:
+        """Refuse a command that would run out of counters before it creates anything (nothing leaks)."""
+        if not self.counters.has_room(count):
+            raise CommandError(
+                ErrorCode.GENERIC_ERROR,
+                f"{what} needs {count} counters and the counters are full (capacity {self.counters.capacity};"
+                f" counters_buffer_length={self.ctx.counters_buffer_length} sets it, 128 bytes per counter)",
+            )
 
     def _on_remove_subscription(self, buffer: memoryview) -> None:
         command = cmd.RemoveCommand.decode(buffer)
@@ -674,25 +781,30 @@ class DriverConductor:
 
     def _remove_subscription(self, session: ClientSession, registration_id: int, *, notify: bool) -> None:
         session.subscription_ids.discard(registration_id)
-        for publication in self.publications:
+        link = self.subscriptions.get(registration_id)
+        for publication in self._publications_by_stream.get(link.stream_id, ()) if link else self.publications:
             if registration_id in publication.subscribers:
                 self._unlink_subscriber(publication, registration_id, notify=notify)
         for image in self.images:
             if registration_id in image.subscribers:
-                self._unlink_subscriber(image, registration_id, notify=notify)  # type: ignore[arg-type]
+                self._unlink_subscriber(image, registration_id, notify=notify)
         link = self.subscriptions.pop(registration_id, None)
+        if link is not None:
+            self._subscriptions_by_stream[link.stream_id].pop(registration_id, None)
+            if not self._subscriptions_by_stream[link.stream_id]:
+                del self._subscriptions_by_stream[link.stream_id]
         if link is not None and link.endpoint_key is not None:
-            endpoint = self.receive_endpoints[link.endpoint_key]
-            endpoint.stream_ids[link.stream_id] -= 1
-            if endpoint.stream_ids[link.stream_id] <= 0:
-                del endpoint.stream_ids[link.stream_id]
-                del endpoint.image_settings[link.stream_id]
-                for image in [i for i in endpoint.images.values() if i.stream_id == link.stream_id]:
+            receive_channel = self.receive_endpoints[link.endpoint_key]
+            receive_channel.subscriptions[link.stream_id] -= 1
+            if receive_channel.subscriptions[link.stream_id] <= 0:
+                del receive_channel.subscriptions[link.stream_id]
+                del receive_channel.image_settings[link.stream_id]
+                self.receiver.remove_subscription(receive_channel.endpoint, link.stream_id)
+                for image in [i for i in receive_channel.images.values() if i.stream_id == link.stream_id]:
                     self._retire_image(image)
-            if not endpoint.stream_ids:
+            if not receive_channel.subscriptions:
                 del self.receive_endpoints[link.endpoint_key]
-                self.receiver.endpoints.remove(endpoint)
-                endpoint.close()
+                self.receiver.close_receive_channel_endpoint(receive_channel.endpoint)
         self._log.info("subscription.removed", registration_id=registration_id, client_id=session.client_id)
 
     # -- clients ---------------------------------------------------------------------------------------
@@ -704,6 +816,12 @@ class DriverConductor:
         command = cmd.CorrelatedCommand.decode(buffer)
         session = self.clients.get(command.client_id)
         if session is not None:
+            if client_liveness_lock_held(cnc_path(self.ctx.dir), command.client_id):
+                raise CommandError(
+                    ErrorCode.GENERIC_ERROR,
+                    f"CLIENT_CLOSE for client_id={command.client_id} refused: that client is still open"
+                    " (it holds its liveness lock), so it did not send this",
+                )
             self._remove_client(session, reason="closed")
 
     def _on_terminate_driver(self, buffer: memoryview) -> None:
@@ -728,23 +846,32 @@ class DriverConductor:
         self._log.info("client.removed", client_id=session.client_id, reason=reason)
 
     def _remove_from_send_endpoint(self, publication: NetworkPublication) -> None:
+        """Take the publication off its send endpoint; close the endpoint if it was the channel's last."""
         endpoint = self.send_endpoints.get(publication.channel)
         if endpoint is None:
             return
-        endpoint.publications.pop((publication.session_id, publication.stream_id), None)
-        if not endpoint.publications:
+        self.sender.remove_network_publication(endpoint, publication)
+        if not any(
+            isinstance(p, NetworkPublication) and p.channel == publication.channel and p is not publication
+            for p in self.publications
+        ):
             del self.send_endpoints[publication.channel]
-            self.sender.endpoints.remove(endpoint)
-            endpoint.close()
+            self.sender.close_send_channel_endpoint(endpoint)
 
     # -- timers -----------------------------------------------------------------------------------------
     def _heartbeat(self) -> None:
-        self.to_driver.set_consumer_heartbeat_time(self.epoch_ms())  # type: ignore[attr-defined]
+        self.to_driver.set_consumer_heartbeat_time(self.epoch_ms())
 
     def _on_timer(self, now_ns: int) -> int:
         work = 0
         self._heartbeat()
+        if self._to_driver_unblocker.check(now_ns):
+            self.system_counters.increment(SystemCounterId.UNBLOCKED_COMMANDS)
+            self._log.warning("commands.unblocked", position=self._to_driver_unblocker.ring.consumer_position())
+        timeouts = 0
         for session in list(self.clients.values()):
+            if timeouts == MAX_CLIENT_TIMEOUTS_PER_TIMER:
+                break
             # Aeron clients keep alive by writing epoch ms into their heartbeat counter, not by command
             heartbeat_age_ms = self.epoch_ms() - self.counters.value(session.heartbeat_counter_id)
             if heartbeat_age_ms * 1_000_000 < now_ns - session.last_keepalive_ns:
@@ -753,8 +880,11 @@ class DriverConductor:
                 self.system_counters.increment(SystemCounterId.CLIENT_TIMEOUTS)
                 self._transmit(cmd.ON_CLIENT_TIMEOUT, cmd.ClientTimeout(session.client_id).encode())
                 self._remove_client(session, reason="timeout")
+                timeouts += 1
                 work += 1
-        for publication in list(self.publications):
+        for index, publication in enumerate(list(self.publications)):
+            if index % COMMANDS_EVERY_PUBLICATIONS == COMMANDS_EVERY_PUBLICATIONS - 1:
+                work += self.to_driver.read(self._on_command, 64)
             publication.sample_publisher_position()
             publication.on_time_event(now_ns)
             if publication.check_for_blocked_publisher(now_ns):
@@ -773,6 +903,9 @@ class DriverConductor:
                     self._remove_from_send_endpoint(publication)
                 publication.close()
                 self.publications.remove(publication)
+                self._publications_by_stream[publication.stream_id].remove(publication)
+                if not self._publications_by_stream[publication.stream_id]:
+                    del self._publications_by_stream[publication.stream_id]
                 self.system_counters.set(SystemCounterId.ACTIVE_PUBLICATIONS, len(self.publications))
                 self._log.info(
                     "publication.removed",
@@ -786,4 +919,10 @@ class DriverConductor:
             if image.state is ImageState.INACTIVE:
                 self._retire_image(image)
                 work += 1
+        if self._images_changed:
+            self._images_changed = False
+            self.system_counters.set(
+                SystemCounterId.ACTIVE_IMAGES,
+                sum(len(p.subscribers) for p in self.publications) + sum(len(i.subscribers) for i in self.images),
+            )
         return work

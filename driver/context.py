@@ -1,17 +1,24 @@
 """The media driver's one configuration: every setting with its CLI flag, environment name,
 default and trade-off, gathered in :class:`DriverContext` and validated once by ``conclude()``.
+
+Besides the settings, the context carries what the driver's agents are given rather than make
+(STYLE section 5): the clocks and the UDP transport factory. Tests swap them (a fake clock, an
+in-memory lossy link); they have no CLI flag or environment name.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import Field, dataclass, field, fields
 from typing import Any
 
 from logbuf.agent import IDLE_STRATEGIES, parse_cpu_list
+from logbuf.conduit.error_log import epoch_ms
 from logbuf.directory import ENV_PREFIX, resolve_dir
+from logbuf.driver.udp import TransportFactory, UdpTransport
 from logbuf.errors import ConfigurationError
 from logbuf.logbuffer import data_header_descriptor as dh
 from logbuf.logbuffer import log_buffer_descriptor as lbd
@@ -74,6 +81,15 @@ def format_default(kind: str, value: Any) -> str:
     return str(value)
 
 
+def injected(default: Any) -> Any:
+    """A field the driver is given, not configured: no CLI flag, no environment name, not in the summary."""
+    return field(default=default, repr=False, compare=False)
+
+
+def _settings(cls: type[DriverContext] | DriverContext) -> list[Field[Any]]:
+    return [f for f in fields(cls) if "kind" in f.metadata]
+
+
 @dataclass
 class DriverContext:
     """Media driver settings. CLI ``--term-length``/env ``LOGBUF_TERM_LENGTH`` for field ``term_length``, etc."""
@@ -106,6 +122,13 @@ class DriverContext:
         "duration",
         "A publication whose consumers are stuck below its tail this long "
         "has a dead publisher's claim padded over (Aeron's unblock).",
+    )
+    command_unblock_timeout: int = setting(
+        0,
+        "duration",
+        "A command ring stuck this long behind a record nobody commits (a client died mid-write, or "
+        "wrote nonsense) is unblocked; 0 = half the client liveness timeout, so that the keepalives "
+        "queued behind it still arrive in time. Shorter risks padding over a slow client's command.",
     )
     timer_interval: int = setting(100_000_000, "duration", "How often the conductor heartbeats and checks timeouts.")
     idle_strategy: str = setting("backoff", "str", "Conductor idle strategy: backoff, sleep, yield or spin.")
@@ -141,6 +164,14 @@ class DriverContext:
         "", "str", "TERMINATE_DRIVER stops the driver only if it carries this token; empty denies it, as Aeron does."
     )
 
+    # -- injected ------------------------------------------------------------------------------------
+    clock_ns: Callable[[], int] = injected(time.monotonic_ns)
+    """Monotonic nanoseconds: every timeout and interval of the conductor, sender and receiver."""
+    epoch_clock_ms: Callable[[], int] = injected(epoch_ms)
+    """Wall-clock milliseconds: the CnC heartbeat, client heartbeat counters, error log times."""
+    udp_transport: TransportFactory = injected(UdpTransport)
+    """Makes each UDP endpoint's transport (a bound socket by default)."""
+
     def conclude(self) -> DriverContext:
         """Validate everything once; errors name the setting and its value."""
         self.dir = resolve_dir(self.dir or None)
@@ -168,6 +199,8 @@ class DriverContext:
         ):
             if getattr(self, name) <= 0:
                 raise ConfigurationError(f"{name}={getattr(self, name)} must be a positive duration")
+        if self.command_unblock_timeout < 0:
+            raise ConfigurationError(f"command_unblock_timeout={self.command_unblock_timeout} must be 0 or positive")
         try:
             parse_cpu_list(self.cpu_affinity)
         except ConfigurationError as e:
@@ -202,6 +235,11 @@ class DriverContext:
         return self
 
     @property
+    def command_unblock_timeout_ns(self) -> int:
+        """The command ring's unblock timeout with 0 resolved (half the client liveness timeout)."""
+        return self.command_unblock_timeout or max(1, self.client_liveness_timeout // 2)
+
+    @property
     def file_mode(self) -> int:
         return 0o660 if self.group_access else 0o600
 
@@ -215,13 +253,13 @@ class DriverContext:
         """Defaults, overridden by ``LOGBUF_*`` environment variables, overridden by CLI flags."""
         env = os.environ if env is None else env
         values: dict[str, Any] = {}
-        for f in fields(cls):
+        for f in _settings(cls):
             key = ENV_PREFIX + f.name.upper()
             if key in env:
                 values[f.name] = cls._parse(f.name, f.metadata["kind"], env[key], source=key)
         parser = cls.argument_parser()
         args = parser.parse_args(argv)
-        for f in fields(cls):
+        for f in _settings(cls):
             text = getattr(args, f.name)
             if text is not None:
                 values[f.name] = cls._parse(f.name, f.metadata["kind"], text, source="--" + f.name.replace("_", "-"))
@@ -243,7 +281,7 @@ class DriverContext:
             "k, m or g (64m; powers of 1024). Every flag also reads from LOGBUF_<NAME> (e.g. LOGBUF_DIR, "
             "LOGBUF_IPC_TERM_LENGTH); flags win.",
         )
-        for f in fields(cls):
+        for f in _settings(cls):
             kind = f.metadata["kind"]
             default = f.metadata.get("default_text") or format_default(kind, f.default)
             parser.add_argument(
@@ -258,5 +296,5 @@ class DriverContext:
     def summary(self) -> dict[str, Any]:
         return {
             f.name: "<set>" if f.name == "termination_token" and self.termination_token else getattr(self, f.name)
-            for f in fields(self)
+            for f in _settings(self)
         }

@@ -1,7 +1,8 @@
 """An IPC publication as the driver sees it: one log shared by its publishers and subscribers.
 
-Lifecycle (transitions happen only in :meth:`IpcPublication.on_time_event` and the
-``remove_*`` calls)::
+Lifecycle (the table is in :mod:`logbuf.driver.lifecycle`; transitions happen only through
+:meth:`IpcPublication.transition`, called from :meth:`~IpcPublication.decrement_ref` and
+:meth:`~IpcPublication.on_time_event`)::
 
     ACTIVE --last publisher removed--> DRAINING --subscribers reached EOS or linger--> DONE
 
@@ -14,20 +15,15 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from enum import Enum
 
 from logbuf import native
 from logbuf.conduit import counters_descriptor as cd
 from logbuf.conduit.counters import CountersManager
+from logbuf.driver.lifecycle import PUBLICATION_TRANSITIONS, check_transition
+from logbuf.driver.lifecycle import PublicationState as PublicationState
 from logbuf.logbuffer.flow_control import compute_limit_and_clean
 from logbuf.logbuffer.log_buffer import LogBuffers
 from logbuf.logbuffer.term_unblocker import log_unblock
-
-
-class PublicationState(Enum):
-    ACTIVE = "active"
-    DRAINING = "draining"
-    DONE = "done"
 
 
 @dataclass
@@ -77,13 +73,29 @@ class IpcPublication:
     counters: CountersManager
     linger_timeout_ns: int
     ref_count: int = 1
-    state: PublicationState = PublicationState.ACTIVE
     clean_position: int = 0
     draining_deadline_ns: int = 0
     subscribers: dict[int, SubscriberPosition] = field(default_factory=dict)
     unblock_timeout_ns: int = 15_000_000_000
     last_consumer_position: int = -1
     time_of_last_consumer_move_ns: int = 0
+    _state: PublicationState = field(default=PublicationState.ACTIVE, init=False, repr=False)
+
+    @property
+    def state(self) -> PublicationState:
+        """Where the publication is in its lifecycle; it moves only through :meth:`transition`."""
+        return self._state
+
+    def transition(self, to: PublicationState) -> None:
+        """Move to ``to`` if the lifecycle table allows it, else raise IllegalTransitionError."""
+        self._state = check_transition(
+            PUBLICATION_TRANSITIONS, self._state, to, f"publication registration_id={self.registration_id}"
+        )
+
+    @property
+    def source_identity(self) -> str:
+        """What ON_AVAILABLE_IMAGE names as the image's source: the log is local."""
+        return "aeron:ipc"
 
     @property
     def term_window_length(self) -> int:
@@ -162,7 +174,7 @@ class IpcPublication:
     def decrement_ref(self, now_ns: int) -> None:
         self.ref_count -= 1
         if self.ref_count <= 0 and self.state is PublicationState.ACTIVE:
-            self.state = PublicationState.DRAINING
+            self.transition(PublicationState.DRAINING)
             self.draining_deadline_ns = now_ns + self.linger_timeout_ns
             self.log.set_end_of_stream_position(self.tail_position())
 
@@ -171,7 +183,7 @@ class IpcPublication:
             eos = self.log.end_of_stream_position()
             drained = all(s.position.get_volatile() >= eos for s in self.subscribers.values())
             if drained or now_ns >= self.draining_deadline_ns:
-                self.state = PublicationState.DONE
+                self.transition(PublicationState.DONE)
 
     def check_for_blocked_publisher(self, now_ns: int) -> bool:
         """Aeron's rule: the consumers (subscribers, or the sender) have not moved for the unblock

@@ -1,4 +1,9 @@
-"""MediaDriver: prepares the driver directory and CnC, then runs the conductor agent.
+"""MediaDriver: prepares the driver directory and CnC, builds the three agents and runs them.
+
+The conductor, the sender and the receiver are built here and wired with proxies (the conductor
+gets a :class:`~logbuf.driver.proxies.SenderProxy` and a
+:class:`~logbuf.driver.proxies.ReceiverProxy`); they share one duty cycle (Aeron's SHARED mode),
+each agent's ``do_work`` in turn. Their clocks and UDP transports come from the driver context.
 
 Start-up: refuse a directory whose CnC shows a live driver (fresh heartbeat, live pid); take
 over a stale one (remove its files). Shut-down: close agents, remove the directory if set to.
@@ -16,16 +21,20 @@ from types import FrameType
 
 import structlog
 
-from logbuf.agent import AgentRunner, BackoffIdleStrategy, CompositeAgent, idle_strategy_from_name, parse_cpu_list
+from logbuf.agent import AgentRunner, CompositeAgent, idle_strategy_from_name, parse_cpu_list
 from logbuf.conduit.broadcast import BroadcastTransmitter
 from logbuf.conduit.cnc import CncFile, is_driver_active
 from logbuf.conduit.counters import CountersManager
 from logbuf.conduit.error_log import DistinctErrorLog
 from logbuf.conduit.ring_buffer import ManyToOneRingBuffer
+from logbuf.directory import DirectoryPermissionError, check_directory
 from logbuf.driver.conductor import DriverConductor
 from logbuf.driver.context import DriverContext
+from logbuf.driver.proxies import ReceiverProxy, SenderProxy
+from logbuf.driver.receiver import Receiver
+from logbuf.driver.sender import Sender
 from logbuf.driver.system_counters import SystemCounterId, SystemCounters
-from logbuf.errors import LogbufError
+from logbuf.errors import ErrorCode, LogbufError
 
 COUNTER_FREE_TO_REUSE_TIMEOUT_MS = 1_000
 JUST_BUSY_NS = 1_000_000
@@ -73,24 +82,24 @@ class MediaDriver:
             free_to_reuse_timeout_ms=COUNTER_FREE_TO_REUSE_TIMEOUT_MS,
         )
         self.system_counters = SystemCounters(self.counters)
-        self.error_log = DistinctErrorLog(self.cnc.error_log)
+        self.error_log = DistinctErrorLog(self.cnc.error_log, clock_ms=ctx.epoch_clock_ms)
+        self.sender = Sender(ctx.clock_ns)
+        self.receiver = Receiver(ctx.clock_ns)
         self.conductor = DriverConductor(
             ctx,
-            to_driver=ManyToOneRingBuffer(self.cnc.to_driver),
+            to_driver=ManyToOneRingBuffer(self.cnc.to_driver, self._on_invalid_command_record),
             to_clients=BroadcastTransmitter(self.cnc.to_clients),
             counters=self.counters,
             system_counters=self.system_counters,
             error_log=self.error_log,
+            sender=SenderProxy(self.sender),
+            receiver=ReceiverProxy(self.receiver),
             on_terminate=self.request_stop,
         )
-        self.agents = _DriverAgents(self.conductor, self.conductor.sender, self.conductor.receiver)
-        idle = idle_strategy_from_name(ctx.idle_strategy)
-        if isinstance(idle, BackoffIdleStrategy):
-            idle.park = self._park  # wake as soon as a datagram arrives
-            idle.max_spins = 0  # on 2 cores a spinning driver holds the core its clients need: yield instead
+        self.agents = _DriverAgents(self.conductor, self.sender, self.receiver)
         self.runner = AgentRunner(
             self.agents,
-            idle,
+            idle_strategy_from_name(ctx.idle_strategy, park=self._park),  # parks wake when a datagram arrives
             error_handler=self._on_agent_error,
             max_cycle_ns_recorder=lambda ns: self.system_counters.propose_max(
                 SystemCounterId.CONDUCTOR_MAX_CYCLE_TIME, ns
@@ -100,10 +109,18 @@ class MediaDriver:
         self._log = structlog.get_logger().bind(role="driver", dir=ctx.dir)
         self._closed = False
 
+    def _on_invalid_command_record(self, record_offset: int, length: int, msg_type_id: int) -> None:
+        """A command record whose length cannot be true (written by something that is not a client):
+        the ring skips it; counted and recorded, never raised."""
+        self.system_counters.increment(SystemCounterId.ERRORS)
+        self.error_log.record(
+            f"{ErrorCode.MALFORMED_COMMAND.name}: command ring record of length {length} (type {msg_type_id})"
+            " cannot be valid: skipped"
+        )
+
     def _park(self, seconds: float) -> None:
-        sockets = [e.socket for e in self.conductor.sender.endpoints] + [
-            e.socket for e in self.conductor.receiver.endpoints
-        ]
+        endpoints = [*self.sender.endpoints, *self.receiver.endpoints]
+        sockets = [fd for fd in (e.transport.fileno() for e in endpoints) if fd >= 0]
         if sockets:
             since_busy_ns = time.monotonic_ns() - self.agents.last_busy_ns
             if since_busy_ns < JUST_BUSY_NS:
@@ -157,9 +174,10 @@ class MediaDriver:
 
 
 def prepare_directory(ctx: DriverContext) -> None:
-    """Create the driver directory; refuse a live driver there; clear a stale one."""
+    """Create the driver directory; refuse one owned by another user or writable by others
+    (:func:`check_directory`) and a live driver there; clear a stale one."""
     log = structlog.get_logger().bind(role="driver", dir=ctx.dir)
-    if os.path.isdir(ctx.dir):
+    if check_directory(ctx.dir, group_access=ctx.group_access):
         timeout_ms = ctx.driver_timeout // 1_000_000
         if is_driver_active(ctx.dir, timeout_ms):
             raise ActiveDriverError(
@@ -168,7 +186,12 @@ def prepare_directory(ctx: DriverContext) -> None:
             )
         log.warning("driver.stale_directory_taken_over")
         shutil.rmtree(ctx.dir)
-    os.makedirs(ctx.dir, mode=ctx.dir_mode)
+    try:
+        os.makedirs(ctx.dir, mode=ctx.dir_mode)
+    except FileExistsError:
+        raise DirectoryPermissionError(
+            f"driver directory {ctx.dir} was created by someone else while this driver was starting"
+        ) from None
     os.chmod(ctx.dir, ctx.dir_mode)
 
 

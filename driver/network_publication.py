@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from logbuf import native
-from logbuf.driver.ipc_publication import IpcPublication, PublicationState
+from logbuf.driver.ipc_publication import IpcPublication
+from logbuf.driver.lifecycle import PublicationState
 from logbuf.driver.system_counters import SystemCounterId, SystemCounters
 from logbuf.logbuffer import data_header_descriptor as dh
 from logbuf.protocol.data import HeartbeatFrame
@@ -225,6 +226,7 @@ class NetworkPublication(IpcPublication):
             self.has_received_sm = False
             self.should_send_setup = True
             if not self.subscribers:
+                self.update_publisher_limit()  # pinned to snd-pos before a client can see not-connected
                 self.log.set_connected(False)
         if self.state is PublicationState.DRAINING:
             eos = self.log.end_of_stream_position()
@@ -233,7 +235,7 @@ class NetworkPublication(IpcPublication):
             if (spies_done and sent and now_ns >= self.draining_deadline_ns) or (
                 now_ns >= self.draining_deadline_ns + self.linger_timeout_ns
             ):
-                self.state = PublicationState.DONE
+                self.transition(PublicationState.DONE)
 
     def close(self) -> None:
         self.sender_position.close()

@@ -17,6 +17,9 @@ while it stays; on a ``reliable=false`` subscription it is filled with a padding
 subscribers consumed a quarter of the window since the last one, every ``sm_interval``, and
 within 1 ms of any progress or of a heartbeat (a sender blocked by a lost SM heartbeats every
 millisecond: logbuf's addition, see :mod:`driver.network_publication`).
+
+Lifecycle: ACTIVE -> INACTIVE -> DONE, or ACTIVE -> DONE; the table is in
+:mod:`logbuf.driver.lifecycle` and the image moves only through :meth:`PublicationImage.transition`.
 """
 
 from __future__ import annotations
@@ -24,12 +27,13 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from enum import Enum
 from typing import Any
 
 from logbuf import native
 from logbuf.conduit.counters import CountersManager
 from logbuf.driver.ipc_publication import SubscriberPosition, allocate_subscriber_position
+from logbuf.driver.lifecycle import IMAGE_TRANSITIONS, check_transition
+from logbuf.driver.lifecycle import ImageState as ImageState
 from logbuf.driver.system_counters import SystemCounterId, SystemCounters
 from logbuf.logbuffer import data_header_descriptor as dh
 from logbuf.logbuffer.log_buffer import LogBuffers
@@ -42,12 +46,6 @@ NAK_SPIN_NS = 1_000_000
 MAX_GAPS = 16
 """Any consumption progress is reported within 1 ms (besides Aeron's quarter-window and 200 ms
 rules), so a lost SM stalls a blocked sender for a millisecond, not for 200."""
-
-
-class ImageState(Enum):
-    ACTIVE = "active"
-    INACTIVE = "inactive"  # no packets for the liveness timeout, or end of stream reached
-    DONE = "done"
 
 
 @dataclass
@@ -73,7 +71,6 @@ class PublicationImage:
     sm_interval_ns: int
     now_ns: int
     reliable: bool = True
-    state: ImageState = ImageState.ACTIVE
     subscribers: dict[int, SubscriberPosition] = field(default_factory=dict)
     hwm: int = 0
     rebuild: int = 0
@@ -85,6 +82,7 @@ class PublicationImage:
     time_of_last_packet_ns: int = 0
     eos_position: int = -1
     nak_timers: dict[int, int] = field(default_factory=dict)  # gap position -> when to NAK it
+    _state: ImageState = field(default=ImageState.ACTIVE, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.hwm = self.rebuild = self.join_position
@@ -93,6 +91,17 @@ class PublicationImage:
         self._hwm_counter = self.counters.position(self.hwm_id)
         self._hwm_counter.set_ordered(self.hwm)
         self.counters.set_value(self.rebuild_id, self.rebuild)
+
+    @property
+    def state(self) -> ImageState:
+        """Where the image is in its lifecycle; it moves only through :meth:`transition`."""
+        return self._state
+
+    def transition(self, to: ImageState) -> None:
+        """Move to ``to`` if the lifecycle table allows it, else raise IllegalTransitionError."""
+        self._state = check_transition(
+            IMAGE_TRANSITIONS, self._state, to, f"image registration_id={self.registration_id}"
+        )
 
     # -- positions ---------------------------------------------------------------------------------
     def min_subscriber_position(self) -> int:
@@ -262,7 +271,7 @@ class PublicationImage:
         if self.state is not ImageState.ACTIVE:
             return
         if now_ns - self.time_of_last_packet_ns > self.liveness_timeout_ns or self.is_drained_to_end_of_stream():
-            self.state = ImageState.INACTIVE
+            self.transition(ImageState.INACTIVE)
 
     def is_drained_to_end_of_stream(self) -> bool:
         """An end-of-stream heartbeat came, everything before it arrived and every subscriber read

@@ -1,15 +1,29 @@
-"""UDP endpoints and the sender and receiver agents: they only move bytes.
+"""UDP channel endpoints: the one receive path, dispatching each datagram on its frame type.
 
-A :class:`SendChannelEndpoint` is one socket per publication channel (ephemeral local port):
+A :class:`SendChannelEndpoint` is one transport per publication channel (ephemeral local port):
 DATA, SETUP and heartbeats go to the channel's endpoint; status messages and NAKs come back to
-it. A :class:`ReceiveChannelEndpoint` is one socket bound to a subscription channel's endpoint:
-DATA-path datagrams and SETUPs come in; SMs and NAKs go back to each image's source address.
-The protocol itself lives in :mod:`driver.network_publication` and :mod:`driver.publication_image`.
+it. A :class:`ReceiveChannelEndpoint` is one transport bound to a subscription channel's
+endpoint: DATA-path datagrams and SETUPs come in; SMs and NAKs go back to each image's source
+address. The protocol itself lives in :mod:`driver.network_publication` and
+:mod:`driver.publication_image`; the sender and receiver agents (:mod:`driver.sender`,
+:mod:`driver.receiver`) poll the endpoints and own their dispatch state.
 
-Every datagram read is checked before use; an invalid one is counted ("Invalid packets") and
-dropped, never logged per packet. :class:`FaultInjector` (driver settings ``udp_drop_rate``,
-``udp_duplicate_rate``, ``udp_reorder_rate``, ``udp_fault_seed``) drops, duplicates and reorders
-a fraction of the datagrams an endpoint receives, for tests and demos.
+**Dispatch.** :meth:`ChannelEndpoint.on_datagram` checks the common header (length, version),
+picks the handler for the frame type from a table built of :mod:`logbuf.protocol`'s constants
+and calls it. DATA and PAD are checked in C (``check_data_datagram``) and inserted into their
+image; every control frame goes through :func:`logbuf.protocol.codec.decode_exact` or
+:func:`~logbuf.protocol.codec.decode_control` (one frame filling the datagram). A datagram that is
+short, of another version, of a type the endpoint has no handler for, or malformed is counted
+("Invalid packets") and dropped, never raised or logged per packet. Control frames meant for the
+other side (an SM at a receive endpoint, an ERR at either) are decoded only so that a malformed
+one counts.
+
+**The socket seam.** An endpoint moves bytes through a :class:`DatagramTransport`: a
+:class:`UdpTransport` (a non-blocking socket, ``recvmmsg`` batches, ``sendmmsg`` straight from the
+term) in the driver, an in-memory link in the tests, so the tests drive this same dispatch. The
+driver context's ``udp_transport`` makes them. :class:`FaultInjector` (driver settings
+``udp_drop_rate``, ``udp_duplicate_rate``, ``udp_reorder_rate``, ``udp_fault_seed``) drops,
+duplicates and reorders a fraction of the datagrams a UDP transport receives, for tests and demos.
 """
 
 from __future__ import annotations
@@ -22,47 +36,53 @@ import socket
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Final, Protocol, TypeAlias
 
 import numpy as np
 
 from logbuf import native
 from logbuf.driver import _udp
-from logbuf.driver.network_publication import NetworkPublication
-from logbuf.driver.publication_image import ImageState, PublicationImage
+from logbuf.driver.lifecycle import ImageState
+from logbuf.driver.network_publication import NetworkPublication, SendFrames
+from logbuf.driver.publication_image import PublicationImage
 from logbuf.driver.system_counters import SystemCounterId, SystemCounters
 from logbuf.logbuffer import data_header_descriptor as dh
-from logbuf.protocol import MalformedFrameError
 from logbuf.protocol import nak as nak_codec
 from logbuf.protocol import rttm as rttm_codec
 from logbuf.protocol import setup as setup_codec
 from logbuf.protocol import status as status_codec
+from logbuf.protocol.codec import decode_control, decode_exact
 from logbuf.protocol.frame_header import (
+    COMMON_HEADER,
+    COMMON_HEADER_LENGTH,
+    CURRENT_VERSION,
     HDR_TYPE_DATA,
+    HDR_TYPE_ERR,
     HDR_TYPE_NAK,
     HDR_TYPE_PAD,
+    HDR_TYPE_RES,
+    HDR_TYPE_RSP_SETUP,
     HDR_TYPE_RTTM,
     HDR_TYPE_SETUP,
     HDR_TYPE_SM,
+    Buffer,
 )
 
-MAX_UDP_PAYLOAD = 65504
-READS_PER_POLL = 32
-SLOT_LENGTH = 65536
+if TYPE_CHECKING:
+    from logbuf.driver.proxies import ConductorCommands
+
+READS_PER_POLL: Final[int] = 32
+SLOT_LENGTH: Final[int] = 65536
 """Each poll reads up to 32 datagrams with one recvmmsg, each into its own 64 KiB slot."""
-SETUP_ELICIT_INTERVAL_NS = 100_000_000
-_DATA_IDS = struct.Struct("<iiii")
-"""term_offset, session_id, stream_id, term_id of a DATA/PAD header, from its byte 8."""
+SETUP_ELICIT_INTERVAL_NS: Final[int] = 100_000_000
+_DATA_PREFIX: Final[struct.Struct] = struct.Struct("<iBBHiiii")
+"""frame_length, version, flags, type, term_offset, session_id, stream_id, term_id: a DATA/PAD header up
+to its reserved value, read with one unpack on the hot path."""
+assert _DATA_PREFIX.size == dh.RESERVED_VALUE_FIELD_OFFSET
 
-Handler = Callable[[memoryview, tuple[str, int]], None]
-
-
-class _ControlFrame(Protocol):
-    @property
-    def frame_length(self) -> int: ...
-
-
-_Frame = TypeVar("_Frame", bound=_ControlFrame)
+Address: TypeAlias = tuple[str, int]
+DatagramHandler: TypeAlias = Callable[[memoryview, Address], None]
+"""Called with each datagram received (valid only during the call) and its source address."""
 
 
 class FaultInjector:
@@ -71,13 +91,13 @@ class FaultInjector:
     def __init__(self, drop: float, duplicate: float, reorder: float, seed: int) -> None:
         self.drop, self.duplicate, self.reorder = drop, duplicate, reorder
         self.random = random.Random(seed)
-        self._held: tuple[bytes, tuple[str, int]] | None = None
+        self._held: tuple[bytes, Address] | None = None
 
     @property
     def active(self) -> bool:
         return bool(self.drop or self.duplicate or self.reorder)
 
-    def deliver(self, datagram: memoryview, source: tuple[str, int], handler: Handler) -> None:
+    def deliver(self, datagram: memoryview, source: Address, handler: DatagramHandler) -> None:
         r = self.random.random
         if r() < self.drop:
             return
@@ -89,7 +109,7 @@ class FaultInjector:
             handler(datagram, source)
         self.flush(handler)
 
-    def flush(self, handler: Handler) -> None:
+    def flush(self, handler: DatagramHandler) -> None:
         if self._held is not None:
             held, source = self._held
             self._held = None
@@ -149,21 +169,56 @@ def resolve_interface(host: str, prefix: int | None) -> str:
     raise OSError(f"no local interface address in {subnet}")
 
 
-def _decode_exact(decoder: Callable[[memoryview], _Frame], datagram: memoryview) -> _Frame:
-    """Decode a control frame that must fill the datagram exactly (trailing bytes are malformed)."""
-    frame = decoder(datagram)
-    if len(datagram) != frame.frame_length:
-        raise MalformedFrameError("trailing bytes")
-    return frame
+# -- the socket seam ---------------------------------------------------------------------------------
+class DatagramTransport(Protocol):
+    """What an endpoint needs from the network: receive what has arrived, send one datagram."""
+
+    @property
+    def local_address(self) -> Address:
+        """Where this transport is bound (its ephemeral port resolved)."""
+        ...
+
+    def receive(self, handler: DatagramHandler) -> int:
+        """Hand every datagram that has arrived (up to a batch) to ``handler``; returns how many."""
+        ...
+
+    def send_to(self, datagram: Buffer, address: Address) -> int:
+        """Send one datagram; returns the bytes the network took (0 if it took none)."""
+        ...
+
+    def fileno(self) -> int:
+        """A file descriptor that is readable when datagrams wait (the duty cycle parks in select on
+        it), or -1 if there is none."""
+        ...
+
+    def close(self) -> None: ...
 
 
-class UdpEndpoint:
+class TransportFactory(Protocol):
+    """Makes the transport of a new endpoint: :class:`UdpTransport` unless the driver context says
+    otherwise. Raises OSError if it cannot bind."""
+
+    def __call__(
+        self,
+        bind: Address,
+        *,
+        sockets: SocketSettings,
+        faults: FaultInjector | None,
+        system_counters: SystemCounters,
+    ) -> DatagramTransport: ...
+
+
+class UdpTransport:
+    """A non-blocking UDP socket: reads batches with one ``recvmmsg`` (counting bytes and datagrams
+    received), sends single datagrams with ``sendto`` and runs of frames with one ``sendmmsg``."""
+
     def __init__(
         self,
-        bind: tuple[str, int],
-        system_counters: SystemCounters,
-        faults: FaultInjector | None,
+        bind: Address,
+        *,
         sockets: SocketSettings,
+        faults: FaultInjector | None,
+        system_counters: SystemCounters,
     ) -> None:
         self.socket = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         try:
@@ -176,257 +231,271 @@ class UdpEndpoint:
         self.socket.setblocking(False)
         self._readable = select.poll()  # an empty poll(0) is cheaper than a BlockingIOError per cycle
         self._readable.register(self.socket, select.POLLIN)
-        self.local_address: tuple[str, int] = self.socket.getsockname()
+        self._local_address: Address = self.socket.getsockname()
         self.system_counters = system_counters
         self.faults = faults if faults is not None and faults.active else None
         self._buffer = bytearray(READS_PER_POLL * SLOT_LENGTH)
         self._view = memoryview(self._buffer)
         self._lengths = np.zeros(READS_PER_POLL, dtype=np.int32)
         self._sources = np.zeros(READS_PER_POLL, dtype=np.uint64)
-        self._addresses: dict[int, tuple[str, int]] = {}
+        self._addresses: dict[int, Address] = {}
 
-    def poll(self, handler: Handler) -> int:
-        """Read up to READS_PER_POLL datagrams (one recvmmsg) and hand each to ``handler``; returns
-        how many."""
-        if not self._readable.poll(0) and self.faults is None:
+    @property
+    def local_address(self) -> Address:
+        return self._local_address
+
+    def receive(self, handler: DatagramHandler) -> int:
+        faults = self.faults
+        if not self._readable.poll(0):
+            if faults is not None:
+                faults.flush(handler)
             return 0
         n = _udp.udp_receive_batch(self.socket.fileno(), self._buffer, SLOT_LENGTH, self._lengths, self._sources)
-        if not n:
-            return 0
-        lengths = self._lengths[:n].tolist()
-        counters = self.system_counters
-        counters.increment(SystemCounterId.BYTES_RECEIVED, sum(lengths))
-        counters.increment(SystemCounterId.DATAGRAMS_RECEIVED, n)
-        view = self._view
-        for i, (length, source) in enumerate(zip(lengths, self._sources[:n].tolist())):
-            address = self._addresses.get(source)
-            if address is None:
-                if len(self._addresses) > 1024:
-                    self._addresses.clear()
-                address = self._addresses[source] = (
-                    socket.inet_ntoa((source >> 16).to_bytes(4, "big")),
-                    source & 0xFFFF,
-                )
-            datagram = view[i * SLOT_LENGTH : i * SLOT_LENGTH + length]
-            if self.faults is not None:
-                self.faults.deliver(datagram, address, handler)
-            else:
-                handler(datagram, address)
+        if n:
+            lengths = self._lengths[:n].tolist()
+            counters = self.system_counters
+            counters.increment(SystemCounterId.BYTES_RECEIVED, sum(lengths))
+            counters.increment(SystemCounterId.DATAGRAMS_RECEIVED, n)
+            view = self._view
+            for i, (length, source) in enumerate(zip(lengths, self._sources[:n].tolist())):
+                address = self._addresses.get(source)
+                if address is None:
+                    if len(self._addresses) > 1024:
+                        self._addresses.clear()
+                    address = self._addresses[source] = (
+                        socket.inet_ntoa((source >> 16).to_bytes(4, "big")),
+                        source & 0xFFFF,
+                    )
+                datagram = view[i * SLOT_LENGTH : i * SLOT_LENGTH + length]
+                if faults is not None:
+                    faults.deliver(datagram, address, handler)
+                else:
+                    handler(datagram, address)
+        if faults is not None:
+            faults.flush(handler)
         return n
 
-    def send_to(self, datagram: Any, address: tuple[str, int]) -> int:
+    def send_to(self, datagram: Buffer, address: Address) -> int:
         try:
             return self.socket.sendto(datagram, address)
-        except BlockingIOError:
-            return 0
-        except OSError:
+        except OSError:  # BlockingIOError (buffer full) included: the caller counts a short send
             return 0
 
-    def close(self) -> None:
-        self.socket.close()
-
-
-class SendChannelEndpoint(UdpEndpoint):
-    """One publication channel: sends to ``destination``, receives SMs and NAKs."""
-
-    def __init__(
-        self,
-        channel: str,
-        destination: tuple[str, int],
-        system_counters: SystemCounters,
-        faults: FaultInjector | None,
-        sockets: SocketSettings,
-        bind: tuple[str, int] = ("0.0.0.0", 0),
-    ) -> None:
-        super().__init__(bind, system_counters, faults, sockets)
-        self.channel = channel
-        self.destination = destination
-        self.publications: dict[tuple[int, int], NetworkPublication] = {}
-        self.clock_ns: Callable[[], int] = lambda: 0
-        self.send = lambda datagram: self.send_to(datagram, self.destination)
-        self._sockaddr = (
+    def frame_sender(self, destination: Address) -> SendFrames:
+        """Sends runs of committed frames straight from a term to ``destination`` with one sendmmsg
+        (see :func:`logbuf.native.term_send_datagrams`), counting bytes and datagrams sent."""
+        sockaddr = (
             struct.pack("=H", socket.AF_INET)
             + struct.pack("!H", destination[1])
             + socket.inet_aton(destination[0])
             + bytes(8)
         )  # struct sockaddr_in
+        fd, counters = self.socket.fileno(), self.system_counters
 
-    def send_frames(
-        self, term: memoryview, term_offset: int, max_length: int, mtu: int, max_datagrams: int
-    ) -> tuple[int, int]:
-        """Send datagrams of committed frames straight from the term with one sendmmsg (see
-        :func:`logbuf.driver._udp.term_send_datagrams`): (term bytes covered, datagrams sent)."""
-        covered, datagrams, sent = _udp.term_send_datagrams(
-            self.socket.fileno(), term, term_offset, max_length, mtu, self._sockaddr, max_datagrams
-        )
-        if datagrams:
-            self.system_counters.increment(SystemCounterId.BYTES_SENT, sent)
-            self.system_counters.increment(SystemCounterId.DATAGRAMS_SENT, datagrams)
-        return covered, datagrams
+        def send_frames(
+            term: memoryview, term_offset: int, max_length: int, mtu: int, max_datagrams: int
+        ) -> tuple[int, int]:
+            covered, datagrams, sent = _udp.term_send_datagrams(
+                fd, term, term_offset, max_length, mtu, sockaddr, max_datagrams
+            )
+            if datagrams:
+                counters.increment(SystemCounterId.BYTES_SENT, sent)
+                counters.increment(SystemCounterId.DATAGRAMS_SENT, datagrams)
+            return covered, datagrams
 
-    def on_control(self, datagram: memoryview, source: tuple[str, int]) -> None:
-        counters = self.system_counters
-        try:
-            if len(datagram) < 8 or datagram[4] != 0:
-                raise MalformedFrameError("short or wrong version")
-            frame_type = datagram[6] | (datagram[7] << 8)
-            if frame_type == HDR_TYPE_SM:
-                sm = _decode_exact(status_codec.decode, datagram)
-                publication = self.publications.get((sm.session_id, sm.stream_id))
-                if publication is not None:
-                    counters.increment(SystemCounterId.STATUS_MESSAGES_RECEIVED)
-                    publication.on_status_message(sm, self.clock_ns())
-            elif frame_type == HDR_TYPE_NAK:
-                nak = _decode_exact(nak_codec.decode, datagram)
-                publication = self.publications.get((nak.session_id, nak.stream_id))
-                if publication is not None:
-                    counters.increment(SystemCounterId.NAK_MESSAGES_RECEIVED)
-                    publication.on_nak(nak, self.clock_ns(), self.send)
-            elif frame_type == HDR_TYPE_RTTM:
-                # Our static congestion control never measures RTT, but a receiver that does (Aeron's
-                # cubic) gets its probe answered: flags 0, its timestamp echoed (Aeron's sender rule).
-                rttm = _decode_exact(rttm_codec.decode, datagram)
-                if rttm.is_reply_requested and (rttm.session_id, rttm.stream_id) in self.publications:
-                    reply = rttm_codec.RttMeasurementFrame(
-                        rttm.session_id, rttm.stream_id, rttm.echo_timestamp_ns, 0, rttm.receiver_id
-                    ).encode()
-                    counters.count_send(len(reply), self.send_to(reply, source))
-            else:
-                raise MalformedFrameError(f"type {frame_type} on a send channel")
-        except (MalformedFrameError, ValueError):
-            counters.increment(SystemCounterId.INVALID_PACKETS)
+        return send_frames
+
+    def fileno(self) -> int:
+        return self.socket.fileno()
+
+    def close(self) -> None:
+        self.socket.close()
 
 
-class ReceiveChannelEndpoint(UdpEndpoint):
-    """One subscription channel: bound to its endpoint, feeds images, answers with SMs and NAKs."""
+# -- endpoints ------------------------------------------------------------------------------------------
+class ChannelEndpoint:
+    """What both endpoints share: a transport, the system counters, a clock and the dispatch."""
 
     def __init__(
         self,
         channel: str,
-        bind: tuple[str, int],
+        transport: DatagramTransport,
         system_counters: SystemCounters,
-        faults: FaultInjector | None,
-        sockets: SocketSettings,
-        on_setup: Callable[[ReceiveChannelEndpoint, setup_codec.SetupFrame, tuple[str, int]], None],
+        clock_ns: Callable[[], int],
     ) -> None:
-        super().__init__(bind, system_counters, faults, sockets)
         self.channel = channel
-        self.stream_ids: dict[int, int] = {}  # stream id -> subscription count
-        self.image_settings: dict[int, ImageSettings] = {}  # stream id -> its subscriptions' parameters
-        self.images: dict[tuple[int, int], PublicationImage] = {}
-        self.receiver_id = random.getrandbits(63)
-        self.on_setup = on_setup
-        self.clock_ns: Callable[[], int] = lambda: 0
-        self._elicited: dict[tuple[int, int], int] = {}
+        self.transport = transport
+        self.system_counters = system_counters
+        self.clock_ns = clock_ns
+        self.handlers: dict[int, DatagramHandler] = {}
+        """Frame type -> handler; a type missing here is an invalid packet at this endpoint."""
 
-    def on_datagram(self, datagram: memoryview, source: tuple[str, int]) -> None:
+    def on_datagram(self, datagram: memoryview, source: Address) -> None:
+        """The one receive path: check the common header, dispatch on the frame type; count and drop
+        what is invalid."""
+        if len(datagram) >= COMMON_HEADER_LENGTH:
+            _, version, _, frame_type = COMMON_HEADER.unpack_from(datagram, 0)
+            handler = self.handlers.get(frame_type)
+            if version == CURRENT_VERSION and handler is not None:
+                try:
+                    handler(datagram, source)
+                    return
+                except ValueError:  # MalformedFrameError, or a field no sender produces
+                    pass
+        self.system_counters.increment(SystemCounterId.INVALID_PACKETS)
+
+    def poll(self) -> int:
+        """Dispatch what the transport has received; returns how many datagrams."""
+        return self.transport.receive(self.on_datagram)
+
+    def send_to(self, datagram: Buffer, address: Address) -> int:
+        return self.transport.send_to(datagram, address)
+
+    def _on_foreign_control(self, datagram: memoryview, source: Address) -> None:
+        """A control frame this endpoint has no use for: decoded only, so a malformed one counts."""
+        decode_control(datagram)
+
+    def close(self) -> None:
+        self.transport.close()
+
+
+class SendChannelEndpoint(ChannelEndpoint):
+    """One publication channel: sends to ``destination``, receives SMs, NAKs and RTT probes. Its
+    ``publications`` belong to the sender agent."""
+
+    def __init__(
+        self,
+        channel: str,
+        destination: Address,
+        transport: DatagramTransport,
+        system_counters: SystemCounters,
+        clock_ns: Callable[[], int],
+    ) -> None:
+        super().__init__(channel, transport, system_counters, clock_ns)
+        self.destination = destination
+        self.publications: dict[tuple[int, int], NetworkPublication] = {}
+        self.send_frames: SendFrames | None = (
+            transport.frame_sender(destination) if isinstance(transport, UdpTransport) else None
+        )
+        """The batch send of a UDP transport; None: the publication sends datagram by datagram."""
+        self.handlers = {
+            HDR_TYPE_SM: self._on_status_message,
+            HDR_TYPE_NAK: self._on_nak,
+            HDR_TYPE_RTTM: self._on_rtt_measurement,
+            HDR_TYPE_ERR: self._on_foreign_control,
+            HDR_TYPE_RES: self._on_foreign_control,
+            HDR_TYPE_RSP_SETUP: self._on_foreign_control,
+        }
+
+    def send(self, datagram: Buffer) -> int:
+        return self.transport.send_to(datagram, self.destination)
+
+    def _on_status_message(self, datagram: memoryview, source: Address) -> None:
+        sm = decode_exact(status_codec.decode, datagram)
+        publication = self.publications.get((sm.session_id, sm.stream_id))
+        if publication is not None:
+            self.system_counters.increment(SystemCounterId.STATUS_MESSAGES_RECEIVED)
+            publication.on_status_message(sm, self.clock_ns())
+
+    def _on_nak(self, datagram: memoryview, source: Address) -> None:
+        nak = decode_exact(nak_codec.decode, datagram)
+        publication = self.publications.get((nak.session_id, nak.stream_id))
+        if publication is not None:
+            self.system_counters.increment(SystemCounterId.NAK_MESSAGES_RECEIVED)
+            publication.on_nak(nak, self.clock_ns(), self.send)
+
+    def _on_rtt_measurement(self, datagram: memoryview, source: Address) -> None:
+        # Our static congestion control never measures RTT, but a receiver that does (Aeron's cubic)
+        # gets its probe answered: flags 0, its timestamp echoed (Aeron's sender rule).
+        rttm = decode_exact(rttm_codec.decode, datagram)
+        if rttm.is_reply_requested and (rttm.session_id, rttm.stream_id) in self.publications:
+            reply = rttm_codec.RttMeasurementFrame(
+                rttm.session_id, rttm.stream_id, rttm.echo_timestamp_ns, 0, rttm.receiver_id
+            ).encode()
+            self.system_counters.count_send(len(reply), self.send_to(reply, source))
+
+
+class ReceiveChannelEndpoint(ChannelEndpoint):
+    """One subscription channel: bound to its endpoint, feeds images, answers with SMs and NAKs.
+
+    ``subscribed_stream_ids`` and ``images`` are the receiver agent's (changed only by its ``on_*``
+    commands); a SETUP for a subscribed stream without an active image asks the conductor, through
+    its proxy, to create one."""
+
+    def __init__(
+        self,
+        channel: str,
+        transport: DatagramTransport,
+        system_counters: SystemCounters,
+        clock_ns: Callable[[], int],
+        conductor: ConductorCommands,
+    ) -> None:
+        super().__init__(channel, transport, system_counters, clock_ns)
+        self.conductor = conductor
+        self.subscribed_stream_ids: set[int] = set()
+        self.images: dict[tuple[int, int], PublicationImage] = {}  # (session id, stream id) -> image
+        self.receiver_id = random.getrandbits(63)
+        self._elicited: dict[tuple[int, int], int] = {}
+        self.handlers = {
+            HDR_TYPE_DATA: self._on_data,  # on_datagram goes straight to _on_data_frame for a whole header
+            HDR_TYPE_PAD: self._on_data,
+            HDR_TYPE_SETUP: self._on_setup,
+            HDR_TYPE_SM: self._on_foreign_control,
+            HDR_TYPE_NAK: self._on_foreign_control,
+            HDR_TYPE_RTTM: self._on_foreign_control,
+            HDR_TYPE_ERR: self._on_foreign_control,
+            HDR_TYPE_RES: self._on_foreign_control,
+            HDR_TYPE_RSP_SETUP: self._on_foreign_control,
+        }
+
+    def on_datagram(self, datagram: memoryview, source: Address) -> None:
+        """:meth:`ChannelEndpoint.on_datagram`, with the hot path first: a whole DATA or PAD header, read
+        with one unpack, goes straight to its handler without the table lookup."""
+        if len(datagram) >= dh.HEADER_LENGTH:
+            _, version, _, frame_type, term_offset, session_id, stream_id, term_id = _DATA_PREFIX.unpack_from(datagram)
+            if (frame_type == HDR_TYPE_DATA or frame_type == HDR_TYPE_PAD) and version == CURRENT_VERSION:
+                self._on_data_frame(datagram, source, term_offset, session_id, stream_id, term_id)
+                return
+        super().on_datagram(datagram, source)
+
+    def _on_data(self, datagram: memoryview, source: Address) -> None:
+        """DATA, PAD or heartbeat through the table (a header cut short: invalid)."""
+        if len(datagram) < dh.HEADER_LENGTH:
+            self.system_counters.increment(SystemCounterId.INVALID_PACKETS)
+            return
+        _, _, _, _, term_offset, session_id, stream_id, term_id = _DATA_PREFIX.unpack_from(datagram)
+        self._on_data_frame(datagram, source, term_offset, session_id, stream_id, term_id)
+
+    def _on_data_frame(
+        self, datagram: memoryview, source: Address, term_offset: int, session_id: int, stream_id: int, term_id: int
+    ) -> None:
+        """Checked in C, inserted into the session's image if it has one; DATA of a subscribed stream
+        without an image asks the sender for a SETUP (at most every 100 ms)."""
         counters = self.system_counters
-        if len(datagram) < 8 or datagram[4] != 0:
+        image = self.images.get((session_id, stream_id))
+        covered = native.check_data_datagram(datagram, image.log.term_length if image is not None else 0)
+        if covered < 0:
             counters.increment(SystemCounterId.INVALID_PACKETS)
             return
-        frame_type = datagram[6] | (datagram[7] << 8)
-        if frame_type == HDR_TYPE_DATA or frame_type == HDR_TYPE_PAD:
-            if len(datagram) < 32:
-                counters.increment(SystemCounterId.INVALID_PACKETS)
-                return
-            term_offset, session_id, stream_id, term_id = _DATA_IDS.unpack_from(datagram, 8)
-            image = self.images.get((session_id, stream_id))
-            term_length = image.log.term_length if image is not None else 0
-            covered = native.check_data_datagram(datagram, term_length)
-            if covered < 0:
-                counters.increment(SystemCounterId.INVALID_PACKETS)
-                return
-            if image is not None:
-                if image.state is ImageState.ACTIVE:
-                    image.insert_packet(term_id, term_offset, datagram, covered, self.clock_ns())
-            elif stream_id in self.stream_ids and not (covered == 0 and datagram[5] & dh.EOS_FLAG):
-                now = self.clock_ns()
-                if now >= self._elicited.get((session_id, stream_id), 0):
-                    self._elicited[(session_id, stream_id)] = now + SETUP_ELICIT_INTERVAL_NS
-                    sm = status_codec.StatusMessageFrame.setup_eliciting(session_id, stream_id, self.receiver_id)
-                    self.send_to(sm.encode(), source)
-                    counters.increment(SystemCounterId.STATUS_MESSAGES_SENT)
-            return
-        if frame_type == HDR_TYPE_SETUP:
-            try:
-                setup = _decode_exact(setup_codec.decode, datagram)
-            except (MalformedFrameError, ValueError):
-                counters.increment(SystemCounterId.INVALID_PACKETS)
-                return
-            counters.increment(SystemCounterId.SETUPS_RECEIVED)
-            key = (setup.session_id, setup.stream_id)
-            existing = self.images.get(key)
-            if setup.stream_id in self.stream_ids and (existing is None or existing.state is not ImageState.ACTIVE):
-                self.on_setup(self, setup, source)
-            return
-        if frame_type in (HDR_TYPE_SM, HDR_TYPE_NAK, HDR_TYPE_RTTM):
-            # control frames meant for a sender: not ours, but a malformed one still counts
-            decoder: Callable[[memoryview], Any] = {
-                HDR_TYPE_SM: status_codec.decode,
-                HDR_TYPE_NAK: nak_codec.decode,
-                HDR_TYPE_RTTM: rttm_codec.decode,
-            }[frame_type]
-            try:
-                _decode_exact(decoder, datagram)
-            except (MalformedFrameError, ValueError):
-                counters.increment(SystemCounterId.INVALID_PACKETS)
-            return
-        counters.increment(SystemCounterId.INVALID_PACKETS)
+        if image is not None:
+            if image.state is ImageState.ACTIVE:
+                image.insert_packet(term_id, term_offset, datagram, covered, self.clock_ns())
+        elif stream_id in self.subscribed_stream_ids and not (covered == 0 and datagram[5] & dh.EOS_FLAG):
+            now = self.clock_ns()
+            if now >= self._elicited.get((session_id, stream_id), 0):
+                self._elicited[(session_id, stream_id)] = now + SETUP_ELICIT_INTERVAL_NS
+                sm = status_codec.StatusMessageFrame.setup_eliciting(session_id, stream_id, self.receiver_id).encode()
+                counters.count_send(len(sm), self.send_to(sm, source))
+                counters.increment(SystemCounterId.STATUS_MESSAGES_SENT)
 
+    def _on_setup(self, datagram: memoryview, source: Address) -> None:
+        setup = decode_exact(setup_codec.decode, datagram)
+        self.system_counters.increment(SystemCounterId.SETUPS_RECEIVED)
+        if setup.stream_id in self.subscribed_stream_ids:
+            existing = self.images.get((setup.session_id, setup.stream_id))
+            if existing is None or existing.state is not ImageState.ACTIVE:
+                self.conductor.create_publication_image(self, setup, source)
 
-def _sender_to(endpoint: UdpEndpoint, address: tuple[str, int]) -> Callable[[Any], int]:
-    return lambda datagram: endpoint.send_to(datagram, address)
-
-
-_Endpoint = TypeVar("_Endpoint", bound=UdpEndpoint)
-
-
-class _EndpointAgent(Generic[_Endpoint]):
-    """An agent over a list of endpoints, which it closes on close."""
-
-    def __init__(self, clock_ns: Callable[[], int]) -> None:
-        self.clock_ns = clock_ns
-        self.endpoints: list[_Endpoint] = []
-
-    def on_start(self) -> None:
-        pass
-
-    def on_close(self) -> None:
-        for endpoint in self.endpoints:
-            endpoint.close()
-        self.endpoints.clear()
-
-
-class Sender(_EndpointAgent[SendChannelEndpoint]):
-    """Agent: sends every network publication's data, reads their control frames."""
-
-    role_name = "sender"
-
-    def do_work(self) -> int:
-        now = self.clock_ns()
-        work = 0
-        for endpoint in self.endpoints:
-            for publication in list(endpoint.publications.values()):
-                work += publication.send(now, endpoint.send, endpoint.send_frames)
-            work += endpoint.poll(endpoint.on_control)
-            if endpoint.faults is not None:
-                endpoint.faults.flush(endpoint.on_control)
-        return work
-
-
-class Receiver(_EndpointAgent[ReceiveChannelEndpoint]):
-    """Agent: reads subscription endpoints into images, sends their NAKs and SMs."""
-
-    role_name = "receiver"
-
-    def do_work(self) -> int:
-        now = self.clock_ns()
-        work = 0
-        for endpoint in self.endpoints:
-            work += endpoint.poll(endpoint.on_datagram)
-            if endpoint.faults is not None:
-                endpoint.faults.flush(endpoint.on_datagram)
-            for image in list(endpoint.images.values()):
-                if image.state is ImageState.ACTIVE:
-                    work += image.track_rebuild(now, _sender_to(endpoint, image.source_address))
-        return work
+    def sender_to(self, address: Address) -> Callable[[Buffer], int]:
+        """A ``send`` for an image's NAKs and SMs: to its source address."""
+        return lambda datagram: self.transport.send_to(datagram, address)

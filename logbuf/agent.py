@@ -27,6 +27,7 @@ __all__ = [
     "BusySpinIdleStrategy",
     "IdleStrategy",
     "NoOpIdleStrategy",
+    "Park",
     "SleepingIdleStrategy",
     "YieldingIdleStrategy",
     "idle_strategy_from_name",
@@ -104,11 +105,21 @@ def reduce_timer_slack(slack_ns: int = PARK_TIMER_SLACK_NS) -> bool:
         return False
 
 
+Park = Callable[[float], None]
+"""Parks the calling thread for up to the given seconds (``time.sleep``, or a ``select`` on sockets
+that wakes when a datagram arrives)."""
+
+
 class BackoffIdleStrategy:
-    """Spin, then yield, then sleep with exponential back-off up to ``max_park_ns`` (Agrona's shape)."""
+    """Spin, then yield, then park with exponential back-off up to ``max_park_ns`` (Agrona's shape)."""
 
     def __init__(
-        self, max_spins: int = 10, max_yields: int = 20, min_park_ns: int = 1_000, max_park_ns: int = 1_000_000
+        self,
+        max_spins: int = 10,
+        max_yields: int = 20,
+        min_park_ns: int = 1_000,
+        max_park_ns: int = 1_000_000,
+        park: Park = time.sleep,
     ):
         if not 0 < min_park_ns <= max_park_ns:
             raise ConfigurationError(f"min_park_ns={min_park_ns} must be > 0 and <= max_park_ns={max_park_ns}")
@@ -119,8 +130,7 @@ class BackoffIdleStrategy:
         self._spins = 0
         self._yields = 0
         self._park_ns = min_park_ns
-        self.park: Callable[[float], None] = time.sleep
-        """How to park for the given seconds; a driver with sockets waits on them instead (select)."""
+        self.park = park
 
     def idle(self, work_count: int) -> None:
         if work_count > 0:
@@ -141,14 +151,16 @@ class BackoffIdleStrategy:
         self._park_ns = self.min_park_ns
 
 
-IDLE_STRATEGIES: dict[str, Callable[[], IdleStrategy]] = {
+IDLE_STRATEGIES: dict[str, Callable[[Park], IdleStrategy]] = {
     # Under the GIL each wake-up costs tens of microseconds: park up to 2 ms when idle (< 5% of a core).
-    "backoff": lambda: BackoffIdleStrategy(max_park_ns=2_000_000),
-    "sleep": SleepingIdleStrategy,
-    "yield": YieldingIdleStrategy,
-    "spin": BusySpinIdleStrategy,
-    "noop": NoOpIdleStrategy,
+    # No spinning: on 2 cores a spinning agent holds the core its clients need, so it yields instead.
+    "backoff": lambda park: BackoffIdleStrategy(max_spins=0, max_park_ns=2_000_000, park=park),
+    "sleep": lambda park: SleepingIdleStrategy(),
+    "yield": lambda park: YieldingIdleStrategy(),
+    "spin": lambda park: BusySpinIdleStrategy(),
+    "noop": lambda park: NoOpIdleStrategy(),
 }
+"""Idle strategies by name, each made with the agent's way to park (used by ``backoff``)."""
 
 
 def parse_cpu_list(text: str) -> frozenset[int]:
@@ -172,10 +184,11 @@ def parse_cpu_list(text: str) -> frozenset[int]:
     return frozenset(cpus)
 
 
-def idle_strategy_from_name(name: str) -> IdleStrategy:
-    """``backoff`` (default), ``sleep``, ``yield``, ``spin`` or ``noop``."""
+def idle_strategy_from_name(name: str, park: Park = time.sleep) -> IdleStrategy:
+    """``backoff`` (default), ``sleep``, ``yield``, ``spin`` or ``noop``; ``park`` is how ``backoff``
+    parks."""
     try:
-        return IDLE_STRATEGIES[name]()
+        return IDLE_STRATEGIES[name](park)
     except KeyError:
         raise ConfigurationError(f"idle strategy {name!r} is not one of {sorted(IDLE_STRATEGIES)}") from None
 

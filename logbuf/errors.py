@@ -93,9 +93,9 @@ class FrameError(LogbufError, ValueError):
 class MalformedFrameError(FrameError):
     """Bytes that do not decode as a frame; ``reason`` says why, naming the field and value.
 
-    Raised by the per-frame ``decode`` functions of :mod:`logbuf.protocol` and by
-    ``decode_datagram(..., strict=True)``; the receiver path uses :func:`logbuf.protocol.codec.classify`
-    instead and never sees it.
+    Raised by the per-frame ``decode`` functions of :mod:`logbuf.protocol`,
+    :func:`logbuf.protocol.codec.decode_control` and ``decode_datagram(..., strict=True)``; the driver's
+    endpoints catch it and count the datagram.
     """
 
     def __init__(self, reason: str) -> None:

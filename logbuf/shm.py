@@ -1,4 +1,10 @@
-"""POSIX shared memory segments (posix_ipc), mmap'd, with names checked up front."""
+"""POSIX shared memory segments (posix_ipc) and files under /dev/shm, mmap'd, with names checked up front.
+
+A new segment's space is reserved (``posix_fallocate``) before it is mapped. A sparse file on a
+full tmpfs maps fine, and then the first write to a page that cannot be allocated kills the
+writer with SIGBUS: a publishing client, or a driver rebuilding an image. Reserving up front turns
+that into a :class:`StorageSpaceError` when the log is created, and the half-made file is removed.
+"""
 
 from __future__ import annotations
 
@@ -9,11 +15,29 @@ from typing import Final
 
 import posix_ipc
 
+from logbuf.errors import LogbufError
 from logbuf.errors import ShmError as ShmError  # raised here; defined with the hierarchy
 
 NAME_PATTERN: Final[re.Pattern[str]] = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
 OWNER_ONLY: Final[int] = 0o600
 OWNER_AND_GROUP: Final[int] = 0o660
+
+
+class StorageSpaceError(LogbufError, OSError):
+    """There is not enough space (tmpfs, disk or memory) to reserve a new segment; the message says how much."""
+
+
+def reserve(fd: int, length: int, what: str) -> None:
+    """Allocate ``length`` bytes for the file behind ``fd`` now, so that no later write can fault."""
+    try:
+        os.posix_fallocate(fd, 0, length)
+    except OSError as e:
+        try:
+            free = os.fstatvfs(fd)
+            available = f"{free.f_bavail * free.f_frsize} bytes available"
+        except OSError:
+            available = "space available unknown"
+        raise StorageSpaceError(e.errno, f"cannot reserve {length} bytes for {what} ({available}): {e.strerror}") from e
 
 
 def check_name(name: str) -> str:
@@ -42,11 +66,19 @@ class Segment:
             raise ShmError(f"segment length={length} must be positive")
         flags = posix_ipc.O_CREX if exclusive else posix_ipc.O_CREAT
         try:
-            shm = posix_ipc.SharedMemory(path, flags, mode=mode, size=length)
+            shm = posix_ipc.SharedMemory(path, flags, mode=mode)
         except posix_ipc.ExistentialError as e:
             raise ShmError(f"shared memory {name!r} already exists") from e
         try:
+            if exclusive:
+                os.fchmod(shm.fd, mode)  # not subject to the umask
+            if os.fstat(shm.fd).st_size < length:
+                reserve(shm.fd, length, f"shared memory {name!r}")
             mm = mmap.mmap(shm.fd, length)
+        except BaseException:
+            if exclusive:
+                shm.unlink()
+            raise
         finally:
             shm.close_fd()
         return cls(name, mm, True)
@@ -78,8 +110,11 @@ class Segment:
             raise ShmError(f"file {path!r} already exists") from e
         try:
             os.fchmod(fd, mode)  # not subject to the umask
-            os.ftruncate(fd, length)
+            reserve(fd, length, f"file {path!r}")
             mm = mmap.mmap(fd, length)
+        except BaseException:
+            os.unlink(path)
+            raise
         finally:
             os.close(fd)
         return cls(path, mm, True)

@@ -12,12 +12,15 @@ from them (slices, ``Position`` counters) must be gone by then or it raises ``Bu
 
 from __future__ import annotations
 
+import fcntl
 import os
+import struct
 import time
 
 from logbuf import native
 from logbuf.conduit import cnc_descriptor as cnd
 from logbuf.conduit import ring_buffer_descriptor as rd
+from logbuf.directory import DirectoryPermissionError
 from logbuf.errors import CncError as CncError  # raised here; defined with the hierarchy
 from logbuf.errors import CncNotReadyError as CncNotReadyError
 from logbuf.errors import CncVersionError as CncVersionError
@@ -115,10 +118,22 @@ class CncFile:
         initialised, :class:`CncVersionError` for another major version.
         """
         path = cnc_path(directory)
-        if not os.path.exists(path):
-            raise CncError(f"no CnC file at {path}: is a media driver running with dir={directory}?")
+        try:
+            os.stat(path)
+        except FileNotFoundError:
+            raise CncError(f"no CnC file at {path}: is a media driver running with dir={directory}?") from None
+        except PermissionError as e:  # not "no CnC file": say what is wrong
+            raise DirectoryPermissionError(
+                f"cannot reach the CnC file {path}: permission denied to uid {os.geteuid()}"
+                " (a driver run by another user, or without --group-access?)"
+            ) from e
         try:
             segment = Segment.open_file(path)
+        except PermissionError as e:
+            raise DirectoryPermissionError(
+                f"cannot open the CnC file {path}: permission denied to uid {os.geteuid()}"
+                " (a driver run by another user, or without --group-access?)"
+            ) from e
         except ShmError as e:
             if os.path.exists(path):  # empty: created, not yet sized
                 raise CncNotReadyError(f"CnC file {path} is being initialised (empty)") from e
@@ -153,6 +168,63 @@ class CncFile:
 
     def __repr__(self) -> str:
         return f"CncFile({self.path!r}, version={cnd.version_string(self.version)}, pid={self.pid})"
+
+
+_FLOCK = struct.Struct("hhqqi4x")
+"""Linux ``struct flock``: l_type, l_whence, l_start, l_len, l_pid (padded to 32 bytes)."""
+_MAX_LOCK_OFFSET = (1 << 63) - 2
+
+
+class ClientLivenessLock:
+    """Proof, only the kernel can give, that a client is still open: a shared open-file-description
+    lock on byte ``client_id`` of the CnC file, taken when the client connects and let go just before
+    it sends CLIENT_CLOSE (and by the kernel when its process dies).
+
+    Every process that maps the CnC can write a CLIENT_CLOSE naming any client id, but none can drop
+    another process's lock: the driver honours a close only if nobody holds the named client's lock
+    (:func:`client_liveness_lock_held`). Clients that take no lock (Aeron's own) are closed as in
+    Aeron. The lock is advisory and costs nothing while held.
+    """
+
+    def __init__(self, path: str, client_id: int) -> None:
+        self.path = path
+        self.client_id = client_id
+        self._fd = -1
+        if not 0 <= client_id <= _MAX_LOCK_OFFSET:
+            return
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            fcntl.fcntl(fd, fcntl.F_OFD_SETLK, _FLOCK.pack(fcntl.F_RDLCK, os.SEEK_SET, client_id, 1, 0))
+        except OSError:  # someone holds a write lock on that byte: go without (the Aeron behaviour)
+            os.close(fd)
+            return
+        self._fd = fd
+
+    @property
+    def held(self) -> bool:
+        return self._fd >= 0
+
+    def release(self) -> None:
+        """Let go (closing the descriptor drops its lock); idempotent."""
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+def client_liveness_lock_held(path: str, client_id: int) -> bool:
+    """Does any process hold ``client_id``'s :class:`ClientLivenessLock` on the CnC file at ``path``?"""
+    if not 0 <= client_id <= _MAX_LOCK_OFFSET:
+        return False
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        probe = _FLOCK.pack(fcntl.F_WRLCK, os.SEEK_SET, client_id, 1, 0)
+        l_type = _FLOCK.unpack(fcntl.fcntl(fd, fcntl.F_OFD_GETLK, probe))[0]
+        return bool(l_type != fcntl.F_UNLCK)
+    finally:
+        os.close(fd)
 
 
 def cnc_path(directory: str) -> str:

@@ -3,12 +3,18 @@
 Allocation claims a record by CAS on its record state, so several processes may allocate
 (standalone logs); a media driver allocates from its conductor alone. Values are read and
 written through :class:`logbuf.native.Position` (acquire loads, release stores).
+
+Allocation is O(1) in the number of counters (Agrona's free list and high-water mark): a manager
+first reuses the oldest record it freed once its free-to-reuse deadline has passed, then takes the
+next never-used record; only when both are exhausted does it scan every record, for records other
+processes freed.
 """
 
 from __future__ import annotations
 
 import struct
 import time
+from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -17,6 +23,8 @@ from logbuf.conduit import counters_descriptor as cd
 
 _I32 = struct.Struct("=i")
 _I64 = struct.Struct("=q")
+_CLAIMING = 2
+"""Record state while an allocating writer fills the record in."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +121,15 @@ class CountersManager(CountersReader):
     def __init__(self, metadata: memoryview, values: memoryview, *, free_to_reuse_timeout_ms: int = 0) -> None:
         super().__init__(metadata, values)
         self.free_to_reuse_timeout_ms = free_to_reuse_timeout_ms
+        self._high_water_mark = 0
+        """Records below it have been used, as far as this manager knows."""
+        self._freed: deque[int] = deque()
+        """Records this manager freed, oldest first (so their reuse deadlines are in order)."""
+
+    @property
+    def capacity(self) -> int:
+        """How many counters the buffers hold."""
+        return self.max_counter_id + 1
 
     def allocate(
         self,
@@ -125,36 +142,85 @@ class CountersManager(CountersReader):
         reference_id: int = 0,
         initial_value: int = 0,
     ) -> int:
-        """Claim a free record and describe it; returns the counter id."""
+        """Claim a free record and describe it; returns the counter id.
+
+        Raises :class:`MemoryError` naming the capacity when every record is allocated or waiting
+        out its free-to-reuse timeout.
+        """
         encoded = label.encode("utf-8")[: cd.MAX_LABEL_LENGTH]
         if len(key) > cd.MAX_KEY_LENGTH:
             raise ValueError(f"counter key of {len(key)} bytes exceeds {cd.MAX_KEY_LENGTH}")
+        counter_id = self._claim(int(time.time() * 1000))
+        if counter_id < 0:
+            raise MemoryError(
+                f"no counter records left (capacity {self.capacity}: set counters_buffer_length"
+                f" to {cd.COUNTER_LENGTH} bytes per counter) for {label!r}"
+            )
+        meta = cd.metadata_offset(counter_id)
+        value = cd.values_offset(counter_id)
+        struct.pack_into("=qqqq", self.values, value, initial_value, registration_id, owner_id, reference_id)
+        struct.pack_into("=i", self.metadata, meta + cd.TYPE_ID_OFFSET, type_id)
+        struct.pack_into("=q", self.metadata, meta + cd.FREE_FOR_REUSE_DEADLINE_OFFSET, cd.NOT_FREE_TO_REUSE)
+        self.metadata[meta + cd.KEY_OFFSET : meta + cd.KEY_OFFSET + cd.MAX_KEY_LENGTH] = key.ljust(
+            cd.MAX_KEY_LENGTH, b"\0"
+        )
+        struct.pack_into("=i", self.metadata, meta + cd.LABEL_LENGTH_OFFSET, len(encoded))
+        self.metadata[meta + cd.LABEL_OFFSET : meta + cd.LABEL_OFFSET + len(encoded)] = encoded
+        native.put_int64_ordered(self.values, value, initial_value)
+        native.put_int32_ordered(self.metadata, meta + cd.RECORD_STATE_OFFSET, cd.RECORD_ALLOCATED)
+        return counter_id
+
+    def has_room(self, count: int) -> bool:
+        """Can ``count`` counters be allocated now? O(count): never-used records first, then the records
+        this manager freed whose deadline has passed (records other processes freed are not counted)."""
+        room = self.max_counter_id + 1 - self._high_water_mark
+        if room >= count:
+            return True
         now_ms = int(time.time() * 1000)
-        for counter_id in range(self.max_counter_id + 1):
+        for counter_id in self._freed:
+            if room >= count:
+                break
+            meta = cd.metadata_offset(counter_id)
+            if native.get_int64_volatile(self.metadata, meta + cd.FREE_FOR_REUSE_DEADLINE_OFFSET) > now_ms:
+                break
+            if native.get_int32_volatile(self.metadata, meta + cd.RECORD_STATE_OFFSET) == cd.RECORD_RECLAIMED:
+                room += 1
+        return room >= count
+
+    def _claim(self, now_ms: int) -> int:
+        """A record moved to the claiming state: a freed one whose deadline passed, else the next
+        never-used one, else any reusable one (a scan); -1 if none."""
+        freed = self._freed
+        while freed:
+            counter_id = freed[0]
+            meta = cd.metadata_offset(counter_id)
+            if native.get_int32_volatile(self.metadata, meta + cd.RECORD_STATE_OFFSET) != cd.RECORD_RECLAIMED:
+                freed.popleft()  # reused by another process meanwhile
+                continue
+            if native.get_int64_volatile(self.metadata, meta + cd.FREE_FOR_REUSE_DEADLINE_OFFSET) > now_ms:
+                break  # the oldest is not reusable yet, so neither is any later one
+            freed.popleft()
+            if self._try_claim(counter_id, cd.RECORD_RECLAIMED):
+                return counter_id
+        while self._high_water_mark <= self.max_counter_id:
+            counter_id = self._high_water_mark
+            self._high_water_mark += 1
+            if self._try_claim(counter_id, cd.RECORD_UNUSED):
+                return counter_id
+        for counter_id in range(self.max_counter_id + 1):  # records other processes freed
             meta = cd.metadata_offset(counter_id)
             state = native.get_int32_volatile(self.metadata, meta + cd.RECORD_STATE_OFFSET)
-            if state == cd.RECORD_ALLOCATED:
-                continue
             if state == cd.RECORD_RECLAIMED:
                 deadline = native.get_int64_volatile(self.metadata, meta + cd.FREE_FOR_REUSE_DEADLINE_OFFSET)
-                if deadline > now_ms:
-                    continue
-            # A claiming writer parks the record at state 2 while it fills it in.
-            if not native.compare_and_set_int32(self.metadata, meta + cd.RECORD_STATE_OFFSET, state, 2):
-                continue
-            value = cd.values_offset(counter_id)
-            struct.pack_into("=qqqq", self.values, value, initial_value, registration_id, owner_id, reference_id)
-            struct.pack_into("=i", self.metadata, meta + cd.TYPE_ID_OFFSET, type_id)
-            struct.pack_into("=q", self.metadata, meta + cd.FREE_FOR_REUSE_DEADLINE_OFFSET, cd.NOT_FREE_TO_REUSE)
-            self.metadata[meta + cd.KEY_OFFSET : meta + cd.KEY_OFFSET + cd.MAX_KEY_LENGTH] = key.ljust(
-                cd.MAX_KEY_LENGTH, b"\0"
-            )
-            struct.pack_into("=i", self.metadata, meta + cd.LABEL_LENGTH_OFFSET, len(encoded))
-            self.metadata[meta + cd.LABEL_OFFSET : meta + cd.LABEL_OFFSET + len(encoded)] = encoded
-            native.put_int64_ordered(self.values, value, initial_value)
-            native.put_int32_ordered(self.metadata, meta + cd.RECORD_STATE_OFFSET, cd.RECORD_ALLOCATED)
-            return counter_id
-        raise MemoryError(f"no counter records left (capacity {self.max_counter_id + 1}) for {label!r}")
+                if deadline <= now_ms and self._try_claim(counter_id, state):
+                    return counter_id
+            elif state == cd.RECORD_UNUSED and self._try_claim(counter_id, state):
+                return counter_id
+        return -1
+
+    def _try_claim(self, counter_id: int, expected_state: int) -> bool:
+        meta = cd.metadata_offset(counter_id)
+        return native.compare_and_set_int32(self.metadata, meta + cd.RECORD_STATE_OFFSET, expected_state, _CLAIMING)
 
     def free(self, counter_id: int) -> None:
         """Release a counter; its record may be reused after the free-to-reuse timeout."""
@@ -163,6 +229,7 @@ class CountersManager(CountersReader):
         deadline = int(time.time() * 1000) + self.free_to_reuse_timeout_ms
         struct.pack_into("=q", self.metadata, meta + cd.FREE_FOR_REUSE_DEADLINE_OFFSET, deadline)
         native.put_int32_ordered(self.metadata, meta + cd.RECORD_STATE_OFFSET, cd.RECORD_RECLAIMED)
+        self._freed.append(counter_id)
 
     def set_value(self, counter_id: int, value: int) -> None:
         self._check_id(counter_id)

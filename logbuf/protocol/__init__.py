@@ -2,8 +2,9 @@
 
 Byte-compatible with Aeron's transport protocol version 0. Every module here is sans-IO and
 pure: bytes in, frozen dataclasses out (``decode``), and back (``encode``/``encode_into``).
-Decoders raise :class:`MalformedFrameError` naming what is wrong; the datagram dispatcher
-(:mod:`logbuf.protocol.codec`) turns that into a reason string the receiver counts and drops.
+Decoders raise :class:`MalformedFrameError` naming what is wrong; the driver's endpoints
+(:mod:`logbuf.driver.udp`) dispatch on the frame type with these modules' constants and decoders,
+count a malformed datagram as an invalid packet and drop it. RES and RSP_SETUP are decoded only.
 
 Modules: :mod:`~logbuf.protocol.frame_header` (the common 8-byte header and the type codes),
 :mod:`~logbuf.protocol.data` (DATA, PAD, heartbeat; the header layout itself lives in
@@ -19,7 +20,7 @@ from __future__ import annotations
 from logbuf.errors import MalformedFrameError
 
 # Imported after MalformedFrameError: the frame modules import it from this package.
-from logbuf.protocol.codec import Frame, classify, decode_datagram, encode_datagram  # noqa: E402
+from logbuf.protocol.codec import EncodableFrame, Frame, decode_control, decode_datagram, decode_exact, encode_datagram  # noqa: E402
 from logbuf.protocol.data import DataFrame, HeartbeatFrame, PadFrame  # noqa: E402
 from logbuf.protocol.error_frame import ErrorFrame  # noqa: E402
 from logbuf.protocol.nak import NakFrame  # noqa: E402
@@ -31,6 +32,7 @@ from logbuf.protocol.status import StatusMessageFrame  # noqa: E402
 
 __all__ = [
     "DataFrame",
+    "EncodableFrame",
     "ErrorFrame",
     "Frame",
     "HeartbeatFrame",
@@ -43,7 +45,8 @@ __all__ = [
     "RttMeasurementFrame",
     "SetupFrame",
     "StatusMessageFrame",
-    "classify",
+    "decode_control",
     "decode_datagram",
+    "decode_exact",
     "encode_datagram",
 ]

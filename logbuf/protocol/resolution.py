@@ -1,8 +1,9 @@
 """RESOLUTION (RES): name-resolver gossip between drivers (type 0x07, 8 + entries bytes).
 
-Only the optional driver name resolver sends these. A RES frame is the common header followed
-by one or more entries, packed back to back; each entry is padded to an 8-byte boundary and
-``frame_length`` covers the header and every (padded) entry.
+Only Aeron's optional driver name resolver sends these. logbuf has no resolver: it decodes them
+only, so that a valid one reaching an endpoint is not counted as an invalid packet. A RES frame
+is the common header followed by one or more entries, packed back to back; each entry is padded
+to an 8-byte boundary and ``frame_length`` covers the header and every (padded) entry.
 
 ::
 
@@ -41,15 +42,11 @@ from typing import Final
 
 from logbuf.protocol import MalformedFrameError
 from logbuf.protocol.frame_header import (
-    COMMON_HEADER,
     COMMON_HEADER_LENGTH,
-    CURRENT_VERSION,
     HDR_TYPE_RES,
     Buffer,
-    WritableBuffer,
     check_common_header,
     check_frame_length,
-    pack_into,
 )
 
 NAME: Final[str] = "RES"
@@ -114,26 +111,6 @@ class ResolutionEntry:
     def length(self) -> int:
         return entry_length(self.res_type, len(self.name))
 
-    def encode_into(self, buffer: WritableBuffer, offset: int) -> int:
-        """Write the entry (zero padding included) at ``offset``; return its length."""
-        if ADDRESS_LENGTHS.get(self.res_type) != len(self.address):
-            raise ValueError(f"cannot encode {self!r}: res_type={self.res_type} needs a matching address")
-        name = self.name.encode("ascii")
-        if len(name) > MAX_NAME_LENGTH:
-            raise ValueError(f"cannot encode RES entry: name is {len(name)} bytes, max {MAX_NAME_LENGTH}")
-        length = entry_length(self.res_type, len(name))
-        if offset < 0 or len(buffer) - offset < length:
-            raise ValueError(f"cannot encode RES entry: {length} bytes do not fit at offset {offset}")
-        pack_into(ENTRY_FIXED, buffer, offset, self, self.res_type, self.res_flags, self.udp_port, self.age_ms)
-        start = offset + ADDRESS_FIELD_OFFSET
-        buffer[start : start + len(self.address)] = self.address
-        start = offset + name_offset(self.res_type)
-        NAME_LENGTH_FIELD.pack_into(buffer, start, len(name))
-        start += NAME_LENGTH_LENGTH
-        end = offset + length
-        buffer[start:end] = name + bytes(end - start - len(name))
-        return length
-
 
 @dataclass(frozen=True, slots=True)
 class ResolutionFrame:
@@ -143,22 +120,6 @@ class ResolutionFrame:
     @property
     def frame_length(self) -> int:
         return RES_HEADER_LENGTH + sum(entry.length for entry in self.entries)
-
-    def encode(self) -> bytes:
-        buffer = bytearray(self.frame_length)
-        self.encode_into(buffer, 0)
-        return bytes(buffer)
-
-    def encode_into(self, buffer: WritableBuffer, offset: int) -> int:
-        """Write the frame at ``offset``; return the bytes written (``frame_length``)."""
-        frame_length = self.frame_length
-        if offset < 0 or len(buffer) - offset < frame_length:
-            raise ValueError(f"cannot encode RES frame: {frame_length} bytes do not fit at offset {offset}")
-        pack_into(COMMON_HEADER, buffer, offset, self, frame_length, CURRENT_VERSION, self.flags, HDR_TYPE_RES)
-        position = offset + RES_HEADER_LENGTH
-        for entry in self.entries:
-            position += entry.encode_into(buffer, position)
-        return frame_length
 
 
 def decode(buffer: Buffer, offset: int = 0) -> ResolutionFrame:

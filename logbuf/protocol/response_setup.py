@@ -1,7 +1,8 @@
 """RESPONSE SETUP (RSP_SETUP): ties a response stream to its request (type 0x0B, 20 bytes).
 
 Used by response channels (``control-mode=response``, Aeron 1.44+): it tells the other side
-which session the responses for this session will use.
+which session the responses for this session will use. logbuf has no response channels: it decodes
+these only, so that a valid one reaching an endpoint is not counted as an invalid packet.
 
 ::
 
@@ -29,13 +30,10 @@ from typing import Final
 from logbuf.protocol import MalformedFrameError
 from logbuf.protocol.frame_header import (
     COMMON_HEADER_LENGTH,
-    CURRENT_VERSION,
     HDR_TYPE_RSP_SETUP,
     Buffer,
-    WritableBuffer,
     check_common_header,
     check_frame_length,
-    pack_into,
 )
 
 NAME: Final[str] = "RSP_SETUP"
@@ -60,20 +58,6 @@ class ResponseSetupFrame:
 
     @property
     def frame_length(self) -> int:
-        return RESPONSE_SETUP_HEADER_LENGTH
-
-    def encode(self) -> bytes:
-        buffer = bytearray(RESPONSE_SETUP_HEADER_LENGTH)
-        self.encode_into(buffer, 0)
-        return bytes(buffer)
-
-    def encode_into(self, buffer: WritableBuffer, offset: int) -> int:
-        """Write the frame at ``offset``; return the bytes written (20)."""
-        pack_into(
-            HEADER, buffer, offset, self,
-            RESPONSE_SETUP_HEADER_LENGTH, CURRENT_VERSION, self.flags, HDR_TYPE_RSP_SETUP,
-            self.session_id, self.stream_id, self.response_session_id,
-        )  # fmt: skip
         return RESPONSE_SETUP_HEADER_LENGTH
 
 

@@ -15,19 +15,117 @@ from logbuf import native
 from logbuf.conduit import counters_descriptor as cd
 from logbuf.conduit.counters import CountersManager
 from logbuf.driver.ipc_publication import PublicationState
+from logbuf.driver.network_publication import NetworkPublication
 from logbuf.driver.publication_image import ImageState, PublicationImage
 from logbuf.driver.system_counters import SystemCounters
-from logbuf.driver.udp import ReceiveChannelEndpoint, SocketSettings
+from logbuf.driver.udp import ReceiveChannelEndpoint
 from logbuf.logbuffer import data_header_descriptor as dh
 from logbuf.logbuffer.image import Image
-from logbuf.logbuffer.publication import OfferResult
+from logbuf.logbuffer.log_buffer import LogBuffers
+from logbuf.logbuffer.publication import OfferResult, Publication
 from logbuf.protocol import data as data_codec
 from logbuf.protocol import setup as setup_codec
 from logbuf.protocol import status as status_codec
 from logbuf.protocol.data import HeartbeatFrame
-from tests.driver.test_udp_sans_io import build, image_from_setup
+from tests.support.link import LinkNetwork
 
 MS = 1_000_000
+TERM = 64 * 1024
+MTU = 1408
+
+
+def build(
+    workdir: str, name: str
+) -> tuple[NetworkPublication, Publication, LogBuffers, SystemCounters, CountersManager]:
+    values = mmap.mmap(-1, 64 * cd.COUNTER_LENGTH)
+    metadata = mmap.mmap(-1, 64 * cd.METADATA_LENGTH)
+    counters = CountersManager(memoryview(metadata), memoryview(values))
+    system = SystemCounters(counters)
+    path = os.path.join(workdir, f"{name}.pub")
+    log = LogBuffers.create_file(
+        path,
+        term_length=TERM,
+        mtu_length=MTU,
+        session_id=77,
+        stream_id=5,
+        initial_term_id=2**31 - 2,
+        term_window_length=TERM // 2,
+    )
+    ids = [
+        counters.allocate(label, type_id)
+        for label, type_id in (
+            ("pub-lmt", cd.PUBLISHER_LIMIT_TYPE_ID),
+            ("pub-pos", cd.PUBLISHER_POSITION_TYPE_ID),
+            ("snd-pos", cd.SENDER_POSITION_TYPE_ID),
+            ("snd-lmt", cd.SENDER_LIMIT_TYPE_ID),
+        )
+    ]
+    network = NetworkPublication(
+        registration_id=1,
+        session_id=77,
+        stream_id=5,
+        channel="aeron:udp?endpoint=test:1",
+        exclusive=True,
+        log=log,
+        log_file_name=path,
+        publisher_limit_id=ids[0],
+        publisher_limit=counters.position(ids[0]),
+        publisher_position_id=ids[1],
+        counters=counters,
+        linger_timeout_ns=10**9,
+        sender_position_id=ids[2],
+        sender_limit_id=ids[3],
+        sender_position=counters.position(ids[2]),
+        system_counters=system,
+        mtu_length=MTU,
+    )
+    publication = Publication(log.view, values, cd.values_offset(ids[0]), True, None)
+    return network, publication, log, system, counters
+
+
+def image_from_setup(
+    workdir: str,
+    setup: setup_codec.SetupFrame,
+    counters: CountersManager,
+    system: SystemCounters,
+    now: int,
+    reliable: bool = True,
+) -> PublicationImage:
+    path = os.path.join(workdir, "image")
+    log = LogBuffers.create_file(
+        path,
+        term_length=setup.term_length,
+        mtu_length=setup.mtu_length,
+        session_id=setup.session_id,
+        stream_id=setup.stream_id,
+        initial_term_id=setup.initial_term_id,
+    )
+    log.seek_to(setup.active_term_id, setup.term_offset)
+    hwm = counters.allocate("rcv-hwm", cd.RECEIVER_HWM_TYPE_ID)
+    rebuild = counters.allocate("rcv-pos", cd.RECEIVER_POSITION_TYPE_ID)
+    return PublicationImage(
+        registration_id=2,
+        session_id=setup.session_id,
+        stream_id=setup.stream_id,
+        channel="aeron:udp?endpoint=test:1",
+        source_identity="test",
+        source_address=("test", 1),
+        log=log,
+        log_file_name=path,
+        counters=counters,
+        system_counters=system,
+        hwm_id=hwm,
+        rebuild_id=rebuild,
+        receiver_id=9,
+        join_position=log.tail_position(),
+        window_length=TERM // 2,
+        liveness_timeout_ns=10**10,
+        nak_delay_ns=100_000,
+        nak_retry_ns=1_000_000,
+        sm_interval_ns=200_000_000,
+        now_ns=now,
+        reliable=reliable,
+    )
 
 
 @pytest.fixture
@@ -141,24 +239,29 @@ def test_offers_see_not_connected_once_the_receiver_is_gone(workdir: str) -> Non
     publication.close()
 
 
+class NoImages:
+    """The conductor's side of a receive endpoint, for a test that must see no SETUP handed on."""
+
+    def create_publication_image(self, endpoint: object, setup: object, source: object) -> None:
+        raise AssertionError(f"no image expected, got SETUP {setup}")
+
+
 def test_an_end_of_stream_heartbeat_from_an_unknown_session_elicits_no_setup() -> None:
     values = mmap.mmap(-1, 64 * cd.COUNTER_LENGTH)
     metadata = mmap.mmap(-1, 64 * cd.METADATA_LENGTH)
     system = SystemCounters(CountersManager(memoryview(metadata), memoryview(values)))
+    network = LinkNetwork()
     endpoint = ReceiveChannelEndpoint(
-        "aeron:udp?endpoint=127.0.0.1:0",
-        ("127.0.0.1", 0),
-        system,
-        None,
-        SocketSettings(1 << 16, 1 << 16),
-        lambda *a: None,
+        "aeron:udp?endpoint=127.0.0.1:0", network.bind(("127.0.0.1", 0)), system, lambda: 0, NoImages()
     )
-    sent: list[bytes] = []
-    endpoint.send_to = lambda datagram, address: sent.append(bytes(datagram)) or len(datagram)  # type: ignore[method-assign]
-    endpoint.stream_ids[5] = 1
+    peer = network.bind(("127.0.0.1", 0))
+    endpoint.subscribed_stream_ids.add(5)
     eos = HeartbeatFrame(0, 77, 5, 0, flags=dh.BEGIN_END_AND_EOS_FLAGS).encode()
-    endpoint.on_datagram(memoryview(eos), ("127.0.0.1", 9))
+    endpoint.on_datagram(memoryview(eos), peer.local_address)
+    sent: list[bytes] = []
+    peer.receive(lambda datagram, source: sent.append(bytes(datagram)))
     assert sent == []
-    endpoint.on_datagram(memoryview(HeartbeatFrame(0, 78, 5, 0).encode()), ("127.0.0.1", 9))
+    endpoint.on_datagram(memoryview(HeartbeatFrame(0, 78, 5, 0).encode()), peer.local_address)
+    peer.receive(lambda datagram, source: sent.append(bytes(datagram)))
     assert len(sent) == 1 and status_codec.decode(sent[0]).elicits_setup
     endpoint.close()

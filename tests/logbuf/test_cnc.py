@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import stat
 import struct
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -15,10 +17,12 @@ from logbuf import native
 from logbuf.conduit import cnc_descriptor as cnd
 from logbuf.conduit.broadcast import BroadcastTransmitter, CopyBroadcastReceiver
 from logbuf.conduit.cnc import (
+    ClientLivenessLock,
     CncError,
     CncFile,
     CncNotReadyError,
     CncVersionError,
+    client_liveness_lock_held,
     cnc_driver_heartbeat_ms,
     cnc_path,
     is_driver_active,
@@ -217,3 +221,38 @@ def test_a_client_in_another_process_opens_the_file_and_sends_a_command(driver_c
     assert driver_ring.read(lambda t, m: got.append((t, bytes(m)))) == 1
     assert got == [(1, b"hello driver")]
     del driver_ring
+
+
+def test_a_client_liveness_lock_is_seen_while_held_and_gone_once_released(driver_cnc: CncFile) -> None:
+    lock = ClientLivenessLock(driver_cnc.path, 42)
+    assert lock.held
+    assert client_liveness_lock_held(driver_cnc.path, 42)
+    assert not client_liveness_lock_held(driver_cnc.path, 41) and not client_liveness_lock_held(driver_cnc.path, 43)
+    assert not client_liveness_lock_held(driver_cnc.path, -1)
+    lock.release()
+    lock.release()
+    assert not client_liveness_lock_held(driver_cnc.path, 42)
+
+
+def test_a_client_liveness_lock_goes_with_its_process(driver_cnc: CncFile) -> None:
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time\n"
+            "from logbuf.conduit.cnc import ClientLivenessLock\n"
+            "lock = ClientLivenessLock(sys.argv[1], 7)\n"
+            "print(lock.held, flush=True)\n"
+            "time.sleep(60)\n",
+            driver_cnc.path,
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "True"
+        assert client_liveness_lock_held(driver_cnc.path, 7)
+    finally:
+        holder.kill()
+        holder.communicate(timeout=10)
+    assert not client_liveness_lock_held(driver_cnc.path, 7)  # the kernel let go when the process died

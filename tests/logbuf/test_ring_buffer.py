@@ -9,8 +9,9 @@ from collections.abc import Iterator
 
 import pytest
 
+from logbuf import native
 from logbuf.conduit import ring_buffer_descriptor as rd
-from logbuf.conduit.ring_buffer import ManyToOneRingBuffer
+from logbuf.conduit.ring_buffer import ManyToOneRingBuffer, RingBufferUnblocker
 from tests.logbuf._cnc_children import PRODUCER_MSG, PRODUCER_MSG_TYPE_ID, result_of, spawn
 
 CAPACITY = 1024
@@ -272,3 +273,140 @@ def test_three_producer_processes_each_deliver_every_message_once_and_in_order(t
     assert received == producers * count
     assert ring.size() == 0 and ring.consumer_position() == ring.producer_position()
     assert ring.producer_position() > 50 * ring.capacity  # wrapped many times
+
+
+# -- hostile producers (issue 14, item 6): forged lengths, dead claims, moved positions -------------------
+def forge_record(ring: ManyToOneRingBuffer, claimed: int, length: int, msg_type_id: int = 1) -> int:
+    """Claim ``claimed`` bytes as a producer would, then commit a header that lies about the length."""
+    offset = ring._claim_capacity(rd.align(claimed))
+    assert offset >= 0
+    rd.MSG_TYPE_ID.pack_into(ring.buffer, offset + rd.TYPE_OFFSET, msg_type_id)
+    rd.record_length_ordered(ring.buffer, offset, length)
+    return offset
+
+
+@pytest.mark.parametrize(
+    "length",
+    [0x7FFFFFF0, CAPACITY + 8, 4, 1, rd.HEADER_LENGTH + CAPACITY // 8 + 1],
+    ids=["huge", "past-the-ring", "shorter-than-a-header", "one", "longer-than-max-message"],
+)
+def test_a_record_whose_length_cannot_be_true_is_skipped_and_counted(ring: ManyToOneRingBuffer, length: int) -> None:
+    skipped: list[tuple[int, int, int]] = []
+    ring.invalid_record_handler = lambda offset, length, msg_type_id: skipped.append((offset, length, msg_type_id))
+    assert ring.write(1, b"before")
+    forge_record(ring, rd.HEADER_LENGTH, length)  # a header-only claim: the next record follows at once
+    assert ring.write(2, b"after")
+    assert drain(ring) == [(1, b"before"), (2, b"after")]
+    assert skipped == [(16, length, 1)]
+    assert ring.invalid_records == 1
+    assert ring.consumer_position() == ring.producer_position()
+    assert bytes(ring.buffer[:CAPACITY]) == bytes(CAPACITY)  # everything consumed is zeroed
+
+
+def test_the_unknown_rest_of_a_lying_record_is_unblocked_like_a_dead_claim(ring: ManyToOneRingBuffer) -> None:
+    """Where a lying record really ends is unknown: the reader skips its header only, and what follows
+    (zeroes, as far as anyone can tell a claim nobody has started) waits for ``unblock``."""
+    forge_record(ring, rd.HEADER_LENGTH + 200, 0x7FFFFFF0)
+    assert ring.write(2, b"after")
+    assert drain(ring) == []
+    assert ring.invalid_records == 1 and ring.consumer_position() == rd.HEADER_LENGTH
+    assert ring.unblock()
+    assert drain(ring) == [(2, b"after")]
+    assert ring.consumer_position() == ring.producer_position()
+
+
+def test_random_bytes_after_a_lying_record_are_walked_past_to_the_next_record(ring: ManyToOneRingBuffer) -> None:
+    """Negative lengths among them included: no producer writes -1_234_567_890, so none is waited for."""
+    offset = forge_record(ring, rd.HEADER_LENGTH + 96, 0x7FFFFFF0)
+    garbage = bytearray(os.urandom(96))
+    for i in range(0, 96, rd.ALIGNMENT):  # every length slot: negative or too long, never plausible
+        rd.RECORD_HEADER.pack_into(garbage, i, -1_234_567_890 if i % 16 else 0x40000000 + i, 5)
+    ring.buffer[offset + rd.HEADER_LENGTH : offset + rd.HEADER_LENGTH + 96] = garbage
+    assert ring.write(2, b"after")
+    assert drain(ring) == [(2, b"after")]
+    assert ring.invalid_records == 1  # one lying record, however many slots it left
+    assert ring.consumer_position() == ring.producer_position()
+
+
+def test_a_dead_claim_after_a_lying_record_is_still_waited_for(ring: ManyToOneRingBuffer) -> None:
+    """A plausible negative length may be a producer mid-write: the walk stops there."""
+    forge_record(ring, rd.HEADER_LENGTH, 3)
+    offset = ring._claim_capacity(rd.align(rd.HEADER_LENGTH + 20))
+    rd.record_length_fenced(ring.buffer, offset, -(rd.HEADER_LENGTH + 20))
+    assert ring.read(lambda t, m: None) == 0
+    assert ring.consumer_position() == offset
+    rd.MSG_TYPE_ID.pack_into(ring.buffer, offset + rd.TYPE_OFFSET, 4)
+    rd.record_length_ordered(ring.buffer, offset, rd.HEADER_LENGTH + 20)
+    assert drain(ring) == [(4, bytes(20))]
+
+
+def test_unblock_pads_one_slot_over_a_negative_length_no_producer_wrote(ring: ManyToOneRingBuffer) -> None:
+    offset = ring._claim_capacity(64)
+    rd.record_length_fenced(ring.buffer, offset, -(1 << 31))
+    assert ring.read(lambda t, m: None) == 0
+    assert ring.unblock()
+    assert rd.RECORD_HEADER.unpack_from(ring.buffer, offset) == (rd.ALIGNMENT, rd.PADDING_MSG_TYPE_ID)
+
+
+def test_the_reader_never_passes_the_producer_position(ring: ManyToOneRingBuffer) -> None:
+    """Bytes beyond the tail were never claimed: a committed-looking record there is not read."""
+    assert ring.write(1, b"real")
+    stale = ring.producer_position()
+    rd.MSG_TYPE_ID.pack_into(ring.buffer, stale + rd.TYPE_OFFSET, 3)
+    rd.record_length_ordered(ring.buffer, stale, rd.HEADER_LENGTH + 4)
+    assert drain(ring) == [(1, b"real")]
+    assert ring.consumer_position() == stale
+
+
+def test_unblock_pads_claims_never_started_all_the_way_to_the_tail(ring: ManyToOneRingBuffer) -> None:
+    ring._claim_capacity(64)  # two producers claim and die before writing anything
+    ring._claim_capacity(128)
+    assert ring.read(lambda t, m: None) == 0
+    assert ring.unblock()
+    assert ring.read(lambda t, m: None) == 0
+    assert ring.consumer_position() == ring.producer_position() == 192
+    assert ring.write(4, b"works again")
+    assert drain(ring) == [(4, b"works again")]
+
+
+@pytest.mark.parametrize("tail_delta", [10 * CAPACITY, CAPACITY, -64], ids=["far-ahead", "a-lap-ahead", "behind"])
+def test_unblock_repairs_a_tail_moved_out_of_place(ring: ManyToOneRingBuffer, tail_delta: int) -> None:
+    assert ring.write(1, b"x")
+    drain(ring)
+    head = ring.consumer_position()
+    native.put_int64_ordered(ring.buffer, CAPACITY + rd.TAIL_POSITION_OFFSET, head + tail_delta)
+    assert ring.read(lambda t, m: None) == 0
+    for _ in range(2):  # a whole lap of zeroes is two dead claims as far as anyone can tell: to the end, then on
+        assert ring.unblock()
+        assert ring.read(lambda t, m: None) == 0
+        if ring.producer_position() == ring.consumer_position():
+            break
+    assert ring.producer_position() == ring.consumer_position()
+    assert ring.write(5, b"producers can claim again")
+    assert drain(ring) == [(5, b"producers can claim again")]
+
+
+def test_the_unblocker_waits_for_a_stall_of_the_full_timeout(ring: ManyToOneRingBuffer) -> None:
+    unblocker = RingBufferUnblocker(ring, timeout_ns=1_000)
+    assert not unblocker.check(0)
+    offset = ring._claim_capacity(rd.align(rd.HEADER_LENGTH + 20))
+    rd.record_length_fenced(ring.buffer, offset, -(rd.HEADER_LENGTH + 20))
+    assert ring.write(5, b"queued")
+    assert not unblocker.check(10)  # the stall starts being timed here
+    assert not unblocker.check(1_009)
+    assert unblocker.check(1_010)
+    assert drain(ring) == [(5, b"queued")]
+    assert not unblocker.check(5_000)
+
+
+def test_the_unblocker_does_not_count_idle_time_as_a_stall(ring: ManyToOneRingBuffer) -> None:
+    unblocker = RingBufferUnblocker(ring, timeout_ns=1_000)
+    assert not unblocker.check(0)
+    assert not unblocker.check(1_000_000)  # an idle ring for a long time
+    offset = ring._claim_capacity(rd.align(rd.HEADER_LENGTH + 4))  # a producer is mid-write right now
+    assert not unblocker.check(1_000_001)
+    rd.MSG_TYPE_ID.pack_into(ring.buffer, offset + rd.TYPE_OFFSET, 9)
+    ring.buffer[offset + rd.HEADER_LENGTH : offset + rd.HEADER_LENGTH + 4] = b"late"
+    rd.record_length_ordered(ring.buffer, offset, rd.HEADER_LENGTH + 4)
+    assert not unblocker.check(1_000_002)
+    assert drain(ring) == [(9, b"late")]

@@ -31,7 +31,7 @@ from logbuf.client import Aeron, Context, FragmentAssembler, Image, Registration
 from logbuf.conduit import counters_descriptor as cd
 from logbuf.conduit.cnc import is_driver_active
 from logbuf.errors import ErrorCode
-from logbuf.protocol import classify
+from logbuf.protocol import decode_datagram
 from logbuf.protocol.data import DataFrame, HeartbeatFrame
 from logbuf.protocol.frame_header import HDR_TYPE_NAK, HDR_TYPE_RTTM, HDR_TYPE_SM
 from logbuf.protocol.nak import NakFrame
@@ -564,7 +564,7 @@ def test_garbage_and_truncated_frames_are_counted_as_invalid_and_the_stream_carr
 
         def send(datagram: bytes) -> None:
             nonlocal must_count, sender_bound
-            if classify(datagram) is None:  # valid after all (e.g. cut inside a DATA frame's padding)
+            if decode_datagram(datagram):  # valid after all (e.g. cut inside a DATA frame's padding)
                 return
             sock.sendto(datagram, addr)
             if len(datagram) >= 8 and datagram[4] == 0 and (datagram[6] | datagram[7] << 8) in SENDER_BOUND_TYPES:

@@ -1,0 +1,73 @@
+"""The receiver agent: reads the receive endpoints into their images and sends the images' NAKs and
+status messages.
+
+Its state (the receive endpoints it polls, each one's subscribed streams and images) changes
+only through its ``on_*`` commands, which the conductor sends through a
+:class:`~logbuf.driver.proxies.ReceiverProxy`. It holds loops only: loss detection and status
+messages are :mod:`logbuf.driver.publication_image`'s, the dispatch of each datagram is
+:mod:`logbuf.driver.udp`'s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from logbuf.driver.lifecycle import ImageState
+from logbuf.driver.publication_image import PublicationImage
+from logbuf.driver.udp import ReceiveChannelEndpoint
+
+
+class Receiver:
+    """Agent: each duty cycle, every endpoint dispatches what arrived, then every active image of it
+    advances its rebuild position, NAKs its gaps and sends its status message when due."""
+
+    role_name = "receiver"
+
+    def __init__(self, clock_ns: Callable[[], int]) -> None:
+        self.clock_ns = clock_ns
+        self.endpoints: list[ReceiveChannelEndpoint] = []
+
+    # -- agent ------------------------------------------------------------------------------------------
+    def on_start(self) -> None:
+        pass
+
+    def do_work(self) -> int:
+        now = self.clock_ns()
+        work = 0
+        for endpoint in self.endpoints:
+            work += endpoint.poll()
+            for image in list(endpoint.images.values()):  # a SETUP may have replaced one meanwhile
+                if image.state is ImageState.ACTIVE:
+                    work += image.track_rebuild(now, endpoint.sender_to(image.source_address))
+        return work
+
+    def on_close(self) -> None:
+        for endpoint in self.endpoints:
+            endpoint.close()
+        self.endpoints.clear()
+
+    # -- commands (from the conductor, through ReceiverProxy) -------------------------------------------
+    def on_register_receive_channel_endpoint(self, endpoint: ReceiveChannelEndpoint) -> None:
+        self.endpoints.append(endpoint)
+
+    def on_close_receive_channel_endpoint(self, endpoint: ReceiveChannelEndpoint) -> None:
+        """Stop polling the endpoint and close its transport (the agent that polls a socket closes it)."""
+        if endpoint in self.endpoints:
+            self.endpoints.remove(endpoint)
+        endpoint.images.clear()
+        endpoint.close()
+
+    def on_add_subscription(self, endpoint: ReceiveChannelEndpoint, stream_id: int) -> None:
+        """SETUPs and DATA of ``stream_id`` now concern the endpoint."""
+        endpoint.subscribed_stream_ids.add(stream_id)
+
+    def on_remove_subscription(self, endpoint: ReceiveChannelEndpoint, stream_id: int) -> None:
+        endpoint.subscribed_stream_ids.discard(stream_id)
+
+    def on_new_publication_image(self, endpoint: ReceiveChannelEndpoint, image: PublicationImage) -> None:
+        endpoint.images[(image.session_id, image.stream_id)] = image
+
+    def on_remove_publication_image(self, endpoint: ReceiveChannelEndpoint, image: PublicationImage) -> None:
+        key = (image.session_id, image.stream_id)
+        if endpoint.images.get(key) is image:
+            del endpoint.images[key]

@@ -1,0 +1,61 @@
+"""The sender agent: sends every network publication's data and reads its send endpoints.
+
+Its state (the send endpoints it polls, the publications on each) changes only through its
+``on_*`` commands, which the conductor sends through a :class:`~logbuf.driver.proxies.SenderProxy`.
+It holds loops only: what to send and when is :mod:`logbuf.driver.network_publication`'s, how
+a datagram is dispatched is :mod:`logbuf.driver.udp`'s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from logbuf.driver.network_publication import NetworkPublication
+from logbuf.driver.udp import SendChannelEndpoint
+
+
+class Sender:
+    """Agent: each duty cycle, every publication sends what flow control allows, then every endpoint
+    dispatches the status messages, NAKs and RTT probes that came back."""
+
+    role_name = "sender"
+
+    def __init__(self, clock_ns: Callable[[], int]) -> None:
+        self.clock_ns = clock_ns
+        self.endpoints: list[SendChannelEndpoint] = []
+
+    # -- agent ------------------------------------------------------------------------------------------
+    def on_start(self) -> None:
+        pass
+
+    def do_work(self) -> int:
+        now = self.clock_ns()
+        work = 0
+        for endpoint in self.endpoints:
+            for publication in endpoint.publications.values():
+                work += publication.send(now, endpoint.send, endpoint.send_frames)
+            work += endpoint.poll()
+        return work
+
+    def on_close(self) -> None:
+        for endpoint in self.endpoints:
+            endpoint.close()
+        self.endpoints.clear()
+
+    # -- commands (from the conductor, through SenderProxy) ---------------------------------------------
+    def on_register_send_channel_endpoint(self, endpoint: SendChannelEndpoint) -> None:
+        self.endpoints.append(endpoint)
+
+    def on_close_send_channel_endpoint(self, endpoint: SendChannelEndpoint) -> None:
+        """Stop polling the endpoint and close its transport (the agent that polls a socket closes it)."""
+        if endpoint in self.endpoints:
+            self.endpoints.remove(endpoint)
+        endpoint.close()
+
+    def on_new_network_publication(self, endpoint: SendChannelEndpoint, publication: NetworkPublication) -> None:
+        endpoint.publications[(publication.session_id, publication.stream_id)] = publication
+
+    def on_remove_network_publication(self, endpoint: SendChannelEndpoint, publication: NetworkPublication) -> None:
+        key = (publication.session_id, publication.stream_id)
+        if endpoint.publications.get(key) is publication:
+            del endpoint.publications[key]
