@@ -14,7 +14,9 @@ Roles:
   for stdin and close (``--close``): the result holds the close time and whether offers after the
   subscriber left saw NOT_CONNECTED.
 - ``subscribe``: receive ``--count`` messages and check each (sequence, length, content), then
-  with ``--await-unavailable S`` wait up to S seconds for the image to go unavailable.
+  with ``--await-unavailable S`` wait up to S seconds for the image to go unavailable. Polls take
+  ``--fragment-limit`` fragments; pyaeron's fragments are reassembled here (``SessionAssembler``)
+  unless ``--library-assembler`` asks for its own.
 
 Message ``seq`` (from 0): ``seq`` int64 LE, ``size`` int32 LE, then bytes ``(seq + i) & 0xFF``.
 """
@@ -56,6 +58,36 @@ def wait_stdin(timeout_s: float) -> None:
 
     threading.Thread(target=read, daemon=True).start()
     done.wait(timeout_s)
+
+
+class SessionAssembler:
+    """Fragments to messages, per session, kept across polls (Aeron's FragmentAssembler rule: a
+    fragment joins the message only at the term offset where the previous one ended)."""
+
+    BEGIN, END = 0x80, 0x40
+
+    def __init__(self, on_message: Any) -> None:
+        self.on_message = on_message
+        self.partial: dict[int, tuple[bytearray, int]] = {}  # session id -> (bytes, next term offset)
+
+    def on_fragment(self, buffer: Any, header: Any) -> None:
+        flags = header.flags
+        if flags & self.BEGIN and flags & self.END:
+            self.on_message(bytes(buffer))
+            return
+        next_offset = header.term_offset + ((header.frame_length + 31) & ~31)
+        if flags & self.BEGIN:
+            self.partial[header.session_id] = (bytearray(buffer), next_offset)
+            return
+        partial = self.partial.pop(header.session_id, None)
+        if partial is None or partial[1] != header.term_offset:
+            return  # a fragment of a message whose start we never saw
+        message = partial[0]
+        message += bytes(buffer)
+        if flags & self.END:
+            self.on_message(bytes(message))
+        else:
+            self.partial[header.session_id] = (message, next_offset)
 
 
 # -- the two client libraries behind one small face -------------------------------------------------
@@ -105,13 +137,19 @@ class Client:
             return -1 if result == self.lib.NOT_CONNECTED else 0
         return 1 if result > 0 else (-1 if result == -1 else 0)
 
-    def poller(self, subscription: Any, on_message: Any) -> Any:
+    def poller(self, subscription: Any, on_message: Any, fragment_limit: int, library_assembler: bool) -> Any:
         if self.kind == "pyaeron":
-            return lambda: subscription.poll(lambda buffer, header: on_message(bytes(buffer)), 256)
+            if library_assembler:
+                return lambda: subscription.poll(lambda buffer, header: on_message(bytes(buffer)), fragment_limit)
+            # pyaeron 0.1.0's poll(assemble=True) forgets a partly assembled message when the poll
+            # ends (test_pyaerons_own_assembler_drops_a_message_split_across_polls), so the C client
+            # hands us fragments and SessionAssembler rebuilds messages across polls.
+            session_assembler = SessionAssembler(on_message)
+            return lambda: subscription.poll(session_assembler.on_fragment, fragment_limit, assemble=False)
         from logbuf.client import FragmentAssembler
 
         assembler = FragmentAssembler(lambda buffer, header: on_message(bytes(buffer)))
-        return lambda: subscription.poll(assembler, 256)
+        return lambda: subscription.poll(assembler, fragment_limit)
 
     def close(self) -> None:
         self.aeron.close()
@@ -194,7 +232,7 @@ def run_subscribe(args: argparse.Namespace) -> None:
             errors.append(f"message {seq}: {len(data)} bytes, content differs")
         received.append(seq)
 
-    poll = client.poller(subscription, on_message)
+    poll = client.poller(subscription, on_message, args.fragment_limit, args.library_assembler)
     emit(event="ready")
     started = None
     wait_for(lambda: subscription.image_count > 0, args.timeout, "an image")
@@ -235,6 +273,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--timeout", type=float, default=60.0)
     parser.add_argument("--await-unavailable", type=float, default=0.0)
     parser.add_argument("--count-not-connected", action="store_true")
+    parser.add_argument("--fragment-limit", type=int, default=256, help="fragments per poll (subscribe)")
+    parser.add_argument("--library-assembler", action="store_true", help="pyaeron's poll(assemble=True)")
     args = parser.parse_args(argv)
     {"driver": run_driver, "publish": run_publish, "subscribe": run_subscribe}[args.role](args)
 

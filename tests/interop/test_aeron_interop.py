@@ -123,22 +123,7 @@ CROSS = [(("logbuf", "logbuf"), ("aeron", "pyaeron")), (("aeron", "pyaeron"), ("
 
 
 LOSS_CASES = [
-    pytest.param(
-        pub,
-        sub,
-        size,
-        id=f"{pairing_id((pub, sub))}-{size}",
-        marks=[
-            pytest.mark.xfail(
-                reason="open: logbuf sender -> C receiver, 64 KiB messages, 5% loss both sides stalls (44/200 in 120 s)",
-                strict=False,
-            )
-        ]
-        if pub[0] == "logbuf" and size == 65536
-        else [],
-    )
-    for pub, sub in CROSS
-    for size in sorted(COUNTS)
+    pytest.param(pub, sub, size, id=f"{pairing_id((pub, sub))}-{size}") for pub, sub in CROSS for size in sorted(COUNTS)
 ]
 
 
@@ -149,6 +134,26 @@ def test_udp_with_5_percent_loss_on_each_side_delivers_every_message_once_in_ord
     channel = f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}"
     sub_result, _, _ = transfer(interop, pub, sub, channel, size, COUNTS[size], loss=True)
     check_messages(sub_result, COUNTS[size])
+
+
+def test_pyaerons_own_assembler_drops_a_message_split_across_polls(interop: Interop) -> None:
+    """Why peer.py reassembles pyaeron's fragments itself: pyaeron 0.1.0's ``poll(assemble=True)``
+    forgets a partly assembled message when a poll ends, so a 64 KiB message (48 fragments) never
+    completes under a 10-fragment limit, on Aeron's own driver. (Under loss, polls end mid-message
+    wherever a gap stops them: the "stall" of logbuf -> C driver at 64 KiB, 44 of 200 messages.)
+    If pyaeron fixes it, this fails and the workaround can go."""
+    directory = start_driver(interop, "aeron")
+    size, count = 65536, 20
+    ours = interop.peer("subscribe", "pyaeron", directory, size=size, count=count, fragment_limit=10, timeout=60)
+    theirs = interop.peer(
+        "subscribe", "pyaeron", directory, size=size, count=count, fragment_limit=10, library_assembler=True, timeout=10
+    )
+    ours.wait("ready")
+    theirs.wait("ready")
+    publisher = interop.peer("publish", "pyaeron", directory, size=size, count=count)
+    publisher.wait("sent", 60)
+    check_messages(ours.wait("result", 60), count)
+    assert theirs.wait("result", 60)["received"] == 0
 
 
 def test_a_logbuf_publication_sees_not_connected_once_the_aeron_receiver_is_gone(interop: Interop) -> None:
