@@ -133,10 +133,10 @@ class Peer:
             if got["event"] in ("exit", "result") and event != got["event"]:
                 raise AssertionError(f"{self.name}: wanted {event!r}, got {got}; stderr:\n{''.join(self.stderr)}")
 
-    def go(self) -> None:
+    def go(self, line: str = "") -> None:
         try:
             assert self.proc.stdin is not None
-            self.proc.stdin.write("\n")
+            self.proc.stdin.write(line + "\n")
             self.proc.stdin.flush()
         except (BrokenPipeError, OSError):
             pass
@@ -180,9 +180,13 @@ class Interop:
     def python(self, client: str) -> str:
         return self.pyaeron_python if client == "pyaeron" else sys.executable
 
-    def driver(self, kind: str, *args: str, env: dict[str, str] | None = None) -> tuple[str, Peer]:
-        directory = unique_dir(kind)
-        self.dirs.append(directory)
+    def driver(
+        self, kind: str, *args: str, env: dict[str, str] | None = None, directory: str | None = None
+    ) -> tuple[str, Peer]:
+        """Start a driver in a new directory, or in ``directory`` (a restart after a crash there)."""
+        if directory is None:
+            directory = unique_dir(kind)
+            self.dirs.append(directory)
         if kind == "logbuf":
             argv = [sys.executable, "-m", "logbuf.driver.main", "--dir", directory, "--dir-delete-on-shutdown", "true"]
             peer = Peer(argv + list(args), env=env, name="logbuf driver")
