@@ -26,7 +26,6 @@ import os
 import socket
 from collections import deque
 from collections.abc import Callable
-from enum import IntEnum
 from typing import Final
 
 import numpy as np
@@ -35,21 +34,14 @@ from websockets.server import ServerProtocol
 
 from .filters import SubscriberOptions
 from .store import PLAIN, FrameStore
+from .subscriber_state import Input, State, next_state
 
-__all__ = ["CompiledFilter", "FanOut", "State", "Subscriber"]
+__all__ = ["CompiledFilter", "FanOut", "Subscriber"]
 
 #: Events scanned per planning step of a filtered subscriber.
 SCAN_LIMIT: Final = 8192
 #: Ranges a subscriber may send in one pass (bounds one pass for filtered replays).
 MAX_STEPS_PER_PASS: Final = 64
-
-
-class State(IntEnum):
-    HANDSHAKE = 0  # reading the HTTP request (bounded by the handshake timeout)
-    HELD = 1  # requireHello: 101 sent, nothing else until a valid options_update
-    STREAMING = 2  # sending events
-    CLOSING = 3  # a final response or close frame is queued: flush ``out``, then shut the write side
-    LINGER = 4  # write side shut: read until the peer's EOF (bounded), then close
 
 
 class CompiledFilter:
@@ -101,6 +93,8 @@ class Subscriber:
         "events_sent",
         "over_limit",
         "message",
+        "head",
+        "head_length",
     )
 
     def __init__(self, sock: socket.socket, ip: str, protocol: ServerProtocol, deadline_ns: int) -> None:
@@ -127,17 +121,29 @@ class Subscriber:
         self.events_sent = 0
         self.over_limit = ""  # "ip" or "total": answer the request with 429 / 503
         self.message: list[bytes] | None = None  # fragments of a client message being received
+        self.head = b""  # the last bytes of the HTTP request head received so far (HANDSHAKE)
+        self.head_length = 0
+
+    def move(self, event: Input) -> State:
+        """Apply one input of the state machine (:mod:`jetstream.subscriber_state`); returns the new state."""
+        self.state = next_state(self.state, event)
+        return self.state
 
 
 class FanOut:
     """Plans and sends every subscriber's ranges; owns the set of connections past the handshake."""
 
     def __init__(
-        self, store: FrameStore, drop: Callable[[Subscriber, str], None], on_linger: Callable[[Subscriber], None]
+        self,
+        store: FrameStore,
+        drop: Callable[[Subscriber, str], None],
+        on_linger: Callable[[Subscriber], None],
+        on_error: Callable[[Subscriber, BaseException], None],
     ) -> None:
         self.store = store
         self._drop = drop
         self._on_linger = on_linger
+        self._on_error = on_error
         self.subscribers: dict[int, Subscriber] = {}
         self.sendfile_calls = 0
         self.bytes_sent = 0
@@ -151,8 +157,7 @@ class FanOut:
         self.subscribers.pop(sub.fd, None)
 
     def start(self, sub: Subscriber, seq: int) -> None:
-        """Begin streaming from event ``seq`` (``store.next_seq``: live)."""
-        sub.state = State.STREAMING
+        """Position a subscriber that just entered STREAMING at event ``seq`` (``store.next_seq``: live)."""
         sub.next_seq = seq
         sub.pos = sub.range_end = self.store.offset_of(sub.kind, seq)
         sub.range_events = 0
@@ -222,7 +227,7 @@ class FanOut:
             except OSError:
                 self._drop(sub, "socket_error")
                 return False
-            sub.state = State.LINGER
+            sub.move(Input.WRITE_SHUT)
             self._on_linger(sub)
             return False
         return True
@@ -242,45 +247,48 @@ class FanOut:
         for sub in list(self.subscribers.values()):
             if not sub.writable:
                 continue
-            kind = sub.kind
-            steps = 0
-            while steps < MAX_STEPS_PER_PASS:
-                steps += 1
-                pos = sub.pos
-                end = sub.range_end
-                if pos >= end:
-                    if sub.range_events:
-                        sub.events_sent += sub.range_events
-                        sub.range_events = 0
-                    if sub.out or sub.eof_after_out:
-                        if not self.send_out(sub):
+            try:
+                kind = sub.kind
+                steps = 0
+                while steps < MAX_STEPS_PER_PASS:
+                    steps += 1
+                    pos = sub.pos
+                    end = sub.range_end
+                    if pos >= end:
+                        if sub.range_events:
+                            sub.events_sent += sub.range_events
+                            sub.range_events = 0
+                        if sub.out or sub.eof_after_out:
+                            if not self.send_out(sub):
+                                break
+                        if sub.state is not streaming or not self._plan(sub, n, ends[kind]):
                             break
-                    if sub.state is not streaming or not self._plan(sub, n, ends[kind]):
+                        continue
+                    if sub.filter is None and end < ends[kind] and not sub.out and sub.state is streaming:
+                        sub.range_events += n - sub.next_seq
+                        sub.next_seq = n
+                        end = sub.range_end = ends[kind]
+                    if pos < floors[kind]:
+                        self._drop(sub, "behind_retention")
                         break
-                    continue
-                if sub.filter is None and end < ends[kind] and not sub.out and sub.state is streaming:
-                    sub.range_events += n - sub.next_seq
-                    sub.next_seq = n
-                    end = sub.range_end = ends[kind]
-                if pos < floors[kind]:
-                    self._drop(sub, "behind_retention")
-                    break
-                try:
-                    sent = sendfile(sub.fd, fds[kind], pos, end - pos)
-                except BlockingIOError:
-                    sub.writable = False
-                    sub.blocked_since_ns = now_ns
-                    break
-                except OSError:
-                    self._drop(sub, "socket_error")
-                    break
-                finally:
-                    calls += 1
-                sub.pos = pos + sent
-                sub.bytes_sent += sent
-                total += sent
-                if sent < end - pos:
-                    break
+                    try:
+                        sent = sendfile(sub.fd, fds[kind], pos, end - pos)
+                    except BlockingIOError:
+                        sub.writable = False
+                        sub.blocked_since_ns = now_ns
+                        break
+                    except OSError:
+                        self._drop(sub, "socket_error")
+                        break
+                    finally:
+                        calls += 1
+                    sub.pos = pos + sent
+                    sub.bytes_sent += sent
+                    total += sent
+                    if sent < end - pos:
+                        break
+            except Exception as exc:  # noqa: BLE001 - one connection's trouble must never end the pass
+                self._on_error(sub, exc)
         self.sendfile_calls += calls
         self.bytes_sent += total
         return total

@@ -47,6 +47,7 @@ class RelayCounters:
     flush_passes: int = 0
     sendfile_calls: int = 0
     accept_errors: int = 0
+    connection_errors: Counter[str] = field(default_factory=Counter)  # exception type: connection closed
     # per IP, accumulated from subscribers that have gone
     departed_events: Counter[str] = field(default_factory=Counter)
     departed_bytes: Counter[str] = field(default_factory=Counter)
@@ -200,6 +201,12 @@ class RelayCollector(Collector):
         yield CounterMetricFamily("logbuf_jetstream_sendfile_calls", "sendfile calls", value=c.sendfile_calls)
         yield CounterMetricFamily(
             "logbuf_jetstream_accept_errors", "accept() failures (fd limit, ...)", value=c.accept_errors
+        )
+        yield labelled(
+            "logbuf_jetstream_connection_errors",
+            "Unexpected errors on one connection (that connection was closed; the relay went on)",
+            "error",
+            c.connection_errors,
         )
         yield GaugeMetricFamily("logbuf_jetstream_store_events", "Events retained", value=s.store_events)
         for name, doc, values in (

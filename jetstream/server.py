@@ -40,14 +40,14 @@ from typing import Final
 import structlog
 from prometheus_client import CollectorRegistry
 from websockets.frames import Frame, Opcode
-from websockets.http11 import Request
+from websockets.http11 import Request, Response
 from websockets.protocol import State as ProtocolState
 from websockets.server import ServerProtocol
 
 from logbuf.errors import ConfigurationError
 
 from .events import EventMeta
-from .fanout import FanOut, State, Subscriber
+from .fanout import FanOut, Subscriber
 from .filters import (
     MAX_CLIENT_MESSAGE_LENGTH,
     OptionsError,
@@ -68,6 +68,7 @@ from .http import (
 )
 from .metrics import MetricsSnapshot, MetricsSource, RelayCollector, RelayCounters
 from .store import PLAIN, ZSTD, FrameStore
+from .subscriber_state import READING_FRAMES, UPGRADED, Input, State
 
 __all__ = ["CLOSE_GOING_AWAY", "CLOSE_INVALID_PAYLOAD", "CLOSE_POLICY_VIOLATION", "RelayConfig", "RelayServer"]
 
@@ -82,6 +83,12 @@ ACCEPT_BATCH: Final = 256
 READS_PER_EVENT: Final = 16
 RECV_SIZE: Final = 65536
 MAX_EPOLL_EVENTS: Final = 4096
+#: A request head (request line and headers) longer than this is answered 431 (websockets' own limits,
+#: 8 KiB a line and 128 headers, answer 414/431 first for one long line); it bounds a handshake's memory.
+MAX_REQUEST_HEAD_LENGTH: Final = 32 * 1024
+HEAD_TOO_LARGE_TEXT: Final = "request head too large"
+#: Distinct unexpected connection errors logged (each once); all are counted.
+MAX_DISTINCT_ERRORS_LOGGED: Final = 100
 
 # websockets' sans-IO protocol logs "connection open" etc. at INFO per connection: keep that quiet.
 _WS_LOGGER = logging.getLogger("jetstream.relay.websocket")
@@ -167,7 +174,7 @@ class RelayServer:
                 dictionary = f.read()
         self.store = FrameStore(config.data_dir, zstd_dictionary=dictionary)
         self.counters = RelayCounters()
-        self.fanout = FanOut(self.store, self._drop, self._on_linger)
+        self.fanout = FanOut(self.store, self._drop, self._on_linger, self._failed)
         self.registry = CollectorRegistry()
         self._collector = RelayCollector(self._snapshot)
         self.registry.register(self._collector)
@@ -204,6 +211,7 @@ class RelayServer:
         self._next_slow_timer_ns = 0
         self._next_retention_ns = 0
         self._punch_warned = False
+        self._errors_logged: set[str] = set()
         self._thread: threading.Thread | None = None
         self._closed = False
 
@@ -300,10 +308,10 @@ class RelayServer:
                     sub.blocked_since_ns = 0
                     self._dirty = True
                 if mask & (select.EPOLLIN | select.EPOLLHUP | select.EPOLLERR | select.EPOLLRDHUP):
-                    self._read(sub)
+                    self._guarded(self._read, sub)
         for sub in list(self._read_again):
             if self._connections.get(sub.fd) is sub:
-                self._read(sub)
+                self._guarded(self._read, sub)
             else:
                 self._read_again.discard(sub)
         while self._calls:
@@ -360,7 +368,6 @@ class RelayServer:
 
     def _read(self, sub: Subscriber) -> None:
         self._read_again.discard(sub)
-        protocol = sub.protocol
         for _ in range(READS_PER_EVENT):
             try:
                 data = sub.sock.recv(RECV_SIZE)
@@ -374,16 +381,43 @@ class RelayServer:
                 return
             if sub.state is State.LINGER:
                 continue  # waiting for EOF: discard
-            protocol.receive_data(data)
-            self._on_protocol_events(sub)
+            if sub.state is State.HANDSHAKE:
+                self._on_head_bytes(sub, data)
+            elif sub.state in READING_FRAMES:
+                sub.protocol.receive_data(data)
+                self._on_protocol_events(sub)
+            # CLOSING after an HTTP response: one request per connection, the rest is discarded
             if sub.fd not in self._connections:
                 return
         self._read_again.add(sub)  # edge-triggered: come back for the rest
 
+    def _on_head_bytes(self, sub: Subscriber, data: bytes) -> None:
+        """Hand websockets the HTTP request head as it arrives, and nothing after its end: one request
+        per connection (pipelined requests are not answered), frames behind an upgrade wait for it."""
+        tail = sub.head  # the last 3 bytes seen: the blank line may straddle two reads
+        end = (tail + data).find(b"\r\n\r\n")
+        if end >= 0:
+            cut = end + 4 - len(tail)
+            data, rest = data[:cut], data[cut:]
+        else:
+            rest = b""
+            sub.head = (tail + data)[-3:]
+        sub.head_length += len(data)
+        sub.protocol.receive_data(data)
+        self._on_protocol_events(sub)
+        if sub.state is State.HANDSHAKE and sub.head_length > MAX_REQUEST_HEAD_LENGTH:
+            self._respond(
+                sub, "head_too_large", text_response(431, "Request Header Fields Too Large", HEAD_TOO_LARGE_TEXT)
+            )
+        elif rest and sub.fd in self._connections and sub.state in READING_FRAMES:
+            sub.protocol.receive_data(rest)  # frames sent right behind the upgrade request
+            self._on_protocol_events(sub)
+
     def _on_protocol_events(self, sub: Subscriber) -> None:
         for event in sub.protocol.events_received():
             if isinstance(event, Request):
-                self._on_request(sub, event)
+                if sub.state is State.HANDSHAKE:
+                    self._on_request(sub, event)
             elif isinstance(event, Frame):
                 self._on_frame(sub, event)
         self._pump(sub)
@@ -400,18 +434,46 @@ class RelayServer:
             # The request failed to parse (websockets queued a 4xx or just EOF): nothing to upgrade.
             self._handshaking.pop(sub.fd, None)
             self.counters.handshakes["invalid_http"] += 1
-            sub.state = State.CLOSING
+            sub.move(Input.RESPONDED)
             sub.eof_after_out = True
             self.fanout.add(sub)
-        if protocol.state in (ProtocolState.CLOSING, ProtocolState.CLOSED) and sub.state in (
-            State.HELD,
-            State.STREAMING,
-        ):
-            sub.state = State.CLOSING
+        if protocol.state in (ProtocolState.CLOSING, ProtocolState.CLOSED) and sub.state in READING_FRAMES:
+            sub.move(Input.CLOSE_QUEUED)
             sub.eof_after_out = True  # after our close frame: shut the write side, linger for theirs
         if (sub.out or sub.eof_after_out) and sub.writable and sub.pos >= sub.range_end:
             self.fanout.send_out(sub)
         self._dirty = True
+
+    def _respond(self, sub: Subscriber, outcome: str, response: Response) -> None:
+        """Answer the request with a final response of our own (without websockets) and close."""
+        self._handshaking.pop(sub.fd, None)
+        self.counters.handshakes[outcome] += 1
+        sub.move(Input.RESPONDED)
+        self.fanout.add(sub)
+        self.fanout.queue_control(sub, response.serialize())
+        sub.eof_after_out = True
+        self._pump(sub)
+
+    def _guarded(self, handler: Callable[[Subscriber], None], sub: Subscriber) -> None:
+        """Run one connection's handler; an error in it ends that connection only (see :meth:`_failed`)."""
+        try:
+            handler(sub)
+        except Exception as exc:  # noqa: BLE001 - one connection's trouble must never end the relay
+            self._failed(sub, exc)
+
+    def _failed(self, sub: Subscriber, exc: BaseException) -> None:
+        """Count an unexpected error on one connection, log each distinct one once, close that connection."""
+        kind = type(exc).__name__
+        self.counters.connection_errors[kind] += 1
+        key = f"{kind}: {exc}"[:200]
+        if key not in self._errors_logged and len(self._errors_logged) < MAX_DISTINCT_ERRORS_LOGGED:
+            self._errors_logged.add(key)
+            self._log.warning("relay.connection_error", error=key, state=sub.state.name, ip=sub.ip)
+        try:
+            self._close(sub)
+        except Exception:  # noqa: BLE001 - the socket is gone either way
+            self._connections.pop(sub.fd, None)
+            self.fanout.remove(sub)
 
     # -- HTTP ------------------------------------------------------------------------------------
 
@@ -451,21 +513,22 @@ class RelayServer:
         protocol.send_response(response)
         self.fanout.add(sub)
         if response.status_code != 101 or options is None:
-            sub.state = State.CLOSING
+            sub.move(Input.RESPONDED)
             sub.eof_after_out = True
             return
         sub.kind = ZSTD if options.compress else PLAIN
         self.fanout.set_options(sub, options)
         sub.next_ping_ns = time.monotonic_ns() + int(self.config.ping_interval_s * 1e9)
         if options.require_hello:
-            sub.state = State.HELD
+            sub.move(Input.UPGRADED_HELD)
         else:
+            sub.move(Input.UPGRADED)
             self.fanout.start(sub, self.store.seq_for_cursor(options.cursor))
 
     # -- client messages -------------------------------------------------------------------------
 
     def _on_frame(self, sub: Subscriber, frame: Frame) -> None:
-        if sub.state not in (State.HELD, State.STREAMING):
+        if sub.state not in READING_FRAMES:
             return
         opcode = frame.opcode
         data = bytes(frame.data)
@@ -505,7 +568,10 @@ class RelayServer:
         options = sub.options.with_update(update)
         self.fanout.set_options(sub, options)
         if sub.state is State.HELD:
+            sub.move(Input.HELLO)
             self.fanout.start(sub, self.store.seq_for_cursor(options.cursor))
+        else:
+            sub.move(Input.OPTIONS_UPDATE)
 
     # -- ending connections ----------------------------------------------------------------------
 
@@ -535,6 +601,7 @@ class RelayServer:
         fd = sub.fd
         if self._connections.pop(fd, None) is None:
             return
+        sub.move(Input.ENDED)
         self._handshaking.pop(fd, None)
         self._lingering.pop(fd, None)
         self._read_again.discard(sub)
@@ -581,12 +648,12 @@ class RelayServer:
                 and now - sub.blocked_since_ns > write_timeout_ns
             ):
                 stuck.append(sub)
-            elif sub.state in (State.HELD, State.STREAMING) and now >= sub.next_ping_ns:
+            elif sub.state in UPGRADED and now >= sub.next_ping_ns:
                 sub.next_ping_ns = now + ping_ns
                 if sub.protocol.state is ProtocolState.OPEN:
                     sub.protocol.send_ping(b"")
                     self.counters.pings_sent += 1
-                    self._pump(sub)
+                    self._guarded(self._pump, sub)
         for sub in stuck:
             self._drop(sub, "write_timeout")
 
@@ -643,7 +710,7 @@ class RelayServer:
         events = Counter(self.counters.departed_events)
         sent = Counter(self.counters.departed_bytes)
         for sub in self._connections.values():
-            if sub.state in (State.HELD, State.STREAMING):
+            if sub.state in UPGRADED:
                 connected[sub.ip] += 1
             events[sub.ip] += sub.events_sent
             sent[sub.ip] += sub.bytes_sent
