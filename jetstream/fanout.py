@@ -33,6 +33,7 @@ import numpy.typing as npt
 from websockets.server import ServerProtocol
 
 from .filters import SubscriberOptions
+from .limits import FrameMeter
 from .store import PLAIN, FrameStore
 from .subscriber_state import Input, State, next_state
 
@@ -95,6 +96,9 @@ class Subscriber:
         "message",
         "head",
         "head_length",
+        "meter",
+        "reserved",
+        "reserved_since_ns",
     )
 
     def __init__(self, sock: socket.socket, ip: str, protocol: ServerProtocol, deadline_ns: int) -> None:
@@ -123,6 +127,9 @@ class Subscriber:
         self.message: list[bytes] | None = None  # fragments of a client message being received
         self.head = b""  # the last bytes of the HTTP request head received so far (HANDSHAKE)
         self.head_length = 0
+        self.meter = FrameMeter()  # client frame headers, read before websockets buffers the payload
+        self.reserved = 0  # bytes counted against the relay's incoming budget
+        self.reserved_since_ns = 0
 
     def move(self, event: Input) -> State:
         """Apply one input of the state machine (:mod:`jetstream.subscriber_state`); returns the new state."""

@@ -87,6 +87,10 @@ MAX_EPOLL_EVENTS: Final = 4096
 #: 8 KiB a line and 128 headers, answer 414/431 first for one long line); it bounds a handshake's memory.
 MAX_REQUEST_HEAD_LENGTH: Final = 32 * 1024
 HEAD_TOO_LARGE_TEXT: Final = "request head too large"
+BUSY_TEXT: Final = "relay busy: too much unfinished input from clients"
+CLOSE_MESSAGE_TOO_BIG: Final = 1009
+#: Client messages are small (``options_update``): 1 MB (decimal, as jetstream's 10 MB) by default.
+DEFAULT_MAX_CLIENT_MESSAGE_LENGTH: Final = 1_000_000
 #: Distinct unexpected connection errors logged (each once); all are counted.
 MAX_DISTINCT_ERRORS_LOGGED: Final = 100
 
@@ -104,6 +108,12 @@ class RelayConfig:
     between two passes over the subscribers: longer batches more events per ``sendfile`` (less CPU per
     client), shorter lowers the added latency. ``write_timeout_s``: drop a client whose socket took no
     byte for that long (0: never; retention still drops it when it falls behind).
+    ``max_client_message_length``: the longest client message (an ``options_update``; 10,000 DIDs take
+    about 350 kB): a frame header declaring more closes the connection with 1009 before anything of it is
+    buffered (jetstream allows 10 MB; a lower cap bounds what each connection can make the relay hold).
+    ``max_incoming_bytes``: what all connections together may have declared and not yet finished (and
+    request heads in progress): a declaration past it closes that connection with 1009 (a request head,
+    503). ``client_message_timeout_s``: a message must finish this long after it began, or 1008.
     ``socket_send_buffer_bytes``: each client socket's SO_SNDBUF (0: the kernel's autotuning). The frame
     file is the buffer: a small socket buffer keeps kernel memory per client bounded (thousands of
     clients with autotuned multi-MB buffers push the kernel into TCP memory pressure, which stalls
@@ -125,7 +135,9 @@ class RelayConfig:
     write_timeout_s: float = 10.0
     flush_interval_s: float = 0.05
     socket_send_buffer_bytes: int = 256 * 1024
-    max_client_message_length: int = MAX_CLIENT_MESSAGE_LENGTH
+    max_client_message_length: int = DEFAULT_MAX_CLIENT_MESSAGE_LENGTH
+    max_incoming_bytes: int = 64 * 1024 * 1024
+    client_message_timeout_s: float = 10.0
     listen_backlog: int = 4096
 
     def validate(self) -> None:
@@ -153,6 +165,18 @@ class RelayConfig:
         positive("write_timeout_s", self.write_timeout_s, allow_zero=True)
         positive("flush_interval_s", self.flush_interval_s, allow_zero=True)
         positive("max_client_message_length", self.max_client_message_length)
+        if self.max_client_message_length > MAX_CLIENT_MESSAGE_LENGTH:
+            raise ConfigurationError(
+                f"max_client_message_length={self.max_client_message_length} is over jetstream's "
+                f"{MAX_CLIENT_MESSAGE_LENGTH} bytes"
+            )
+        positive("max_incoming_bytes", self.max_incoming_bytes)
+        if self.max_incoming_bytes < self.max_client_message_length:
+            raise ConfigurationError(
+                f"max_incoming_bytes={self.max_incoming_bytes} must be at least "
+                f"max_client_message_length={self.max_client_message_length}"
+            )
+        positive("client_message_timeout_s", self.client_message_timeout_s)
         positive("listen_backlog", self.listen_backlog)
         positive("socket_send_buffer_bytes", self.socket_send_buffer_bytes, allow_zero=True)
         if self.zstd_dictionary is not None and not os.path.isfile(self.zstd_dictionary):
@@ -212,6 +236,7 @@ class RelayServer:
         self._next_retention_ns = 0
         self._punch_warned = False
         self._errors_logged: set[str] = set()
+        self._incoming_reserved = 0  # bytes held or declared by clients (max_incoming_bytes)
         self._thread: threading.Thread | None = None
         self._closed = False
 
@@ -384,8 +409,7 @@ class RelayServer:
             if sub.state is State.HANDSHAKE:
                 self._on_head_bytes(sub, data)
             elif sub.state in READING_FRAMES:
-                sub.protocol.receive_data(data)
-                self._on_protocol_events(sub)
+                self._on_frame_bytes(sub, data)
             # CLOSING after an HTTP response: one request per connection, the rest is discarded
             if sub.fd not in self._connections:
                 return
@@ -402,16 +426,51 @@ class RelayServer:
         else:
             rest = b""
             sub.head = (tail + data)[-3:]
+        if self._incoming_reserved + len(data) > self.config.max_incoming_bytes:
+            self._respond(sub, "busy", text_response(503, "Service Unavailable", BUSY_TEXT))
+            return
         sub.head_length += len(data)
+        self._reserve(sub, sub.head_length)
         sub.protocol.receive_data(data)
         self._on_protocol_events(sub)
         if sub.state is State.HANDSHAKE and sub.head_length > MAX_REQUEST_HEAD_LENGTH:
             self._respond(
                 sub, "head_too_large", text_response(431, "Request Header Fields Too Large", HEAD_TOO_LARGE_TEXT)
             )
-        elif rest and sub.fd in self._connections and sub.state in READING_FRAMES:
-            sub.protocol.receive_data(rest)  # frames sent right behind the upgrade request
-            self._on_protocol_events(sub)
+        if sub.state is not State.HANDSHAKE:
+            self._reserve(sub, 0)
+        if rest and sub.fd in self._connections and sub.state in READING_FRAMES:
+            self._on_frame_bytes(sub, rest)  # frames sent right behind the upgrade request
+
+    def _on_frame_bytes(self, sub: Subscriber, data: bytes) -> None:
+        """Client frames: their declared lengths are checked against the caps before websockets buffers them."""
+        declared = sub.meter.feed(data)
+        cfg = self.config
+        if declared > cfg.max_client_message_length:
+            self._refuse_message(sub, "message_too_big", f"message too big: {declared} bytes declared")
+            return
+        if declared > sub.reserved and self._incoming_reserved + declared - sub.reserved > cfg.max_incoming_bytes:
+            self._refuse_message(sub, "incoming_full", "relay busy: too much unfinished input")
+            return
+        self._reserve(sub, declared)
+        sub.protocol.receive_data(data)
+        self._on_protocol_events(sub)
+        self._reserve(sub, sub.meter.message_length)
+
+    def _reserve(self, sub: Subscriber, length: int) -> None:
+        """Set what ``sub`` holds (or has declared) against ``max_incoming_bytes``."""
+        if length and not sub.reserved:
+            sub.reserved_since_ns = time.monotonic_ns()
+        self._incoming_reserved += length - sub.reserved
+        sub.reserved = length
+
+    def _refuse_message(self, sub: Subscriber, reason: str, text: str) -> None:
+        """Close with 1009 before buffering the message; nothing more from this client is parsed."""
+        self.counters.clients_dropped[reason] += 1
+        self._reserve(sub, 0)
+        if sub.protocol.state is ProtocolState.OPEN:
+            sub.protocol.send_close(CLOSE_MESSAGE_TOO_BIG, text)
+        self._pump(sub)
 
     def _on_protocol_events(self, sub: Subscriber) -> None:
         for event in sub.protocol.events_received():
@@ -448,6 +507,7 @@ class RelayServer:
         """Answer the request with a final response of our own (without websockets) and close."""
         self._handshaking.pop(sub.fd, None)
         self.counters.handshakes[outcome] += 1
+        self._reserve(sub, 0)
         sub.move(Input.RESPONDED)
         self.fanout.add(sub)
         self.fanout.queue_control(sub, response.serialize())
@@ -611,6 +671,7 @@ class RelayServer:
             sub.range_events = 0
         self.counters.departed_events[sub.ip] += sub.events_sent
         self.counters.departed_bytes[sub.ip] += sub.bytes_sent
+        self._reserve(sub, 0)
         self._per_ip[sub.ip] -= 1
         if self._per_ip[sub.ip] <= 0:
             del self._per_ip[sub.ip]
@@ -640,7 +701,15 @@ class RelayServer:
         write_timeout_ns = int(cfg.write_timeout_s * 1e9)
         ping_ns = int(cfg.ping_interval_s * 1e9)
         stuck: list[Subscriber] = []
+        message_timeout_ns = int(cfg.client_message_timeout_s * 1e9)
         for sub in list(self.fanout.subscribers.values()):
+            if sub.reserved and sub.state in READING_FRAMES and now - sub.reserved_since_ns > message_timeout_ns:
+                self.counters.clients_dropped["client_message_timeout"] += 1
+                self._reserve(sub, 0)
+                if sub.protocol.state is ProtocolState.OPEN:
+                    sub.protocol.send_close(CLOSE_POLICY_VIOLATION, "client message timeout")
+                self._guarded(self._pump, sub)
+                continue
             if (
                 write_timeout_ns
                 and not sub.writable

@@ -15,6 +15,7 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import ClientConnection
 
 from logbuf.jetstream.filters import MAX_CLIENT_MESSAGE_LENGTH, MAX_WANTED_COLLECTIONS, MAX_WANTED_DIDS
+from logbuf.jetstream.server import DEFAULT_MAX_CLIENT_MESSAGE_LENGTH
 from tests.jetstream._relay_support import (
     BASE_US,
     RelayHandle,
@@ -163,16 +164,20 @@ def test_long_validation_errors_are_cut_to_123_bytes(tmp_path: Path) -> None:
     assert reason.startswith("invalid subscriber options: invalid collection: xxx")
 
 
-def test_client_message_over_10_mb_closes_with_1009(tmp_path: Path) -> None:
+def test_client_message_over_the_cap_closes_with_1009(tmp_path: Path) -> None:
     with running_relay(str(tmp_path)) as relay:
         with relay.connect() as ws:
-            ws.send("x" * MAX_CLIENT_MESSAGE_LENGTH)  # exactly the cap: accepted (and ignored: not JSON?)
+            ws.send("x" * DEFAULT_MAX_CLIENT_MESSAGE_LENGTH)  # exactly the cap: accepted (and ignored: not JSON?)
             code, _ = closed_with(ws)
             assert code == 1007  # ... it is not JSON: the envelope error
         with relay.connect() as ws:
-            ws.send("x" * (MAX_CLIENT_MESSAGE_LENGTH + 1))
+            ws.send("x" * (DEFAULT_MAX_CLIENT_MESSAGE_LENGTH + 1))
             code, _ = closed_with(ws)
             assert code == 1009
+    with running_relay(str(tmp_path / "max"), max_client_message_length=MAX_CLIENT_MESSAGE_LENGTH) as relay:
+        with relay.connect() as ws:  # jetstream's own cap, 10 MB, can be configured
+            ws.send("x" * MAX_CLIENT_MESSAGE_LENGTH)
+            assert closed_with(ws)[0] == 1007
 
 
 def test_shutdown_closes_clients_with_1001(tmp_path: Path) -> None:

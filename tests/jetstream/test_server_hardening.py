@@ -10,6 +10,10 @@ import struct
 import time
 from pathlib import Path
 
+import pytest
+
+from logbuf.jetstream.limits import FrameMeter
+from logbuf.jetstream.server import DEFAULT_MAX_CLIENT_MESSAGE_LENGTH
 from tests.jetstream._relay_support import (
     BASE_US,
     RelayHandle,
@@ -111,3 +115,118 @@ def test_garbage_instead_of_http_closes_that_connection_only(tmp_path: Path) -> 
                 read_until_closed(sock)
         wait_for(lambda: relay.server.counters.handshakes["invalid_http"] >= 2, what="both refused")
         still_serves(relay, BASE_US)
+
+
+# -- incoming frames: FrameMeter (declared lengths) and the relay's bounds (issue 14 item 17) ------------------
+
+METER_CASES = [
+    # (frames, declared length of the message in progress after all of them)
+    ([client_frame(0x1, b"hi")], 0),  # a whole small message: done
+    ([client_frame(0x1, b"x" * 300)], 0),  # 16-bit length
+    ([client_frame(0x2, b"x" * 70_000)], 0),  # 64-bit length
+    ([client_frame(0x1, b"ab", fin=False)], 2),  # first fragment of a message
+    ([client_frame(0x1, b"ab", fin=False), client_frame(0x9, b"ping"), client_frame(0x0, b"cd", fin=False)], 4),
+    ([client_frame(0x1, b"ab", fin=False), client_frame(0x0, b"cd")], 0),  # completed by its final fragment
+    ([client_frame(0x1, b"", fin=True)], 0),
+    ([client_frame(0x1, b"xyz", declared=9_900_000)[:20]], 9_900_000),  # declared, barely started
+    ([client_frame(0x8, b"\x03\xe8")], 0),  # control frames are not counted
+]
+
+
+@pytest.mark.parametrize("frames, expected", METER_CASES)
+def test_frame_meter_reads_declared_lengths_whole_and_byte_by_byte(frames: list[bytes], expected: int) -> None:
+    data = b"".join(frames)
+    whole = FrameMeter()
+    whole.feed(data)
+    assert whole.message_length == expected
+    split = FrameMeter()
+    for i in range(len(data)):
+        split.feed(data[i : i + 1])
+    assert split.message_length == expected
+
+
+def test_frame_meter_reports_a_declaration_as_soon_as_its_header_is_complete() -> None:
+    frame = client_frame(0x2, b"", declared=5_000_000)  # header only: 2 + 8 + 4 bytes
+    meter = FrameMeter()
+    assert meter.feed(frame[:13]) == 0  # one byte short of the header
+    assert meter.feed(frame[13:]) == 5_000_000
+    assert meter.feed(bytes(1000)) == 5_000_000
+    whole = FrameMeter()
+    assert whole.feed(client_frame(0x1, b"done") + client_frame(0x1, b"tail")) == 4  # peak inside the data
+    assert whole.message_length == 0
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS")
+
+
+def upgraded(relay: RelayHandle, source_ip: str) -> socket.socket:
+    sock = socket.create_connection((relay.host, relay.port), timeout=10, source_address=(source_ip, 0))
+    sock.sendall(UPGRADE.format(query="").encode())
+    head = b""
+    while b"\r\n\r\n" not in head:
+        chunk = sock.recv(4096)
+        assert chunk, "closed during the handshake"
+        head += chunk
+    assert head.startswith(b"HTTP/1.1 101")
+    return sock
+
+
+def close_code(sock: socket.socket) -> int | None:
+    """The code of the first close frame the relay sent (None: closed without one)."""
+    data = read_until_closed(sock)
+    i = data.find(b"\x88")
+    return int.from_bytes(data[i + 2 : i + 4], "big") if i >= 0 and len(data) >= i + 4 else None
+
+
+def test_unfinished_large_frames_are_refused_with_1009_before_they_are_buffered(tmp_path: Path) -> None:
+    """100 connections from two addresses each declare a 9.9 MB message and send 2 MB of it (the issue's
+    attack took the relay from 114 MB to 1.08 GB): with jetstream's 10 MB cap allowed, only what fits the
+    total budget is accepted; every other connection gets 1009 at once and its bytes are never kept."""
+    declared = 9_900_000
+    budget = 32 * 1024 * 1024
+    with running_relay(
+        str(tmp_path), max_client_message_length=10_000_000, max_incoming_bytes=budget, max_connections_per_ip=100
+    ) as relay:
+        socks = [upgraded(relay, ip) for ip in ("127.0.0.1", "127.0.0.2") for _ in range(50)]
+        before = rss_bytes()
+        payload = b"x" * (2 * 1024 * 1024)
+        refused = 0
+        try:
+            for sock in socks:
+                try:
+                    sock.sendall(client_frame(0x1, b"", declared=declared) + payload)
+                except (BrokenPipeError, ConnectionResetError):
+                    refused += 1
+            counters = relay.server.counters
+            fits = budget // declared
+            wait_for(lambda: counters.clients_dropped["incoming_full"] == len(socks) - fits, what="refusals")
+            assert relay.on_loop(lambda: relay.server._incoming_reserved) == fits * declared
+            grown = rss_bytes() - before
+            assert grown < 64 * 1024 * 1024, f"relay grew by {grown} bytes"
+        finally:
+            for sock in socks:
+                sock.close()
+        wait_for(lambda: relay.on_loop(lambda: relay.server._incoming_reserved) == 0, what="reservations released")
+        still_serves(relay, BASE_US)
+
+
+def test_a_declared_length_over_the_message_cap_closes_with_1009_at_once(tmp_path: Path) -> None:
+    with running_relay(str(tmp_path)) as relay:
+        with upgraded(relay, "127.0.0.1") as sock:
+            sock.sendall(client_frame(0x1, b"", declared=DEFAULT_MAX_CLIENT_MESSAGE_LENGTH + 1))  # header only
+            assert close_code(sock) == 1009
+        assert relay.server.counters.clients_dropped["message_too_big"] == 1
+
+
+def test_a_message_that_never_finishes_is_closed_with_1008(tmp_path: Path) -> None:
+    with running_relay(str(tmp_path), client_message_timeout_s=0.3) as relay:
+        with upgraded(relay, "127.0.0.1") as sock:
+            sock.sendall(client_frame(0x1, b"", declared=1000) + b"x" * 10)
+            assert close_code(sock) == 1008
+        assert relay.server.counters.clients_dropped["client_message_timeout"] == 1
+        assert relay.on_loop(lambda: relay.server._incoming_reserved) == 0
