@@ -97,6 +97,7 @@ class Subscriber:
         "head",
         "head_length",
         "meter",
+        "listener",
         "reserved",
         "reserved_since_ns",
     )
@@ -127,6 +128,7 @@ class Subscriber:
         self.message: list[bytes] | None = None  # fragments of a client message being received
         self.head = b""  # the last bytes of the HTTP request head received so far (HANDSHAKE)
         self.head_length = 0
+        self.listener = 0  # which port accepted it: 0 public, 1 metrics (jetstream.server PUBLIC / METRICS)
         self.meter = FrameMeter()  # client frame headers, read before websockets buffers the payload
         self.reserved = 0  # bytes counted against the relay's incoming budget
         self.reserved_since_ns = 0

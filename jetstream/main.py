@@ -44,6 +44,7 @@ from logbuf.directory import resolve_dir
 from logbuf.driver.context import DriverContext
 from logbuf.driver.media_driver import MediaDriver
 from logbuf.errors import LogbufError
+from logbuf.jetstream import BUNDLED_ZSTD_DICTIONARY
 from logbuf.jetstream.backfill import BackfillError, BackfillResult, backfill, newest_recorded_time_us
 from logbuf.jetstream.generator import EventGenerator
 from logbuf.jetstream.ingest import (
@@ -66,6 +67,8 @@ DEFAULT_CHANNEL = "aeron:ipc"
 DEFAULT_STREAM_ID = 6008
 """Stream id of the event stream (jetstream's port number, easy to remember)."""
 DEFAULT_PORT = 6008
+DEFAULT_METRICS_PORT = 6009
+"""jetstream's metrics port (its ``JETSTREAM_METRICS_LISTEN_ADDR``, :6009)."""
 DEFAULT_RATE = 500.0
 """Events per second of the built-in generator: the live network's order of magnitude (300–500/s)."""
 EMBEDDED_IPC_TERM_LENGTH = 16 * 1024 * 1024
@@ -113,6 +116,10 @@ def _port(text: str) -> int:
     if not 0 <= port <= 65535:
         raise argparse.ArgumentTypeError(f"port {port} is outside 0..65535")
     return port
+
+
+def _optional_port(text: str) -> int | None:
+    return None if text.strip().lower() in ("off", "none") else _port(text)
 
 
 def _stream_id(text: str) -> int:
@@ -174,7 +181,27 @@ def build_parser() -> argparse.ArgumentParser:
         help="how long events are kept for cursor replay, e.g. 24h (default: the server's, 24h)",
     )
     srv.add_argument(
-        "--zstd-dictionary", default=None, metavar="FILE", help="jetstream's zstd dictionary: enables compress=true"
+        "--zstd-dictionary",
+        default=BUNDLED_ZSTD_DICTIONARY,
+        metavar="FILE",
+        help="zstd dictionary for compress=true clients (default: jetstream's own, bundled with the package)",
+    )
+    srv.add_argument(
+        "--no-compression",
+        action="store_true",
+        help="refuse compress=true (400) and do not keep the compressed frame file",
+    )
+    srv.add_argument(
+        "--metrics-host",
+        default="127.0.0.1",
+        help="address of the Prometheus /metrics listener (default: %(default)s; jetstream listens on all)",
+    )
+    srv.add_argument(
+        "--metrics-port",
+        type=_optional_port,
+        default=DEFAULT_METRICS_PORT,
+        metavar="PORT",
+        help="port of the /metrics listener, 0 = any free port, off = none (default: %(default)s, jetstream's)",
     )
     st = p.add_argument_group("stream and driver")
     st.add_argument("--channel", default=DEFAULT_CHANNEL, help="channel of the event stream (default: %(default)s)")
@@ -270,7 +297,9 @@ def _start_server(args: argparse.Namespace, run: _Running, subscription: Subscri
         "host": args.host,
         "port": args.port,
         "data_dir": data_dir,
-        "zstd_dictionary": args.zstd_dictionary,
+        "zstd_dictionary": None if args.no_compression else args.zstd_dictionary,
+        "metrics_host": args.metrics_host,
+        "metrics_port": args.metrics_port,
     }
     if args.retention is not None:
         options["retention"] = args.retention
@@ -298,7 +327,16 @@ def _start_server(args: argparse.Namespace, run: _Running, subscription: Subscri
     server.add_metrics_source(ingest_metrics)
     run.server_thread = server.start()
     host, port = server.address
-    log.info("jetstream.listening", host=host, port=port, url=f"ws://{host}:{port}/subscribe", data_dir=data_dir)
+    metrics = server.metrics_address
+    log.info(
+        "jetstream.listening",
+        host=host,
+        port=port,
+        url=f"ws://{host}:{port}/subscribe",
+        metrics_url=None if metrics is None else f"http://{metrics[0]}:{metrics[1]}/metrics",
+        data_dir=data_dir,
+        compressed=server.store.compressed,
+    )
 
 
 def _start_recorder(args: argparse.Namespace, run: _Running, driver_dir: str) -> None:

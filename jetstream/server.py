@@ -46,6 +46,7 @@ from websockets.server import ServerProtocol
 
 from logbuf.errors import ConfigurationError
 
+from . import BUNDLED_ZSTD_DICTIONARY
 from .events import EventMeta
 from .fanout import FanOut, Subscriber
 from .filters import (
@@ -62,9 +63,13 @@ from .http import (
     SUBSCRIBE_PATH,
     WELCOME_PATH,
     WELCOME_TEXT,
+    head_response,
+    method_not_allowed,
     metrics_response,
+    preflight_response,
     split_target,
     text_response,
+    with_cors,
 )
 from .metrics import MetricsSnapshot, MetricsSource, RelayCollector, RelayCounters
 from .store import PLAIN, ZSTD, FrameStore
@@ -89,8 +94,15 @@ MAX_REQUEST_HEAD_LENGTH: Final = 32 * 1024
 HEAD_TOO_LARGE_TEXT: Final = "request head too large"
 BUSY_TEXT: Final = "relay busy: too much unfinished input from clients"
 CLOSE_MESSAGE_TOO_BIG: Final = 1009
+#: jetstream's metrics port (legacy ``JETSTREAM_METRICS_LISTEN_ADDR`` :6009).
+DEFAULT_METRICS_PORT: Final = 6009
 #: Client messages are small (``options_update``): 1 MB (decimal, as jetstream's 10 MB) by default.
 DEFAULT_MAX_CLIENT_MESSAGE_LENGTH: Final = 1_000_000
+#: Listener kinds: the public port (/, /subscribe) and the metrics port (/metrics).
+PUBLIC: Final = 0
+METRICS: Final = 1
+#: Concurrent connections to the metrics port (scrapers); more get 503.
+MAX_METRICS_CONNECTIONS: Final = 64
 #: Distinct unexpected connection errors logged (each once); all are counted.
 MAX_DISTINCT_ERRORS_LOGGED: Final = 100
 
@@ -126,7 +138,9 @@ class RelayConfig:
     retention: float | None = 86_400.0
     retention_bytes: int | None = None
     retention_check_s: float = 1.0
-    zstd_dictionary: str | None = None
+    zstd_dictionary: str | None = BUNDLED_ZSTD_DICTIONARY
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int | None = DEFAULT_METRICS_PORT
     max_connections_per_ip: int = 100
     max_connections: int = 50_000
     handshake_timeout_s: float = 10.0
@@ -150,6 +164,10 @@ class RelayConfig:
             raise ConfigurationError("data_dir must be set (a directory for the frame files)")
         if not 0 <= self.port <= 65535:
             raise ConfigurationError(f"port={self.port} must be 0..65535 (0: any free port)")
+        if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
+            raise ConfigurationError(
+                f"metrics_port={self.metrics_port} must be 0..65535 (0: any free port) or None (no metrics listener)"
+            )
         if self.retention is None and self.retention_bytes is None:
             raise ConfigurationError("retention and retention_bytes are both None: set at least one")
         if self.retention is not None:
@@ -183,6 +201,20 @@ class RelayConfig:
             raise ConfigurationError(f"zstd_dictionary={self.zstd_dictionary!r} is not a readable file")
 
 
+def _listen(host: str, port: int, backlog: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    listener = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind((host, port))
+        listener.listen(backlog)
+    except OSError as exc:
+        listener.close()
+        raise ConfigurationError(f"cannot listen on {host}:{port}: {exc}") from exc
+    listener.setblocking(False)
+    return listener
+
+
 class RelayServer:
     """Serve ``/subscribe`` from the frame store; see the module docstring.
 
@@ -196,33 +228,35 @@ class RelayServer:
         if config.zstd_dictionary is not None:
             with open(config.zstd_dictionary, "rb") as f:
                 dictionary = f.read()
-        self.store = FrameStore(config.data_dir, zstd_dictionary=dictionary)
         self.counters = RelayCounters()
-        self.fanout = FanOut(self.store, self._drop, self._on_linger, self._failed)
         self.registry = CollectorRegistry()
         self._collector = RelayCollector(self._snapshot)
         self.registry.register(self._collector)
         self._log = structlog.get_logger().bind(role="jetstream-relay")
-        family = socket.AF_INET6 if ":" in config.host else socket.AF_INET
-        self._listener = socket.socket(family, socket.SOCK_STREAM)
-        try:
-            self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            self._listener.bind((config.host, config.port))
-            self._listener.listen(config.listen_backlog)
-        except OSError as exc:
-            self._listener.close()
-            self.store.close()
-            raise ConfigurationError(f"cannot listen on {config.host}:{config.port}: {exc}") from exc
-        self._listener.setblocking(False)
+        self._listener = _listen(config.host, config.port, config.listen_backlog)
+        self._metrics_listener: socket.socket | None = None
+        if config.metrics_port is not None:
+            try:
+                self._metrics_listener = _listen(config.metrics_host, config.metrics_port, 64)
+            except ConfigurationError:
+                self._listener.close()
+                raise
         self._epoll = select.epoll()
         self._wake_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
-        self._epoll.register(self._listener.fileno(), select.EPOLLIN)
+        self._listeners: dict[int, tuple[socket.socket, int]] = {self._listener.fileno(): (self._listener, PUBLIC)}
+        if self._metrics_listener is not None:
+            self._listeners[self._metrics_listener.fileno()] = (self._metrics_listener, METRICS)
+        for fd in self._listeners:
+            self._epoll.register(fd, select.EPOLLIN)
         self._epoll.register(self._wake_fd, select.EPOLLIN)
+        self.store = FrameStore(config.data_dir, zstd_dictionary=dictionary)
+        self.fanout = FanOut(self.store, self._drop, self._on_linger, self._failed)
         self._connections: dict[int, Subscriber] = {}
         self._handshaking: dict[int, Subscriber] = {}
         self._lingering: dict[int, Subscriber] = {}
         self._read_again: set[Subscriber] = set()
         self._per_ip: Counter[str] = Counter()
+        self._metrics_connections = 0
         self._duties: list[Callable[[], int]] = []
         self._calls: deque[Callable[[], None]] = deque()
         self._stop = threading.Event()
@@ -244,7 +278,16 @@ class RelayServer:
 
     @property
     def address(self) -> tuple[str, int]:
+        """The public listener's (host, port)."""
         host, port = self._listener.getsockname()[:2]
+        return str(host), int(port)
+
+    @property
+    def metrics_address(self) -> tuple[str, int] | None:
+        """The metrics listener's (host, port); None when it is off."""
+        if self._metrics_listener is None:
+            return None
+        host, port = self._metrics_listener.getsockname()[:2]
         return str(host), int(port)
 
     def append(self, raw: bytes, meta: EventMeta) -> None:
@@ -314,11 +357,11 @@ class RelayServer:
             timeout = 0.001 if self._duties else 0.05
         timeout = min(timeout, max(0.0, (self._next_timer_ns - now) / 1e9))
         events = self._epoll.poll(timeout, MAX_EPOLL_EVENTS)
-        listener_fd = self._listener.fileno()
+        listeners = self._listeners
         for fd, mask in events:
-            if fd == listener_fd:
+            if fd in listeners:
                 if accepting:
-                    self._accept()
+                    self._accept(*listeners[fd])
             elif fd == self._wake_fd:
                 try:
                     os.eventfd_read(self._wake_fd)
@@ -358,21 +401,23 @@ class RelayServer:
             self._next_timer_ns = now + TIMER_PERIOD_NS
         if accepting and self._accept_paused_until_ns and now >= self._accept_paused_until_ns:
             self._accept_paused_until_ns = 0
-            self._epoll.register(listener_fd, select.EPOLLIN)
+            for fd in listeners:
+                self._epoll.register(fd, select.EPOLLIN)
 
-    def _accept(self) -> None:
+    def _accept(self, listener: socket.socket, kind: int) -> None:
         cfg = self.config
         now = time.monotonic_ns()
         for _ in range(ACCEPT_BATCH):
             try:
-                conn, addr = self._listener.accept()
+                conn, addr = listener.accept()
             except BlockingIOError:
                 return
             except OSError as exc:
                 self.counters.accept_errors += 1
                 if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
-                    # Out of descriptors: stop accepting for 100 ms rather than spin on the listener.
-                    self._epoll.unregister(self._listener.fileno())
+                    # Out of descriptors: stop accepting for 100 ms rather than spin on the listeners.
+                    for fd in self._listeners:
+                        self._epoll.unregister(fd)
                     self._accept_paused_until_ns = now + 100_000_000
                 return
             conn.setblocking(False)
@@ -382,11 +427,17 @@ class RelayServer:
             ip = str(addr[0])
             protocol = ServerProtocol(max_size=cfg.max_client_message_length, logger=_WS_LOGGER)
             sub = Subscriber(conn, ip, protocol, now + int(cfg.handshake_timeout_s * 1e9))
-            if self._per_ip[ip] >= cfg.max_connections_per_ip:
+            sub.listener = kind
+            if kind == METRICS:
+                if self._metrics_connections >= MAX_METRICS_CONNECTIONS:
+                    sub.over_limit = "total"
+                self._metrics_connections += 1
+            elif self._per_ip[ip] >= cfg.max_connections_per_ip:
                 sub.over_limit = "ip"
-            elif len(self._connections) >= cfg.max_connections:
+            elif len(self._connections) - self._metrics_connections >= cfg.max_connections:
                 sub.over_limit = "total"
-            self._per_ip[ip] += 1
+            if kind == PUBLIC:
+                self._per_ip[ip] += 1
             self._connections[sub.fd] = sub
             self._handshaking[sub.fd] = sub
             self._epoll.register(sub.fd, select.EPOLLIN | select.EPOLLOUT | select.EPOLLRDHUP | select.EPOLLET)
@@ -541,6 +592,7 @@ class RelayServer:
         self._handshaking.pop(sub.fd, None)
         protocol = sub.protocol
         path, query = split_target(request.path)
+        method = request.method
         options: SubscriberOptions | None = None
         if sub.over_limit:
             if sub.over_limit == "ip":
@@ -550,10 +602,17 @@ class RelayServer:
                 )
             else:
                 outcome, response = "over_limit", text_response(503, "Service Unavailable", "too many connections")
+        elif method == "OPTIONS":
+            outcome, response = "preflight", preflight_response(request.headers)
+        elif method not in ("GET", "HEAD"):
+            outcome, response = "method_not_allowed", method_not_allowed()
+        elif sub.listener == METRICS:
+            if path == METRICS_PATH:
+                outcome, response = "metrics", metrics_response(self.registry)
+            else:
+                outcome, response = "not_found", text_response(404, "Not Found", "404 page not found")
         elif path == WELCOME_PATH:
             outcome, response = "welcome", text_response(200, "OK", WELCOME_TEXT)
-        elif path == METRICS_PATH:
-            outcome, response = "metrics", metrics_response(self.registry)
         elif path != SUBSCRIBE_PATH:
             outcome, response = "not_found", text_response(404, "Not Found", "404 page not found")
         else:
@@ -569,6 +628,10 @@ class RelayServer:
             else:
                 response = protocol.accept(request)
                 outcome = "accepted" if response.status_code == 101 else "upgrade_failed"
+        if response.status_code != 101:
+            response = with_cors(response, request.headers)
+            if method == "HEAD":
+                response = head_response(response)
         self.counters.handshakes[outcome] += 1
         protocol.send_response(response)
         self.fanout.add(sub)
@@ -672,9 +735,12 @@ class RelayServer:
         self.counters.departed_events[sub.ip] += sub.events_sent
         self.counters.departed_bytes[sub.ip] += sub.bytes_sent
         self._reserve(sub, 0)
-        self._per_ip[sub.ip] -= 1
-        if self._per_ip[sub.ip] <= 0:
-            del self._per_ip[sub.ip]
+        if sub.listener == METRICS:
+            self._metrics_connections -= 1
+        else:
+            self._per_ip[sub.ip] -= 1
+            if self._per_ip[sub.ip] <= 0:
+                del self._per_ip[sub.ip]
         try:
             self._epoll.unregister(fd)
         except (OSError, ValueError):
@@ -745,10 +811,11 @@ class RelayServer:
 
     def _shut_down(self) -> None:
         """Close 1001 to every client at its next frame boundary; give them ``close_timeout_s``."""
-        try:
-            self._epoll.unregister(self._listener.fileno())
-        except (OSError, ValueError):
-            pass
+        for fd in self._listeners:
+            try:
+                self._epoll.unregister(fd)
+            except (OSError, ValueError):
+                pass
         for sub in list(self._handshaking.values()):
             self._close(sub)
         for sub in list(self.fanout.subscribers.values()):
@@ -768,7 +835,8 @@ class RelayServer:
         for sub in list(self._connections.values()):
             self._close(sub)
         self._epoll.close()
-        self._listener.close()
+        for listener, _ in self._listeners.values():
+            listener.close()
         os.close(self._wake_fd)
         self.store.close()
 
