@@ -33,7 +33,7 @@ import numpy.typing as npt
 from websockets.server import ServerProtocol
 
 from .filters import SubscriberOptions
-from .limits import FrameMeter
+from .limits import EventRateLimiter, FrameMeter
 from .store import PLAIN, FrameStore
 from .subscriber_state import Input, State, next_state
 
@@ -98,6 +98,7 @@ class Subscriber:
         "head_length",
         "meter",
         "listener",
+        "rate_limited",
         "reserved",
         "reserved_since_ns",
     )
@@ -129,6 +130,7 @@ class Subscriber:
         self.head = b""  # the last bytes of the HTTP request head received so far (HANDSHAKE)
         self.head_length = 0
         self.listener = 0  # which port accepted it: 0 public, 1 metrics (jetstream.server PUBLIC / METRICS)
+        self.rate_limited = False  # attached to the relay's EventRateLimiter (under ``ip``)
         self.meter = FrameMeter()  # client frame headers, read before websockets buffers the payload
         self.reserved = 0  # bytes counted against the relay's incoming budget
         self.reserved_since_ns = 0
@@ -148,11 +150,17 @@ class FanOut:
         drop: Callable[[Subscriber, str], None],
         on_linger: Callable[[Subscriber], None],
         on_error: Callable[[Subscriber, BaseException], None],
+        limiter: EventRateLimiter | None = None,
     ) -> None:
         self.store = store
         self._drop = drop
         self._on_linger = on_linger
         self._on_error = on_error
+        self.limiter = limiter
+        self.throttled = False
+        """The last pass held someone back for want of tokens (the server passes again soon)."""
+        self._pass_id = 0
+        self._now_ns = 0
         self.subscribers: dict[int, Subscriber] = {}
         self.sendfile_calls = 0
         self.bytes_sent = 0
@@ -243,6 +251,10 @@ class FanOut:
 
     def flush(self, now_ns: int) -> int:
         """One pass over every subscriber: send what each is owed. Returns bytes sent."""
+        self._pass_id += 1
+        self._now_ns = now_ns
+        self.throttled = False
+        limited = self.limiter is not None
         store = self.store
         n = store.next_seq
         files = store.files
@@ -274,9 +286,15 @@ class FanOut:
                             break
                         continue
                     if sub.filter is None and end < ends[kind] and not sub.out and sub.state is streaming:
-                        sub.range_events += n - sub.next_seq
-                        sub.next_seq = n
-                        end = sub.range_end = ends[kind]
+                        if limited:
+                            more = self._grant(sub, n - sub.next_seq)
+                            sub.range_events += more
+                            sub.next_seq += more
+                            end = sub.range_end = store.offset_of(kind, sub.next_seq)
+                        else:
+                            sub.range_events += n - sub.next_seq
+                            sub.next_seq = n
+                            end = sub.range_end = ends[kind]
                     if pos < floors[kind]:
                         self._drop(sub, "behind_retention")
                         break
@@ -305,15 +323,17 @@ class FanOut:
     def _plan(self, sub: Subscriber, n: int, file_end: int) -> bool:
         """Set the next range at a boundary; False when there is nothing to send now."""
         if sub.runs:
-            sub.pos, sub.range_end, sub.range_events = sub.runs.popleft()
-            return True
+            return self._take_run(sub)
         if sub.next_seq >= n:
             return False
         if sub.filter is None:
+            events = n - sub.next_seq if self.limiter is None else self._grant(sub, n - sub.next_seq)
+            if not events:
+                return False
             sub.pos = self.store.offset_of(sub.kind, sub.next_seq)
-            sub.range_end = file_end
-            sub.range_events = n - sub.next_seq
-            sub.next_seq = n
+            sub.next_seq += events
+            sub.range_end = file_end if sub.next_seq == n else self.store.offset_of(sub.kind, sub.next_seq)
+            sub.range_events = events
             return True
         f = sub.filter
         runs, scanned = self.store.matching_runs(
@@ -322,6 +342,28 @@ class FanOut:
         sub.next_seq = scanned
         if runs:
             sub.runs.extend(runs)
-            sub.pos, sub.range_end, sub.range_events = sub.runs.popleft()
-            return True
+            return self._take_run(sub)
         return scanned < n  # nothing wanted in this slice: scan on (bounded by the steps)
+
+    def _take_run(self, sub: Subscriber) -> bool:
+        """Make the first planned run the current range (as much of it as the rate limit grants)."""
+        start, end, events = sub.runs[0]
+        if self.limiter is not None:
+            granted = self._grant(sub, events)
+            if not granted:
+                return False
+            if granted < events:  # split the run at the granted event's frame: the rest waits
+                split = self.store.offset_of(sub.kind, self.store.seq_at_or_after(sub.kind, start) + granted)
+                sub.runs[0] = (split, end, events - granted)
+                sub.pos, sub.range_end, sub.range_events = start, split, granted
+                return True
+        sub.runs.popleft()
+        sub.pos, sub.range_end, sub.range_events = start, end, events
+        return True
+
+    def _grant(self, sub: Subscriber, wanted: int) -> int:
+        assert self.limiter is not None
+        granted = self.limiter.grant(sub.ip, wanted, self._now_ns, self._pass_id)
+        if granted < wanted:
+            self.throttled = True
+        return granted

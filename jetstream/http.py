@@ -22,6 +22,7 @@ from websockets.http11 import Response
 
 __all__ = [
     "ALLOWED_METHODS",
+    "DEFAULT_METRICS_PORT",
     "METRICS_PATH",
     "SUBSCRIBE_PATH",
     "WELCOME_PATH",
@@ -40,6 +41,8 @@ WELCOME_PATH: Final = "/"
 METRICS_PATH: Final = "/metrics"
 WELCOME_TEXT: Final = "Welcome to Jetstream"
 ALLOWED_METHODS: Final = "GET, HEAD, OPTIONS"
+#: jetstream's metrics port (legacy ``JETSTREAM_METRICS_LISTEN_ADDR`` :6009).
+DEFAULT_METRICS_PORT: Final = 6009
 
 
 def split_target(target: str) -> tuple[str, dict[str, list[str]]]:

@@ -27,7 +27,21 @@ import math
 from dataclasses import dataclass
 from typing import Final
 
-__all__ = ["CONTROL_OPCODE_MIN", "EventRateLimiter", "FrameMeter"]
+__all__ = [
+    "CONTROL_OPCODE_MIN",
+    "DEFAULT_MAX_CONNECTIONS",
+    "DEFAULT_MAX_CONNECTIONS_PER_IP",
+    "DEFAULT_MAX_EVENTS_PER_IP_S",
+    "EventRateLimiter",
+    "FrameMeter",
+]
+
+#: Connections from one client address (jetstream's legacy cap); more get 429.
+DEFAULT_MAX_CONNECTIONS_PER_IP: Final = 100
+#: Connections in all; more get 503 (each is a file descriptor: mind the open-files limit).
+DEFAULT_MAX_CONNECTIONS: Final = 50_000
+#: jetstream's legacy per-address rate (``JETSTREAM_MAX_SUB_RATE``): events/s, also the burst.
+DEFAULT_MAX_EVENTS_PER_IP_S: Final = 5000.0
 
 #: Opcodes 0x8 and up are control frames (close, ping, pong): at most 125 bytes, never fragmented.
 CONTROL_OPCODE_MIN: Final = 0x8

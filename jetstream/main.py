@@ -47,6 +47,7 @@ from logbuf.errors import LogbufError
 from logbuf.jetstream import BUNDLED_ZSTD_DICTIONARY
 from logbuf.jetstream.backfill import BackfillError, BackfillResult, backfill, newest_recorded_time_us
 from logbuf.jetstream.generator import EventGenerator
+from logbuf.jetstream.http import DEFAULT_METRICS_PORT
 from logbuf.jetstream.ingest import (
     DEFAULT_REWIND_S,
     GeneratorSource,
@@ -58,6 +59,7 @@ from logbuf.jetstream.ingest import (
     check_rate,
     check_upstream_url,
 )
+from logbuf.jetstream.limits import DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_CONNECTIONS_PER_IP, DEFAULT_MAX_EVENTS_PER_IP_S
 from logbuf.jetstream.stream import EventStreamAdapter
 from logbuf.logging_config import configure_logging
 
@@ -67,8 +69,6 @@ DEFAULT_CHANNEL = "aeron:ipc"
 DEFAULT_STREAM_ID = 6008
 """Stream id of the event stream (jetstream's port number, easy to remember)."""
 DEFAULT_PORT = 6008
-DEFAULT_METRICS_PORT = 6009
-"""jetstream's metrics port (its ``JETSTREAM_METRICS_LISTEN_ADDR``, :6009)."""
 DEFAULT_RATE = 500.0
 """Events per second of the built-in generator: the live network's order of magnitude (300–500/s)."""
 EMBEDDED_IPC_TERM_LENGTH = 16 * 1024 * 1024
@@ -116,6 +116,16 @@ def _port(text: str) -> int:
     if not 0 <= port <= 65535:
         raise argparse.ArgumentTypeError(f"port {port} is outside 0..65535")
     return port
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{value} must be positive")
+    return value
 
 
 def _optional_port(text: str) -> int | None:
@@ -202,6 +212,37 @@ def build_parser() -> argparse.ArgumentParser:
         default=DEFAULT_METRICS_PORT,
         metavar="PORT",
         help="port of the /metrics listener, 0 = any free port, off = none (default: %(default)s, jetstream's)",
+    )
+    lim = p.add_argument_group("limits (per client address: behind a proxy, see --trusted-proxy)")
+    lim.add_argument(
+        "--max-connections-per-ip",
+        type=_positive_int,
+        default=DEFAULT_MAX_CONNECTIONS_PER_IP,
+        metavar="N",
+        help="connections from one address; more get HTTP 429 (default: %(default)s, jetstream's)",
+    )
+    lim.add_argument(
+        "--max-connections",
+        type=_positive_int,
+        default=DEFAULT_MAX_CONNECTIONS,
+        metavar="N",
+        help="connections in all; more get HTTP 503 (default: %(default)s; mind the open-files limit)",
+    )
+    lim.add_argument(
+        "--max-events-per-ip",
+        type=_rate,
+        default=DEFAULT_MAX_EVENTS_PER_IP_S,
+        metavar="RATE",
+        help="events per second sent to one address, shared by its connections (a token bucket that delays, "
+        "never drops; 0 = no limit; default: %(default)g, jetstream's)",
+    )
+    lim.add_argument(
+        "--trusted-proxy",
+        action="append",
+        default=[],
+        metavar="ADDRESS",
+        help="a reverse proxy (address or network, e.g. 127.0.0.1 or 10.0.0.0/8; repeatable) whose "
+        "X-Forwarded-For / X-Real-IP name the client; other peers' headers are ignored",
     )
     st = p.add_argument_group("stream and driver")
     st.add_argument("--channel", default=DEFAULT_CHANNEL, help="channel of the event stream (default: %(default)s)")
@@ -300,6 +341,10 @@ def _start_server(args: argparse.Namespace, run: _Running, subscription: Subscri
         "zstd_dictionary": None if args.no_compression else args.zstd_dictionary,
         "metrics_host": args.metrics_host,
         "metrics_port": args.metrics_port,
+        "max_connections_per_ip": args.max_connections_per_ip,
+        "max_connections": args.max_connections,
+        "max_events_per_ip_s": args.max_events_per_ip,
+        "trusted_proxies": tuple(args.trusted_proxy),
     }
     if args.retention is not None:
         options["retention"] = args.retention

@@ -48,6 +48,8 @@ class RelayCounters:
     sendfile_calls: int = 0
     accept_errors: int = 0
     connection_errors: Counter[str] = field(default_factory=Counter)  # exception type: connection closed
+    rate_limited: int = 0  # sends held back by the per-address event rate (EventRateLimiter.throttled)
+    forwarded_invalid: int = 0  # forwarded client addresses from trusted proxies that were not IPs
     # per IP, accumulated from subscribers that have gone
     departed_events: Counter[str] = field(default_factory=Counter)
     departed_bytes: Counter[str] = field(default_factory=Counter)
@@ -201,6 +203,16 @@ class RelayCollector(Collector):
         yield CounterMetricFamily("logbuf_jetstream_sendfile_calls", "sendfile calls", value=c.sendfile_calls)
         yield CounterMetricFamily(
             "logbuf_jetstream_accept_errors", "accept() failures (fd limit, ...)", value=c.accept_errors
+        )
+        yield CounterMetricFamily(
+            "logbuf_jetstream_rate_limited",
+            "Sends held back by the per-address event rate (max_events_per_ip_s)",
+            value=c.rate_limited,
+        )
+        yield CounterMetricFamily(
+            "logbuf_jetstream_forwarded_invalid",
+            "X-Forwarded-For / X-Real-IP values from trusted proxies that were not IP addresses",
+            value=c.forwarded_invalid,
         )
         yield labelled(
             "logbuf_jetstream_connection_errors",

@@ -59,6 +59,7 @@ from .filters import (
     truncate_close_reason,
 )
 from .http import (
+    DEFAULT_METRICS_PORT,
     METRICS_PATH,
     SUBSCRIBE_PATH,
     WELCOME_PATH,
@@ -71,7 +72,14 @@ from .http import (
     text_response,
     with_cors,
 )
+from .limits import (
+    DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_MAX_CONNECTIONS_PER_IP,
+    DEFAULT_MAX_EVENTS_PER_IP_S,
+    EventRateLimiter,
+)
 from .metrics import MetricsSnapshot, MetricsSource, RelayCollector, RelayCounters
+from .proxy import TrustedProxies, normalize_ip
 from .store import PLAIN, ZSTD, FrameStore
 from .subscriber_state import READING_FRAMES, UPGRADED, Input, State
 
@@ -94,8 +102,6 @@ MAX_REQUEST_HEAD_LENGTH: Final = 32 * 1024
 HEAD_TOO_LARGE_TEXT: Final = "request head too large"
 BUSY_TEXT: Final = "relay busy: too much unfinished input from clients"
 CLOSE_MESSAGE_TOO_BIG: Final = 1009
-#: jetstream's metrics port (legacy ``JETSTREAM_METRICS_LISTEN_ADDR`` :6009).
-DEFAULT_METRICS_PORT: Final = 6009
 #: Client messages are small (``options_update``): 1 MB (decimal, as jetstream's 10 MB) by default.
 DEFAULT_MAX_CLIENT_MESSAGE_LENGTH: Final = 1_000_000
 #: Listener kinds: the public port (/, /subscribe) and the metrics port (/metrics).
@@ -103,6 +109,10 @@ PUBLIC: Final = 0
 METRICS: Final = 1
 #: Concurrent connections to the metrics port (scrapers); more get 503.
 MAX_METRICS_CONNECTIONS: Final = 64
+#: Addresses whose departed clients' totals are kept apart in the per-address metrics; later ones are
+#: summed under ``other`` (a bound on what clients from many addresses can make the relay remember).
+MAX_DEPARTED_ADDRESSES: Final = 10_000
+OTHER_ADDRESSES: Final = "other"
 #: Distinct unexpected connection errors logged (each once); all are counted.
 MAX_DISTINCT_ERRORS_LOGGED: Final = 100
 
@@ -120,6 +130,16 @@ class RelayConfig:
     between two passes over the subscribers: longer batches more events per ``sendfile`` (less CPU per
     client), shorter lowers the added latency. ``write_timeout_s``: drop a client whose socket took no
     byte for that long (0: never; retention still drops it when it falls behind).
+    ``zstd_dictionary``: the dictionary for ``compress=true`` (default jetstream's, bundled; None: refuse
+    compression and keep no compressed file, saving one compression per event).
+    ``metrics_host`` / ``metrics_port``: the Prometheus listener (None: none); its answers name client
+    addresses, so it listens on localhost unless told otherwise.
+    ``max_connections_per_ip`` / ``max_connections``: connections from one client address (429 beyond) /
+    in all (503 beyond). ``trusted_proxies``: addresses or networks whose ``X-Forwarded-For`` /
+    ``X-Real-IP`` name the client (:mod:`jetstream.proxy`); without it, behind a proxy every client has
+    the proxy's address and shares its limits. ``max_events_per_ip_s``: jetstream's per-address token
+    bucket, events per second shared by an address's connections (also the burst; 0: off): it delays,
+    never drops; a client held back long enough falls behind retention like any slow client.
     ``max_client_message_length``: the longest client message (an ``options_update``; 10,000 DIDs take
     about 350 kB): a frame header declaring more closes the connection with 1009 before anything of it is
     buffered (jetstream allows 10 MB; a lower cap bounds what each connection can make the relay hold).
@@ -141,8 +161,10 @@ class RelayConfig:
     zstd_dictionary: str | None = BUNDLED_ZSTD_DICTIONARY
     metrics_host: str = "127.0.0.1"
     metrics_port: int | None = DEFAULT_METRICS_PORT
-    max_connections_per_ip: int = 100
-    max_connections: int = 50_000
+    max_connections_per_ip: int = DEFAULT_MAX_CONNECTIONS_PER_IP
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
+    trusted_proxies: tuple[str, ...] = ()
+    max_events_per_ip_s: float = DEFAULT_MAX_EVENTS_PER_IP_S
     handshake_timeout_s: float = 10.0
     close_timeout_s: float = 2.0
     ping_interval_s: float = 30.0
@@ -177,6 +199,11 @@ class RelayConfig:
         positive("retention_check_s", self.retention_check_s)
         positive("max_connections_per_ip", self.max_connections_per_ip)
         positive("max_connections", self.max_connections)
+        positive("max_events_per_ip_s", self.max_events_per_ip_s, allow_zero=True)
+        try:
+            TrustedProxies(self.trusted_proxies)
+        except ValueError as exc:
+            raise ConfigurationError(f"trusted_proxies: {exc}") from None
         positive("handshake_timeout_s", self.handshake_timeout_s)
         positive("close_timeout_s", self.close_timeout_s)
         positive("ping_interval_s", self.ping_interval_s)
@@ -250,7 +277,9 @@ class RelayServer:
             self._epoll.register(fd, select.EPOLLIN)
         self._epoll.register(self._wake_fd, select.EPOLLIN)
         self.store = FrameStore(config.data_dir, zstd_dictionary=dictionary)
-        self.fanout = FanOut(self.store, self._drop, self._on_linger, self._failed)
+        self.proxies = TrustedProxies(config.trusted_proxies)
+        self.limiter = EventRateLimiter(config.max_events_per_ip_s) if config.max_events_per_ip_s else None
+        self.fanout = FanOut(self.store, self._drop, self._on_linger, self._failed, self.limiter)
         self._connections: dict[int, Subscriber] = {}
         self._handshaking: dict[int, Subscriber] = {}
         self._lingering: dict[int, Subscriber] = {}
@@ -393,8 +422,8 @@ class RelayServer:
         if self._dirty and now >= self._next_flush_ns:
             self._dirty = False
             self.counters.flush_passes += 1
-            if self.fanout.flush(now):
-                self._dirty = True  # someone may still be owed bytes: look again next pass
+            if self.fanout.flush(now) or self.fanout.throttled:
+                self._dirty = True  # someone may still be owed bytes (or tokens): look again next pass
             self._next_flush_ns = now + self._flush_interval_ns
         if now >= self._next_timer_ns:
             self._timers(now)
@@ -424,7 +453,7 @@ class RelayServer:
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             if cfg.socket_send_buffer_bytes:
                 conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, cfg.socket_send_buffer_bytes)
-            ip = str(addr[0])
+            ip = normalize_ip(str(addr[0]))
             protocol = ServerProtocol(max_size=cfg.max_client_message_length, logger=_WS_LOGGER)
             sub = Subscriber(conn, ip, protocol, now + int(cfg.handshake_timeout_s * 1e9))
             sub.listener = kind
@@ -432,11 +461,12 @@ class RelayServer:
                 if self._metrics_connections >= MAX_METRICS_CONNECTIONS:
                     sub.over_limit = "total"
                 self._metrics_connections += 1
-            elif self._per_ip[ip] >= cfg.max_connections_per_ip:
-                sub.over_limit = "ip"
-            elif len(self._connections) - self._metrics_connections >= cfg.max_connections:
-                sub.over_limit = "total"
-            if kind == PUBLIC:
+            else:
+                # A trusted proxy's connections are counted per client once its request names the client.
+                if not self.proxies.trusts(ip) and self._per_ip[ip] >= cfg.max_connections_per_ip:
+                    sub.over_limit = "ip"
+                elif len(self._connections) - self._metrics_connections >= cfg.max_connections:
+                    sub.over_limit = "total"
                 self._per_ip[ip] += 1
             self._connections[sub.fd] = sub
             self._handshaking[sub.fd] = sub
@@ -594,6 +624,8 @@ class RelayServer:
         path, query = split_target(request.path)
         method = request.method
         options: SubscriberOptions | None = None
+        if sub.listener == PUBLIC and self.proxies and not sub.over_limit:
+            self._identify_client(sub, request)
         if sub.over_limit:
             if sub.over_limit == "ip":
                 outcome, response = (
@@ -640,6 +672,9 @@ class RelayServer:
             sub.eof_after_out = True
             return
         sub.kind = ZSTD if options.compress else PLAIN
+        if self.limiter is not None:
+            self.limiter.attach(sub.ip, time.monotonic_ns())
+            sub.rate_limited = True
         self.fanout.set_options(sub, options)
         sub.next_ping_ns = time.monotonic_ns() + int(self.config.ping_interval_s * 1e9)
         if options.require_hello:
@@ -647,6 +682,20 @@ class RelayServer:
         else:
             sub.move(Input.UPGRADED)
             self.fanout.start(sub, self.store.seq_for_cursor(options.cursor))
+
+    def _identify_client(self, sub: Subscriber, request: Request) -> None:
+        """Behind a trusted proxy: re-key the connection on the forwarded client address and apply
+        the per-address cap to it."""
+        client = self.proxies.client_ip(sub.ip, request.headers.raw_items())
+        if client == sub.ip:
+            return
+        self._per_ip[sub.ip] -= 1
+        if self._per_ip[sub.ip] <= 0:
+            del self._per_ip[sub.ip]
+        if self._per_ip[client] >= self.config.max_connections_per_ip and not self.proxies.trusts(client):
+            sub.over_limit = "ip"
+        sub.ip = client
+        self._per_ip[client] += 1
 
     # -- client messages -------------------------------------------------------------------------
 
@@ -732,9 +781,14 @@ class RelayServer:
         if sub.range_events and sub.pos >= sub.range_end:
             sub.events_sent += sub.range_events
             sub.range_events = 0
-        self.counters.departed_events[sub.ip] += sub.events_sent
-        self.counters.departed_bytes[sub.ip] += sub.bytes_sent
+        if sub.bytes_sent:
+            departed = self.counters.departed_bytes
+            label = sub.ip if sub.ip in departed or len(departed) < MAX_DEPARTED_ADDRESSES else OTHER_ADDRESSES
+            self.counters.departed_events[label] += sub.events_sent
+            departed[label] += sub.bytes_sent
         self._reserve(sub, 0)
+        if sub.rate_limited and self.limiter is not None:
+            self.limiter.detach(sub.ip)
         if sub.listener == METRICS:
             self._metrics_connections -= 1
         else:
@@ -849,11 +903,14 @@ class RelayServer:
         for sub in self._connections.values():
             if sub.state in UPGRADED:
                 connected[sub.ip] += 1
-            events[sub.ip] += sub.events_sent
-            sent[sub.ip] += sub.bytes_sent
+            if sub.bytes_sent:
+                events[sub.ip] += sub.events_sent
+                sent[sub.ip] += sub.bytes_sent
         store = self.store
         names = ["plain", "zstd"][: len(store.files)]
         self.counters.sendfile_calls = self.fanout.sendfile_calls
+        self.counters.rate_limited = 0 if self.limiter is None else self.limiter.throttled
+        self.counters.forwarded_invalid = self.proxies.forwarded_invalid
         return MetricsSnapshot(
             connected=connected,
             events_delivered=events,
