@@ -111,6 +111,7 @@ BACKFILL_METRICS: Final[dict[str, tuple[str, str]]] = {
     "first_time_us": ("gauge", "time_us of the oldest recorded event stored at start"),
     "last_time_us": ("gauge", "time_us of the newest recorded event stored at start (the ingest's floor)"),
     "duration_seconds": ("gauge", "How long reading the recordings at start took"),
+    "running": ("gauge", "1 while the recorded events are still being loaded (the live stream waits)"),
 }
 
 

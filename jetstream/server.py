@@ -300,6 +300,7 @@ class RelayServer:
         self._punch_warned = False
         self._errors_logged: set[str] = set()
         self._incoming_reserved = 0  # bytes held or declared by clients (max_incoming_bytes)
+        self._backfilling = False
         self._thread: threading.Thread | None = None
         self._closed = False
 
@@ -319,12 +320,40 @@ class RelayServer:
         host, port = self._metrics_listener.getsockname()[:2]
         return str(host), int(port)
 
-    def append(self, raw: bytes, meta: EventMeta) -> None:
-        """Store one event (loop thread). A ``time_us`` not above the newest one's is counted and dropped."""
-        if self.store.append(raw, meta.time_us, meta.did, meta.collection):
+    def append(self, raw: bytes, meta: EventMeta, packed: bytes | None = None) -> None:
+        """Store one event (loop thread). A ``time_us`` not above the newest one's is counted and dropped.
+        ``packed``: the event already compressed with a ``store.make_compressor()`` compressor."""
+        if self.store.append(raw, meta.time_us, meta.did, meta.collection, packed):
             self._dirty = True
         else:
             self.counters.events_rejected["non_increasing_time_us"] += 1
+
+    @property
+    def backfilling(self) -> bool:
+        return self._backfilling
+
+    def begin_backfill(self) -> None:
+        """Recorded events are being appended while the relay serves (loop thread, or before
+        :meth:`start`): until :meth:`end_backfill`, a client whose cursor is not loaded yet (or that
+        asked for live events) is upgraded and WAITING; a cursor already loaded starts at once."""
+        self._backfilling = True
+
+    def end_backfill(self) -> None:
+        """Every recorded event is in (loop thread): WAITING clients start at their cursor."""
+        self._backfilling = False
+        for sub in list(self.fanout.subscribers.values()):
+            if sub.state is State.WAITING:
+                sub.move(Input.BACKFILL_DONE)
+                self.fanout.start(sub, self.store.seq_for_cursor(sub.options.cursor))
+        self._dirty = True
+
+    def _servable(self, cursor: int | None) -> bool:
+        """Whether a client with this cursor can start now (always, unless a backfill is running and the
+        first event at or after the cursor may not be loaded yet)."""
+        if not self._backfilling:
+            return True
+        store = self.store
+        return cursor is not None and store.next_seq > store.first_seq and cursor <= store.last_time_us
 
     def add_duty(self, duty: Callable[[], int]) -> None:
         """Call ``duty()`` every loop iteration; it returns its work count (0 lets the loop sleep ~1 ms)."""
@@ -679,6 +708,8 @@ class RelayServer:
         sub.next_ping_ns = time.monotonic_ns() + int(self.config.ping_interval_s * 1e9)
         if options.require_hello:
             sub.move(Input.UPGRADED_HELD)
+        elif not self._servable(options.cursor):
+            sub.move(Input.UPGRADED_WAITING)
         else:
             sub.move(Input.UPGRADED)
             self.fanout.start(sub, self.store.seq_for_cursor(options.cursor))
@@ -740,8 +771,11 @@ class RelayServer:
         options = sub.options.with_update(update)
         self.fanout.set_options(sub, options)
         if sub.state is State.HELD:
-            sub.move(Input.HELLO)
-            self.fanout.start(sub, self.store.seq_for_cursor(options.cursor))
+            if self._servable(options.cursor):
+                sub.move(Input.HELLO)
+                self.fanout.start(sub, self.store.seq_for_cursor(options.cursor))
+            else:
+                sub.move(Input.HELLO_WAITING)
         else:
             sub.move(Input.OPTIONS_UPDATE)
 
