@@ -3,11 +3,17 @@
 Theory of operation
 -------------------
 The frame files are recreated empty at every start (``protocol_spec/jetstream-relay.md``); the
-recording of the event stream is the durable copy. With ``--record DIR``, before the server takes
-its first client, :func:`backfill` reads the events recorded in ``DIR`` for the relay's channel and
-stream id and appends them to the server, so a cursor from before the restart still replays, and
-the ingest is told where the recording ends (:attr:`BackfillResult.last_time_us`) so it neither
-publishes an event again nor leaves a hole:
+recording of the event stream is the durable copy. With ``--record DIR`` the relay reads the events
+recorded in ``DIR`` for its channel and stream id back into its frame files, so a cursor from before
+the restart still replays, and the ingest is told where the recording ends so it neither publishes an
+event again nor leaves a hole. :func:`plan_backfill` runs before the relay listens and is quick: it
+closes interrupted recordings, lists the stream's recordings and finds the newest recorded event (the
+ingest's floor). The events themselves (a 24 h retention at 500 events/s is 43 million) are read by
+:class:`BackgroundBackfill` while the relay already serves: a thread reads and compresses them and
+the relay's loop appends them in batches; the live stream is held (it waits in its log) until the
+last recorded event is in, then continues above it. Clients whose cursor is already loaded start at
+once; the others wait for the end of the backfill (``jetstream.subscriber_state``'s WAITING).
+:func:`backfill` does both steps at once (tests, tools):
 
 * **Which recordings**: every recording of the same channel and stream id, VALID (not deleted),
   whatever its state: stopped, interrupted (the relay was killed) or still active (another process
@@ -29,19 +35,24 @@ publishes an event again nor leaves a hole:
   That module needs ``pyarrow`` (part of the ``spark`` extra); without it the archive's frame-by-frame
   reader (:func:`archive.dump.iter_frames`) is used, slower but the same events.
 
-Only lifecycle is logged (``jetstream.backfilled`` with the counts); nothing per event.
+Only lifecycle is logged (``jetstream.backfilled`` with the counts, ``jetstream.backfill_failed``);
+nothing per event. A background backfill that fails is logged and ends: the relay serves on with what
+it loaded.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import queue
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Final
 
 import structlog
+import zstandard
 
 from logbuf.archive import catalog_descriptor as cat
 from logbuf.archive.catalog import Catalog, CatalogError, RecordingDescriptor, RecordingState
@@ -52,15 +63,25 @@ from logbuf.logbuffer import data_header_descriptor as dh
 
 __all__ = [
     "BackfillError",
+    "BackfillPlan",
     "BackfillResult",
+    "BackgroundBackfill",
     "backfill",
     "matching_recordings",
     "newest_recorded_time_us",
+    "plan_backfill",
     "recorded_events",
+    "run_backfill",
 ]
 
 CHUNK_BYTES: Final = 16 * 1024 * 1024
 """Bytes of recording parsed at once (whole terms; at least one term)."""
+BATCH_EVENTS: Final = 512
+"""Events handed from the background reader to the relay's loop at once."""
+QUEUE_BATCHES: Final = 16
+"""Batches the background reader may be ahead of the loop (bounds its memory to ~4 MB of events)."""
+BATCHES_PER_CALL: Final = 4
+"""Batches the loop appends per duty call (bounds the time taken from the clients)."""
 
 AppendFn = Callable[[bytes, EventMeta], None]
 
@@ -286,14 +307,22 @@ def newest_recorded_time_us(archive_dir: str, channel: str, stream_id: int) -> i
     return max((_last_time_us(archive_dir, d) for d in matching_recordings(archive_dir, channel, stream_id)), default=0)
 
 
-def backfill(
-    archive_dir: str, channel: str, stream_id: int, append: AppendFn, *, retention_s: float | None
-) -> BackfillResult:
-    """Append the recorded events of the last ``retention_s`` (None: all) to ``append``; see the module doc."""
-    log = structlog.get_logger().bind(role="jetstream.backfill", archive_dir=archive_dir)
-    started = time.monotonic()
+@dataclass
+class BackfillPlan:
+    """What a backfill will read, decided before the relay serves (:func:`plan_backfill`)."""
+
+    archive_dir: str
+    recordings: list[RecordingDescriptor]
+    newest_us: int
+    """time_us of the newest recorded event (0: none): the ingest's floor."""
+    result: BackfillResult
+
+
+def plan_backfill(archive_dir: str, channel: str, stream_id: int, *, retention_s: float | None) -> BackfillPlan:
+    """Close interrupted recordings at their valid prefix, list the stream's recordings and find the
+    newest recorded event (reads one term per recording); the events are read by :func:`run_backfill`."""
     result = BackfillResult()
-    result.reader, read = _reader()
+    result.reader, _ = _reader()
     try:
         recordings = matching_recordings(archive_dir, channel, stream_id)
         newest = max((_last_time_us(archive_dir, d) for d in recordings), default=0)
@@ -301,10 +330,19 @@ def backfill(
         raise BackfillError(f"cannot read the archive in {archive_dir} for the backfill: {e}") from None
     if retention_s is not None and newest:
         result.cutoff_us = max(0, newest - int(retention_s * 1_000_000))
+    return BackfillPlan(archive_dir, recordings, newest, result)
+
+
+def run_backfill(plan: BackfillPlan, append: AppendFn) -> BackfillResult:
+    """Append the planned events to ``append`` (in order, see the module doc); returns the counts."""
+    archive_dir, result = plan.archive_dir, plan.result
+    log = structlog.get_logger().bind(role="jetstream.backfill", archive_dir=archive_dir)
+    started = time.monotonic()
+    _, read = _reader()
     cutoff = result.cutoff_us
     last = 0
 
-    for d in recordings:
+    for d in plan.recordings:
 
         def on_corrupt(position: int, reason: str, resume: int, d: RecordingDescriptor = d) -> None:
             result.corrupt_regions += 1
@@ -338,11 +376,118 @@ def backfill(
                     result.first_time_us = t
                 result.events += 1
                 result.bytes += len(raw)
+                result.last_time_us = t
         except (OSError, ValueError, SegmentError) as e:
             raise BackfillError(
                 f"cannot read recording {d.recording_id} in {archive_dir} for the backfill: {e}"
             ) from None
-    result.last_time_us = last
     result.duration_s = round(time.monotonic() - started, 3)
     log.info("jetstream.backfilled", **result.snapshot())
     return result
+
+
+def backfill(
+    archive_dir: str, channel: str, stream_id: int, append: AppendFn, *, retention_s: float | None
+) -> BackfillResult:
+    """Append the recorded events of the last ``retention_s`` (None: all) to ``append``; see the module doc."""
+    return run_backfill(plan_backfill(archive_dir, channel, stream_id, retention_s=retention_s), append)
+
+
+class BackgroundBackfill:
+    """Runs a planned backfill while the relay serves (``--record``): a thread reads and compresses the
+    recorded events, the relay's loop appends them (:meth:`do_work`, a server duty) in batches.
+
+    ``append(raw, meta, packed)``: store one event (``packed``: it compressed by ``compressor``, or
+    None); ``on_done()``: called on the loop thread once every event is appended (or the read failed).
+    """
+
+    def __init__(
+        self,
+        plan: BackfillPlan,
+        append: Callable[[bytes, EventMeta, bytes | None], None],
+        on_done: Callable[[], None],
+        compressor: zstandard.ZstdCompressor | None = None,
+    ) -> None:
+        self.plan = plan
+        self.result = plan.result
+        self._append = append
+        self._on_done = on_done
+        self._compressor = compressor
+        self._queue: queue.Queue[list[tuple[bytes, EventMeta, bytes | None]] | None] = queue.Queue(QUEUE_BATCHES)
+        self._batch: list[tuple[bytes, EventMeta, bytes | None]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="jetstream-backfill", daemon=True)
+        self.error: str | None = None
+        self.done = False
+        self._log = structlog.get_logger().bind(role="jetstream.backfill", archive_dir=plan.archive_dir)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        self._stop.set()
+        while True:  # unblock a reader waiting for room
+            try:
+                self._queue.get_nowait()
+            except queue.Empty:
+                break
+        self._thread.join(timeout_s)
+
+    def _put(self, item: list[tuple[bytes, EventMeta, bytes | None]] | None) -> None:
+        while not self._stop.is_set():
+            try:
+                self._queue.put(item, timeout=0.1)
+                return
+            except queue.Full:
+                continue
+
+    def _on_event(self, raw: bytes, meta: EventMeta) -> None:
+        if self._stop.is_set():
+            raise _Stopped
+        packed = None if self._compressor is None else self._compressor.compress(raw)
+        self._batch.append((raw, meta, packed))
+        if len(self._batch) >= BATCH_EVENTS:
+            self._put(self._batch)
+            self._batch = []
+
+    def _run(self) -> None:
+        try:
+            run_backfill(self.plan, self._on_event)
+            if self._batch:
+                self._put(self._batch)
+        except _Stopped:
+            pass
+        except BackfillError as e:
+            self.error = str(e)
+            self._log.error("jetstream.backfill_failed", error=self.error, events=self.result.events)
+        except Exception as e:  # noqa: BLE001 - the relay serves on without the rest of its history
+            self.error = f"{type(e).__name__}: {e}"
+            self._log.error("jetstream.backfill_failed", error=self.error, events=self.result.events)
+        finally:
+            self._put(None)
+
+    def do_work(self) -> int:
+        """Append up to ``BATCHES_PER_CALL`` batches (loop thread); returns the events appended."""
+        if self.done:
+            return 0
+        work = 0
+        for _ in range(BATCHES_PER_CALL):
+            try:
+                batch = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if batch is None:
+                self.done = True
+                self._on_done()
+                break
+            append = self._append
+            for raw, meta, packed in batch:
+                append(raw, meta, packed)
+            work += len(batch)
+        return work
+
+    __call__ = do_work
+
+
+class _Stopped(Exception):
+    """The relay stopped during the backfill."""

@@ -26,7 +26,6 @@ import os
 import socket
 from collections import deque
 from collections.abc import Callable
-from enum import IntEnum
 from typing import Final
 
 import numpy as np
@@ -34,22 +33,16 @@ import numpy.typing as npt
 from websockets.server import ServerProtocol
 
 from .filters import SubscriberOptions
+from .limits import EventRateLimiter, FrameMeter
 from .store import PLAIN, FrameStore
+from .subscriber_state import Input, State, next_state
 
-__all__ = ["CompiledFilter", "FanOut", "State", "Subscriber"]
+__all__ = ["CompiledFilter", "FanOut", "Subscriber"]
 
 #: Events scanned per planning step of a filtered subscriber.
 SCAN_LIMIT: Final = 8192
 #: Ranges a subscriber may send in one pass (bounds one pass for filtered replays).
 MAX_STEPS_PER_PASS: Final = 64
-
-
-class State(IntEnum):
-    HANDSHAKE = 0  # reading the HTTP request (bounded by the handshake timeout)
-    HELD = 1  # requireHello: 101 sent, nothing else until a valid options_update
-    STREAMING = 2  # sending events
-    CLOSING = 3  # a final response or close frame is queued: flush ``out``, then shut the write side
-    LINGER = 4  # write side shut: read until the peer's EOF (bounded), then close
 
 
 class CompiledFilter:
@@ -101,6 +94,13 @@ class Subscriber:
         "events_sent",
         "over_limit",
         "message",
+        "head",
+        "head_length",
+        "meter",
+        "listener",
+        "rate_limited",
+        "reserved",
+        "reserved_since_ns",
     )
 
     def __init__(self, sock: socket.socket, ip: str, protocol: ServerProtocol, deadline_ns: int) -> None:
@@ -127,17 +127,40 @@ class Subscriber:
         self.events_sent = 0
         self.over_limit = ""  # "ip" or "total": answer the request with 429 / 503
         self.message: list[bytes] | None = None  # fragments of a client message being received
+        self.head = b""  # the last bytes of the HTTP request head received so far (HANDSHAKE)
+        self.head_length = 0
+        self.listener = 0  # which port accepted it: 0 public, 1 metrics (jetstream.server PUBLIC / METRICS)
+        self.rate_limited = False  # attached to the relay's EventRateLimiter (under ``ip``)
+        self.meter = FrameMeter()  # client frame headers, read before websockets buffers the payload
+        self.reserved = 0  # bytes counted against the relay's incoming budget
+        self.reserved_since_ns = 0
+
+    def move(self, event: Input) -> State:
+        """Apply one input of the state machine (:mod:`jetstream.subscriber_state`); returns the new state."""
+        self.state = next_state(self.state, event)
+        return self.state
 
 
 class FanOut:
     """Plans and sends every subscriber's ranges; owns the set of connections past the handshake."""
 
     def __init__(
-        self, store: FrameStore, drop: Callable[[Subscriber, str], None], on_linger: Callable[[Subscriber], None]
+        self,
+        store: FrameStore,
+        drop: Callable[[Subscriber, str], None],
+        on_linger: Callable[[Subscriber], None],
+        on_error: Callable[[Subscriber, BaseException], None],
+        limiter: EventRateLimiter | None = None,
     ) -> None:
         self.store = store
         self._drop = drop
         self._on_linger = on_linger
+        self._on_error = on_error
+        self.limiter = limiter
+        self.throttled = False
+        """The last pass held someone back for want of tokens (the server passes again soon)."""
+        self._pass_id = 0
+        self._now_ns = 0
         self.subscribers: dict[int, Subscriber] = {}
         self.sendfile_calls = 0
         self.bytes_sent = 0
@@ -151,8 +174,7 @@ class FanOut:
         self.subscribers.pop(sub.fd, None)
 
     def start(self, sub: Subscriber, seq: int) -> None:
-        """Begin streaming from event ``seq`` (``store.next_seq``: live)."""
-        sub.state = State.STREAMING
+        """Position a subscriber that just entered STREAMING at event ``seq`` (``store.next_seq``: live)."""
         sub.next_seq = seq
         sub.pos = sub.range_end = self.store.offset_of(sub.kind, seq)
         sub.range_events = 0
@@ -222,13 +244,17 @@ class FanOut:
             except OSError:
                 self._drop(sub, "socket_error")
                 return False
-            sub.state = State.LINGER
+            sub.move(Input.WRITE_SHUT)
             self._on_linger(sub)
             return False
         return True
 
     def flush(self, now_ns: int) -> int:
         """One pass over every subscriber: send what each is owed. Returns bytes sent."""
+        self._pass_id += 1
+        self._now_ns = now_ns
+        self.throttled = False
+        limited = self.limiter is not None
         store = self.store
         n = store.next_seq
         files = store.files
@@ -242,45 +268,54 @@ class FanOut:
         for sub in list(self.subscribers.values()):
             if not sub.writable:
                 continue
-            kind = sub.kind
-            steps = 0
-            while steps < MAX_STEPS_PER_PASS:
-                steps += 1
-                pos = sub.pos
-                end = sub.range_end
-                if pos >= end:
-                    if sub.range_events:
-                        sub.events_sent += sub.range_events
-                        sub.range_events = 0
-                    if sub.out or sub.eof_after_out:
-                        if not self.send_out(sub):
+            try:
+                kind = sub.kind
+                steps = 0
+                while steps < MAX_STEPS_PER_PASS:
+                    steps += 1
+                    pos = sub.pos
+                    end = sub.range_end
+                    if pos >= end:
+                        if sub.range_events:
+                            sub.events_sent += sub.range_events
+                            sub.range_events = 0
+                        if sub.out or sub.eof_after_out:
+                            if not self.send_out(sub):
+                                break
+                        if sub.state is not streaming or not self._plan(sub, n, ends[kind]):
                             break
-                    if sub.state is not streaming or not self._plan(sub, n, ends[kind]):
+                        continue
+                    if sub.filter is None and end < ends[kind] and not sub.out and sub.state is streaming:
+                        if limited:
+                            more = self._grant(sub, n - sub.next_seq)
+                            sub.range_events += more
+                            sub.next_seq += more
+                            end = sub.range_end = store.offset_of(kind, sub.next_seq)
+                        else:
+                            sub.range_events += n - sub.next_seq
+                            sub.next_seq = n
+                            end = sub.range_end = ends[kind]
+                    if pos < floors[kind]:
+                        self._drop(sub, "behind_retention")
                         break
-                    continue
-                if sub.filter is None and end < ends[kind] and not sub.out and sub.state is streaming:
-                    sub.range_events += n - sub.next_seq
-                    sub.next_seq = n
-                    end = sub.range_end = ends[kind]
-                if pos < floors[kind]:
-                    self._drop(sub, "behind_retention")
-                    break
-                try:
-                    sent = sendfile(sub.fd, fds[kind], pos, end - pos)
-                except BlockingIOError:
-                    sub.writable = False
-                    sub.blocked_since_ns = now_ns
-                    break
-                except OSError:
-                    self._drop(sub, "socket_error")
-                    break
-                finally:
-                    calls += 1
-                sub.pos = pos + sent
-                sub.bytes_sent += sent
-                total += sent
-                if sent < end - pos:
-                    break
+                    try:
+                        sent = sendfile(sub.fd, fds[kind], pos, end - pos)
+                    except BlockingIOError:
+                        sub.writable = False
+                        sub.blocked_since_ns = now_ns
+                        break
+                    except OSError:
+                        self._drop(sub, "socket_error")
+                        break
+                    finally:
+                        calls += 1
+                    sub.pos = pos + sent
+                    sub.bytes_sent += sent
+                    total += sent
+                    if sent < end - pos:
+                        break
+            except Exception as exc:  # noqa: BLE001 - one connection's trouble must never end the pass
+                self._on_error(sub, exc)
         self.sendfile_calls += calls
         self.bytes_sent += total
         return total
@@ -288,15 +323,17 @@ class FanOut:
     def _plan(self, sub: Subscriber, n: int, file_end: int) -> bool:
         """Set the next range at a boundary; False when there is nothing to send now."""
         if sub.runs:
-            sub.pos, sub.range_end, sub.range_events = sub.runs.popleft()
-            return True
+            return self._take_run(sub)
         if sub.next_seq >= n:
             return False
         if sub.filter is None:
+            events = n - sub.next_seq if self.limiter is None else self._grant(sub, n - sub.next_seq)
+            if not events:
+                return False
             sub.pos = self.store.offset_of(sub.kind, sub.next_seq)
-            sub.range_end = file_end
-            sub.range_events = n - sub.next_seq
-            sub.next_seq = n
+            sub.next_seq += events
+            sub.range_end = file_end if sub.next_seq == n else self.store.offset_of(sub.kind, sub.next_seq)
+            sub.range_events = events
             return True
         f = sub.filter
         runs, scanned = self.store.matching_runs(
@@ -305,6 +342,28 @@ class FanOut:
         sub.next_seq = scanned
         if runs:
             sub.runs.extend(runs)
-            sub.pos, sub.range_end, sub.range_events = sub.runs.popleft()
-            return True
+            return self._take_run(sub)
         return scanned < n  # nothing wanted in this slice: scan on (bounded by the steps)
+
+    def _take_run(self, sub: Subscriber) -> bool:
+        """Make the first planned run the current range (as much of it as the rate limit grants)."""
+        start, end, events = sub.runs[0]
+        if self.limiter is not None:
+            granted = self._grant(sub, events)
+            if not granted:
+                return False
+            if granted < events:  # split the run at the granted event's frame: the rest waits
+                split = self.store.offset_of(sub.kind, self.store.seq_at_or_after(sub.kind, start) + granted)
+                sub.runs[0] = (split, end, events - granted)
+                sub.pos, sub.range_end, sub.range_events = start, split, granted
+                return True
+        sub.runs.popleft()
+        sub.pos, sub.range_end, sub.range_events = start, end, events
+        return True
+
+    def _grant(self, sub: Subscriber, wanted: int) -> int:
+        assert self.limiter is not None
+        granted = self.limiter.grant(sub.ip, wanted, self._now_ns, self._pass_id)
+        if granted < wanted:
+            self.throttled = True
+        return granted

@@ -200,17 +200,21 @@ def parse_options_update(message: str | bytes) -> SubscriberOptions | None:
     """Decode one client text message.
 
     Returns the new options for an ``options_update`` (filters and size only), ``None`` for any
-    other ``type`` (ignored, as jetstream does). Raises :class:`OptionsUpdateDecodeError` (close
+    other ``type`` and for ``null`` (ignored, as jetstream does: Go decodes ``null`` and a null or
+    missing ``type`` into an empty type). Raises :class:`OptionsUpdateDecodeError` (close
     1007: bad envelope or bad payload JSON) or :class:`OptionsError` (close 1008: fails validation).
     """
     try:
         envelope = json.loads(message)
     except ValueError:
         raise OptionsUpdateDecodeError("bad SubscriberSourcedMessage envelope") from None
-    if not isinstance(envelope, dict) or not isinstance(envelope.get("type", ""), str):
+    if envelope is None:
+        return None  # Go decodes JSON null into an empty envelope: type "", ignored
+    type_ = envelope.get("type") if isinstance(envelope, dict) else 0
+    if type_ is not None and not isinstance(type_, str):
         raise OptionsUpdateDecodeError("bad SubscriberSourcedMessage envelope")
-    if envelope.get("type") != "options_update":
-        return None
+    if type_ != "options_update":
+        return None  # an unknown (or null, or missing) type is ignored, as jetstream does
     if "payload" not in envelope:
         raise OptionsUpdateDecodeError("bad options_update payload")
     payload = envelope["payload"]

@@ -22,8 +22,9 @@ Every event is published as one message, the event's JSON bytes exactly as on th
 behind) and ``NOT_CONNECTED`` (no subscriber yet) retry after an ``await asyncio.sleep`` that backs
 off from 50 µs to 10 ms, so nothing is dropped: while the ingest waits it stops reading its
 websocket, and TCP flow control holds the upstream back (a wait beyond the upstream's patience only
-costs a reconnect, which resumes from the cursor). ``CLOSED`` and ``MAX_POSITION_EXCEEDED`` end
-the ingest with :class:`IngestError`. An event longer than the stream's largest message
+costs a reconnect, which resumes from the cursor). ``CLOSED`` (the driver or its client went away:
+:class:`PublicationClosedError`, which ``logbuf-jetstream`` answers by reconnecting and starting a
+new ingest) and ``MAX_POSITION_EXCEEDED`` end the ingest with :class:`IngestError`. An event longer than the stream's largest message
 (min(term length / 8, 16 MiB): 2 MiB with ``logbuf-jetstream``'s embedded driver) cannot be carried:
 it is counted as ``oversized`` and skipped (real events reach ~1 MB).
 
@@ -78,6 +79,7 @@ __all__ = [
     "IngestError",
     "IngestStats",
     "OriginClock",
+    "PublicationClosedError",
     "Sequencer",
     "UpstreamSource",
     "check_rate",
@@ -96,6 +98,10 @@ _CURSOR_KEY: Final = b',"cursor":'
 
 class IngestError(LogbufError):
     """The ingest cannot go on (the publication closed or reached its maximum position)."""
+
+
+class PublicationClosedError(IngestError):
+    """The publication was closed under the ingest (driver lost, client timed out): reconnect."""
 
 
 class Publisher(Protocol):
@@ -326,6 +332,8 @@ class StreamPublisher:
                     self.stats.not_connected += 1
                 await asyncio.sleep(park)
                 park = min(park * 2, _OFFER_PARK_MAX_S)
+            elif result == OfferResult.CLOSED:
+                raise PublicationClosedError("publication offer failed: CLOSED")
             else:
                 raise IngestError(f"publication offer failed: {OfferResult(result).name}")
         stats = self.stats

@@ -30,7 +30,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from types import FrameType
 from typing import Any
@@ -38,18 +38,21 @@ from typing import Any
 import structlog
 from prometheus_client.core import Metric
 
-from logbuf.client import Aeron, Context, Publication, Subscription
-from logbuf.conduit.cnc import is_driver_active
-from logbuf.directory import resolve_dir
-from logbuf.driver.context import DriverContext
-from logbuf.driver.media_driver import MediaDriver
+from logbuf.client import Subscription
 from logbuf.errors import LogbufError
-from logbuf.jetstream.backfill import BackfillError, BackfillResult, backfill, newest_recorded_time_us
+from logbuf.jetstream import BUNDLED_ZSTD_DICTIONARY
+from logbuf.jetstream.backfill import (
+    BackfillError,
+    BackfillPlan,
+    BackgroundBackfill,
+    newest_recorded_time_us,
+    plan_backfill,
+)
 from logbuf.jetstream.generator import EventGenerator
+from logbuf.jetstream.http import DEFAULT_METRICS_PORT
 from logbuf.jetstream.ingest import (
     DEFAULT_REWIND_S,
     GeneratorSource,
-    Ingest,
     OriginClock,
     Sequencer,
     Source,
@@ -57,7 +60,10 @@ from logbuf.jetstream.ingest import (
     check_rate,
     check_upstream_url,
 )
+from logbuf.jetstream.limits import DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_CONNECTIONS_PER_IP, DEFAULT_MAX_EVENTS_PER_IP_S
 from logbuf.jetstream.stream import EventStreamAdapter
+from logbuf.jetstream.stream_lock import StreamTakenError
+from logbuf.jetstream.supervisor import DETACH_TIMEOUT_S, RelayStopped, Supervisor, SupervisorSettings
 from logbuf.logging_config import configure_logging
 
 __all__ = ["main", "build_parser"]
@@ -68,9 +74,8 @@ DEFAULT_STREAM_ID = 6008
 DEFAULT_PORT = 6008
 DEFAULT_RATE = 500.0
 """Events per second of the built-in generator: the live network's order of magnitude (300–500/s)."""
-EMBEDDED_IPC_TERM_LENGTH = 16 * 1024 * 1024
-"""Term length of the embedded driver's IPC logs: 8 MiB window (~16 s of the generator's output),
-largest message 2 MiB (real events reach ~1 MB); 3 terms = 48 MiB of /dev/shm."""
+DEFAULT_DRIVER_TIMEOUT_S = 10.0
+"""The media driver's own default driver and client liveness timeouts."""
 
 
 def _duration_s(text: str) -> float:
@@ -113,6 +118,20 @@ def _port(text: str) -> int:
     if not 0 <= port <= 65535:
         raise argparse.ArgumentTypeError(f"port {port} is outside 0..65535")
     return port
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{value} must be positive")
+    return value
+
+
+def _optional_port(text: str) -> int | None:
+    return None if text.strip().lower() in ("off", "none") else _port(text)
 
 
 def _stream_id(text: str) -> int:
@@ -174,7 +193,58 @@ def build_parser() -> argparse.ArgumentParser:
         help="how long events are kept for cursor replay, e.g. 24h (default: the server's, 24h)",
     )
     srv.add_argument(
-        "--zstd-dictionary", default=None, metavar="FILE", help="jetstream's zstd dictionary: enables compress=true"
+        "--zstd-dictionary",
+        default=BUNDLED_ZSTD_DICTIONARY,
+        metavar="FILE",
+        help="zstd dictionary for compress=true clients (default: jetstream's own, bundled with the package)",
+    )
+    srv.add_argument(
+        "--no-compression",
+        action="store_true",
+        help="refuse compress=true (400) and do not keep the compressed frame file",
+    )
+    srv.add_argument(
+        "--metrics-host",
+        default="127.0.0.1",
+        help="address of the Prometheus /metrics listener (default: %(default)s; jetstream listens on all)",
+    )
+    srv.add_argument(
+        "--metrics-port",
+        type=_optional_port,
+        default=DEFAULT_METRICS_PORT,
+        metavar="PORT",
+        help="port of the /metrics listener, 0 = any free port, off = none (default: %(default)s, jetstream's)",
+    )
+    lim = p.add_argument_group("limits (per client address: behind a proxy, see --trusted-proxy)")
+    lim.add_argument(
+        "--max-connections-per-ip",
+        type=_positive_int,
+        default=DEFAULT_MAX_CONNECTIONS_PER_IP,
+        metavar="N",
+        help="connections from one address; more get HTTP 429 (default: %(default)s, jetstream's)",
+    )
+    lim.add_argument(
+        "--max-connections",
+        type=_positive_int,
+        default=DEFAULT_MAX_CONNECTIONS,
+        metavar="N",
+        help="connections in all; more get HTTP 503 (default: %(default)s; mind the open-files limit)",
+    )
+    lim.add_argument(
+        "--max-events-per-ip",
+        type=_rate,
+        default=DEFAULT_MAX_EVENTS_PER_IP_S,
+        metavar="RATE",
+        help="events per second sent to one address, shared by its connections (a token bucket that delays, "
+        "never drops; 0 = no limit; default: %(default)g, jetstream's)",
+    )
+    lim.add_argument(
+        "--trusted-proxy",
+        action="append",
+        default=[],
+        metavar="ADDRESS",
+        help="a reverse proxy (address or network, e.g. 127.0.0.1 or 10.0.0.0/8; repeatable) whose "
+        "X-Forwarded-For / X-Real-IP name the client; other peers' headers are ignored",
     )
     st = p.add_argument_group("stream and driver")
     st.add_argument("--channel", default=DEFAULT_CHANNEL, help="channel of the event stream (default: %(default)s)")
@@ -193,6 +263,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     st.add_argument(
         "--driver-dir", default=None, help="media driver directory (default LOGBUF_DIR or /dev/shm/logbuf-<user>)"
+    )
+    st.add_argument(
+        "--driver-timeout",
+        type=_duration_s,
+        default=DEFAULT_DRIVER_TIMEOUT_S,
+        metavar="DURATION",
+        help="a driver silent this long is lost (the relay reconnects, or restarts its embedded one, and "
+        "serves on from its files); also the embedded driver's client liveness timeout (default: %(default)gs)",
     )
     st.add_argument(
         "--role",
@@ -224,43 +302,24 @@ def build_parser() -> argparse.ArgumentParser:
 class _Running:
     """Everything started, for shutdown in reverse order."""
 
-    driver: MediaDriver | None = None
-    aeron: Aeron | None = None
+    supervisor: Supervisor | None = None
     server: Any = None
     server_thread: threading.Thread | None = None
     adapter: EventStreamAdapter | None = None
-    ingest: Ingest | None = None
+    backfill: BackgroundBackfill | None = None
     recorder: Any = None
     recorder_thread: threading.Thread | None = None
     temp_data_dir: str | None = None
-    backfill: BackfillResult | None = None
-
-
-def _start_driver(args: argparse.Namespace, run: _Running, log: Any) -> str:
-    directory = resolve_dir(args.driver_dir)
-    # "Active" as the driver itself judges it before taking over a directory (its driver timeout).
-    heartbeat_timeout_ms = DriverContext().driver_timeout // 1_000_000
-    if args.driver != "embedded" and is_driver_active(directory, heartbeat_timeout_ms):
-        log.info("jetstream.driver_connected", driver_dir=directory)
-        return directory
-    if args.driver == "external":
-        raise LogbufError(f"no running media driver in {directory} (--driver external)")
-    ctx = DriverContext(dir=directory, ipc_term_length=EMBEDDED_IPC_TERM_LENGTH, dir_delete_on_shutdown=True)
-    run.driver = MediaDriver.launch(ctx)
-    run.driver.start()
-    log.info("jetstream.driver_embedded", driver_dir=directory)
-    return directory
 
 
 def _make_source(args: argparse.Namespace, floor_us: int) -> Source:
-    """The ingest's source; nothing at or below ``floor_us`` (the newest recorded event) is published again."""
+    """The ingest's source; nothing at or below ``floor_us`` (the newest event already held) is published again."""
     if args.upstream is None:
         return GeneratorSource(EventGenerator(args.seed), args.rate, clock=OriginClock(last_us=floor_us))
     return UpstreamSource(args.upstream, Sequencer(rewind_us=int(args.rewind * 1_000_000), floor_us=floor_us))
 
 
-def _start_server(args: argparse.Namespace, run: _Running, subscription: Subscription, log: Any) -> None:
-    from logbuf.jetstream.metrics import BACKFILL_METRICS, INGEST_METRICS, STREAM_METRICS, stats_metrics
+def _make_server(args: argparse.Namespace, run: _Running) -> Any:
     from logbuf.jetstream.server import RelayConfig, RelayServer  # the serving side (imported only when serving)
 
     data_dir = args.data_dir
@@ -270,52 +329,121 @@ def _start_server(args: argparse.Namespace, run: _Running, subscription: Subscri
         "host": args.host,
         "port": args.port,
         "data_dir": data_dir,
-        "zstd_dictionary": args.zstd_dictionary,
+        "zstd_dictionary": None if args.no_compression else args.zstd_dictionary,
+        "metrics_host": args.metrics_host,
+        "metrics_port": args.metrics_port,
+        "max_connections_per_ip": args.max_connections_per_ip,
+        "max_connections": args.max_connections,
+        "max_events_per_ip_s": args.max_events_per_ip,
+        "trusted_proxies": tuple(args.trusted_proxy),
     }
     if args.retention is not None:
         options["retention"] = args.retention
-    server = RelayServer(RelayConfig(**options))
-    run.server = server
-    after_us = 0
-    if args.record is not None:  # before the first client: the recorded events of the retention window
-        run.backfill = result = backfill(
-            args.record, args.channel, args.stream_id, server.append, retention_s=server.config.retention
+    run.server = RelayServer(RelayConfig(**options))
+    return run.server
+
+
+def _start_server(args: argparse.Namespace, run: _Running, plan: BackfillPlan | None, log: Any) -> None:
+    """Listen at once; with a plan, load the recorded events in the background (the live stream waits)."""
+    from logbuf.jetstream.metrics import BACKFILL_METRICS, INGEST_METRICS, STREAM_METRICS, stats_metrics
+
+    server = run.server
+    run.adapter = adapter = EventStreamAdapter(None, server.append)
+    if plan is not None:
+        adapter.paused = True
+
+        def backfilled() -> None:  # on the loop thread, after the last recorded event
+            adapter.stats.last_time_us = max(adapter.stats.last_time_us, server.store.last_time_us)
+            adapter.paused = False
+            server.end_backfill()
+
+        run.backfill = background = BackgroundBackfill(
+            plan, server.append, backfilled, compressor=server.store.make_compressor()
         )
-        after_us = result.last_time_us
-        server.add_metrics_source(
-            lambda: stats_metrics(
-                "backfill", BACKFILL_METRICS, {**result.snapshot(), "duration_seconds": result.duration_s}
-            )
-        )
-    run.adapter = adapter = EventStreamAdapter(subscription, server.append, after_us=after_us)
+        server.begin_backfill()
+        server.add_duty(background)
+
+        def backfill_metrics() -> Iterator[Metric]:
+            result = background.result
+            values = {**result.snapshot(), "duration_seconds": result.duration_s, "running": int(not background.done)}
+            yield from stats_metrics("backfill", BACKFILL_METRICS, values)
+
+        server.add_metrics_source(backfill_metrics)
     server.add_duty(adapter)
     server.add_metrics_source(lambda: stats_metrics("stream", STREAM_METRICS, adapter.stats.__dict__))
 
     def ingest_metrics() -> Iterator[Metric]:
-        if run.ingest is not None:  # this process ingests (--role all)
-            yield from stats_metrics("ingest", INGEST_METRICS, run.ingest.stats.snapshot())
+        ingest = None if run.supervisor is None else run.supervisor.ingest
+        if ingest is not None:  # this process ingests (--role all)
+            yield from stats_metrics("ingest", INGEST_METRICS, ingest.stats.snapshot())
 
     server.add_metrics_source(ingest_metrics)
     run.server_thread = server.start()
     host, port = server.address
-    log.info("jetstream.listening", host=host, port=port, url=f"ws://{host}:{port}/subscribe", data_dir=data_dir)
+    metrics = server.metrics_address
+    log.info(
+        "jetstream.listening",
+        host=host,
+        port=port,
+        url=f"ws://{host}:{port}/subscribe",
+        metrics_url=None if metrics is None else f"http://{metrics[0]}:{metrics[1]}/metrics",
+        data_dir=server.config.data_dir,
+        compressed=server.store.compressed,
+        backfilling=plan is not None,
+    )
+    if run.backfill is not None:
+        run.backfill.start()  # after the relay listens: clients connect while the history loads
+
+
+def _attach_to_server(run: _Running) -> Callable[[Subscription | None], None]:
+    """Swap the server's subscription on its loop thread and wait for it (a reconnect to the driver)."""
+
+    def attach(subscription: Subscription | None) -> None:
+        done = threading.Event()
+        server, adapter = run.server, run.adapter
+        if server is None or adapter is None:
+            return
+
+        def swap() -> None:
+            adapter.resubscribe(subscription)
+            done.set()
+
+        if run.server_thread is None or not run.server_thread.is_alive():
+            swap()  # no loop (stopped, or not started yet): nothing polls the adapter meanwhile
+            return
+        server.call_soon_threadsafe(swap)
+        if not done.wait(DETACH_TIMEOUT_S) and run.server_thread is not None and run.server_thread.is_alive():
+            raise LogbufError("the relay's loop did not take the new subscription in time")
+
+    return attach
 
 
 def _start_recorder(args: argparse.Namespace, run: _Running, driver_dir: str) -> None:
+    """Record the event stream; subscribed before the ingest publishes (it records from the first event)."""
     from logbuf.archive.recorder import Recorder, RecorderContext
 
     recorder = Recorder(
-        RecorderContext(archive_dir=args.record, channel=args.channel, stream_id=args.stream_id, driver_dir=driver_dir)
+        RecorderContext(
+            archive_dir=args.record,
+            channel=args.channel,
+            stream_id=args.stream_id,
+            driver_dir=driver_dir,
+            driver_timeout_ms=int(args.driver_timeout * 1000),
+        )
     )
+    recorder.connect()
     run.recorder = recorder
     run.recorder_thread = threading.Thread(target=recorder.run, name="jetstream-recorder", daemon=True)
     run.recorder_thread.start()
 
 
 def _shutdown(run: _Running, log: Any) -> None:
-    if run.ingest is not None:
-        run.ingest.stop()
-        log.info("jetstream.ingest_stats", **run.ingest.stats.snapshot())
+    supervisor = run.supervisor
+    if supervisor is not None and supervisor.ingest is not None:
+        supervisor.ingest.stop()
+        log.info("jetstream.ingest_stats", **supervisor.ingest.stats.snapshot())
+    if run.backfill is not None:
+        run.backfill.stop()
     if run.server is not None:
         run.server.stop()
         if run.server_thread is not None:
@@ -326,10 +454,8 @@ def _shutdown(run: _Running, log: Any) -> None:
         run.recorder.stop()
         if run.recorder_thread is not None:
             run.recorder_thread.join(10)
-    if run.aeron is not None:
-        run.aeron.close()
-    if run.driver is not None:
-        run.driver.close()
+    if supervisor is not None:
+        supervisor.close()
     if run.temp_data_dir is not None:
         shutil.rmtree(run.temp_data_dir, ignore_errors=True)
 
@@ -349,24 +475,49 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     run = _Running()
     status = 0
-    floor_us: int | None = None
+    serving = args.role in ("all", "serve")
+    publishing = args.role in ("all", "ingest")
+    initial_floor = 0
     try:
-        driver_dir = _start_driver(args, run, log)
-        run.aeron = Aeron.connect(Context(dir=driver_dir))
-        if args.role in ("all", "serve"):
-            subscription = run.aeron.add_subscription(args.channel, args.stream_id)
-            _start_server(args, run, subscription, log)
+        plan: BackfillPlan | None = None
+        if serving:
+            server = _make_server(args, run)
+            if args.record is not None:  # quick: lists the recordings and finds the newest event
+                plan = plan_backfill(args.record, args.channel, args.stream_id, retention_s=server.config.retention)
+                initial_floor = plan.newest_us
+            _start_server(args, run, plan, log)
+        elif args.record is not None:  # --role ingest: resume above what the archive holds
+            initial_floor = newest_recorded_time_us(args.record, args.channel, args.stream_id)
+
+        def floor_us() -> int:
+            """Where a new ingest starts after a reconnect: nothing the relay already holds again."""
+            held = run.server.store.last_time_us if run.server is not None else 0
+            published = 0 if run.supervisor is None else run.supervisor.last_ingest_time_us
+            return max(initial_floor, held, published)
+
+        holder = f"role={args.role}"
+        if run.server is not None:
+            holder += " listening on {}:{}".format(*run.server.address)
+        run.supervisor = supervisor = Supervisor(
+            SupervisorSettings(
+                driver_mode=args.driver,
+                driver_dir=args.driver_dir,
+                driver_timeout_ms=int(args.driver_timeout * 1000),
+                channel=args.channel,
+                stream_id=args.stream_id,
+                publish=publishing,
+                subscribe=serving,
+                holder=holder,
+            ),
+            make_source=(lambda floor: _make_source(args, floor)) if publishing else None,
+            floor_us=floor_us,
+            attach=_attach_to_server(run),
+            log=log,
+        )
         if args.record is not None:
-            _start_recorder(args, run, driver_dir)
-        if args.role in ("all", "ingest"):
-            publication: Publication = run.aeron.add_exclusive_publication(args.channel, args.stream_id)
-            floor_us = 0
-            if run.backfill is not None:
-                floor_us = run.backfill.last_time_us
-            elif args.record is not None:  # --role ingest: resume above what the archive holds
-                floor_us = newest_recorded_time_us(args.record, args.channel, args.stream_id)
-            run.ingest = Ingest(publication, _make_source(args, floor_us))
-            run.ingest.start()
+            supervisor.ensure_driver()
+            _start_recorder(args, run, supervisor.directory)
+        supervisor.start(initial_floor)
         log.info(
             "jetstream.started",
             source=args.upstream or "generator",
@@ -374,22 +525,24 @@ def main(argv: Sequence[str] | None = None) -> int:
             channel=args.channel,
             stream_id=args.stream_id,
             relay_role=args.role,
-            floor_us=floor_us,
+            floor_us=initial_floor if publishing else None,
         )
         deadline = None if args.duration is None else time.monotonic() + args.duration
         while not stop.wait(0.2):
             if deadline is not None and time.monotonic() >= deadline:
                 break
-            if run.ingest is not None and run.ingest.error is not None:
-                log.error("jetstream.ingest_failed", error=str(run.ingest.error))
-                print(f"logbuf-jetstream: ingest failed: {run.ingest.error}", file=sys.stderr)
-                status = 1
-                break
             if run.server_thread is not None and not run.server_thread.is_alive():
                 log.error("jetstream.server_stopped")
                 status = 1
                 break
-    except (LogbufError, BackfillError, OSError, ValueError) as e:
+            try:
+                supervisor.poll()
+            except RelayStopped as e:
+                log.error("jetstream.failed", error=str(e))
+                print(f"logbuf-jetstream: {e}", file=sys.stderr)
+                status = 1
+                break
+    except (LogbufError, BackfillError, StreamTakenError, OSError, ValueError) as e:
         log.error("jetstream.start_failed", error=str(e))
         print(f"logbuf-jetstream: {e}", file=sys.stderr)
         status = 2

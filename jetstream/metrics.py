@@ -47,6 +47,9 @@ class RelayCounters:
     flush_passes: int = 0
     sendfile_calls: int = 0
     accept_errors: int = 0
+    connection_errors: Counter[str] = field(default_factory=Counter)  # exception type: connection closed
+    rate_limited: int = 0  # sends held back by the per-address event rate (EventRateLimiter.throttled)
+    forwarded_invalid: int = 0  # forwarded client addresses from trusted proxies that were not IPs
     # per IP, accumulated from subscribers that have gone
     departed_events: Counter[str] = field(default_factory=Counter)
     departed_bytes: Counter[str] = field(default_factory=Counter)
@@ -108,6 +111,7 @@ BACKFILL_METRICS: Final[dict[str, tuple[str, str]]] = {
     "first_time_us": ("gauge", "time_us of the oldest recorded event stored at start"),
     "last_time_us": ("gauge", "time_us of the newest recorded event stored at start (the ingest's floor)"),
     "duration_seconds": ("gauge", "How long reading the recordings at start took"),
+    "running": ("gauge", "1 while the recorded events are still being loaded (the live stream waits)"),
 }
 
 
@@ -200,6 +204,22 @@ class RelayCollector(Collector):
         yield CounterMetricFamily("logbuf_jetstream_sendfile_calls", "sendfile calls", value=c.sendfile_calls)
         yield CounterMetricFamily(
             "logbuf_jetstream_accept_errors", "accept() failures (fd limit, ...)", value=c.accept_errors
+        )
+        yield CounterMetricFamily(
+            "logbuf_jetstream_rate_limited",
+            "Sends held back by the per-address event rate (max_events_per_ip_s)",
+            value=c.rate_limited,
+        )
+        yield CounterMetricFamily(
+            "logbuf_jetstream_forwarded_invalid",
+            "X-Forwarded-For / X-Real-IP values from trusted proxies that were not IP addresses",
+            value=c.forwarded_invalid,
+        )
+        yield labelled(
+            "logbuf_jetstream_connection_errors",
+            "Unexpected errors on one connection (that connection was closed; the relay went on)",
+            "error",
+            c.connection_errors,
         )
         yield GaugeMetricFamily("logbuf_jetstream_store_events", "Events retained", value=s.store_events)
         for name, doc, values in (

@@ -40,14 +40,15 @@ from typing import Final
 import structlog
 from prometheus_client import CollectorRegistry
 from websockets.frames import Frame, Opcode
-from websockets.http11 import Request
+from websockets.http11 import Request, Response
 from websockets.protocol import State as ProtocolState
 from websockets.server import ServerProtocol
 
 from logbuf.errors import ConfigurationError
 
+from . import BUNDLED_ZSTD_DICTIONARY
 from .events import EventMeta
-from .fanout import FanOut, State, Subscriber
+from .fanout import FanOut, Subscriber
 from .filters import (
     MAX_CLIENT_MESSAGE_LENGTH,
     OptionsError,
@@ -58,16 +59,29 @@ from .filters import (
     truncate_close_reason,
 )
 from .http import (
+    DEFAULT_METRICS_PORT,
     METRICS_PATH,
     SUBSCRIBE_PATH,
     WELCOME_PATH,
     WELCOME_TEXT,
+    head_response,
+    method_not_allowed,
     metrics_response,
+    preflight_response,
     split_target,
     text_response,
+    with_cors,
+)
+from .limits import (
+    DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_MAX_CONNECTIONS_PER_IP,
+    DEFAULT_MAX_EVENTS_PER_IP_S,
+    EventRateLimiter,
 )
 from .metrics import MetricsSnapshot, MetricsSource, RelayCollector, RelayCounters
+from .proxy import TrustedProxies, normalize_ip
 from .store import PLAIN, ZSTD, FrameStore
+from .subscriber_state import READING_FRAMES, UPGRADED, Input, State
 
 __all__ = ["CLOSE_GOING_AWAY", "CLOSE_INVALID_PAYLOAD", "CLOSE_POLICY_VIOLATION", "RelayConfig", "RelayServer"]
 
@@ -82,6 +96,25 @@ ACCEPT_BATCH: Final = 256
 READS_PER_EVENT: Final = 16
 RECV_SIZE: Final = 65536
 MAX_EPOLL_EVENTS: Final = 4096
+#: A request head (request line and headers) longer than this is answered 431 (websockets' own limits,
+#: 8 KiB a line and 128 headers, answer 414/431 first for one long line); it bounds a handshake's memory.
+MAX_REQUEST_HEAD_LENGTH: Final = 32 * 1024
+HEAD_TOO_LARGE_TEXT: Final = "request head too large"
+BUSY_TEXT: Final = "relay busy: too much unfinished input from clients"
+CLOSE_MESSAGE_TOO_BIG: Final = 1009
+#: Client messages are small (``options_update``): 1 MB (decimal, as jetstream's 10 MB) by default.
+DEFAULT_MAX_CLIENT_MESSAGE_LENGTH: Final = 1_000_000
+#: Listener kinds: the public port (/, /subscribe) and the metrics port (/metrics).
+PUBLIC: Final = 0
+METRICS: Final = 1
+#: Concurrent connections to the metrics port (scrapers); more get 503.
+MAX_METRICS_CONNECTIONS: Final = 64
+#: Addresses whose departed clients' totals are kept apart in the per-address metrics; later ones are
+#: summed under ``other`` (a bound on what clients from many addresses can make the relay remember).
+MAX_DEPARTED_ADDRESSES: Final = 10_000
+OTHER_ADDRESSES: Final = "other"
+#: Distinct unexpected connection errors logged (each once); all are counted.
+MAX_DISTINCT_ERRORS_LOGGED: Final = 100
 
 # websockets' sans-IO protocol logs "connection open" etc. at INFO per connection: keep that quiet.
 _WS_LOGGER = logging.getLogger("jetstream.relay.websocket")
@@ -97,6 +130,22 @@ class RelayConfig:
     between two passes over the subscribers: longer batches more events per ``sendfile`` (less CPU per
     client), shorter lowers the added latency. ``write_timeout_s``: drop a client whose socket took no
     byte for that long (0: never; retention still drops it when it falls behind).
+    ``zstd_dictionary``: the dictionary for ``compress=true`` (default jetstream's, bundled; None: refuse
+    compression and keep no compressed file, saving one compression per event).
+    ``metrics_host`` / ``metrics_port``: the Prometheus listener (None: none); its answers name client
+    addresses, so it listens on localhost unless told otherwise.
+    ``max_connections_per_ip`` / ``max_connections``: connections from one client address (429 beyond) /
+    in all (503 beyond). ``trusted_proxies``: addresses or networks whose ``X-Forwarded-For`` /
+    ``X-Real-IP`` name the client (:mod:`jetstream.proxy`); without it, behind a proxy every client has
+    the proxy's address and shares its limits. ``max_events_per_ip_s``: jetstream's per-address token
+    bucket, events per second shared by an address's connections (also the burst; 0: off): it delays,
+    never drops; a client held back long enough falls behind retention like any slow client.
+    ``max_client_message_length``: the longest client message (an ``options_update``; 10,000 DIDs take
+    about 350 kB): a frame header declaring more closes the connection with 1009 before anything of it is
+    buffered (jetstream allows 10 MB; a lower cap bounds what each connection can make the relay hold).
+    ``max_incoming_bytes``: what all connections together may have declared and not yet finished (and
+    request heads in progress): a declaration past it closes that connection with 1009 (a request head,
+    503). ``client_message_timeout_s``: a message must finish this long after it began, or 1008.
     ``socket_send_buffer_bytes``: each client socket's SO_SNDBUF (0: the kernel's autotuning). The frame
     file is the buffer: a small socket buffer keeps kernel memory per client bounded (thousands of
     clients with autotuned multi-MB buffers push the kernel into TCP memory pressure, which stalls
@@ -109,16 +158,22 @@ class RelayConfig:
     retention: float | None = 86_400.0
     retention_bytes: int | None = None
     retention_check_s: float = 1.0
-    zstd_dictionary: str | None = None
-    max_connections_per_ip: int = 100
-    max_connections: int = 50_000
+    zstd_dictionary: str | None = BUNDLED_ZSTD_DICTIONARY
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int | None = DEFAULT_METRICS_PORT
+    max_connections_per_ip: int = DEFAULT_MAX_CONNECTIONS_PER_IP
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
+    trusted_proxies: tuple[str, ...] = ()
+    max_events_per_ip_s: float = DEFAULT_MAX_EVENTS_PER_IP_S
     handshake_timeout_s: float = 10.0
     close_timeout_s: float = 2.0
     ping_interval_s: float = 30.0
     write_timeout_s: float = 10.0
     flush_interval_s: float = 0.05
     socket_send_buffer_bytes: int = 256 * 1024
-    max_client_message_length: int = MAX_CLIENT_MESSAGE_LENGTH
+    max_client_message_length: int = DEFAULT_MAX_CLIENT_MESSAGE_LENGTH
+    max_incoming_bytes: int = 64 * 1024 * 1024
+    client_message_timeout_s: float = 10.0
     listen_backlog: int = 4096
 
     def validate(self) -> None:
@@ -131,6 +186,10 @@ class RelayConfig:
             raise ConfigurationError("data_dir must be set (a directory for the frame files)")
         if not 0 <= self.port <= 65535:
             raise ConfigurationError(f"port={self.port} must be 0..65535 (0: any free port)")
+        if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
+            raise ConfigurationError(
+                f"metrics_port={self.metrics_port} must be 0..65535 (0: any free port) or None (no metrics listener)"
+            )
         if self.retention is None and self.retention_bytes is None:
             raise ConfigurationError("retention and retention_bytes are both None: set at least one")
         if self.retention is not None:
@@ -140,16 +199,47 @@ class RelayConfig:
         positive("retention_check_s", self.retention_check_s)
         positive("max_connections_per_ip", self.max_connections_per_ip)
         positive("max_connections", self.max_connections)
+        positive("max_events_per_ip_s", self.max_events_per_ip_s, allow_zero=True)
+        try:
+            TrustedProxies(self.trusted_proxies)
+        except ValueError as exc:
+            raise ConfigurationError(f"trusted_proxies: {exc}") from None
         positive("handshake_timeout_s", self.handshake_timeout_s)
         positive("close_timeout_s", self.close_timeout_s)
         positive("ping_interval_s", self.ping_interval_s)
         positive("write_timeout_s", self.write_timeout_s, allow_zero=True)
         positive("flush_interval_s", self.flush_interval_s, allow_zero=True)
         positive("max_client_message_length", self.max_client_message_length)
+        if self.max_client_message_length > MAX_CLIENT_MESSAGE_LENGTH:
+            raise ConfigurationError(
+                f"max_client_message_length={self.max_client_message_length} is over jetstream's "
+                f"{MAX_CLIENT_MESSAGE_LENGTH} bytes"
+            )
+        positive("max_incoming_bytes", self.max_incoming_bytes)
+        if self.max_incoming_bytes < self.max_client_message_length:
+            raise ConfigurationError(
+                f"max_incoming_bytes={self.max_incoming_bytes} must be at least "
+                f"max_client_message_length={self.max_client_message_length}"
+            )
+        positive("client_message_timeout_s", self.client_message_timeout_s)
         positive("listen_backlog", self.listen_backlog)
         positive("socket_send_buffer_bytes", self.socket_send_buffer_bytes, allow_zero=True)
         if self.zstd_dictionary is not None and not os.path.isfile(self.zstd_dictionary):
             raise ConfigurationError(f"zstd_dictionary={self.zstd_dictionary!r} is not a readable file")
+
+
+def _listen(host: str, port: int, backlog: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    listener = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind((host, port))
+        listener.listen(backlog)
+    except OSError as exc:
+        listener.close()
+        raise ConfigurationError(f"cannot listen on {host}:{port}: {exc}") from exc
+    listener.setblocking(False)
+    return listener
 
 
 class RelayServer:
@@ -165,33 +255,37 @@ class RelayServer:
         if config.zstd_dictionary is not None:
             with open(config.zstd_dictionary, "rb") as f:
                 dictionary = f.read()
-        self.store = FrameStore(config.data_dir, zstd_dictionary=dictionary)
         self.counters = RelayCounters()
-        self.fanout = FanOut(self.store, self._drop, self._on_linger)
         self.registry = CollectorRegistry()
         self._collector = RelayCollector(self._snapshot)
         self.registry.register(self._collector)
         self._log = structlog.get_logger().bind(role="jetstream-relay")
-        family = socket.AF_INET6 if ":" in config.host else socket.AF_INET
-        self._listener = socket.socket(family, socket.SOCK_STREAM)
-        try:
-            self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            self._listener.bind((config.host, config.port))
-            self._listener.listen(config.listen_backlog)
-        except OSError as exc:
-            self._listener.close()
-            self.store.close()
-            raise ConfigurationError(f"cannot listen on {config.host}:{config.port}: {exc}") from exc
-        self._listener.setblocking(False)
+        self._listener = _listen(config.host, config.port, config.listen_backlog)
+        self._metrics_listener: socket.socket | None = None
+        if config.metrics_port is not None:
+            try:
+                self._metrics_listener = _listen(config.metrics_host, config.metrics_port, 64)
+            except ConfigurationError:
+                self._listener.close()
+                raise
         self._epoll = select.epoll()
         self._wake_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
-        self._epoll.register(self._listener.fileno(), select.EPOLLIN)
+        self._listeners: dict[int, tuple[socket.socket, int]] = {self._listener.fileno(): (self._listener, PUBLIC)}
+        if self._metrics_listener is not None:
+            self._listeners[self._metrics_listener.fileno()] = (self._metrics_listener, METRICS)
+        for fd in self._listeners:
+            self._epoll.register(fd, select.EPOLLIN)
         self._epoll.register(self._wake_fd, select.EPOLLIN)
+        self.store = FrameStore(config.data_dir, zstd_dictionary=dictionary)
+        self.proxies = TrustedProxies(config.trusted_proxies)
+        self.limiter = EventRateLimiter(config.max_events_per_ip_s) if config.max_events_per_ip_s else None
+        self.fanout = FanOut(self.store, self._drop, self._on_linger, self._failed, self.limiter)
         self._connections: dict[int, Subscriber] = {}
         self._handshaking: dict[int, Subscriber] = {}
         self._lingering: dict[int, Subscriber] = {}
         self._read_again: set[Subscriber] = set()
         self._per_ip: Counter[str] = Counter()
+        self._metrics_connections = 0
         self._duties: list[Callable[[], int]] = []
         self._calls: deque[Callable[[], None]] = deque()
         self._stop = threading.Event()
@@ -204,6 +298,9 @@ class RelayServer:
         self._next_slow_timer_ns = 0
         self._next_retention_ns = 0
         self._punch_warned = False
+        self._errors_logged: set[str] = set()
+        self._incoming_reserved = 0  # bytes held or declared by clients (max_incoming_bytes)
+        self._backfilling = False
         self._thread: threading.Thread | None = None
         self._closed = False
 
@@ -211,15 +308,52 @@ class RelayServer:
 
     @property
     def address(self) -> tuple[str, int]:
+        """The public listener's (host, port)."""
         host, port = self._listener.getsockname()[:2]
         return str(host), int(port)
 
-    def append(self, raw: bytes, meta: EventMeta) -> None:
-        """Store one event (loop thread). A ``time_us`` not above the newest one's is counted and dropped."""
-        if self.store.append(raw, meta.time_us, meta.did, meta.collection):
+    @property
+    def metrics_address(self) -> tuple[str, int] | None:
+        """The metrics listener's (host, port); None when it is off."""
+        if self._metrics_listener is None:
+            return None
+        host, port = self._metrics_listener.getsockname()[:2]
+        return str(host), int(port)
+
+    def append(self, raw: bytes, meta: EventMeta, packed: bytes | None = None) -> None:
+        """Store one event (loop thread). A ``time_us`` not above the newest one's is counted and dropped.
+        ``packed``: the event already compressed with a ``store.make_compressor()`` compressor."""
+        if self.store.append(raw, meta.time_us, meta.did, meta.collection, packed):
             self._dirty = True
         else:
             self.counters.events_rejected["non_increasing_time_us"] += 1
+
+    @property
+    def backfilling(self) -> bool:
+        return self._backfilling
+
+    def begin_backfill(self) -> None:
+        """Recorded events are being appended while the relay serves (loop thread, or before
+        :meth:`start`): until :meth:`end_backfill`, a client whose cursor is not loaded yet (or that
+        asked for live events) is upgraded and WAITING; a cursor already loaded starts at once."""
+        self._backfilling = True
+
+    def end_backfill(self) -> None:
+        """Every recorded event is in (loop thread): WAITING clients start at their cursor."""
+        self._backfilling = False
+        for sub in list(self.fanout.subscribers.values()):
+            if sub.state is State.WAITING:
+                sub.move(Input.BACKFILL_DONE)
+                self.fanout.start(sub, self.store.seq_for_cursor(sub.options.cursor))
+        self._dirty = True
+
+    def _servable(self, cursor: int | None) -> bool:
+        """Whether a client with this cursor can start now (always, unless a backfill is running and the
+        first event at or after the cursor may not be loaded yet)."""
+        if not self._backfilling:
+            return True
+        store = self.store
+        return cursor is not None and store.next_seq > store.first_seq and cursor <= store.last_time_us
 
     def add_duty(self, duty: Callable[[], int]) -> None:
         """Call ``duty()`` every loop iteration; it returns its work count (0 lets the loop sleep ~1 ms)."""
@@ -281,11 +415,11 @@ class RelayServer:
             timeout = 0.001 if self._duties else 0.05
         timeout = min(timeout, max(0.0, (self._next_timer_ns - now) / 1e9))
         events = self._epoll.poll(timeout, MAX_EPOLL_EVENTS)
-        listener_fd = self._listener.fileno()
+        listeners = self._listeners
         for fd, mask in events:
-            if fd == listener_fd:
+            if fd in listeners:
                 if accepting:
-                    self._accept()
+                    self._accept(*listeners[fd])
             elif fd == self._wake_fd:
                 try:
                     os.eventfd_read(self._wake_fd)
@@ -300,10 +434,10 @@ class RelayServer:
                     sub.blocked_since_ns = 0
                     self._dirty = True
                 if mask & (select.EPOLLIN | select.EPOLLHUP | select.EPOLLERR | select.EPOLLRDHUP):
-                    self._read(sub)
+                    self._guarded(self._read, sub)
         for sub in list(self._read_again):
             if self._connections.get(sub.fd) is sub:
-                self._read(sub)
+                self._guarded(self._read, sub)
             else:
                 self._read_again.discard(sub)
         while self._calls:
@@ -317,50 +451,58 @@ class RelayServer:
         if self._dirty and now >= self._next_flush_ns:
             self._dirty = False
             self.counters.flush_passes += 1
-            if self.fanout.flush(now):
-                self._dirty = True  # someone may still be owed bytes: look again next pass
+            if self.fanout.flush(now) or self.fanout.throttled:
+                self._dirty = True  # someone may still be owed bytes (or tokens): look again next pass
             self._next_flush_ns = now + self._flush_interval_ns
         if now >= self._next_timer_ns:
             self._timers(now)
             self._next_timer_ns = now + TIMER_PERIOD_NS
         if accepting and self._accept_paused_until_ns and now >= self._accept_paused_until_ns:
             self._accept_paused_until_ns = 0
-            self._epoll.register(listener_fd, select.EPOLLIN)
+            for fd in listeners:
+                self._epoll.register(fd, select.EPOLLIN)
 
-    def _accept(self) -> None:
+    def _accept(self, listener: socket.socket, kind: int) -> None:
         cfg = self.config
         now = time.monotonic_ns()
         for _ in range(ACCEPT_BATCH):
             try:
-                conn, addr = self._listener.accept()
+                conn, addr = listener.accept()
             except BlockingIOError:
                 return
             except OSError as exc:
                 self.counters.accept_errors += 1
                 if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
-                    # Out of descriptors: stop accepting for 100 ms rather than spin on the listener.
-                    self._epoll.unregister(self._listener.fileno())
+                    # Out of descriptors: stop accepting for 100 ms rather than spin on the listeners.
+                    for fd in self._listeners:
+                        self._epoll.unregister(fd)
                     self._accept_paused_until_ns = now + 100_000_000
                 return
             conn.setblocking(False)
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             if cfg.socket_send_buffer_bytes:
                 conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, cfg.socket_send_buffer_bytes)
-            ip = str(addr[0])
+            ip = normalize_ip(str(addr[0]))
             protocol = ServerProtocol(max_size=cfg.max_client_message_length, logger=_WS_LOGGER)
             sub = Subscriber(conn, ip, protocol, now + int(cfg.handshake_timeout_s * 1e9))
-            if self._per_ip[ip] >= cfg.max_connections_per_ip:
-                sub.over_limit = "ip"
-            elif len(self._connections) >= cfg.max_connections:
-                sub.over_limit = "total"
-            self._per_ip[ip] += 1
+            sub.listener = kind
+            if kind == METRICS:
+                if self._metrics_connections >= MAX_METRICS_CONNECTIONS:
+                    sub.over_limit = "total"
+                self._metrics_connections += 1
+            else:
+                # A trusted proxy's connections are counted per client once its request names the client.
+                if not self.proxies.trusts(ip) and self._per_ip[ip] >= cfg.max_connections_per_ip:
+                    sub.over_limit = "ip"
+                elif len(self._connections) - self._metrics_connections >= cfg.max_connections:
+                    sub.over_limit = "total"
+                self._per_ip[ip] += 1
             self._connections[sub.fd] = sub
             self._handshaking[sub.fd] = sub
             self._epoll.register(sub.fd, select.EPOLLIN | select.EPOLLOUT | select.EPOLLRDHUP | select.EPOLLET)
 
     def _read(self, sub: Subscriber) -> None:
         self._read_again.discard(sub)
-        protocol = sub.protocol
         for _ in range(READS_PER_EVENT):
             try:
                 data = sub.sock.recv(RECV_SIZE)
@@ -374,16 +516,77 @@ class RelayServer:
                 return
             if sub.state is State.LINGER:
                 continue  # waiting for EOF: discard
-            protocol.receive_data(data)
-            self._on_protocol_events(sub)
+            if sub.state is State.HANDSHAKE:
+                self._on_head_bytes(sub, data)
+            elif sub.state in READING_FRAMES:
+                self._on_frame_bytes(sub, data)
+            # CLOSING after an HTTP response: one request per connection, the rest is discarded
             if sub.fd not in self._connections:
                 return
         self._read_again.add(sub)  # edge-triggered: come back for the rest
 
+    def _on_head_bytes(self, sub: Subscriber, data: bytes) -> None:
+        """Hand websockets the HTTP request head as it arrives, and nothing after its end: one request
+        per connection (pipelined requests are not answered), frames behind an upgrade wait for it."""
+        tail = sub.head  # the last 3 bytes seen: the blank line may straddle two reads
+        end = (tail + data).find(b"\r\n\r\n")
+        if end >= 0:
+            cut = end + 4 - len(tail)
+            data, rest = data[:cut], data[cut:]
+        else:
+            rest = b""
+            sub.head = (tail + data)[-3:]
+        if self._incoming_reserved + len(data) > self.config.max_incoming_bytes:
+            self._respond(sub, "busy", text_response(503, "Service Unavailable", BUSY_TEXT))
+            return
+        sub.head_length += len(data)
+        self._reserve(sub, sub.head_length)
+        sub.protocol.receive_data(data)
+        self._on_protocol_events(sub)
+        if sub.state is State.HANDSHAKE and sub.head_length > MAX_REQUEST_HEAD_LENGTH:
+            self._respond(
+                sub, "head_too_large", text_response(431, "Request Header Fields Too Large", HEAD_TOO_LARGE_TEXT)
+            )
+        if sub.state is not State.HANDSHAKE:
+            self._reserve(sub, 0)
+        if rest and sub.fd in self._connections and sub.state in READING_FRAMES:
+            self._on_frame_bytes(sub, rest)  # frames sent right behind the upgrade request
+
+    def _on_frame_bytes(self, sub: Subscriber, data: bytes) -> None:
+        """Client frames: their declared lengths are checked against the caps before websockets buffers them."""
+        declared = sub.meter.feed(data)
+        cfg = self.config
+        if declared > cfg.max_client_message_length:
+            self._refuse_message(sub, "message_too_big", f"message too big: {declared} bytes declared")
+            return
+        if declared > sub.reserved and self._incoming_reserved + declared - sub.reserved > cfg.max_incoming_bytes:
+            self._refuse_message(sub, "incoming_full", "relay busy: too much unfinished input")
+            return
+        self._reserve(sub, declared)
+        sub.protocol.receive_data(data)
+        self._on_protocol_events(sub)
+        self._reserve(sub, sub.meter.message_length)
+
+    def _reserve(self, sub: Subscriber, length: int) -> None:
+        """Set what ``sub`` holds (or has declared) against ``max_incoming_bytes``."""
+        if length and not sub.reserved:
+            sub.reserved_since_ns = time.monotonic_ns()
+        self._incoming_reserved += length - sub.reserved
+        sub.reserved = length
+
+    def _refuse_message(self, sub: Subscriber, reason: str, text: str) -> None:
+        """Close with 1009 before buffering the message; nothing more from this client is parsed."""
+        self.counters.clients_dropped[reason] += 1
+        self._reserve(sub, 0)
+        if sub.protocol.state is ProtocolState.OPEN:
+            sub.protocol.send_close(CLOSE_MESSAGE_TOO_BIG, text)
+        self._pump(sub)
+
     def _on_protocol_events(self, sub: Subscriber) -> None:
         for event in sub.protocol.events_received():
             if isinstance(event, Request):
-                self._on_request(sub, event)
+                if sub.state is State.HANDSHAKE:
+                    self._on_request(sub, event)
             elif isinstance(event, Frame):
                 self._on_frame(sub, event)
         self._pump(sub)
@@ -400,18 +603,47 @@ class RelayServer:
             # The request failed to parse (websockets queued a 4xx or just EOF): nothing to upgrade.
             self._handshaking.pop(sub.fd, None)
             self.counters.handshakes["invalid_http"] += 1
-            sub.state = State.CLOSING
+            sub.move(Input.RESPONDED)
             sub.eof_after_out = True
             self.fanout.add(sub)
-        if protocol.state in (ProtocolState.CLOSING, ProtocolState.CLOSED) and sub.state in (
-            State.HELD,
-            State.STREAMING,
-        ):
-            sub.state = State.CLOSING
+        if protocol.state in (ProtocolState.CLOSING, ProtocolState.CLOSED) and sub.state in READING_FRAMES:
+            sub.move(Input.CLOSE_QUEUED)
             sub.eof_after_out = True  # after our close frame: shut the write side, linger for theirs
         if (sub.out or sub.eof_after_out) and sub.writable and sub.pos >= sub.range_end:
             self.fanout.send_out(sub)
         self._dirty = True
+
+    def _respond(self, sub: Subscriber, outcome: str, response: Response) -> None:
+        """Answer the request with a final response of our own (without websockets) and close."""
+        self._handshaking.pop(sub.fd, None)
+        self.counters.handshakes[outcome] += 1
+        self._reserve(sub, 0)
+        sub.move(Input.RESPONDED)
+        self.fanout.add(sub)
+        self.fanout.queue_control(sub, response.serialize())
+        sub.eof_after_out = True
+        self._pump(sub)
+
+    def _guarded(self, handler: Callable[[Subscriber], None], sub: Subscriber) -> None:
+        """Run one connection's handler; an error in it ends that connection only (see :meth:`_failed`)."""
+        try:
+            handler(sub)
+        except Exception as exc:  # noqa: BLE001 - one connection's trouble must never end the relay
+            self._failed(sub, exc)
+
+    def _failed(self, sub: Subscriber, exc: BaseException) -> None:
+        """Count an unexpected error on one connection, log each distinct one once, close that connection."""
+        kind = type(exc).__name__
+        self.counters.connection_errors[kind] += 1
+        key = f"{kind}: {exc}"[:200]
+        if key not in self._errors_logged and len(self._errors_logged) < MAX_DISTINCT_ERRORS_LOGGED:
+            self._errors_logged.add(key)
+            self._log.warning("relay.connection_error", error=key, state=sub.state.name, ip=sub.ip)
+        try:
+            self._close(sub)
+        except Exception:  # noqa: BLE001 - the socket is gone either way
+            self._connections.pop(sub.fd, None)
+            self.fanout.remove(sub)
 
     # -- HTTP ------------------------------------------------------------------------------------
 
@@ -419,7 +651,10 @@ class RelayServer:
         self._handshaking.pop(sub.fd, None)
         protocol = sub.protocol
         path, query = split_target(request.path)
+        method = request.method
         options: SubscriberOptions | None = None
+        if sub.listener == PUBLIC and self.proxies and not sub.over_limit:
+            self._identify_client(sub, request)
         if sub.over_limit:
             if sub.over_limit == "ip":
                 outcome, response = (
@@ -428,10 +663,17 @@ class RelayServer:
                 )
             else:
                 outcome, response = "over_limit", text_response(503, "Service Unavailable", "too many connections")
+        elif method == "OPTIONS":
+            outcome, response = "preflight", preflight_response(request.headers)
+        elif method not in ("GET", "HEAD"):
+            outcome, response = "method_not_allowed", method_not_allowed()
+        elif sub.listener == METRICS:
+            if path == METRICS_PATH:
+                outcome, response = "metrics", metrics_response(self.registry)
+            else:
+                outcome, response = "not_found", text_response(404, "Not Found", "404 page not found")
         elif path == WELCOME_PATH:
             outcome, response = "welcome", text_response(200, "OK", WELCOME_TEXT)
-        elif path == METRICS_PATH:
-            outcome, response = "metrics", metrics_response(self.registry)
         elif path != SUBSCRIBE_PATH:
             outcome, response = "not_found", text_response(404, "Not Found", "404 page not found")
         else:
@@ -447,25 +689,49 @@ class RelayServer:
             else:
                 response = protocol.accept(request)
                 outcome = "accepted" if response.status_code == 101 else "upgrade_failed"
+        if response.status_code != 101:
+            response = with_cors(response, request.headers)
+            if method == "HEAD":
+                response = head_response(response)
         self.counters.handshakes[outcome] += 1
         protocol.send_response(response)
         self.fanout.add(sub)
         if response.status_code != 101 or options is None:
-            sub.state = State.CLOSING
+            sub.move(Input.RESPONDED)
             sub.eof_after_out = True
             return
         sub.kind = ZSTD if options.compress else PLAIN
+        if self.limiter is not None:
+            self.limiter.attach(sub.ip, time.monotonic_ns())
+            sub.rate_limited = True
         self.fanout.set_options(sub, options)
         sub.next_ping_ns = time.monotonic_ns() + int(self.config.ping_interval_s * 1e9)
         if options.require_hello:
-            sub.state = State.HELD
+            sub.move(Input.UPGRADED_HELD)
+        elif not self._servable(options.cursor):
+            sub.move(Input.UPGRADED_WAITING)
         else:
+            sub.move(Input.UPGRADED)
             self.fanout.start(sub, self.store.seq_for_cursor(options.cursor))
+
+    def _identify_client(self, sub: Subscriber, request: Request) -> None:
+        """Behind a trusted proxy: re-key the connection on the forwarded client address and apply
+        the per-address cap to it."""
+        client = self.proxies.client_ip(sub.ip, request.headers.raw_items())
+        if client == sub.ip:
+            return
+        self._per_ip[sub.ip] -= 1
+        if self._per_ip[sub.ip] <= 0:
+            del self._per_ip[sub.ip]
+        if self._per_ip[client] >= self.config.max_connections_per_ip and not self.proxies.trusts(client):
+            sub.over_limit = "ip"
+        sub.ip = client
+        self._per_ip[client] += 1
 
     # -- client messages -------------------------------------------------------------------------
 
     def _on_frame(self, sub: Subscriber, frame: Frame) -> None:
-        if sub.state not in (State.HELD, State.STREAMING):
+        if sub.state not in READING_FRAMES:
             return
         opcode = frame.opcode
         data = bytes(frame.data)
@@ -505,7 +771,13 @@ class RelayServer:
         options = sub.options.with_update(update)
         self.fanout.set_options(sub, options)
         if sub.state is State.HELD:
-            self.fanout.start(sub, self.store.seq_for_cursor(options.cursor))
+            if self._servable(options.cursor):
+                sub.move(Input.HELLO)
+                self.fanout.start(sub, self.store.seq_for_cursor(options.cursor))
+            else:
+                sub.move(Input.HELLO_WAITING)
+        else:
+            sub.move(Input.OPTIONS_UPDATE)
 
     # -- ending connections ----------------------------------------------------------------------
 
@@ -535,6 +807,7 @@ class RelayServer:
         fd = sub.fd
         if self._connections.pop(fd, None) is None:
             return
+        sub.move(Input.ENDED)
         self._handshaking.pop(fd, None)
         self._lingering.pop(fd, None)
         self._read_again.discard(sub)
@@ -542,11 +815,20 @@ class RelayServer:
         if sub.range_events and sub.pos >= sub.range_end:
             sub.events_sent += sub.range_events
             sub.range_events = 0
-        self.counters.departed_events[sub.ip] += sub.events_sent
-        self.counters.departed_bytes[sub.ip] += sub.bytes_sent
-        self._per_ip[sub.ip] -= 1
-        if self._per_ip[sub.ip] <= 0:
-            del self._per_ip[sub.ip]
+        if sub.bytes_sent:
+            departed = self.counters.departed_bytes
+            label = sub.ip if sub.ip in departed or len(departed) < MAX_DEPARTED_ADDRESSES else OTHER_ADDRESSES
+            self.counters.departed_events[label] += sub.events_sent
+            departed[label] += sub.bytes_sent
+        self._reserve(sub, 0)
+        if sub.rate_limited and self.limiter is not None:
+            self.limiter.detach(sub.ip)
+        if sub.listener == METRICS:
+            self._metrics_connections -= 1
+        else:
+            self._per_ip[sub.ip] -= 1
+            if self._per_ip[sub.ip] <= 0:
+                del self._per_ip[sub.ip]
         try:
             self._epoll.unregister(fd)
         except (OSError, ValueError):
@@ -573,7 +855,15 @@ class RelayServer:
         write_timeout_ns = int(cfg.write_timeout_s * 1e9)
         ping_ns = int(cfg.ping_interval_s * 1e9)
         stuck: list[Subscriber] = []
+        message_timeout_ns = int(cfg.client_message_timeout_s * 1e9)
         for sub in list(self.fanout.subscribers.values()):
+            if sub.reserved and sub.state in READING_FRAMES and now - sub.reserved_since_ns > message_timeout_ns:
+                self.counters.clients_dropped["client_message_timeout"] += 1
+                self._reserve(sub, 0)
+                if sub.protocol.state is ProtocolState.OPEN:
+                    sub.protocol.send_close(CLOSE_POLICY_VIOLATION, "client message timeout")
+                self._guarded(self._pump, sub)
+                continue
             if (
                 write_timeout_ns
                 and not sub.writable
@@ -581,12 +871,12 @@ class RelayServer:
                 and now - sub.blocked_since_ns > write_timeout_ns
             ):
                 stuck.append(sub)
-            elif sub.state in (State.HELD, State.STREAMING) and now >= sub.next_ping_ns:
+            elif sub.state in UPGRADED and now >= sub.next_ping_ns:
                 sub.next_ping_ns = now + ping_ns
                 if sub.protocol.state is ProtocolState.OPEN:
                     sub.protocol.send_ping(b"")
                     self.counters.pings_sent += 1
-                    self._pump(sub)
+                    self._guarded(self._pump, sub)
         for sub in stuck:
             self._drop(sub, "write_timeout")
 
@@ -609,10 +899,11 @@ class RelayServer:
 
     def _shut_down(self) -> None:
         """Close 1001 to every client at its next frame boundary; give them ``close_timeout_s``."""
-        try:
-            self._epoll.unregister(self._listener.fileno())
-        except (OSError, ValueError):
-            pass
+        for fd in self._listeners:
+            try:
+                self._epoll.unregister(fd)
+            except (OSError, ValueError):
+                pass
         for sub in list(self._handshaking.values()):
             self._close(sub)
         for sub in list(self.fanout.subscribers.values()):
@@ -632,7 +923,8 @@ class RelayServer:
         for sub in list(self._connections.values()):
             self._close(sub)
         self._epoll.close()
-        self._listener.close()
+        for listener, _ in self._listeners.values():
+            listener.close()
         os.close(self._wake_fd)
         self.store.close()
 
@@ -643,13 +935,16 @@ class RelayServer:
         events = Counter(self.counters.departed_events)
         sent = Counter(self.counters.departed_bytes)
         for sub in self._connections.values():
-            if sub.state in (State.HELD, State.STREAMING):
+            if sub.state in UPGRADED:
                 connected[sub.ip] += 1
-            events[sub.ip] += sub.events_sent
-            sent[sub.ip] += sub.bytes_sent
+            if sub.bytes_sent:
+                events[sub.ip] += sub.events_sent
+                sent[sub.ip] += sub.bytes_sent
         store = self.store
         names = ["plain", "zstd"][: len(store.files)]
         self.counters.sendfile_calls = self.fanout.sendfile_calls
+        self.counters.rate_limited = 0 if self.limiter is None else self.limiter.throttled
+        self.counters.forwarded_invalid = self.proxies.forwarded_invalid
         return MetricsSnapshot(
             connected=connected,
             events_delivered=events,

@@ -8,7 +8,7 @@ Theory of operation (``protocol_spec/jetstream-relay.md`` has the layout):
   so any byte range that starts and ends on frame boundaries can go to a socket unchanged.
 * Events are numbered by ``seq`` (0, 1, 2, ...: the order of appends, which is also ``time_us``
   order: appends must have strictly increasing ``time_us``). The index is a set of numpy columns over
-  ``seq``: ``time_us``, each file's frame offset, the DID's hash, the collection's id, the JSON length.
+  ``seq``: ``time_us``, each file's frame offset and payload length, the DID's hash, the collection's id.
   A cursor is ``searchsorted(time_us, cursor)``: the first event at or after it, so replay is inclusive.
 * Retention moves ``first_seq`` forward (by age against the newest event, or by bytes), then frees
   the file blocks that lie wholly before the first kept frame with ``fallocate(PUNCH_HOLE |
@@ -79,6 +79,15 @@ def ws_frame_header(opcode: int, payload_length: int) -> bytes:
     return _LEN64.pack(FIN | opcode, 127, payload_length)
 
 
+def _compressor(dictionary: bytes) -> zstandard.ZstdCompressor:
+    """jetstream's one-shot compression: its dictionary (id written), a 128 KiB window, content size
+    and checksum written (the legacy server's encoder writes the 4-byte checksum)."""
+    params = zstandard.ZstdCompressionParameters.from_level(
+        ZSTD_LEVEL, window_log=ZSTD_WINDOW_LOG, write_dict_id=1, write_content_size=1, write_checksum=1
+    )
+    return zstandard.ZstdCompressor(dict_data=zstandard.ZstdCompressionDict(dictionary), compression_params=params)
+
+
 @dataclass(slots=True)
 class StoreStats:
     events_appended: int = 0
@@ -116,13 +125,10 @@ class FrameStore:
     def __init__(self, data_dir: str, *, zstd_dictionary: bytes | None = None, initial_capacity: int = 1 << 14) -> None:
         os.makedirs(data_dir, exist_ok=True)
         self.files: list[_FrameFile] = [_FrameFile(os.path.join(data_dir, FRAMES_FILE))]
+        self._dictionary = zstd_dictionary
         self._compressor: zstandard.ZstdCompressor | None = None
         if zstd_dictionary is not None:
-            dictionary = zstandard.ZstdCompressionDict(zstd_dictionary)
-            params = zstandard.ZstdCompressionParameters.from_level(
-                ZSTD_LEVEL, window_log=ZSTD_WINDOW_LOG, write_dict_id=1, write_content_size=1
-            )
-            self._compressor = zstandard.ZstdCompressor(dict_data=dictionary, compression_params=params)
+            self._compressor = _compressor(zstd_dictionary)
             self.files.append(_FrameFile(os.path.join(data_dir, FRAMES_ZSTD_FILE)))
         self.stats = StoreStats()
         self.punch_supported = True
@@ -135,7 +141,9 @@ class FrameStore:
         self.offsets: list[npt.NDArray[np.int64]] = [np.zeros(cap, np.int64) for _ in self.files]
         self.did_hash: npt.NDArray[np.int64] = np.zeros(cap, np.int64)
         self.collection_id: npt.NDArray[np.int32] = np.zeros(cap, np.int32)
-        self.json_length: npt.NDArray[np.int64] = np.zeros(cap, np.int64)
+        #: each event's payload length in each file (the JSON's; the zstd frame's): what a client's
+        #: maxMessageSizeBytes is compared with, as jetstream's legacy server compares the bytes it sends.
+        self.payload_length: list[npt.NDArray[np.int64]] = [np.zeros(cap, np.int64) for _ in self.files]
         #: collection name -> id (id 0 is NO_COLLECTION); names are few, ids never reused.
         self.collection_ids: dict[str, int] = {}
         self.collection_names: list[str] = [""]
@@ -155,8 +163,16 @@ class FrameStore:
             self.collection_names.append(collection)
         return cid
 
-    def append(self, raw: bytes, time_us: int, did: str, collection: str | None) -> bool:
-        """Store one event; False (nothing stored) if ``time_us`` is not above the newest one's."""
+    def make_compressor(self) -> zstandard.ZstdCompressor | None:
+        """A compressor configured as the store's, for another thread (None without a dictionary):
+        :meth:`append` takes what it made as ``packed``."""
+        if self._dictionary is None:
+            return None
+        return _compressor(self._dictionary)
+
+    def append(self, raw: bytes, time_us: int, did: str, collection: str | None, packed: bytes | None = None) -> bool:
+        """Store one event; False (nothing stored) if ``time_us`` is not above the newest one's.
+        ``packed``: the event already compressed by a :meth:`make_compressor` compressor."""
         if time_us <= self.last_time_us:
             return False
         row = self.next_seq - self._base
@@ -164,13 +180,15 @@ class FrameStore:
             self._grow()
             row = self.next_seq - self._base
         self.offsets[PLAIN][row] = self.files[PLAIN].append(ws_frame_header(OPCODE_TEXT, len(raw)), raw)
+        self.payload_length[PLAIN][row] = len(raw)
         if self._compressor is not None:
-            packed = self._compressor.compress(raw)
+            if packed is None:
+                packed = self._compressor.compress(raw)
             self.offsets[ZSTD][row] = self.files[ZSTD].append(ws_frame_header(OPCODE_BINARY, len(packed)), packed)
+            self.payload_length[ZSTD][row] = len(packed)
         self.time_us[row] = time_us
         self.did_hash[row] = hash(did)
         self.collection_id[row] = self.collection_id_of(collection)
-        self.json_length[row] = len(raw)
         self.next_seq += 1
         self.last_time_us = time_us
         self.stats.events_appended += 1
@@ -193,7 +211,7 @@ class FrameStore:
         self.offsets = [moved(o) for o in self.offsets]  # type: ignore[misc]
         self.did_hash = moved(self.did_hash)  # type: ignore[assignment]
         self.collection_id = moved(self.collection_id)  # type: ignore[assignment]
-        self.json_length = moved(self.json_length)  # type: ignore[assignment]
+        self.payload_length = [moved(p) for p in self.payload_length]  # type: ignore[misc]
         self._base = self.first_seq
 
     # -- reading -------------------------------------------------------------------------------------
@@ -239,7 +257,7 @@ class FrameStore:
         """Byte runs of the events a filter wants among ``[start_seq, start_seq + limit)``.
 
         ``collections_allowed[collection_id]`` (id 0 always True), ``dids``: sorted DID hashes or
-        None for all, ``max_length``: 0 for no limit. Returns ``([(start_offset, end_offset,
+        None for all, ``max_length``: 0 for no limit, else the longest payload in this file. Returns ``([(start_offset, end_offset,
         events), ...], scanned_to_seq)``; each run is contiguous matching frames.
         """
         stop_seq = min(self.next_seq, start_seq + limit)
@@ -250,7 +268,7 @@ class FrameStore:
         if dids is not None:
             mask &= np.isin(self.did_hash[lo:hi], dids, assume_unique=False)
         if max_length:
-            mask &= self.json_length[lo:hi] <= max_length
+            mask &= self.payload_length[kind][lo:hi] <= max_length
         rows = np.flatnonzero(mask)
         if rows.size == 0:
             return [], stop_seq

@@ -42,11 +42,13 @@ class EventStreamAdapter:
     """``do_work()`` polls the subscription and calls ``append(raw, meta)`` for each new event.
 
     ``after_us``: skip events at or below this ``time_us`` (the newest one the server already holds).
+    ``subscription`` may be None (nothing to read yet) and is swapped by :meth:`resubscribe` after a
+    reconnect to the driver; ``paused`` holds reading (while the server loads its recorded events).
     """
 
     def __init__(
         self,
-        subscription: Pollable,
+        subscription: Pollable | None,
         append: Callable[[bytes, EventMeta], None],
         *,
         after_us: int = 0,
@@ -58,10 +60,19 @@ class EventStreamAdapter:
         self.append = append
         self.fragment_limit = fragment_limit
         self.stats = StreamStats(last_time_us=after_us)
+        self.paused = False
         self._assembler = FragmentAssembler(self._on_message)
 
     def do_work(self) -> int:
+        if self.subscription is None or self.paused:
+            return 0
         return self.subscription.poll(self._assembler, self.fragment_limit)
+
+    def resubscribe(self, subscription: Pollable | None) -> None:
+        """Read from ``subscription`` from now on (call on the thread that calls :meth:`do_work`); a
+        message half reassembled from the old one is dropped."""
+        self.subscription = subscription
+        self._assembler = FragmentAssembler(self._on_message)
 
     __call__ = do_work  # a RelayServer duty is a plain callable returning its work count
 

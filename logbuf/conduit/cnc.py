@@ -246,10 +246,29 @@ def cnc_driver_heartbeat_ms(cnc: CncFile) -> int:
     return native.get_int64_volatile(cnc.to_driver, capacity + rd.CONSUMER_HEARTBEAT_OFFSET)
 
 
-def is_driver_active(directory: str, timeout_ms: int, now_ms: int | None = None) -> bool:
-    """Is there a compatible CnC in ``directory`` whose driver heartbeat is at most ``timeout_ms`` old?
+def is_process_alive(pid: int) -> bool:
+    """Whether ``pid`` is a live process of this pid namespace (a zombie is dead; pid <= 0: unknown, True)."""
+    if pid <= 0:
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # exists, another user's
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[-1].split()[0] != b"Z"
+    except (OSError, IndexError):
+        return True
 
-    A CnC still being initialised is waited for, up to ``timeout_ms`` (as Aeron does).
+
+def is_driver_active(directory: str, timeout_ms: int, now_ms: int | None = None) -> bool:
+    """Is there a compatible CnC in ``directory`` whose driver heartbeat is at most ``timeout_ms`` old
+    and whose driver process (the CnC's pid) still exists?
+
+    A CnC still being initialised is waited for, up to ``timeout_ms`` (as Aeron does). The pid check
+    lets a driver killed with SIGKILL be taken over at once instead of after the driver timeout.
     """
     deadline = time.monotonic() + timeout_ms / 1000
     while True:
@@ -264,7 +283,7 @@ def is_driver_active(directory: str, timeout_ms: int, now_ms: int | None = None)
             return False
     try:
         now = time.time_ns() // 1_000_000 if now_ms is None else now_ms
-        return now - cnc_driver_heartbeat_ms(cnc) <= timeout_ms
+        return now - cnc_driver_heartbeat_ms(cnc) <= timeout_ms and is_process_alive(cnc.pid)
     finally:
         cnc.close()
 

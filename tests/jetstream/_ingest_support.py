@@ -291,6 +291,8 @@ class RelayProcess:
     """``python -m logbuf.jetstream.main ARGS`` with its JSON log lines (stderr) collected on a thread."""
 
     def __init__(self, args: list[str]) -> None:
+        if "--metrics-port" not in args:  # jetstream's 6009 may be taken by another relay on this machine
+            args = [*args, "--metrics-port", "0"]
         self.args = args
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "logbuf.jetstream.main", *args],

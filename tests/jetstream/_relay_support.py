@@ -6,6 +6,7 @@ Every wait has a timeout. Events come from the seeded generator (``jetstream.gen
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import threading
@@ -54,6 +55,24 @@ class RelayHandle:
         qs = query if isinstance(query, str) else urlencode(query, doseq=True)
         return f"ws://{self.host}:{self.port}{path}" + (f"?{qs}" if qs else "")
 
+    def request(
+        self, path: str, *, method: str = "GET", headers: dict[str, str] | None = None, metrics: bool = False
+    ) -> tuple[int, dict[str, str], bytes]:
+        """One plain HTTP request to the public port (``metrics``: the metrics port): status, headers, body."""
+        if metrics:
+            address = self.server.metrics_address
+            assert address is not None, "the relay has no metrics listener"
+            host, port = address
+        else:
+            host, port = self.host, self.port
+        conn = http.client.HTTPConnection(host, port, timeout=WAIT_S)
+        try:
+            conn.request(method, path, headers=headers or {})
+            response = conn.getresponse()
+            return response.status, dict(response.getheaders()), response.read()
+        finally:
+            conn.close()
+
     def on_loop(self, fn: Callable[[], T], timeout_s: float = WAIT_S) -> T:
         """Run ``fn`` on the relay's loop thread and return its result."""
         done = threading.Event()
@@ -92,6 +111,8 @@ class RelayHandle:
 
 @contextmanager
 def running_relay(data_dir: str, **overrides: Any) -> Iterator[RelayHandle]:
+    """A relay on 127.0.0.1 (any free port; its metrics listener too, unless ``metrics_port`` is given)."""
+    overrides.setdefault("metrics_port", 0)
     config = RelayConfig(data_dir=data_dir, host="127.0.0.1", port=0, **overrides)
     server = RelayServer(config)
     thread = server.start()

@@ -170,6 +170,78 @@ def test_frame_by_frame_reader_gives_the_same_messages(recorded: tuple[str, list
     assert list(recorded_events(archive_dir, d, middle)) == list(_messages_frames(archive_dir, d, middle, print))
 
 
+def test_the_relay_serves_while_a_background_backfill_loads(recorded: tuple[str, list[bytes]], tmp_path: Any) -> None:
+    """The relay listens at once; the recorded events are loaded by BackgroundBackfill on its loop. A
+    replaying client gets every recorded event in order, compressed ones too, and a live client waits for
+    the end of the backfill and then gets only what comes after it."""
+    import zstandard
+
+    from logbuf.jetstream import BUNDLED_ZSTD_DICTIONARY
+    from logbuf.jetstream.backfill import BackgroundBackfill, plan_backfill
+    from logbuf.jetstream.events import parse_event
+    from tests.jetstream._relay_support import assert_silent, recv_raw, running_relay
+
+    archive_dir, expected = recorded
+    with running_relay(str(tmp_path), retention=None, retention_bytes=1 << 30, max_events_per_ip_s=0) as relay:
+        server = relay.server
+        plan = plan_backfill(archive_dir, CHANNEL, STREAM_ID, retention_s=None)
+        assert plan.newest_us == time_us_of(expected[-1])
+        background = BackgroundBackfill(plan, server.append, server.end_backfill, server.store.make_compressor())
+
+        def begin() -> None:
+            server.begin_backfill()
+            server.add_duty(background)
+
+        relay.on_loop(begin)
+        with relay.connect() as live:  # no cursor: live, so it waits for the end of the history
+            background.start()
+            with relay.connect({"cursor": 0}) as replay, relay.connect({"cursor": 0, "compress": "true"}) as packed:
+                assert [m.encode() for m in recv_raw(replay, len(expected), 60)] == expected  # type: ignore[union-attr]
+                frames = recv_raw(packed, len(expected), 60)
+            await_condition(lambda: background.done, 30, "the backfill to finish")
+            assert not server.backfilling and background.error is None
+            assert background.result.events == len(expected)
+            assert_silent(live, 0.3)  # the history is not for a live client
+            newer = make_events(3, start_us=time_us_of(expected[-1]) + 1000)
+            relay.append(newer)
+            assert [m.encode() for m in recv_raw(live, 3)] == newer  # type: ignore[union-attr]
+    with open(BUNDLED_ZSTD_DICTIONARY, "rb") as f:
+        decompressor = zstandard.ZstdDecompressor(dict_data=zstandard.ZstdCompressionDict(f.read()))
+    assert [decompressor.decompress(frame) for frame in frames[:50]] == expected[:50]  # type: ignore[arg-type]
+    assert parse_event(decompressor.decompress(frames[-1])).time_us == time_us_of(expected[-1])  # type: ignore[arg-type]
+
+
+def test_during_a_backfill_loaded_cursors_start_and_the_others_wait(tmp_path: Any) -> None:
+    """Appends during a backfill are all newer than what is loaded, so a cursor inside the loaded range
+    can start at once; a later cursor (or live) waits for the end, then starts where it asked."""
+    from tests.jetstream._relay_support import BASE_US, assert_silent, recv_events, running_relay
+
+    events = make_events(300, start_us=BASE_US)
+    t = [time_us_of(e) for e in events]
+    with running_relay(str(tmp_path)) as relay:
+        relay.on_loop(relay.server.begin_backfill)
+        relay.append(events[:100])
+        with (
+            relay.connect({"cursor": t[10]}) as loaded,
+            relay.connect({"cursor": t[150]}) as later,
+            relay.connect() as live,
+            relay.connect({"requireHello": "true", "cursor": t[160]}) as hello,
+        ):
+            assert [e["time_us"] for e in recv_events(loaded, 90)] == t[10:100]
+            hello.send(json.dumps({"type": "options_update", "payload": {}}))
+            relay.append(events[100:200])
+            assert [e["time_us"] for e in recv_events(loaded, 100)] == t[100:200]
+            for ws in (later, live, hello):
+                assert_silent(ws, 0.2)
+            relay.on_loop(relay.server.end_backfill)
+            assert [e["time_us"] for e in recv_events(later, 50)] == t[150:200]
+            assert [e["time_us"] for e in recv_events(hello, 40)] == t[160:200]
+            assert_silent(live, 0.2)
+            relay.append(events[200:])
+            for ws, first in ((loaded, 200), (later, 200), (live, 200), (hello, 200)):
+                assert [e["time_us"] for e in recv_events(ws, 100)] == t[first:]
+
+
 def test_no_archive_yet_is_an_empty_backfill(tmp_path: Any) -> None:
     got, result = collect(str(tmp_path / "none"), retention_s=3600)
     assert got == [] and result.last_time_us == 0 and result.recordings == 0
@@ -178,8 +250,9 @@ def test_no_archive_yet_is_an_empty_backfill(tmp_path: Any) -> None:
 # -- the relay process ----------------------------------------------------------------------------------
 
 
-def _metrics(port: int) -> dict[str, float]:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+def _metrics(relay: RelayProcess) -> dict[str, float]:
+    url = relay.wait_for_log("jetstream.listening")["metrics_url"]
+    with urllib.request.urlopen(url, timeout=5) as response:  # noqa: S310 - the relay's metrics listener
         text = response.read().decode()
     values = {}
     for line in text.splitlines():
@@ -253,6 +326,8 @@ def test_relay_restarts_from_its_recording_after_sigterm_and_sigkill(tmp_path: A
         relays.append(second)
         port = second.port()
         filled = second.wait_for_log("jetstream.backfilled")
+        order = [e.get("event") for e in second.log]
+        assert order.index("jetstream.listening") < order.index("jetstream.backfilled")  # listens at once
         assert filled["events"] == published["published"]  # the recorder drained the stream at SIGTERM
         assert filled["last_time_us"] == published["last_time_us"]
         assert second.wait_for_log("jetstream.started")["floor_us"] == filled["last_time_us"]
@@ -297,7 +372,7 @@ def test_relay_restarts_from_its_recording_after_sigterm_and_sigkill(tmp_path: A
         assert [time_us_of(e) for e in everything if time_us_of(e) > floor][0] > floor  # live resumes above
 
         # 4. /metrics: the ingest's and the backfill's counters beside jetstream's own names.
-        metrics = _metrics(port)
+        metrics = _metrics(third)
         assert metrics["logbuf_jetstream_backfill_events_total"] == refilled["events"]
         assert metrics["logbuf_jetstream_backfill_last_time_us"] == floor
         assert metrics["logbuf_jetstream_ingest_published_total"] > 0
@@ -358,7 +433,7 @@ def test_upstream_ingest_resumes_from_the_recording_after_a_restart(tmp_path: An
             read_events(f"ws://127.0.0.1:{port}/subscribe?cursor=1", until_time_us=time_us_of(events[-1]))
         )
         assert got == events  # every upstream event once, in order, byte for byte, across the restart
-        metrics = _metrics(port)
+        metrics = _metrics(second)
         assert metrics["logbuf_jetstream_ingest_before_start_total"] > 0  # the rewound overlap was dropped
         assert metrics["logbuf_jetstream_ingest_restamped_total"] == 0
         assert metrics["logbuf_jetstream_ingest_published_total"] == len(events) - stats["published"]

@@ -17,6 +17,8 @@ from tests.jetstream._ingest_support import ROOT, RelayProcess, StreamReader, dr
 
 
 def run_cli(*args: str, timeout_s: float = 30.0) -> subprocess.CompletedProcess[str]:
+    if "--metrics-port" not in args:  # jetstream's 6009 may be taken by another relay on this machine
+        args = (*args, "--metrics-port", "0")
     return subprocess.run(
         [sys.executable, "-m", "logbuf.jetstream.main", *args],
         cwd=ROOT,
@@ -41,6 +43,9 @@ def test_help_lists_the_options() -> None:
         "--driver-dir",
         "--record",
         "--rewind",
+        "--no-compression",
+        "--metrics-host",
+        "--metrics-port",
     ):
         assert option in result.stdout
 
@@ -203,8 +208,6 @@ def test_full_run_with_the_generator_serves_subscribe_clients(tmp_path: object) 
             "1000",
             "--data-dir",
             os.path.join(str(tmp_path), "data"),
-            "--zstd-dictionary",
-            DICTIONARY,
         ]
     )
     try:
@@ -229,6 +232,11 @@ def test_full_run_with_the_generator_serves_subscribe_clients(tmp_path: object) 
                 return live, replay, compressed
 
         live, replay, compressed = asyncio.run(clients())
+        import urllib.request
+
+        metrics_url = relay.wait_for_log("jetstream.listening")["metrics_url"]
+        with urllib.request.urlopen(metrics_url, timeout=10) as response:  # noqa: S310 - our own listener
+            assert b"jetstream_events_emitted_total" in response.read()
         times = [parse_event(raw).time_us for raw in live]
         assert all(a < b for a, b in zip(times, times[1:]))
         assert replay == live[50:]  # cursor replay is inclusive and identical

@@ -14,6 +14,7 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import ClientConnection
 
 from logbuf.jetstream.filters import MAX_CLIENT_MESSAGE_LENGTH, MAX_WANTED_COLLECTIONS, MAX_WANTED_DIDS
+from logbuf.jetstream.server import DEFAULT_MAX_CLIENT_MESSAGE_LENGTH
 from tests.jetstream._relay_support import (
     BASE_US,
     RelayHandle,
@@ -68,9 +69,27 @@ def test_too_many_dids_in_the_query_is_a_400(tmp_path: Path) -> None:
 
 
 def test_compress_without_a_dictionary_is_refused(tmp_path: Path) -> None:
-    with running_relay(str(tmp_path)) as relay:
+    with running_relay(str(tmp_path), zstd_dictionary=None) as relay:
         status, text = rejected(relay, {"compress": "true"})
         assert status == 400 and "compress=true is not available" in text
+
+
+def test_compression_is_on_by_default_with_the_bundled_dictionary(tmp_path: Path) -> None:
+    """jetstream always serves compress=true: so does the relay, with the dictionary the package ships."""
+    import zstandard
+
+    from logbuf.jetstream import BUNDLED_ZSTD_DICTIONARY
+
+    events = make_events(5)
+    with running_relay(str(tmp_path)) as relay:
+        assert relay.server.store.compressed
+        relay.append(events)
+        with relay.connect({"cursor": 0, "compress": "true"}) as ws:
+            frames = [ws.recv(timeout=10) for _ in events]
+    with open(BUNDLED_ZSTD_DICTIONARY, "rb") as f:
+        decompressor = zstandard.ZstdDecompressor(dict_data=zstandard.ZstdCompressionDict(f.read()))
+    assert all(isinstance(frame, bytes) for frame in frames)
+    assert [decompressor.decompress(frame) for frame in frames] == events  # type: ignore[arg-type]
 
 
 def get(relay: RelayHandle, path: str) -> tuple[int, str, str]:
@@ -88,19 +107,23 @@ def test_welcome_text_404_and_plain_get_on_subscribe(tmp_path: Path) -> None:
         assert get(relay, "/") == (200, "text/plain; charset=utf-8", "Welcome to Jetstream")
         status, _, _ = get(relay, "/nope")
         assert status == 404
+        status, _, _ = get(relay, "/metrics")  # metrics live on their own listener, not the public port
+        assert status == 404
         status, _, _ = get(relay, "/subscribe")  # no upgrade headers: websockets answers 426
         assert status == 426
         status, _, text = get(relay, "/subscribe?cursor=x")  # the query is checked first, as jetstream does
         assert (status, text) == (400, "invalid cursor: x")
 
 
-def test_metrics_use_jetstreams_names(tmp_path: Path) -> None:
+def test_metrics_use_jetstreams_names_on_the_metrics_listener(tmp_path: Path) -> None:
     with running_relay(str(tmp_path)) as relay:
         relay.append(make_events(10))
         with relay.connect({"cursor": 0}) as ws:
             recv_events(ws, 10)
-            status, content_type, text = get(relay, "/metrics")
-    assert status == 200 and content_type.startswith("text/plain")
+            status, headers, body = relay.request("/metrics", metrics=True)
+            assert relay.request("/", metrics=True)[0] == 404  # only /metrics there
+    text = body.decode()
+    assert status == 200 and headers["Content-Type"].startswith("text/plain")
     for line in (
         'jetstream_subscribers_connected{ip_address="127.0.0.1"} 1.0',
         "jetstream_events_emitted_total 10.0",
@@ -162,16 +185,20 @@ def test_long_validation_errors_are_cut_to_123_bytes(tmp_path: Path) -> None:
     assert reason.startswith("invalid subscriber options: invalid collection: xxx")
 
 
-def test_client_message_over_10_mb_closes_with_1009(tmp_path: Path) -> None:
+def test_client_message_over_the_cap_closes_with_1009(tmp_path: Path) -> None:
     with running_relay(str(tmp_path)) as relay:
         with relay.connect() as ws:
-            ws.send("x" * MAX_CLIENT_MESSAGE_LENGTH)  # exactly the cap: accepted (and ignored: not JSON?)
+            ws.send("x" * DEFAULT_MAX_CLIENT_MESSAGE_LENGTH)  # exactly the cap: accepted (and ignored: not JSON?)
             code, _ = closed_with(ws)
             assert code == 1007  # ... it is not JSON: the envelope error
         with relay.connect() as ws:
-            ws.send("x" * (MAX_CLIENT_MESSAGE_LENGTH + 1))
+            ws.send("x" * (DEFAULT_MAX_CLIENT_MESSAGE_LENGTH + 1))
             code, _ = closed_with(ws)
             assert code == 1009
+    with running_relay(str(tmp_path / "max"), max_client_message_length=MAX_CLIENT_MESSAGE_LENGTH) as relay:
+        with relay.connect() as ws:  # jetstream's own cap, 10 MB, can be configured
+            ws.send("x" * MAX_CLIENT_MESSAGE_LENGTH)
+            assert closed_with(ws)[0] == 1007
 
 
 def test_shutdown_closes_clients_with_1001(tmp_path: Path) -> None:
@@ -212,6 +239,7 @@ def test_pings_both_ways(tmp_path: Path) -> None:
 
 def test_compressed_relay_still_serves_plain_clients(tmp_path: Path) -> None:
     with running_relay(str(tmp_path), zstd_dictionary=need_dictionary()) as relay:
+        assert relay.server.store.compressed
         relay.append(make_events(5))
         with relay.connect({"cursor": 0}) as ws:
             assert len(recv_events(ws, 5)) == 5
@@ -237,6 +265,7 @@ def test_non_increasing_time_us_is_counted_and_dropped(tmp_path: Path) -> None:
     [
         ({"data_dir": ""}, "data_dir"),
         ({"port": 70000}, "port=70000"),
+        ({"metrics_port": -1}, "metrics_port=-1"),
         ({"retention": None, "retention_bytes": None}, "retention"),
         ({"retention": -1.0}, "retention=-1.0"),
         ({"max_connections_per_ip": 0}, "max_connections_per_ip=0"),

@@ -180,12 +180,20 @@ def test_other_message_types_are_ignored() -> None:
     assert parse_options_update(json.dumps({"payload": {}})) is None
 
 
+@pytest.mark.parametrize("message", ["null", " null ", '{"type": null}', '{"type": null, "payload": 5}', "{}"])
+def test_null_and_a_null_type_are_ignored_as_go_decodes_them(message: str) -> None:
+    """jetstream unmarshals into a Go struct: ``null`` and a null type leave the type empty (ignored)."""
+    assert parse_options_update(message) is None
+
+
 @pytest.mark.parametrize(
     "message, reason",
     [
         ("not json", "bad SubscriberSourcedMessage envelope"),
         ("[1, 2]", "bad SubscriberSourcedMessage envelope"),
         ('{"type": 5}', "bad SubscriberSourcedMessage envelope"),
+        ("5", "bad SubscriberSourcedMessage envelope"),
+        ('"options_update"', "bad SubscriberSourcedMessage envelope"),
         ('{"type": "options_update"}', "bad options_update payload"),
         ('{"type": "options_update", "payload": [1]}', "bad options_update payload"),
         ('{"type": "options_update", "payload": {"wantedDids": "did:plc:x"}}', "bad options_update payload"),

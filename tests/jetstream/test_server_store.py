@@ -124,14 +124,22 @@ def test_matching_runs_groups_consecutive_wanted_frames(tmp_path: Path) -> None:
     assert runs == [(off[0], off[3], 3)]
 
 
-def test_matching_runs_size_limit_uses_json_length(tmp_path: Path) -> None:
-    store = FrameStore(str(tmp_path))
+def test_matching_runs_size_limit_uses_the_payload_length_of_each_file(tmp_path: Path) -> None:
+    """As jetstream's legacy server, maxMessageSizeBytes is compared with the bytes sent: the JSON for
+    plain clients, the zstd frame for compressed ones."""
+    store = FrameStore(str(tmp_path), zstd_dictionary=Path(need_dictionary()).read_bytes())
     small, big = event(BASE_US), event(BASE_US + 1, pad=500)
     append(store, small)
     append(store, big)
     allowed = np.ones(len(store.collection_names), np.bool_)
     runs, _ = store.matching_runs(PLAIN, 0, 10, allowed, None, len(small))
     assert runs == [(0, store.offset_of(PLAIN, 1), 1)]
+    packed = [int(store.payload_length[ZSTD][seq]) for seq in range(2)]
+    assert packed[1] < len(small) < len(big)  # 500 repeated bytes compress well
+    runs, _ = store.matching_runs(ZSTD, 0, 10, allowed, None, len(small))
+    assert runs == [(0, store.offset_of(ZSTD, 2), 2)]  # both fit once compressed
+    runs, _ = store.matching_runs(ZSTD, 0, 10, allowed, None, min(packed) - 1)
+    assert runs == []
 
 
 def test_retention_punches_whole_blocks_before_the_first_kept_frame(tmp_path: Path) -> None:
@@ -173,7 +181,9 @@ def test_compressed_file_holds_standalone_zstd_frames_with_the_dictionary(tmp_pa
         assert frame[0] == 0x82  # FIN | binary
         header = 2 if frame[1] < 126 else 4
         payload = frame[header:]
-        assert zstandard.get_frame_parameters(payload).dict_id == 1612007021
+        params = zstandard.get_frame_parameters(payload)
+        assert params.dict_id == 1612007021 and params.has_checksum  # as the legacy server's encoder writes
+        assert params.content_size == len(raw)
         assert dctx.decompress(payload) == raw
     assert os.path.getsize(tmp_path / "frames-zstd.ws") < os.path.getsize(tmp_path / FRAMES_FILE) * 0.7
     store.close()
