@@ -489,5 +489,5 @@ class BackgroundBackfill:
     __call__ = do_work
 
 
-class _Stopped(Exception):
+class _Stopped(LogbufError):
     """The relay stopped during the backfill."""

@@ -21,12 +21,14 @@ import hashlib
 import os
 from typing import Final
 
+from logbuf.errors import LogbufError
+
 __all__ = ["StreamLock", "StreamTakenError", "lock_path"]
 
 LOCK_PREFIX: Final = "jetstream-"
 
 
-class StreamTakenError(Exception):
+class StreamTakenError(LogbufError):
     """Another relay publishes into this stream; the message names the stream and the holder."""
 
 

@@ -37,6 +37,8 @@ from collections.abc import Mapping
 from enum import Enum, IntEnum
 from typing import Final
 
+from logbuf.errors import LogbufError
+
 __all__ = ["READING_FRAMES", "TRANSITIONS", "UPGRADED", "Input", "State", "TransitionError", "next_state"]
 
 
@@ -90,7 +92,7 @@ TRANSITIONS: Final[Mapping[tuple[State, Input], State]] = {
 """(state, input) -> next state: the whole machine."""
 
 
-class TransitionError(RuntimeError):
+class TransitionError(LogbufError, RuntimeError):
     """A (state, input) pair with no transition: a bug in the relay (the message names both)."""
 
 

@@ -57,11 +57,11 @@ RETRY_MAX_S: Final = 10.0
 DETACH_TIMEOUT_S: Final = 5.0
 
 
-class RelayStopped(Exception):
+class RelayStopped(LogbufError):
     """A problem a reconnect cannot fix; the message says what (``logbuf-jetstream`` exits with it)."""
 
 
-class _NoDriver(Exception):
+class _NoDriver(LogbufError):
     """No driver to connect to yet (external mode): retry later."""
 
 

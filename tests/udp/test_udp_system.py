@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 
 from logbuf.client import Aeron, Context, FragmentAssembler, Image, RegistrationError, Subscription
 from logbuf.conduit import counters_descriptor as cd
-from logbuf.conduit.cnc import is_driver_active
+from logbuf.conduit.cnc import CncFile, cnc_driver_heartbeat_ms, is_driver_active
 from logbuf.errors import ErrorCode
 from logbuf.protocol import decode_datagram
 from logbuf.protocol.data import DataFrame, HeartbeatFrame
@@ -432,7 +432,13 @@ def test_receiver_driver_killed_and_restarted_the_sender_carries_on_and_a_new_im
     finally:
         first.close()
     killed_at = time.monotonic()
-    await_condition(lambda: not is_driver_active(receiver.dir, 2_000), 10, "the killed driver's heartbeat to go stale")
+    await_condition(lambda: not is_driver_active(receiver.dir, 2_000), 10, "the killed driver to be seen dead")
+    # A dead driver is taken over at once (its pid is gone); stay down as long as a stale heartbeat would
+    # have kept us, so the publisher meets the missing receiver (back-pressure or not-connected) first.
+    with CncFile.open(receiver.dir) as cnc:
+        await_condition(
+            lambda: time.time() * 1000 - cnc_driver_heartbeat_ms(cnc) > 6_000, 20, "six seconds without the receiver"
+        )
     receiver.start(heartbeat_timeout_ms=1_000)
     assert pub.running, f"publisher died with the receiving driver; stderr:\n{pub.stderr()}"
 
