@@ -157,12 +157,13 @@ class NetworkPublication(IpcPublication):
     # -- control frames ---------------------------------------------------------------------------
     def is_plausible_status_message(self, sm: StatusMessageFrame) -> bool:
         """Could a receiver of this stream have sent ``sm``? Its consumption offset lies within a term,
-        its window is at most a term, and its consumption position lies between 0 and snd-pos (nobody
+        its window is at most half a term (Aeron's receivers and ours cap it there), and its
+        consumption position lies between 0 and snd-pos (nobody
         consumed what was not sent). Checked before any arithmetic: a forged SM far ahead once raised
         the sender limit past int32 and stalled the stream for good. Setup-eliciting SMs carry zeros
         and are not checked."""
         term_length = self.log.term_length
-        if sm.consumption_term_offset > term_length or sm.receiver_window_length > term_length:
+        if sm.consumption_term_offset > term_length or sm.receiver_window_length > term_length // 2:
             return False
         position = self.log.position_of(sm.consumption_term_id, sm.consumption_term_offset)
         sender_position: int = self.sender_position.get()

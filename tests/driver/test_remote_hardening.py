@@ -113,7 +113,7 @@ def test_a_forged_status_message_is_counted_and_dropped_and_the_sender_goes_on(
 def test_a_setup_with_its_active_term_before_its_initial_term_leaks_nothing_and_the_batch_goes_on(
     driver_factory: DriverSet, raw: socket.socket
 ) -> None:
-    b = driver_factory(base=BASE_ARGS)
+    b = driver_factory("--image-liveness-timeout", "30s", base=BASE_ARGS)  # the good image outlives the checks
     port = free_port()
     with Aeron.connect(Context(dir=b.dir)) as receiver:
         sub = receiver.add_subscription(f"aeron:udp?endpoint=127.0.0.1:{port}", 22)
