@@ -15,6 +15,7 @@ them, with new publications, subscriptions and images, to those agents through t
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import os
 import random
@@ -602,16 +603,30 @@ class DriverConductor:
     # -- images --------------------------------------------------------------------------------------------
     def on_create_publication_image(self, endpoint: ReceiveChannelEndpoint, setup: SetupFrame, source: Address) -> None:
         """A SETUP for a subscribed stream without an active image (from a receive endpoint, through the
-        conductor proxy): create the image, hand it to the receiver, link subscribers."""
+        conductor proxy): create the image, hand it to the receiver, link subscribers.
+
+        What a remote peer can make the driver allocate is bounded: a SETUP asking for a term longer
+        than ``max_image_term_length``, or arriving while the endpoint holds ``max_images_per_endpoint``
+        images, is counted ("Images rejected") and dropped before anything is made. A creation that
+        fails half-way leaves nothing behind: the log file is removed and its counters freed."""
         receive_channel = self._receive_channel_of(endpoint)
         if receive_channel is None:
             return  # the endpoint was closed since (a queued request)
+        key = (setup.session_id, setup.stream_id)
+        others = len(receive_channel.images) - (key in receive_channel.images)
+        if setup.term_length > self.ctx.max_image_term_length or others >= self.ctx.max_images_per_endpoint:
+            self.system_counters.increment(SystemCounterId.IMAGES_REJECTED)
+            return  # remote input: counted, not logged per SETUP
+        if not self.counters.has_room(2 + len(self._subscriptions_by_stream.get(setup.stream_id, ()))):
+            self.system_counters.increment(SystemCounterId.IMAGES_REJECTED)
+            self.system_counters.increment(SystemCounterId.ERRORS)
+            self.error_log.record(
+                f"image for stream {setup.stream_id} on {endpoint.channel} rejected: the counters are full"
+                f" (capacity {self.counters.capacity})"
+            )  # one distinct error however many SETUPs: the text names no session or source
+            return
         registration_id = self.to_driver.next_correlation_id()
         path = os.path.join(self._images_dir, f"{registration_id}.logbuffer")
-        if not self.counters.has_room(2 + len(self._subscriptions_by_stream.get(setup.stream_id, ()))):
-            self.system_counters.increment(SystemCounterId.ERRORS)
-            self.error_log.record(f"image for SETUP {setup} from {source} rejected: the counters are full")
-            return
         try:
             log = LogBuffers.create_file(
                 path,
@@ -624,29 +639,67 @@ class DriverConductor:
                 correlation_id=registration_id,
             )
         except (OSError, ValueError, LogbufError) as e:  # e.g. ShmError: the file exists
+            self.system_counters.increment(SystemCounterId.IMAGES_REJECTED)
             self.system_counters.increment(SystemCounterId.ERRORS)
-            self.error_log.record(f"image for SETUP {setup} from {source} rejected: {e}")
+            self.error_log.record(f"image for stream {setup.stream_id} on {endpoint.channel} rejected: {e}")
             return
-        log.seek_to(setup.active_term_id, setup.term_offset)
-        join = log.tail_position()
-        old = receive_channel.images.get((setup.session_id, setup.stream_id))
+        allocated: list[int] = []
+        try:
+            image = self._new_image(receive_channel, endpoint, setup, source, registration_id, path, log, allocated)
+        except BaseException:
+            for counter_id in allocated:
+                self.counters.free(counter_id)
+            log.close()
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+            raise
+        old = receive_channel.images.get(key)
         if old is not None:
             self._retire_image(old)
+        receive_channel.images[key] = image
+        self.images.append(image)
+        self.receiver.new_publication_image(endpoint, image)
+        self._log.info(
+            "image.created",
+            registration_id=registration_id,
+            session_id=setup.session_id,
+            stream_id=setup.stream_id,
+            source=image.source_identity,
+            join_position=image.join_position,
+        )
+        for link in self._subscriptions_by_stream.get(setup.stream_id, {}).values():
+            if (
+                link.endpoint_key is not None
+                and link.stream_id == setup.stream_id
+                and link.canonical == endpoint.channel
+            ):
+                self._link_subscriber(image, link)
+
+    def _new_image(
+        self,
+        receive_channel: ReceiveChannel,
+        endpoint: ReceiveChannelEndpoint,
+        setup: SetupFrame,
+        source: Address,
+        registration_id: int,
+        path: str,
+        log: LogBuffers,
+        allocated: list[int],
+    ) -> PublicationImage:
+        """The image over a new log, its rcv-hwm and rcv-pos counters appended to ``allocated`` as they
+        are made (the caller frees them if this raises)."""
+        log.seek_to(setup.active_term_id, setup.term_offset)
+        join = log.tail_position()
         label = cd.stream_label("{}", registration_id, setup.session_id, setup.stream_id, endpoint.channel)
         key = cd.STREAM_KEY.pack(registration_id, setup.session_id, setup.stream_id, 0)
-        hwm_id = self.counters.allocate(
-            label.format("rcv-hwm"), cd.RECEIVER_HWM_TYPE_ID, key, registration_id=registration_id, initial_value=join
-        )
-        rebuild_id = self.counters.allocate(
-            label.format("rcv-pos"),
-            cd.RECEIVER_POSITION_TYPE_ID,
-            key,
-            registration_id=registration_id,
-            initial_value=join,
-        )
-        now = self.clock_ns()
+        for name, type_id in (("rcv-hwm", cd.RECEIVER_HWM_TYPE_ID), ("rcv-pos", cd.RECEIVER_POSITION_TYPE_ID)):
+            allocated.append(
+                self.counters.allocate(
+                    label.format(name), type_id, key, registration_id=registration_id, initial_value=join
+                )
+            )
         settings = receive_channel.image_settings.get(setup.stream_id, ImageSettings())
-        image = PublicationImage(
+        return PublicationImage(
             registration_id=registration_id,
             session_id=setup.session_id,
             stream_id=setup.stream_id,
@@ -657,8 +710,8 @@ class DriverConductor:
             log_file_name=path,
             counters=self.counters,
             system_counters=self.system_counters,
-            hwm_id=hwm_id,
-            rebuild_id=rebuild_id,
+            hwm_id=allocated[0],
+            rebuild_id=allocated[1],
             receiver_id=endpoint.receiver_id,
             join_position=join,
             window_length=min(settings.window_length or self.ctx.initial_window_length, setup.term_length // 2),
@@ -666,27 +719,9 @@ class DriverConductor:
             nak_delay_ns=self.ctx.nak_delay if settings.nak_delay_ns is None else settings.nak_delay_ns,
             nak_retry_ns=self.ctx.nak_retry_delay,
             sm_interval_ns=self.ctx.status_message_timeout,
-            now_ns=now,
+            now_ns=self.clock_ns(),
             reliable=settings.reliable,
         )
-        receive_channel.images[(setup.session_id, setup.stream_id)] = image
-        self.images.append(image)
-        self.receiver.new_publication_image(endpoint, image)
-        self._log.info(
-            "image.created",
-            registration_id=registration_id,
-            session_id=setup.session_id,
-            stream_id=setup.stream_id,
-            source=image.source_identity,
-            join_position=join,
-        )
-        for link in self._subscriptions_by_stream.get(setup.stream_id, {}).values():
-            if (
-                link.endpoint_key is not None
-                and link.stream_id == setup.stream_id
-                and link.canonical == endpoint.channel
-            ):
-                self._link_subscriber(image, link)
 
     def _receive_channel_of(self, endpoint: ReceiveChannelEndpoint) -> ReceiveChannel | None:
         for receive_channel in self.receive_endpoints.values():

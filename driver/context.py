@@ -155,6 +155,19 @@ class DriverContext:
     nak_delay: int = setting(100_000, "duration", "Delay before a gap is NAKed (lets reordered data arrive).")
     nak_retry_delay: int = setting(10_000_000, "duration", "Delay before a still-open gap is NAKed again.")
     initial_window_length: int = setting(128 * 1024, "size", "Receiver window (capped at term/2).")
+    max_images_per_endpoint: int = setting(
+        128,
+        "int",
+        "Images one receive endpoint holds at most: a SETUP beyond it is counted (Images rejected) and "
+        "dropped, so a SETUP flood cannot use up counters and /dev/shm. Existing images are unaffected; a "
+        "new publisher cannot join while a flood holds the endpoint full (flooded images time out).",
+    )
+    max_image_term_length: int = setting(
+        128 * 1024 * 1024,
+        "size",
+        "Longest term a SETUP from the network may ask for (an image takes 3 terms of /dev/shm): longer "
+        "is counted (Images rejected) and dropped. Raise it to receive from publications with longer terms.",
+    )
     socket_buffer_length: int = setting(2 * 1024 * 1024, "size", "SO_RCVBUF/SO_SNDBUF of UDP sockets.")
     udp_drop_rate: float = setting(0.0, "float", "Fault injection: fraction of received datagrams dropped.")
     udp_duplicate_rate: float = setting(0.0, "float", "Fault injection: fraction of received datagrams duplicated.")
@@ -230,6 +243,12 @@ class DriverContext:
             raise ConfigurationError(
                 f"initial_window_length={self.initial_window_length} must be at least mtu={self.mtu}"
             )
+        if self.max_images_per_endpoint < 1:
+            raise ConfigurationError(f"max_images_per_endpoint={self.max_images_per_endpoint} must be at least 1")
+        try:
+            lbd.check_term_length(self.max_image_term_length)
+        except lbd.LogBufferError as e:
+            raise ConfigurationError(f"max_image_term_length: {e}") from None
         if self.error_buffer_length < 4096:
             raise ConfigurationError(f"error_buffer_length={self.error_buffer_length} must be at least 4096")
         return self

@@ -63,6 +63,9 @@ class NetworkPublication(IpcPublication):
     _next_blocked_check_ns: int = 0
     next_setup_ns: int = 0
     retransmit_lingers: dict[tuple[int, int], int] = field(default_factory=dict)
+    receiver_address: tuple[str, int] | None = None
+    """Where the SM that connected this publication came from: while connected, the send endpoint
+    takes SMs and NAKs for it from there only (unicast)."""
 
     # -- sender duty cycle ------------------------------------------------------------------------
     def send(self, now_ns: int, send: Send, send_frames: SendFrames | None = None) -> int:
@@ -99,7 +102,7 @@ class NetworkPublication(IpcPublication):
                     covered, n = send_frames(
                         term,
                         position & (term_length - 1),
-                        limit - position,
+                        min(limit - position, term_length),
                         self.mtu_length,
                         MAX_DATAGRAMS_PER_SEND - datagrams,
                     )
@@ -152,6 +155,20 @@ class NetworkPublication(IpcPublication):
         return self.system_counters.count_send(len(datagram), send(datagram))
 
     # -- control frames ---------------------------------------------------------------------------
+    def is_plausible_status_message(self, sm: StatusMessageFrame) -> bool:
+        """Could a receiver of this stream have sent ``sm``? Its consumption offset lies within a term,
+        its window is at most half a term (Aeron's receivers and ours cap it there), and its
+        consumption position lies between 0 and snd-pos (nobody
+        consumed what was not sent). Checked before any arithmetic: a forged SM far ahead once raised
+        the sender limit past int32 and stalled the stream for good. Setup-eliciting SMs carry zeros
+        and are not checked."""
+        term_length = self.log.term_length
+        if sm.consumption_term_offset > term_length or sm.receiver_window_length > term_length // 2:
+            return False
+        position = self.log.position_of(sm.consumption_term_id, sm.consumption_term_offset)
+        sender_position: int = self.sender_position.get()
+        return 0 <= position <= sender_position
+
     def on_status_message(self, sm: StatusMessageFrame, now_ns: int) -> None:
         self.time_of_last_sm_ns = now_ns
         if sm.elicits_setup:

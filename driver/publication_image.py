@@ -141,9 +141,10 @@ class PublicationImage:
         self.time_of_last_packet_ns = now_ns
         position = self.log.position_of(term_id, term_offset)
         if covered == 0:  # heartbeat
-            if packet[5] & dh.EOS_FLAG:
+            in_window = position <= self.min_subscriber_position() + self.log.term_length // 2
+            if packet[5] & dh.EOS_FLAG and self.rebuild <= position and in_window:  # a sender's end is never behind
                 self.eos_position = position
-            if position > self.hwm and position <= self.min_subscriber_position() + self.log.term_length // 2:
+            if position > self.hwm and in_window:
                 self.hwm = position
                 self.counters.set_value(self.hwm_id, position)
             self.system_counters.increment(SystemCounterId.HEARTBEATS_RECEIVED)

@@ -47,6 +47,8 @@ class SystemCounterId(IntEnum):
     ACTIVE_CLIENTS = 105
     ACTIVE_PUBLICATIONS = 106
     ACTIVE_IMAGES = 107
+    IMAGES_REJECTED = 108
+    SPOOFED_FRAMES_DROPPED = 109
 
 
 LABELS: dict[SystemCounterId, str] = {
@@ -81,6 +83,8 @@ LABELS: dict[SystemCounterId, str] = {
     SystemCounterId.ACTIVE_CLIENTS: "Active clients",
     SystemCounterId.ACTIVE_PUBLICATIONS: "Active publications",
     SystemCounterId.ACTIVE_IMAGES: "Active images",
+    SystemCounterId.IMAGES_REJECTED: "Images rejected",
+    SystemCounterId.SPOOFED_FRAMES_DROPPED: "Spoofed frames dropped",
 }
 
 

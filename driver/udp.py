@@ -75,6 +75,9 @@ READS_PER_POLL: Final[int] = 32
 SLOT_LENGTH: Final[int] = 65536
 """Each poll reads up to 32 datagrams with one recvmmsg, each into its own 64 KiB slot."""
 SETUP_ELICIT_INTERVAL_NS: Final[int] = 100_000_000
+MAX_ELICITED_SESSIONS: Final[int] = 1024
+"""Unknown sessions a receive endpoint remembers having asked for a SETUP (the oldest is forgotten
+first): DATA with a new session id per datagram must not grow the driver."""
 _DATA_PREFIX: Final[struct.Struct] = struct.Struct("<iBBHiiii")
 """frame_length, version, flags, type, term_offset, session_id, stream_id, term_id: a DATA/PAD header up
 to its reserved value, read with one unpack on the hot path."""
@@ -167,6 +170,13 @@ def resolve_interface(host: str, prefix: int | None) -> str:
         if ipaddress.ip_address(candidate) in subnet:
             return candidate
     raise OSError(f"no local interface address in {subnet}")
+
+
+def _is_multicast(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_multicast
+    except ValueError:  # a name (in-memory test links)
+        return False
 
 
 # -- the socket seam ---------------------------------------------------------------------------------
@@ -373,6 +383,8 @@ class SendChannelEndpoint(ChannelEndpoint):
     ) -> None:
         super().__init__(channel, transport, system_counters, clock_ns)
         self.destination = destination
+        self.binds_receiver = not _is_multicast(destination[0])
+        """Unicast: each connected publication takes control frames from its receiver's address only."""
         self.publications: dict[tuple[int, int], NetworkPublication] = {}
         self.send_frames: SendFrames | None = (
             transport.frame_sender(destination) if isinstance(transport, UdpTransport) else None
@@ -390,17 +402,37 @@ class SendChannelEndpoint(ChannelEndpoint):
     def send(self, datagram: Buffer) -> int:
         return self.transport.send_to(datagram, self.destination)
 
+    def _from_receiver(self, publication: NetworkPublication, source: Address) -> bool:
+        """SMs and NAKs of a connected unicast publication come from the receiver that connected it
+        (the source of the SM that did); from another address they are counted as spoofed and dropped.
+        A publication not connected takes its receiver from the next SM (a restarted receiver, or one
+        at another address, connects again once the connection timed out). Multicast publications
+        hear many receivers and bind none."""
+        if not self.binds_receiver or not publication.is_connected:
+            return True
+        bound = publication.receiver_address
+        if bound is None or source is bound or source == bound:
+            return True
+        self.system_counters.increment(SystemCounterId.SPOOFED_FRAMES_DROPPED)
+        return False
+
     def _on_status_message(self, datagram: memoryview, source: Address) -> None:
         sm = decode_exact(status_codec.decode, datagram)
         publication = self.publications.get((sm.session_id, sm.stream_id))
-        if publication is not None:
-            self.system_counters.increment(SystemCounterId.STATUS_MESSAGES_RECEIVED)
-            publication.on_status_message(sm, self.clock_ns())
+        if publication is None or not self._from_receiver(publication, source):
+            return
+        if not sm.elicits_setup and not publication.is_plausible_status_message(sm):
+            self.system_counters.increment(SystemCounterId.INVALID_PACKETS)
+            return
+        self.system_counters.increment(SystemCounterId.STATUS_MESSAGES_RECEIVED)
+        if not publication.is_connected and not sm.elicits_setup:
+            publication.receiver_address = source
+        publication.on_status_message(sm, self.clock_ns())
 
     def _on_nak(self, datagram: memoryview, source: Address) -> None:
         nak = decode_exact(nak_codec.decode, datagram)
         publication = self.publications.get((nak.session_id, nak.stream_id))
-        if publication is not None:
+        if publication is not None and self._from_receiver(publication, source):
             self.system_counters.increment(SystemCounterId.NAK_MESSAGES_RECEIVED)
             publication.on_nak(nak, self.clock_ns(), self.send)
 
@@ -408,6 +440,7 @@ class SendChannelEndpoint(ChannelEndpoint):
         # Our static congestion control never measures RTT, but a receiver that does (Aeron's cubic)
         # gets its probe answered: flags 0, its timestamp echoed (Aeron's sender rule).
         rttm = decode_exact(rttm_codec.decode, datagram)
+        # Answered from any address: the reply is no larger than the probe and goes back to its source.
         if rttm.is_reply_requested and (rttm.session_id, rttm.stream_id) in self.publications:
             reply = rttm_codec.RttMeasurementFrame(
                 rttm.session_id, rttm.stream_id, rttm.echo_timestamp_ns, 0, rttm.receiver_id
@@ -469,8 +502,10 @@ class ReceiveChannelEndpoint(ChannelEndpoint):
     def _on_data_frame(
         self, datagram: memoryview, source: Address, term_offset: int, session_id: int, stream_id: int, term_id: int
     ) -> None:
-        """Checked in C, inserted into the session's image if it has one; DATA of a subscribed stream
-        without an image asks the sender for a SETUP (at most every 100 ms)."""
+        """Checked in C, inserted into the session's image if it has one and it came from the image's
+        source address (else counted as spoofed and dropped); DATA of a subscribed stream without an
+        image asks the sender for a SETUP (at most every 100 ms per session, remembering at most
+        MAX_ELICITED_SESSIONS sessions)."""
         counters = self.system_counters
         image = self.images.get((session_id, stream_id))
         covered = native.check_data_datagram(datagram, image.log.term_length if image is not None else 0)
@@ -478,12 +513,20 @@ class ReceiveChannelEndpoint(ChannelEndpoint):
             counters.increment(SystemCounterId.INVALID_PACKETS)
             return
         if image is not None:
-            if image.state is ImageState.ACTIVE:
+            bound = image.source_address
+            if source is not bound and source != bound:
+                counters.increment(SystemCounterId.SPOOFED_FRAMES_DROPPED)
+            elif image.state is ImageState.ACTIVE:
                 image.insert_packet(term_id, term_offset, datagram, covered, self.clock_ns())
         elif stream_id in self.subscribed_stream_ids and not (covered == 0 and datagram[5] & dh.EOS_FLAG):
-            now = self.clock_ns()
-            if now >= self._elicited.get((session_id, stream_id), 0):
-                self._elicited[(session_id, stream_id)] = now + SETUP_ELICIT_INTERVAL_NS
+            now, key, elicited = self.clock_ns(), (session_id, stream_id), self._elicited
+            due = elicited.get(key)
+            if due is None or now >= due:
+                if due is not None:
+                    del elicited[key]  # re-inserted last: the dict is oldest-first
+                elif len(elicited) >= MAX_ELICITED_SESSIONS:
+                    del elicited[next(iter(elicited))]
+                elicited[key] = now + SETUP_ELICIT_INTERVAL_NS
                 sm = status_codec.StatusMessageFrame.setup_eliciting(session_id, stream_id, self.receiver_id).encode()
                 counters.count_send(len(sm), self.send_to(sm, source))
                 counters.increment(SystemCounterId.STATUS_MESSAGES_SENT)

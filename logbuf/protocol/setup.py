@@ -121,6 +121,7 @@ def decode(buffer: Buffer, offset: int = 0) -> SetupFrame:
     (_, _, flags, _, term_offset, session_id, stream_id, initial_term_id, active_term_id,
      term_length, mtu_length, ttl) = HEADER.unpack_from(buffer, offset)  # fmt: skip
     check_values(term_offset, term_length, mtu_length, ttl)
+    check_term_ids(initial_term_id, active_term_id)
     return SetupFrame(
         term_offset, session_id, stream_id, initial_term_id, active_term_id, term_length, mtu_length, ttl, flags
     )
@@ -145,3 +146,13 @@ def check_values(term_offset: int, term_length: int, mtu_length: int, ttl: int) 
         )
     if ttl < 0:
         raise MalformedFrameError(f"SETUP frame: ttl={ttl} is negative")
+
+
+def check_term_ids(initial_term_id: int, active_term_id: int) -> None:
+    """The active term is the initial term or one after it: ``active - initial``, wrapped as int32 as
+    term ids are, is a term count and never negative (a receiver could not place its join position)."""
+    term_count = ((active_term_id - initial_term_id + 0x8000_0000) & 0xFFFF_FFFF) - 0x8000_0000
+    if term_count < 0:
+        raise MalformedFrameError(
+            f"SETUP frame: active_term_id={active_term_id} is before initial_term_id={initial_term_id}"
+        )

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from logbuf.driver.context import DriverContext, format_default
+from logbuf.errors import ConfigurationError
 
 
 @pytest.fixture(scope="module")
@@ -77,3 +78,16 @@ def test_each_default_shown_parses_back_to_the_default(setting: Field[Any]) -> N
 )
 def test_defaults_are_written_in_the_largest_exact_unit(kind: str, value: int, text: str) -> None:
     assert format_default(kind, value) == text
+
+
+@pytest.mark.parametrize(
+    ("argv", "problem"),
+    [
+        (["--max-images-per-endpoint", "0"], "max_images_per_endpoint=0 must be at least 1"),
+        (["--max-image-term-length", "3m"], "max_image_term_length: term_length=3145728 is not a power of 2"),
+        (["--max-image-term-length", "2g"], "max_image_term_length: term_length=2147483648 is greater than"),
+    ],
+)
+def test_the_caps_on_what_the_network_may_allocate_are_validated(argv: list[str], problem: str) -> None:
+    with pytest.raises(ConfigurationError, match=re.escape(problem)):
+        DriverContext.from_sources(["--dir", "/dev/shm/logbuf-never-made", *argv], env={}).conclude()

@@ -507,6 +507,13 @@ def test_a_frame_length_that_lies_is_rejected(name: str, frame_length: int, mess
         ("setup", setup.MTU_LENGTH_FIELD_OFFSET, "<i", 65536, "SETUP frame: mtu_length=65536"),
         ("setup", setup.TTL_FIELD_OFFSET, "<i", -1, "SETUP frame: ttl=-1 is negative"),
         (
+            "setup",
+            setup.ACTIVE_TERM_ID_FIELD_OFFSET,
+            "<i",
+            -5,
+            "SETUP frame: active_term_id=-5 is before initial_term_id=-1",
+        ),
+        (
             "status",
             status.CONSUMPTION_TERM_OFFSET_FIELD_OFFSET,
             "<i",
@@ -660,12 +667,14 @@ ascii_text = st.text(alphabet=st.characters(max_codepoint=127), max_size=64)
 @st.composite
 def setup_frames(draw: st.DrawFn) -> SetupFrame:
     term_length = 1 << draw(st.integers(16, 30))
+    initial_term_id = draw(i32)
+    term_count = draw(st.integers(0, 2**31 - 1))  # the active term is never before the initial one
     return SetupFrame(
         term_offset=draw(st.integers(0, term_length // 32 - 1)) * 32,
         session_id=draw(i32),
         stream_id=draw(i32),
-        initial_term_id=draw(i32),
-        active_term_id=draw(i32),
+        initial_term_id=initial_term_id,
+        active_term_id=((initial_term_id + term_count + 2**31) & 0xFFFFFFFF) - 2**31,
         term_length=term_length,
         mtu_length=draw(st.integers(2, dh.MAX_UDP_PAYLOAD_LENGTH // 32)) * 32,
         ttl=draw(non_negative_i32),
