@@ -11,8 +11,8 @@ per recording) and a segment is read with one ranged read of the bytes a partiti
 
 Uploading (``logbuf-archive upload DEST``, :func:`upload`): segment files first, each once it is
 complete (a stopped recording's, or an active one's whose end the recording has passed; the last
-segment of a stopped recording is cut at its stop position), then the catalog, whose stop positions
-are set back to what was uploaded. Object stores write an object whole or not at all, so a reader of
+segment of a stopped recording is cut at its stop position) and each recording's time index, then the
+catalog, whose stop positions are set back to what was uploaded. Object stores write an object whole or not at all, so a reader of
 the destination never sees a catalog that points past the segments it can read. With ``--follow``
 the upload repeats until stopped, segment by segment as each completes.
 """
@@ -36,6 +36,7 @@ import structlog
 from logbuf.archive import catalog_descriptor as cat
 from logbuf.archive.catalog import Catalog, CatalogError
 from logbuf.archive.segments import mapped_segment, segment_file_name, segment_files
+from logbuf.archive.time_index import SegmentTimes, TimeIndexError, decode_index, time_index_file_name
 from logbuf.errors import LogbufError
 
 if TYPE_CHECKING:
@@ -50,6 +51,7 @@ __all__ = [
     "open_catalog",
     "parse_location",
     "read_segment",
+    "read_time_index",
     "upload",
 ]
 
@@ -226,6 +228,29 @@ def read_segment(
     yield np.frombuffer(data, dtype=np.uint8), start
 
 
+def read_time_index(location: ArchiveLocation, recording_id: int) -> dict[int, SegmentTimes]:
+    """The recording's time index entries by segment base position: {} when it has none, or one this
+    version cannot read (logged: it costs pruning, never rows)."""
+    path = location.file_path(time_index_file_name(recording_id))
+    try:
+        if location.is_local:
+            with open(path, "rb") as f:
+                data = f.read()
+        else:
+            with location.filesystem()[0].open_input_file(path) as f:
+                data = f.readall()
+    except FileNotFoundError:
+        return {}
+    except OSError as e:
+        structlog.get_logger().warning("time_index.unreadable", path=path, error=str(e))
+        return {}
+    try:
+        return decode_index(data, recording_id, path)
+    except TimeIndexError as e:
+        structlog.get_logger().warning("time_index.ignored", path=path, error=str(e))
+        return {}
+
+
 # -- uploading -----------------------------------------------------------------------------------------
 @dataclass
 class UploadReport:
@@ -268,6 +293,12 @@ def upload(archive_dir: str | os.PathLike[str], destination: ArchiveLocation) ->
                 report.segments.append(name)
                 log.info("segment.uploaded", segment=name, bytes=length)
             uploaded_end = min(segment_end, d.stop_position)
+        index = pathlib.Path(archive_dir) / time_index_file_name(d.recording_id)
+        with contextlib.suppress(FileNotFoundError):
+            times = index.read_bytes()  # entries name complete segments only: copied whole, after them
+            if existing.get(index.name) != len(times):
+                _write_whole(fs, destination.file_path(index.name), times)
+                log.info("time_index.uploaded", file=index.name, bytes=len(times))
         if uploaded_end < d.stop_position:
             cat.INT64.pack_into(snapshot, cat.entry_offset(d.recording_id) + cat.STOP_POSITION_OFFSET, uploaded_end)
         report.recordings += 1
