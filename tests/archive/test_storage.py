@@ -3,15 +3,17 @@ server (moto in server mode on 127.0.0.1), and reading back through the Spark so
 
 from __future__ import annotations
 
+import datetime
 import pathlib
 
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pytest
+from pyspark.sql.datasource import GreaterThan
 
 from logbuf.archive import catalog_descriptor as cat
 from logbuf.archive.catalog import Catalog, CatalogError
-from logbuf.archive.spark import LogbufDataSource, LogbufReader, LogbufSourceError
+from logbuf.archive.spark import LogbufDataSource, LogbufFilteringReader, LogbufReader, LogbufSourceError
 from logbuf.archive.spark_frames import arrow_schema
 from logbuf.archive.storage import ArchiveLocation, expand_locations, open_catalog, parse_location, upload
 from tests.archive.conftest import S3Server, archive_cli
@@ -139,3 +141,24 @@ def test_upload_follow_repeats_until_sigterm(tmp_path: pathlib.Path) -> None:
     assert proc.returncode == 0
     assert out.count("uploaded ") >= 1 and "uploaded 1 segment files" in out
     assert read_rows(str(tmp_path / "dst")).num_rows == 50
+
+
+def test_the_time_index_goes_up_with_the_segments_and_prunes_remote_reads(
+    tmp_path: pathlib.Path, s3_server: S3Server
+) -> None:
+    rec = recording(0, 10, 600, seed=7)  # stamped 1.7e15 + i µs, ~5 segments
+    build_archive(tmp_path, [rec])
+    assert archive_cli(tmp_path, "index") == 0
+    uri = s3_server.uri(s3_server.new_bucket(), "timed")
+    assert archive_cli(tmp_path, "upload", uri) == 0
+    fs, path = pafs.FileSystem.from_uri(uri)
+    assert fs.get_file_info(f"{path}/0.times").size == (tmp_path / "0.times").stat().st_size
+    cut = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC) + datetime.timedelta(microseconds=1_700_000_000_000_550)
+    source = LogbufDataSource({"path": uri, "timestampFrom": "reserved_value"})
+    reader = source.reader(source.schema())
+    assert isinstance(reader, LogbufFilteringReader)
+    everything = len(reader.partitions())
+    list(reader.pushFilters([GreaterThan(("timestamp",), cut)]))
+    assert len(reader.partitions()) == 1 < everything
+    rows = pa.Table.from_batches([b for p in reader.partitions() for b in reader.read(p)])
+    assert rows.column("reserved_value").to_pylist() == [m[1] for m in rec.messages[551:]]
