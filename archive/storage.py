@@ -1,9 +1,10 @@
 """Where an archive lives: a local directory, or a URI that pyarrow's filesystems read, and uploading one.
 
 A *location* is a local path (or a ``file:`` URI), or ``s3://bucket/prefix``, ``hdfs://host:port/path``,
-``gs://...`` (any scheme ``pyarrow.fs.FileSystem.from_uri`` knows; its query parameters configure
-the filesystem, e.g. ``s3://bucket/archive?endpoint_override=127.0.0.1:9000&scheme=http`` for an S3 API
-server that is not AWS; credentials come from the usual environment, ``AWS_ACCESS_KEY_ID`` and so on).
+``gs://...`` (the schemes ``pyarrow.fs.FileSystem.from_uri`` knows, :data:`REMOTE_SCHEMES`; any other is
+an error naming it). The URI's query parameters configure the filesystem, e.g.
+``s3://bucket/archive?endpoint_override=127.0.0.1:9000&scheme=http`` for an S3 API server that is not
+AWS; credentials come from the usual environment, ``AWS_ACCESS_KEY_ID`` and so on.
 
 Reading: local archives are memory-mapped as before (the catalog can change under a reader, and
 segments are read in place). A remote archive's catalog is read whole into memory (a snapshot: 1 KiB
@@ -56,6 +57,20 @@ __all__ = [
 ]
 
 _GLOB_CHARS: Final[str] = "*?["
+REMOTE_SCHEMES: Final[tuple[str, ...]] = ("s3", "gs", "gcs", "hdfs", "viewfs", "abfs", "abfss")
+"""URI schemes of the filesystems pyarrow builds from a URI (besides ``file:``, read as a local path)."""
+_SCHEME_HINTS: Final[dict[str, str]] = {
+    "webhdfs": "; for WebHDFS use hdfs:// (pyarrow's HadoopFileSystem), or upload the archive to s3://",
+    "s3a": "; use s3:// (pyarrow's S3 filesystem, configured by the URI's query and the AWS_* variables)",
+    "s3n": "; use s3:// (pyarrow's S3 filesystem, configured by the URI's query and the AWS_* variables)",
+    "http": "; HTTP is not a filesystem: upload the archive to s3:// and read it there",
+    "https": "; HTTP is not a filesystem: upload the archive to s3:// and read it there",
+}
+_HADOOP_NEEDS: Final[str] = (
+    "hdfs:// and viewfs:// go through pyarrow's HadoopFileSystem, which needs libhdfs.so (ARROW_LIBHDFS_DIR, "
+    "or HADOOP_HOME/lib/native), a JVM (JAVA_HOME) and the Hadoop client jars on CLASSPATH "
+    "(`hadoop classpath --glob`), on the Spark driver and on every executor"
+)
 _COPY_CHUNK: Final[int] = 8 * 1024 * 1024
 
 
@@ -105,6 +120,12 @@ def parse_location(text: str) -> ArchiveLocation:
         scheme = text.split("://", 1)[0]
         if not scheme.isidentifier() and not scheme.replace("+", "").replace("-", "").isalnum():
             raise StorageError(f"{text!r}: {scheme!r} is not a URI scheme")
+        if scheme.lower() not in REMOTE_SCHEMES:
+            hint = _SCHEME_HINTS.get(scheme.lower(), "")
+            raise StorageError(
+                f"{text}: unsupported scheme {scheme!r}; an archive location is a local path or a file://, "
+                f"{', '.join(s + '://' for s in REMOTE_SCHEMES)} URI (pyarrow's filesystems){hint}"
+            )
         return ArchiveLocation(text)
     return ArchiveLocation(os.path.abspath(text))
 
@@ -116,6 +137,12 @@ def _filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
     try:
         return pafs.FileSystem.from_uri(uri)  # type: ignore[no-any-return]
     except (ValueError, OSError) as e:
+        text = str(e)
+        if uri.split("://", 1)[0].lower() in ("hdfs", "viewfs") and any(
+            word in text for word in ("libhdfs", "libjvm", "CLASSPATH", "JAVA_HOME")
+        ):
+            reason = text.strip().splitlines()[0] if text.strip() else type(e).__name__
+            raise StorageError(f"cannot open {uri}: {_HADOOP_NEEDS} (pyarrow: {reason})") from None
         raise StorageError(f"cannot open {uri}: {e}") from None
 
 

@@ -15,7 +15,14 @@ from logbuf.archive import catalog_descriptor as cat
 from logbuf.archive.catalog import Catalog, CatalogError
 from logbuf.archive.spark import LogbufDataSource, LogbufFilteringReader, LogbufReader, LogbufSourceError
 from logbuf.archive.spark_frames import arrow_schema
-from logbuf.archive.storage import ArchiveLocation, expand_locations, open_catalog, parse_location, upload
+from logbuf.archive.storage import (
+    ArchiveLocation,
+    StorageError,
+    expand_locations,
+    open_catalog,
+    parse_location,
+    upload,
+)
 from tests.archive.conftest import S3Server, archive_cli
 from tests.archive.test_spark.synthetic import build_archive, recording
 
@@ -162,3 +169,36 @@ def test_the_time_index_goes_up_with_the_segments_and_prunes_remote_reads(
     assert len(reader.partitions()) == 1 < everything
     rows = pa.Table.from_batches([b for p in reader.partitions() for b in reader.read(p)])
     assert rows.column("reserved_value").to_pylist() == [m[1] for m in rec.messages[551:]]
+
+
+@pytest.mark.parametrize(
+    ("uri", "hint"),
+    [
+        ("ftp://host/archive", ""),
+        ("webhdfs://127.0.0.1:9870/archive", "for WebHDFS use hdfs://"),
+        ("s3a://bucket/archive", "use s3://"),
+    ],
+)
+def test_an_unsupported_scheme_is_an_error_naming_it_when_reading_and_uploading(
+    tmp_path: pathlib.Path, uri: str, hint: str
+) -> None:
+    scheme = uri.split("://")[0]
+    with pytest.raises(LogbufSourceError, match=f"{uri}: unsupported scheme '{scheme}'.*s3://.*hdfs://.*{hint}"):
+        LogbufDataSource({"path": uri}).schema()
+    build_archive(tmp_path, [recording(0, 10, 5, seed=1)])
+    assert archive_cli(tmp_path, "upload", uri) == 2
+
+
+def test_hdfs_without_a_hadoop_client_is_an_error_naming_what_it_needs() -> None:
+    """No HDFS can run here (no namenode on PyPI, Debian or npm; Spark's jars are client-only); where
+    pyarrow cannot load libhdfs and a JVM, the error says what hdfs:// needs instead of pyarrow's dlopen list."""
+    try:
+        pafs.FileSystem.from_uri("hdfs://127.0.0.1:1/")
+    except (OSError, ValueError):
+        pass
+    else:  # pragma: no cover - a machine with a Hadoop client
+        pytest.skip("pyarrow loads libhdfs here: nothing to report")
+    source = LogbufDataSource({"path": "hdfs://127.0.0.1:1/archive"})
+    reader = source.reader(source.schema())
+    with pytest.raises(StorageError, match=r"cannot open hdfs://127.0.0.1:1/archive: .*libhdfs.so .*JAVA_HOME"):
+        reader.partitions()
