@@ -97,8 +97,10 @@ MAX_RESERVED_OFFSET: Final[int] = MIN_RESERVED_OFFSET + 8
 ENTRY_LENGTH: Final[int] = MAX_RESERVED_OFFSET + 8
 ENTRY: Final[struct.Struct] = struct.Struct("<qqqq")
 
-_RESERVED_INT64: Final[int] = dh.RESERVED_VALUE_FIELD_OFFSET // 8
-"""The reserved value's index in a frame header viewed as int64s."""
+_BEFORE_PAYLOAD: Final[int] = dh.HEADER_LENGTH - dh.RESERVED_VALUE_FIELD_OFFSET
+"""From a frame's reserved value to its payload (what the native frame index gives)."""
+_RESERVED: Final[struct.Struct] = struct.Struct("<q")
+_FEW_FRAMES: Final[int] = 16
 
 
 class TimeIndexError(LogbufError, ValueError):
@@ -194,32 +196,38 @@ class BoundsBuilder:
         self.low = 0
         self.high = 0
 
-    def add(self, block: Buffer) -> int:
-        """Take the frames of ``block`` (whole frames from a frame start; a length of 0 ends it); returns
-        the bytes the chain covered (aligned frame lengths), which a caller can check against the block."""
+    def add(self, block: Buffer) -> None:
+        """Take the DATA frames of ``block`` (whole frames from a frame start; a length of 0 ends it)."""
         view = memoryview(block).cast("B")
         usable = len(view) - len(view) % 8
         if usable < dh.HEADER_LENGTH:
-            return 0
+            return
         if len(self._offsets) < usable // dh.HEADER_LENGTH:
             self._offsets = np.empty(usable // dh.HEADER_LENGTH, dtype=np.int32)
             self._lengths = np.empty(usable // dh.HEADER_LENGTH, dtype=np.int32)
         n = native.frame_index(view[:usable], self._offsets, self._lengths)
-        words = np.frombuffer(view[:usable], dtype="<i8")
-        covered = 0
-        if n:
-            starts = self._offsets[:n].astype(np.int64) - dh.HEADER_LENGTH
-            values = words[starts // 8 + _RESERVED_INT64]
+        if n == 0:
+            return
+        if n <= _FEW_FRAMES:  # a block of a few frames (a quiet stream): numpy's per-call cost would dominate
+            found = [
+                v
+                for off in self._offsets[:n].tolist()
+                if (v := _RESERVED.unpack_from(view, off - _BEFORE_PAYLOAD)[0]) != 0
+            ]
+            if not found:
+                return
+            count, low, high = len(found), min(found), max(found)
+        else:
+            words = np.frombuffer(view[:usable], dtype="<i8")
+            values = words[(self._offsets[:n] - _BEFORE_PAYLOAD) // 8]
             values = values[values != 0]
-            if len(values):
-                low, high = int(values.min()), int(values.max())
-                if self.stamped:
-                    low, high = min(low, self.low), max(high, self.high)
-                self.stamped += len(values)
-                self.low, self.high = low, high
-            last = int(starts[-1])
-            covered = last + dh.align(int(self._lengths[n - 1]) + dh.HEADER_LENGTH)
-        return covered
+            if not len(values):
+                return
+            count, low, high = len(values), int(values.min()), int(values.max())
+        if self.stamped:
+            low, high = min(low, self.low), max(high, self.high)
+        self.stamped += count
+        self.low, self.high = low, high
 
     def times(self, base_position: int) -> SegmentTimes:
         return SegmentTimes(base_position, self.stamped, self.low, self.high)
