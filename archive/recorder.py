@@ -218,13 +218,18 @@ class RecordingSession:
         self._segment_end = base + self.segment_length
 
     def _index_segment(self) -> None:
-        """Append the time index entry of the segment just completed (every byte of it is written)."""
-        if self._times_fd < 0:
-            path = self.archive_dir / time_index_file_name(self.recording_id)
-            self._times_fd = os.open(path, os.O_RDWR | os.O_CREAT, self.catalog.file_mode)
-            os.fchmod(self._times_fd, self.catalog.file_mode)
-        append_entry(self._times_fd, self.recording_id, self._times.times(self._segment_base))
+        """Append the time index entry of the segment just completed (every byte of it is written). A
+        failure costs that segment its entry (readers then read it), not the recording."""
+        times = self._times.times(self._segment_base)
         self._times.reset()
+        try:
+            if self._times_fd < 0:
+                path = self.archive_dir / time_index_file_name(self.recording_id)
+                self._times_fd = os.open(path, os.O_RDWR | os.O_CREAT, self.catalog.file_mode)
+                os.fchmod(self._times_fd, self.catalog.file_mode)
+            append_entry(self._times_fd, self.recording_id, times)
+        except OSError as e:
+            self._log.warning("recording.index_failed", segment_base=times.base_position, error=str(e))
 
     def _close_index(self) -> None:
         if self._times_fd >= 0:
@@ -264,10 +269,7 @@ class RecordingSession:
             return
         self.stopped = True
         if self._fd >= 0:  # the last segment is complete now: the recording ends here
-            try:
-                self._index_segment()
-            except OSError as e:  # no entry: the segment is read, never skipped
-                self._log.warning("recording.index_failed", error=str(e))
+            self._index_segment()
         self._close_index()
         self._close_segment()
         self.catalog.stop_recording(self.recording_id, self.position)

@@ -162,3 +162,32 @@ def test_protocol_spec_time_index_table_matches_the_descriptor() -> None:
             checked.add(name)
     assert checked == {name for name in vars(ti) if name.endswith("_OFFSET")}
     assert ti.HEADER.size == ti.HEADER_LENGTH and ti.ENTRY.size == ti.ENTRY_LENGTH == ti.MAX_RESERVED_OFFSET + 8
+
+
+def test_a_time_index_the_recorder_cannot_write_costs_pruning_not_the_recording(
+    archive_driver: DriverProcess, tmp_path: pathlib.Path
+) -> None:
+    archive = tmp_path / "archive"
+    (archive / "0.times").mkdir(parents=True)  # in the way: every append fails
+    recorder = RecorderProcess(str(archive), archive_driver.dir, "aeron:ipc", 32).start()
+    try:
+        with Aeron.connect(Context(dir=archive_driver.dir)) as aeron:
+            pub = aeron.add_publication("aeron:ipc", 32)
+            await_(lambda: pub.is_connected, 20, "the recorder to subscribe")
+            _, ends = publish(pub, [bytes(1000)] * 400)  # ~3 segments of 128 KiB
+            pub.close()
+
+            def stopped() -> bool:
+                if not (archive / "archive.catalog").exists():
+                    return False
+                with Catalog.open(archive) as catalog:
+                    return any(not d.active and d.stop_position >= ends[-1] for d in catalog.recordings())
+
+            await_(stopped, 20, "the recording to stop")
+    finally:
+        assert recorder.stop() == 0, recorder.output()
+    with Catalog.open(archive) as catalog:
+        d = catalog.recording(0)
+    assert not d.interrupted and d.stop_position == ends[-1]
+    assert recorder.output().count("recording.index_failed") == len(segment_files(archive, 0)) >= 3
+    assert archive_cli(archive, "verify") == 0
