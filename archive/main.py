@@ -177,6 +177,11 @@ def build_parser() -> argparse.ArgumentParser:
         default="none",
         help="crc32: record each frame's payload CRC-32 (in its session id field) for verify and Spark to check",
     )
+    p.add_argument(
+        "--no-time-index",
+        action="store_true",
+        help="do not bound each segment's reserved values in <id>.times (timestamp filters then read every segment)",
+    )
 
     p = command("replay", "replay a recording into an aeron:ipc publication")
     p.add_argument("recording_id", type=_non_negative)
@@ -417,6 +422,7 @@ def _cmd_record(archive_dir: str, args: argparse.Namespace) -> int:
         driver_timeout_ms=args.driver_timeout,
         reconnect=not args.no_reconnect,
         checksum=args.checksum,
+        time_index=not args.no_time_index,
     )
     recorder = Recorder(ctx)
     for signum in (signal.SIGINT, signal.SIGTERM):

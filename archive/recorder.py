@@ -85,6 +85,10 @@ class RecorderContext:
     """``crc32``: each DATA frame is recorded with its payload's CRC-32 in its session id field (Aeron
     Archive's record checksum), so verify and the Spark reader detect a changed payload byte. Costs a
     copy of each block and one CRC per frame; ``none`` writes the log's bytes as they are."""
+    time_index: bool = True
+    """Bound each complete segment's reserved values in ``<recordingId>.times`` (:mod:`archive.time_index`),
+    so that timestamp filters skip segments. Costs one native frame walk and a numpy gather per block;
+    without it (``--no-time-index``) timestamp filters read every segment."""
 
     def conclude(self) -> RecorderContext:
         ChannelUri.parse(self.channel)  # InvalidChannelError (a ValueError) naming the bad part
@@ -115,6 +119,8 @@ class RecordingSession:
         segment_length: int,
         block_length: int,
         checksum: ChecksumType = ChecksumType.NONE,
+        *,
+        time_index: bool = True,
     ) -> None:
         log = image._log_buffers
         self.image = image
@@ -141,7 +147,7 @@ class RecordingSession:
         )
         self._writer: RecordingPositionWriter = catalog.position_writer(self.recording_id)
         self._fd = -1
-        self._times = BoundsBuilder(block_length)
+        self._times: BoundsBuilder | None = BoundsBuilder(block_length) if time_index else None
         self._times_fd = -1
         self._segment_base = -1
         self._segment_end = -1
@@ -195,7 +201,8 @@ class RecordingSession:
         if block[dh.TYPE_FIELD_OFFSET] == dh.HDR_TYPE_PAD and block[dh.TYPE_FIELD_OFFSET + 1] == 0:
             written = block[: dh.HEADER_LENGTH]  # a PAD: its header only; the offset moves by its whole length
         else:
-            self._times.add(block)
+            if self._times is not None:
+                self._times.add(block)
             written = memoryview(stamp_block(block)) if self.checksum else block
         _pwrite_all(self._fd, written[_FIRST_WORD:], file_offset + _FIRST_WORD)
         _pwrite_all(self._fd, written[:_FIRST_WORD], file_offset)
@@ -220,6 +227,8 @@ class RecordingSession:
     def _index_segment(self) -> None:
         """Append the time index entry of the segment just completed (every byte of it is written). A
         failure costs that segment its entry (readers then read it), not the recording."""
+        if self._times is None:
+            return
         times = self._times.times(self._segment_base)
         self._times.reset()
         try:
@@ -315,7 +324,13 @@ class Recorder:
         checksum = self.ctx.checksum_type
         assert checksum is not None  # conclude() checked it
         session = RecordingSession(
-            self.catalog, image, self.ctx.channel, self.ctx.segment_length, self.ctx.block_length, checksum
+            self.catalog,
+            image,
+            self.ctx.channel,
+            self.ctx.segment_length,
+            self.ctx.block_length,
+            checksum,
+            time_index=self.ctx.time_index,
         )
         self.sessions[image.correlation_id] = session
         if self._on_started is not None:

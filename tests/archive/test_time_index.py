@@ -191,3 +191,25 @@ def test_a_time_index_the_recorder_cannot_write_costs_pruning_not_the_recording(
     assert not d.interrupted and d.stop_position == ends[-1]
     assert recorder.output().count("recording.index_failed") == len(segment_files(archive, 0)) >= 3
     assert archive_cli(archive, "verify") == 0
+
+
+def test_record_no_time_index_writes_none(archive_driver: DriverProcess, tmp_path: pathlib.Path) -> None:
+    archive = tmp_path / "archive"
+    recorder = RecorderProcess(str(archive), archive_driver.dir, "aeron:ipc", 33, ["--no-time-index"]).start()
+    try:
+        with Aeron.connect(Context(dir=archive_driver.dir)) as aeron:
+            pub = aeron.add_publication("aeron:ipc", 33)
+            await_(lambda: pub.is_connected, 20, "the recorder to subscribe")
+            _, ends = publish(pub, [bytes(1000)] * 300)
+            pub.close()
+
+            def stopped() -> bool:
+                if not (archive / "archive.catalog").exists():
+                    return False
+                with Catalog.open(archive) as catalog:
+                    return any(not d.active and d.stop_position >= ends[-1] for d in catalog.recordings())
+
+            await_(stopped, 20, "the recording to stop")
+    finally:
+        assert recorder.stop() == 0, recorder.output()
+    assert len(segment_files(archive, 0)) >= 2 and not (archive / "0.times").exists()
