@@ -87,7 +87,7 @@ class RecorderContext:
     copy of each block and one CRC per frame; ``none`` writes the log's bytes as they are."""
     time_index: bool = True
     """Bound each complete segment's reserved values in ``<recordingId>.times`` (:mod:`archive.time_index`),
-    so that timestamp filters skip segments. Costs one native frame walk and a numpy gather per block;
+    so that timestamp filters skip segments. Costs one more native walk of each block's frames;
     without it (``--no-time-index``) timestamp filters read every segment."""
 
     def conclude(self) -> RecorderContext:
@@ -147,7 +147,7 @@ class RecordingSession:
         )
         self._writer: RecordingPositionWriter = catalog.position_writer(self.recording_id)
         self._fd = -1
-        self._times: BoundsBuilder | None = BoundsBuilder(block_length) if time_index else None
+        self._times: BoundsBuilder | None = BoundsBuilder() if time_index else None
         self._times_fd = -1
         self._segment_base = -1
         self._segment_end = -1

@@ -49,12 +49,8 @@ import struct
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
-import numpy as np
-import numpy.typing as npt
-
 from logbuf import native
 from logbuf.errors import LogbufError
-from logbuf.logbuffer import data_header_descriptor as dh
 
 if TYPE_CHECKING:
     from typing_extensions import Buffer
@@ -96,11 +92,6 @@ MIN_RESERVED_OFFSET: Final[int] = STAMPED_FRAMES_OFFSET + 8
 MAX_RESERVED_OFFSET: Final[int] = MIN_RESERVED_OFFSET + 8
 ENTRY_LENGTH: Final[int] = MAX_RESERVED_OFFSET + 8
 ENTRY: Final[struct.Struct] = struct.Struct("<qqqq")
-
-_BEFORE_PAYLOAD: Final[int] = dh.HEADER_LENGTH - dh.RESERVED_VALUE_FIELD_OFFSET
-"""From a frame's reserved value to its payload (what the native frame index gives)."""
-_RESERVED: Final[struct.Struct] = struct.Struct("<q")
-_FEW_FRAMES: Final[int] = 16
 
 
 class TimeIndexError(LogbufError, ValueError):
@@ -181,14 +172,11 @@ def append_entry(fd: int, recording_id: int, times: SegmentTimes) -> None:
 class BoundsBuilder:
     """Running bounds of the reserved values in blocks of whole frames (a recorder's block, a term).
 
-    :meth:`add` walks the block's frame chain in the native core and reads each DATA frame's reserved
-    value with numpy: one call, no Python loop per frame.
+    :meth:`add` is one native call (:func:`logbuf.native.reserved_value_bounds`): one walk of the block's
+    frame chain, no Python work per frame.
     """
 
-    def __init__(self, max_block_length: int) -> None:
-        capacity = max(1, max_block_length // dh.HEADER_LENGTH)
-        self._offsets: npt.NDArray[np.int32] = np.empty(capacity, dtype=np.int32)
-        self._lengths: npt.NDArray[np.int32] = np.empty(capacity, dtype=np.int32)
+    def __init__(self) -> None:
         self.reset()
 
     def reset(self) -> None:
@@ -198,32 +186,9 @@ class BoundsBuilder:
 
     def add(self, block: Buffer) -> None:
         """Take the DATA frames of ``block`` (whole frames from a frame start; a length of 0 ends it)."""
-        view = memoryview(block).cast("B")
-        usable = len(view) - len(view) % 8
-        if usable < dh.HEADER_LENGTH:
+        count, low, high = native.reserved_value_bounds(block)
+        if not count:
             return
-        if len(self._offsets) < usable // dh.HEADER_LENGTH:
-            self._offsets = np.empty(usable // dh.HEADER_LENGTH, dtype=np.int32)
-            self._lengths = np.empty(usable // dh.HEADER_LENGTH, dtype=np.int32)
-        n = native.frame_index(view[:usable], self._offsets, self._lengths)
-        if n == 0:
-            return
-        if n <= _FEW_FRAMES:  # a block of a few frames (a quiet stream): numpy's per-call cost would dominate
-            found = [
-                v
-                for off in self._offsets[:n].tolist()
-                if (v := _RESERVED.unpack_from(view, off - _BEFORE_PAYLOAD)[0]) != 0
-            ]
-            if not found:
-                return
-            count, low, high = len(found), min(found), max(found)
-        else:
-            words = np.frombuffer(view[:usable], dtype="<i8")
-            values = words[(self._offsets[:n] - _BEFORE_PAYLOAD) // 8]
-            values = values[values != 0]
-            if not len(values):
-                return
-            count, low, high = len(values), int(values.min()), int(values.max())
         if self.stamped:
             low, high = min(low, self.low), max(high, self.high)
         self.stamped += count
@@ -287,7 +252,7 @@ def build_index(archive_dir: str | os.PathLike[str], d: RecordingDescriptor) -> 
     if not verify_recording(archive_dir, d).ok:
         return []
     added: list[SegmentTimes] = []
-    builder = BoundsBuilder(d.term_length)
+    builder = BoundsBuilder()
     base = segment_base_position(d.start_position, d.start_position, d.term_length, d.segment_length)
     with contextlib.ExitStack() as stack:
         fd = -1
