@@ -268,9 +268,12 @@ def build_index(archive_dir: str | os.PathLike[str], d: RecordingDescriptor) -> 
                         builder.add(memoryview(segment[begin - base : term_end - base]))  # type: ignore[arg-type]
                         begin = term_end
                     del segment
-                if fd < 0:
-                    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+                if fd < 0:  # with the segment files' mode (the archive's sharing, as the recorder set it)
+                    mode = os.stat(name).st_mode & 0o777
+                    fd = os.open(path, os.O_RDWR | os.O_CREAT, mode)
                     stack.callback(os.close, fd)
+                    if os.fstat(fd).st_size == 0:
+                        os.fchmod(fd, mode)
                 times = builder.times(base)
                 append_entry(fd, d.recording_id, times)
                 added.append(times)

@@ -40,6 +40,8 @@ def test_built_index_bounds_each_segment_and_building_again_adds_nothing(tmp_pat
     rec = recording(0, 10, 600, seed=3)
     rec.offer(b"unstamped", reserved=0)  # 0 is a null timestamp: not counted
     build_archive(tmp_path, [rec])
+    for segment in tmp_path.glob("*.rec"):
+        segment.chmod(0o640)  # a group-shared archive: the index gets the segments' mode
     with Catalog.open(tmp_path) as catalog:
         d = catalog.recording(0)
     added = ti.build_index(tmp_path, d)
@@ -48,6 +50,7 @@ def test_built_index_bounds_each_segment_and_building_again_adds_nothing(tmp_pat
     assert {b: (t.stamped_frames, t.min_reserved, t.max_reserved) for b, t in entries.items()} == expected_bounds(rec)
     assert ti.build_index(tmp_path, d) == []
     assert ti.read_index_file(tmp_path / "0.times", 0) == entries
+    assert (tmp_path / "0.times").stat().st_mode & 0o777 == 0o640
 
 
 def test_a_recording_whose_frames_do_not_verify_is_not_indexed(tmp_path: pathlib.Path) -> None:
