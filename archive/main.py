@@ -1,4 +1,4 @@
-"""``logbuf-archive``: record, replay, list, describe, verify, dump, delete and retention.
+"""``logbuf-archive``: record, replay, list, describe, verify, dump, delete, retention, index and upload.
 
     logbuf-archive -d ARCHIVE_DIR record --channel aeron:ipc --stream-id 10
     logbuf-archive -d ARCHIVE_DIR list
@@ -147,6 +147,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("recover", "close recordings whose recorder died, at their valid prefix")
 
+    p = command("index", "write time index entries for stopped recordings' segments that have none")
+    p.add_argument("recording_id", type=_non_negative, nargs="?", help="default: every VALID recording")
+
     p = command("upload", "copy complete segments, then the catalog, to a directory or URI (s3://, hdfs://, file://)")
     p.add_argument("destination", help="e.g. s3://bucket/archive?endpoint_override=host:9000&scheme=http")
     p.add_argument(
@@ -173,6 +176,11 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("none", "crc32"),
         default="none",
         help="crc32: record each frame's payload CRC-32 (in its session id field) for verify and Spark to check",
+    )
+    p.add_argument(
+        "--no-time-index",
+        action="store_true",
+        help="do not bound each segment's reserved values in <id>.times (timestamp filters then read every segment)",
     )
 
     p = command("replay", "replay a recording into an aeron:ipc publication")
@@ -354,6 +362,30 @@ def _cmd_recover(archive_dir: str, args: argparse.Namespace) -> int:
     return 1 if bad else 0
 
 
+def _cmd_index(archive_dir: str, args: argparse.Namespace) -> int:
+    """Time index entries for archives recorded before the recorder wrote them (it does as it records);
+    a recording whose frames do not verify is left without (exit 1), so its segments are always read."""
+    from logbuf.archive.time_index import build_index
+
+    with Catalog.open(archive_dir) as catalog:
+        if args.recording_id is not None:
+            recordings = [catalog.recording(args.recording_id)]
+        else:
+            recordings = [d for d in catalog.recordings() if d.state.name == "VALID"]
+    bad = 0
+    for d in recordings:
+        if d.active:
+            print(f"recording {d.recording_id}: active (its recorder indexes each segment as it completes)")
+            continue
+        if not verify_recording(archive_dir, d).ok:
+            bad += 1
+            print(f"recording {d.recording_id}: not indexed, its frames do not verify (see logbuf-archive verify)")
+            continue
+        added = build_index(archive_dir, d)
+        print(f"recording {d.recording_id}: {len(added)} segment(s) indexed")
+    return 1 if bad else 0
+
+
 def _cmd_upload(archive_dir: str, args: argparse.Namespace) -> int:
     from logbuf.archive.storage import parse_location, upload
 
@@ -390,6 +422,7 @@ def _cmd_record(archive_dir: str, args: argparse.Namespace) -> int:
         driver_timeout_ms=args.driver_timeout,
         reconnect=not args.no_reconnect,
         checksum=args.checksum,
+        time_index=not args.no_time_index,
     )
     recorder = Recorder(ctx)
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -444,6 +477,7 @@ COMMANDS = {
     "delete": _cmd_delete,
     "retention": _cmd_retention,
     "recover": _cmd_recover,
+    "index": _cmd_index,
     "upload": _cmd_upload,
     "record": _cmd_record,
     "replay": _cmd_replay,

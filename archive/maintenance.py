@@ -9,12 +9,14 @@ import structlog
 
 from logbuf.archive.catalog import Catalog, CatalogError, RecordingState
 from logbuf.archive.segments import segment_files
+from logbuf.archive.time_index import time_index_file_name
 
 __all__ = ["delete_recording", "purge_segments"]
 
 
 def delete_recording(catalog: Catalog, recording_id: int) -> list[pathlib.Path]:
-    """Mark the recording DELETED, then remove its segment files; returns the files removed.
+    """Mark the recording DELETED, then remove its segment files (and its time index); returns the
+    segment files removed.
 
     A recording that a live recorder is still writing cannot be deleted (stop the recorder first).
     """
@@ -26,6 +28,7 @@ def delete_recording(catalog: Catalog, recording_id: int) -> list[pathlib.Path]:
     for _, path in segment_files(catalog.archive_dir, recording_id):
         path.unlink(missing_ok=True)
         removed.append(path)
+    (pathlib.Path(catalog.archive_dir) / time_index_file_name(recording_id)).unlink(missing_ok=True)
     structlog.get_logger().info("recording.deleted", recording_id=recording_id, segments_removed=len(removed))
     return removed
 

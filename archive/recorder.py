@@ -11,7 +11,10 @@ release-stores the new stop position in the catalog. The block's first frame len
 file last, so a crash mid-block leaves "no frame here" where the block began, which is what the
 prefix recovery walks up to. A PAD frame is written as its 32-byte header only. With record
 checksums (``RecorderContext.checksum``) each block is copied and every DATA frame's session id
-field is replaced by its payload's CRC-32 before the write (:mod:`archive.checksum`).
+field is replaced by its payload's CRC-32 before the write (:mod:`archive.checksum`). The reserved
+values of each segment's DATA frames are bounded as the blocks go by, and when a segment is complete
+its bounds are appended to the recording's time index (:mod:`archive.time_index`), which lets a reader
+skip segments outside a time range.
 
 Keeping up: the recorder's subscriber position is an ordinary ``sub-pos`` counter, so a recorder
 that falls a term window behind back-pressures the publishers; nothing is dropped.
@@ -43,6 +46,7 @@ from logbuf.archive.segments import (
     segment_base_position,
     segment_file_name,
 )
+from logbuf.archive.time_index import BoundsBuilder, append_entry, time_index_file_name
 from logbuf.channel_uri import ChannelUri
 from logbuf.client import Aeron, Context, Image, Subscription
 from logbuf.directory import access_modes, resolve_dir, shares_with_group
@@ -81,6 +85,10 @@ class RecorderContext:
     """``crc32``: each DATA frame is recorded with its payload's CRC-32 in its session id field (Aeron
     Archive's record checksum), so verify and the Spark reader detect a changed payload byte. Costs a
     copy of each block and one CRC per frame; ``none`` writes the log's bytes as they are."""
+    time_index: bool = True
+    """Bound each complete segment's reserved values in ``<recordingId>.times`` (:mod:`archive.time_index`),
+    so that timestamp filters skip segments. Costs one more native walk of each block's frames;
+    without it (``--no-time-index``) timestamp filters read every segment."""
 
     def conclude(self) -> RecorderContext:
         ChannelUri.parse(self.channel)  # InvalidChannelError (a ValueError) naming the bad part
@@ -111,6 +119,8 @@ class RecordingSession:
         segment_length: int,
         block_length: int,
         checksum: ChecksumType = ChecksumType.NONE,
+        *,
+        time_index: bool = True,
     ) -> None:
         log = image._log_buffers
         self.image = image
@@ -137,6 +147,8 @@ class RecordingSession:
         )
         self._writer: RecordingPositionWriter = catalog.position_writer(self.recording_id)
         self._fd = -1
+        self._times: BoundsBuilder | None = BoundsBuilder() if time_index else None
+        self._times_fd = -1
         self._segment_base = -1
         self._segment_end = -1
         self._next_heartbeat_ms = 0
@@ -170,6 +182,7 @@ class RecordingSession:
             self.failed = f"{type(e).__name__}: {e}"
             self._log.error("recording.write_failed", error=self.failed, stop_position=self.position)
             self._close_segment()
+            self._close_index()
             self.stopped = True
             self.catalog.stop_recording(self.recording_id, self.position, interrupted=True)
             return 0
@@ -187,10 +200,10 @@ class RecordingSession:
         file_offset = position - self._segment_base
         if block[dh.TYPE_FIELD_OFFSET] == dh.HDR_TYPE_PAD and block[dh.TYPE_FIELD_OFFSET + 1] == 0:
             written = block[: dh.HEADER_LENGTH]  # a PAD: its header only; the offset moves by its whole length
-        elif self.checksum:
-            written = memoryview(stamp_block(block))
         else:
-            written = block
+            if self._times is not None:
+                self._times.add(block)
+            written = memoryview(stamp_block(block)) if self.checksum else block
         _pwrite_all(self._fd, written[_FIRST_WORD:], file_offset + _FIRST_WORD)
         _pwrite_all(self._fd, written[:_FIRST_WORD], file_offset)
         self.position = position + length
@@ -199,6 +212,8 @@ class RecordingSession:
     def _open_segment(self, position: int) -> None:
         if self._fd >= 0:
             os.close(self._fd)
+            self._fd = -1
+            self._index_segment()
         base = segment_base_position(self.start_position, position, self.term_length, self.segment_length)
         path = self.archive_dir / segment_file_name(self.recording_id, base)
         self._fd = os.open(path, os.O_RDWR | os.O_CREAT, self.catalog.file_mode)
@@ -208,6 +223,27 @@ class RecordingSession:
             os.ftruncate(self._fd, self.segment_length)  # sparse, full length: zeros past the recorded position
         self._segment_base = base
         self._segment_end = base + self.segment_length
+
+    def _index_segment(self) -> None:
+        """Append the time index entry of the segment just completed (every byte of it is written). A
+        failure costs that segment its entry (readers then read it), not the recording."""
+        if self._times is None:
+            return
+        times = self._times.times(self._segment_base)
+        self._times.reset()
+        try:
+            if self._times_fd < 0:
+                path = self.archive_dir / time_index_file_name(self.recording_id)
+                self._times_fd = os.open(path, os.O_RDWR | os.O_CREAT, self.catalog.file_mode)
+                os.fchmod(self._times_fd, self.catalog.file_mode)
+            append_entry(self._times_fd, self.recording_id, times)
+        except OSError as e:
+            self._log.warning("recording.index_failed", segment_base=times.base_position, error=str(e))
+
+    def _close_index(self) -> None:
+        if self._times_fd >= 0:
+            os.close(self._times_fd)
+            self._times_fd = -1
 
     def _close_segment(self) -> None:
         if self._fd >= 0:
@@ -241,6 +277,9 @@ class RecordingSession:
         if self.stopped:  # writing failed during the drain
             return
         self.stopped = True
+        if self._fd >= 0:  # the last segment is complete now: the recording ends here
+            self._index_segment()
+        self._close_index()
         self._close_segment()
         self.catalog.stop_recording(self.recording_id, self.position)
         self._log.info(
@@ -285,7 +324,13 @@ class Recorder:
         checksum = self.ctx.checksum_type
         assert checksum is not None  # conclude() checked it
         session = RecordingSession(
-            self.catalog, image, self.ctx.channel, self.ctx.segment_length, self.ctx.block_length, checksum
+            self.catalog,
+            image,
+            self.ctx.channel,
+            self.ctx.segment_length,
+            self.ctx.block_length,
+            checksum,
+            time_index=self.ctx.time_index,
         )
         self.sessions[image.correlation_id] = session
         if self._on_started is not None:

@@ -37,7 +37,9 @@ before any segment is planned: a PERMISSIVE row with the recording id and the re
 FAILFAST error. A lost recording never reads as "no rows".
 
 Filters (:mod:`archive.spark_filters`): comparisons of the ids and ``position`` with literals prune
-recordings and segments; they and ``timestamp`` comparisons are then applied exactly to each batch.
+recordings and segments, ``timestamp`` ranges prune segments by the recording's time index
+(:mod:`archive.time_index`; a segment without an entry is read); every taken filter is then applied
+exactly to each batch.
 Spark only calls the reader's ``pushFilters`` with ``spark.sql.python.filterPushdown.enabled`` set,
 and refuses a reader that has it otherwise: :func:`register` sets it, and ``filterPushdown=false``
 gives a reader without it.
@@ -85,7 +87,7 @@ from pyspark.sql.types import (
 
 from logbuf.archive.catalog import CatalogError, RecordingDescriptor, RecordingState
 from logbuf.archive.segments import segment_base_position, segment_file_name
-from logbuf.archive.spark_filters import IntRange, PushedFilters, split_filters
+from logbuf.archive.spark_filters import TIMESTAMP_COLUMN, IntRange, PushedFilters, split_filters
 from logbuf.archive.spark_frames import (
     TIMESTAMP_UNITS_US,
     Mode,
@@ -105,7 +107,9 @@ from logbuf.archive.storage import (
     open_catalog,
     parse_location,
     read_segment,
+    read_time_index,
 )
+from logbuf.archive.time_index import segment_may_match
 from logbuf.archive.verify import descriptor_problem
 from logbuf.errors import LogbufError
 from logbuf.logbuffer import data_header_descriptor as dh
@@ -502,6 +506,23 @@ def plan_partitions(
     return partitions
 
 
+def _in_time_range(partitions: list[SegmentPartition], times: IntRange, options: ReadOptions) -> list[SegmentPartition]:
+    """The partitions whose segment may hold a row with a timestamp in ``times`` (epoch µs), by the
+    recording's time index; a segment the index does not cover is kept."""
+    assert options.timestamp_unit is not None
+    first = partitions[0]
+    index = read_time_index(first.location, first.recording.recording_id)
+    if not index:
+        return partitions
+    to_us = TIMESTAMP_UNITS_US[options.timestamp_unit]
+    values = None if times.values is None else frozenset(v for v in times.values if times.contains(v))
+    return [
+        p
+        for p in partitions
+        if segment_may_match(index.get(p.base_position), times.low, times.high, values, to_us, TIMESTAMP_RANGE_US)
+    ]
+
+
 @dataclass(frozen=True)
 class _Planned:
     archive: str
@@ -772,6 +793,9 @@ class LogbufReader(DataSourceReader):
         low, high = positions.low, positions.high
         from_position = o.start_position if low is None else max(o.start_position, low - 1)
         to_position = o.stop_position if high is None else min(o.stop_position, high)
+        times = pushed.ranges.get(TIMESTAMP_COLUMN)
+        if times is not None and o.timestamp_unit is None:
+            return []  # every timestamp is null (timestampFrom=none): no comparison keeps a row
         planned, problems = _catalog_view(o, pushed.ranges.get("recording_id"))
         partitions: list[InputPartition] = list(problems)
         for item in planned:
@@ -781,9 +805,12 @@ class LogbufReader(DataSourceReader):
                 and pushed.range_of("session_id").contains(d.session_id)
             ):
                 continue
-            partitions.extend(
-                plan_partitions(o, d, from_position, to_position, from_is_frame_start=False, archive=item.archive)
+            planned_here = plan_partitions(
+                o, d, from_position, to_position, from_is_frame_start=False, archive=item.archive
             )
+            if times is not None and planned_here:
+                planned_here = _in_time_range(planned_here, times, o)
+            partitions.extend(planned_here)
         return partitions
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:

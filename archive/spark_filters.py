@@ -9,8 +9,8 @@ source takes comparisons (``=``, ``<``, ``<=``, ``>``, ``>=``, ``IN``) of an int
 - **Pruning** (on the driver, :class:`PushedFilters`): the ids select whole recordings (every row of a
   recording has its ids) and a position range narrows the byte range planned in each recording, so
   segments outside it are not read at all and the first and last segments are parsed from the term
-  holding the range's start. Timestamps prune nothing: they are the publisher's reserved values, of
-  which the catalog keeps no index.
+  holding the range's start. A timestamp range prunes segments by the recording's time index
+  (:mod:`archive.time_index`: reserved-value bounds per complete segment), in ``archive.spark``.
 - **Exactness** (on the executors, :meth:`PushedFilters.keep`): each batch is filtered with Arrow
   before it goes to the JVM, with SQL's semantics (a comparison with null is not true), so a query
   returns the same rows with and without pushdown, corrupt-record rows included.

@@ -1,9 +1,10 @@
 """Where an archive lives: a local directory, or a URI that pyarrow's filesystems read, and uploading one.
 
 A *location* is a local path (or a ``file:`` URI), or ``s3://bucket/prefix``, ``hdfs://host:port/path``,
-``gs://...`` (any scheme ``pyarrow.fs.FileSystem.from_uri`` knows; its query parameters configure
-the filesystem, e.g. ``s3://bucket/archive?endpoint_override=127.0.0.1:9000&scheme=http`` for an S3 API
-server that is not AWS; credentials come from the usual environment, ``AWS_ACCESS_KEY_ID`` and so on).
+``gs://...`` (the schemes ``pyarrow.fs.FileSystem.from_uri`` knows, :data:`REMOTE_SCHEMES`; any other is
+an error naming it). The URI's query parameters configure the filesystem, e.g.
+``s3://bucket/archive?endpoint_override=127.0.0.1:9000&scheme=http`` for an S3 API server that is not
+AWS; credentials come from the usual environment, ``AWS_ACCESS_KEY_ID`` and so on.
 
 Reading: local archives are memory-mapped as before (the catalog can change under a reader, and
 segments are read in place). A remote archive's catalog is read whole into memory (a snapshot: 1 KiB
@@ -11,8 +12,8 @@ per recording) and a segment is read with one ranged read of the bytes a partiti
 
 Uploading (``logbuf-archive upload DEST``, :func:`upload`): segment files first, each once it is
 complete (a stopped recording's, or an active one's whose end the recording has passed; the last
-segment of a stopped recording is cut at its stop position), then the catalog, whose stop positions
-are set back to what was uploaded. Object stores write an object whole or not at all, so a reader of
+segment of a stopped recording is cut at its stop position) and each recording's time index, then the
+catalog, whose stop positions are set back to what was uploaded. Object stores write an object whole or not at all, so a reader of
 the destination never sees a catalog that points past the segments it can read. With ``--follow``
 the upload repeats until stopped, segment by segment as each completes.
 """
@@ -36,6 +37,7 @@ import structlog
 from logbuf.archive import catalog_descriptor as cat
 from logbuf.archive.catalog import Catalog, CatalogError
 from logbuf.archive.segments import mapped_segment, segment_file_name, segment_files
+from logbuf.archive.time_index import SegmentTimes, TimeIndexError, decode_index, time_index_file_name
 from logbuf.errors import LogbufError
 
 if TYPE_CHECKING:
@@ -50,10 +52,25 @@ __all__ = [
     "open_catalog",
     "parse_location",
     "read_segment",
+    "read_time_index",
     "upload",
 ]
 
 _GLOB_CHARS: Final[str] = "*?["
+REMOTE_SCHEMES: Final[tuple[str, ...]] = ("s3", "gs", "gcs", "hdfs", "viewfs", "abfs", "abfss")
+"""URI schemes of the filesystems pyarrow builds from a URI (besides ``file:``, read as a local path)."""
+_SCHEME_HINTS: Final[dict[str, str]] = {
+    "webhdfs": "; for WebHDFS use hdfs:// (pyarrow's HadoopFileSystem), or upload the archive to s3://",
+    "s3a": "; use s3:// (pyarrow's S3 filesystem, configured by the URI's query and the AWS_* variables)",
+    "s3n": "; use s3:// (pyarrow's S3 filesystem, configured by the URI's query and the AWS_* variables)",
+    "http": "; HTTP is not a filesystem: upload the archive to s3:// and read it there",
+    "https": "; HTTP is not a filesystem: upload the archive to s3:// and read it there",
+}
+_HADOOP_NEEDS: Final[str] = (
+    "hdfs:// and viewfs:// go through pyarrow's HadoopFileSystem, which needs libhdfs.so (ARROW_LIBHDFS_DIR, "
+    "or HADOOP_HOME/lib/native), a JVM (JAVA_HOME) and the Hadoop client jars on CLASSPATH "
+    "(`hadoop classpath --glob`), on the Spark driver and on every executor"
+)
 _COPY_CHUNK: Final[int] = 8 * 1024 * 1024
 
 
@@ -103,6 +120,12 @@ def parse_location(text: str) -> ArchiveLocation:
         scheme = text.split("://", 1)[0]
         if not scheme.isidentifier() and not scheme.replace("+", "").replace("-", "").isalnum():
             raise StorageError(f"{text!r}: {scheme!r} is not a URI scheme")
+        if scheme.lower() not in REMOTE_SCHEMES:
+            hint = _SCHEME_HINTS.get(scheme.lower(), "")
+            raise StorageError(
+                f"{text}: unsupported scheme {scheme!r}; an archive location is a local path or a file://, "
+                f"{', '.join(s + '://' for s in REMOTE_SCHEMES)} URI (pyarrow's filesystems){hint}"
+            )
         return ArchiveLocation(text)
     return ArchiveLocation(os.path.abspath(text))
 
@@ -114,6 +137,12 @@ def _filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
     try:
         return pafs.FileSystem.from_uri(uri)  # type: ignore[no-any-return]
     except (ValueError, OSError) as e:
+        text = str(e)
+        if uri.split("://", 1)[0].lower() in ("hdfs", "viewfs") and any(
+            word in text for word in ("libhdfs", "libjvm", "CLASSPATH", "JAVA_HOME")
+        ):
+            reason = text.strip().splitlines()[0] if text.strip() else type(e).__name__
+            raise StorageError(f"cannot open {uri}: {_HADOOP_NEEDS} (pyarrow: {reason})") from None
         raise StorageError(f"cannot open {uri}: {e}") from None
 
 
@@ -226,6 +255,29 @@ def read_segment(
     yield np.frombuffer(data, dtype=np.uint8), start
 
 
+def read_time_index(location: ArchiveLocation, recording_id: int) -> dict[int, SegmentTimes]:
+    """The recording's time index entries by segment base position: {} when it has none, or one this
+    version cannot read (logged: it costs pruning, never rows)."""
+    path = location.file_path(time_index_file_name(recording_id))
+    try:
+        if location.is_local:
+            with open(path, "rb") as f:
+                data = f.read()
+        else:
+            with location.filesystem()[0].open_input_file(path) as f:
+                data = f.readall()
+    except FileNotFoundError:
+        return {}
+    except OSError as e:
+        structlog.get_logger().warning("time_index.unreadable", path=path, error=str(e))
+        return {}
+    try:
+        return decode_index(data, recording_id, path)
+    except TimeIndexError as e:
+        structlog.get_logger().warning("time_index.ignored", path=path, error=str(e))
+        return {}
+
+
 # -- uploading -----------------------------------------------------------------------------------------
 @dataclass
 class UploadReport:
@@ -268,6 +320,12 @@ def upload(archive_dir: str | os.PathLike[str], destination: ArchiveLocation) ->
                 report.segments.append(name)
                 log.info("segment.uploaded", segment=name, bytes=length)
             uploaded_end = min(segment_end, d.stop_position)
+        index = pathlib.Path(archive_dir) / time_index_file_name(d.recording_id)
+        with contextlib.suppress(FileNotFoundError):
+            times = index.read_bytes()  # entries name complete segments only: copied whole, after them
+            if existing.get(index.name) != len(times):
+                _write_whole(fs, destination.file_path(index.name), times)
+                log.info("time_index.uploaded", file=index.name, bytes=len(times))
         if uploaded_end < d.stop_position:
             cat.INT64.pack_into(snapshot, cat.entry_offset(d.recording_id) + cat.STOP_POSITION_OFFSET, uploaded_end)
         report.recordings += 1

@@ -8,7 +8,8 @@ process that block-polls and discards (the stream's rate with the fastest possib
 recorder process writing segment files, once to disk (``--archive-dir``, default a fresh
 directory under the system temp dir, removed afterwards) and once to /dev/shm (the recorder's own
 cost, without the disk's write-back), and once more to /dev/shm with record checksums
-(``--checksum crc32``: a copy of each block and a CRC-32 per frame). Reports the publish rate in all runs, the
+(``--checksum crc32``: a copy of each block and a CRC-32 per frame), and once to /dev/shm without the
+time index (``--no-time-index``: what bounding each block's reserved values costs). Reports the publish rate in all runs, the
 recording rate (the publish rate with the recorder back-pressuring it) and checks that
 every published byte was recorded. Writes perf/results/archive_record.json.
 """
@@ -198,6 +199,8 @@ def main(argv: list[str] | None = None) -> int:
     targets: list[tuple[str, str, tuple[str, ...]]] = [("disk", args.archive_dir or tempfile.gettempdir(), ())]
     if not args.no_tmpfs:
         targets.append(("tmpfs", "/dev/shm", ()))
+    if not args.no_tmpfs:
+        targets.append(("tmpfs_no_time_index", "/dev/shm", ("--no-time-index",)))
     if not args.no_checksum:
         targets.append(("tmpfs_crc32", "/dev/shm", ("--checksum", "crc32")))
     results = new_results("archive_record", seconds=args.seconds, ipc_term_length=16 << 20, segment_length=64 << 20)
@@ -229,8 +232,9 @@ def main(argv: list[str] | None = None) -> int:
                     f"({100 * recorded['publish_rate_ratio']:.0f}%, recorder CPU {recorded['reader_cpu_pct']:.0f}%, "
                     f"all recorded: {recorded['recorded_everything']})"
                 )
+            case["load_avg"] = os.getloadavg()
             results["cases"].append(case)
-            print(line)
+            print(line + f" | load {case['load_avg'][0]:.1f}")
         results["note"] = (
             "2-core machine shared with other work: figures are noisy. With a recorder, the publish "
             "rate is the recording rate (the recorder's sub-pos back-pressures the publisher; "

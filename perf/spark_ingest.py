@@ -26,12 +26,16 @@ At cluster scale, in the same run (``--skip-scale`` leaves them out):
 - **Filter pushdown**: a 4-stream archive made from the recorded one (its segments copied under four
   recording ids, each frame's stream id rewritten to 10, 20, 30, 40), then
   ``filter(stream_id == 20)`` with and without pushdown: partitions planned and seconds.
+- **Timestamp pushdown**: ``timestamp BETWEEN`` the middle tenth of the recording's time span
+  (``timestampFrom=reserved_value``), with and without pushdown: partitions planned (segments pruned
+  by the time index) and seconds.
 - **S3 vs local**: the archive uploaded (``logbuf-archive upload``) to an S3 API server on 127.0.0.1
   (moto in server mode, from the ``test`` extra), then the same ``logbuf`` read from the directory
   and from ``s3://``: MB/s of each. moto keeps objects in memory and serves them from Python, so
   this bounds the source's remote path from below; a real object store is another measurement.
 
-Writes perf/results/spark_ingest.json (``--quick``: spark_ingest_quick.json).
+Writes perf/results/spark_ingest.json (``--quick``: spark_ingest_quick.json), with the load average
+(``os.getloadavg``) at the start, at the end and beside each cluster-scale figure.
 """
 
 from __future__ import annotations
@@ -277,7 +281,7 @@ def scale_cases(spark: Any, archive_dir: str, facts: dict[str, Any], runs: int, 
             t0 = time.perf_counter()
             rows = int(make().selectExpr("count(*) AS n").first().n)
             best = min(best, time.perf_counter() - t0)
-        pushdown[label] = {"partitions": partitions, "seconds": best, "rows": rows}
+        pushdown[label] = {"partitions": partitions, "seconds": best, "rows": rows, "load_avg": os.getloadavg()}
         print(f"filter(stream_id == 20) {label:<17} {partitions:4d} partitions {best:6.2f} s {rows} rows")
     results["filter_pushdown"] = {
         "archive": "4 streams, "
@@ -286,6 +290,8 @@ def scale_cases(spark: Any, archive_dir: str, facts: dict[str, Any], runs: int, 
         **pushdown,
         "speedup": pushdown["without pushdown"]["seconds"] / pushdown["with pushdown"]["seconds"],
     }
+
+    results["timestamp_pushdown"] = timestamp_case(spark, archive_dir, runs)
 
     server = MotoServer()
     try:
@@ -309,9 +315,57 @@ def scale_cases(spark: Any, archive_dir: str, facts: dict[str, Any], runs: int, 
             "s3_mb_per_s": cases["s3 (moto)"]["mb_per_s"],
             "ratio_s3_to_local": cases["s3 (moto)"]["mb_per_s"] / cases["local"]["mb_per_s"],
             "rows_ok": cases["local"]["rows_ok"] and cases["s3 (moto)"]["rows_ok"],
+            "load_avg": os.getloadavg(),
         }
     finally:
         server.close()
+
+
+def timestamp_case(spark: Any, archive_dir: str, runs: int) -> dict[str, Any]:
+    """A timestamp BETWEEN over the middle tenth of the recording's time span, with and without pushdown
+    (pruning by the time index: the recorder writes it; an archive recorded before it gets it here)."""
+    import datetime
+
+    from pyspark.sql import functions as F
+
+    from logbuf.archive.catalog import Catalog
+    from logbuf.archive.time_index import build_index, read_index_file, time_index_file_name
+
+    with Catalog.open(archive_dir) as catalog:
+        d = catalog.recordings()[0]
+    index_path = os.path.join(archive_dir, time_index_file_name(d.recording_id))
+    built = build_index(archive_dir, d)
+    entries = read_index_file(index_path, d.recording_id)
+    first = min(t.min_reserved for t in entries.values() if t.stamped_frames)
+    last = max(t.max_reserved for t in entries.values() if t.stamped_frames)
+    epoch = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+    lo = epoch + datetime.timedelta(microseconds=first + (last - first) * 45 // 100)
+    hi = epoch + datetime.timedelta(microseconds=first + (last - first) * 55 // 100)
+    case: dict[str, Any] = {
+        "range": "middle tenth of the recording's reserved values (epoch µs)",
+        "segments_indexed": len(entries),
+        "segments_indexed_here": len(built),
+    }
+    for label, option in (("with pushdown", "true"), ("without pushdown", "false")):
+
+        def make(option: str = option) -> Any:
+            reader = spark.read.format("logbuf").options(
+                filterPushdown=option, mode="DROPMALFORMED", timestampFrom="reserved_value"
+            )
+            return reader.load(archive_dir).filter(F.col("timestamp").between(lo, hi))
+
+        make().selectExpr("count(*)").first()  # warm-up
+        partitions = make().rdd.getNumPartitions()
+        best, rows = float("inf"), 0
+        for _ in range(runs):
+            t0 = time.perf_counter()
+            rows = int(make().selectExpr("count(*) AS n").first().n)
+            best = min(best, time.perf_counter() - t0)
+        case[label] = {"partitions": partitions, "seconds": best, "rows": rows, "load_avg": os.getloadavg()}
+        print(f"timestamp BETWEEN {label:<17} {partitions:4d} partitions {best:6.2f} s {rows} rows")
+    case["rows_ok"] = case["with pushdown"]["rows"] == case["without pushdown"]["rows"]
+    case["speedup"] = case["without pushdown"]["seconds"] / case["with pushdown"]["seconds"]
+    return case
 
 
 # -- the baseline parser a user would write ---------------------------------------------------------------
@@ -432,6 +486,7 @@ def measure(name: str, make_df: Any, runs: int, recorded_bytes: int, expected_ro
         "mb_per_s": recorded_bytes / best / 1e6,
         "rows_per_s": rows / best,
         "rows_ok": rows == expected_rows,
+        "load_avg": os.getloadavg(),
     }
     print(
         f"{name:<44} {best:6.2f} s {case['mb_per_s']:8.1f} MB/s {case['rows_per_s'] / 1e6:6.2f} M rows/s"
@@ -484,6 +539,7 @@ def main(argv: list[str] | None = None) -> int:
         runs=runs,
         master="local[2]",
     )
+    results["load_avg_at_start"] = os.getloadavg()
     try:
         register(spark)
         files = os.path.join(archive_dir, "*.rec")
@@ -527,6 +583,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     finally:
         spark.stop()
+    results["load_avg_at_end"] = os.getloadavg()
     if args.quick:
         results["benchmark"] = "spark_ingest_quick"
     write_results(results)

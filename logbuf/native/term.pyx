@@ -8,7 +8,7 @@ offset or length is a ValueError naming it) and lengths read from a buffer are n
 content of a term, block or datagram can move a read or a write outside it.
 """
 
-from libc.string cimport memset
+from libc.string cimport memcpy, memset
 
 from logbuf.native.atomics cimport lb_get_and_add_i64
 
@@ -181,6 +181,31 @@ def count_frames(block, bint include_padding=False) -> int:
             n += 1
         offset += align_frame_length(frame_length)
     return n
+
+
+def reserved_value_bounds(block) -> tuple:
+    """(DATA frames whose reserved value is not 0, the least and the greatest of those values; 0, 0 if
+    none) in a block of whole frames (as given to a block handler): each frame whose header lies in the
+    block, up to the first length <= 0. The archive's time index bounds each segment with it."""
+    cdef TermBuffer b = TermBuffer(block, False)
+    cdef const char *p = <const char *>b.view.buf
+    cdef Py_ssize_t offset = 0, n = 0
+    cdef int32_t frame_length
+    cdef int64_t value, low = 0, high = 0
+    while offset + HEADER_LENGTH <= b.view.len:
+        frame_length = (<int32_t *>(p + offset))[0]
+        if frame_length <= 0:
+            break
+        if frame_type(p + offset) == HDR_TYPE_DATA:
+            memcpy(&value, p + offset + RESERVED_VALUE_OFFSET, 8)
+            if value != 0:
+                if n == 0 or value < low:
+                    low = value
+                if n == 0 or value > high:
+                    high = value
+                n += 1
+        offset += align_frame_length(frame_length)
+    return n, low, high
 
 
 def frame_index(block, int32_t[::1] offsets not None, int32_t[::1] lengths not None) -> int:

@@ -3,17 +3,26 @@ server (moto in server mode on 127.0.0.1), and reading back through the Spark so
 
 from __future__ import annotations
 
+import datetime
 import pathlib
 
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pytest
+from pyspark.sql.datasource import GreaterThan
 
 from logbuf.archive import catalog_descriptor as cat
 from logbuf.archive.catalog import Catalog, CatalogError
-from logbuf.archive.spark import LogbufDataSource, LogbufReader, LogbufSourceError
+from logbuf.archive.spark import LogbufDataSource, LogbufFilteringReader, LogbufReader, LogbufSourceError
 from logbuf.archive.spark_frames import arrow_schema
-from logbuf.archive.storage import ArchiveLocation, expand_locations, open_catalog, parse_location, upload
+from logbuf.archive.storage import (
+    ArchiveLocation,
+    StorageError,
+    expand_locations,
+    open_catalog,
+    parse_location,
+    upload,
+)
 from tests.archive.conftest import S3Server, archive_cli
 from tests.archive.test_spark.synthetic import build_archive, recording
 
@@ -139,3 +148,57 @@ def test_upload_follow_repeats_until_sigterm(tmp_path: pathlib.Path) -> None:
     assert proc.returncode == 0
     assert out.count("uploaded ") >= 1 and "uploaded 1 segment files" in out
     assert read_rows(str(tmp_path / "dst")).num_rows == 50
+
+
+def test_the_time_index_goes_up_with_the_segments_and_prunes_remote_reads(
+    tmp_path: pathlib.Path, s3_server: S3Server
+) -> None:
+    rec = recording(0, 10, 600, seed=7)  # stamped 1.7e15 + i µs, ~5 segments
+    build_archive(tmp_path, [rec])
+    assert archive_cli(tmp_path, "index") == 0
+    uri = s3_server.uri(s3_server.new_bucket(), "timed")
+    assert archive_cli(tmp_path, "upload", uri) == 0
+    fs, path = pafs.FileSystem.from_uri(uri)
+    assert fs.get_file_info(f"{path}/0.times").size == (tmp_path / "0.times").stat().st_size
+    cut = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC) + datetime.timedelta(microseconds=1_700_000_000_000_550)
+    source = LogbufDataSource({"path": uri, "timestampFrom": "reserved_value"})
+    reader = source.reader(source.schema())
+    assert isinstance(reader, LogbufFilteringReader)
+    everything = len(reader.partitions())
+    list(reader.pushFilters([GreaterThan(("timestamp",), cut)]))
+    assert len(reader.partitions()) == 1 < everything
+    rows = pa.Table.from_batches([b for p in reader.partitions() for b in reader.read(p)])
+    assert rows.column("reserved_value").to_pylist() == [m[1] for m in rec.messages[551:]]
+
+
+@pytest.mark.parametrize(
+    ("uri", "hint"),
+    [
+        ("ftp://host/archive", ""),
+        ("webhdfs://127.0.0.1:9870/archive", "for WebHDFS use hdfs://"),
+        ("s3a://bucket/archive", "use s3://"),
+    ],
+)
+def test_an_unsupported_scheme_is_an_error_naming_it_when_reading_and_uploading(
+    tmp_path: pathlib.Path, uri: str, hint: str
+) -> None:
+    scheme = uri.split("://")[0]
+    with pytest.raises(LogbufSourceError, match=f"{uri}: unsupported scheme '{scheme}'.*s3://.*hdfs://.*{hint}"):
+        LogbufDataSource({"path": uri}).schema()
+    build_archive(tmp_path, [recording(0, 10, 5, seed=1)])
+    assert archive_cli(tmp_path, "upload", uri) == 2
+
+
+def test_hdfs_without_a_hadoop_client_is_an_error_naming_what_it_needs() -> None:
+    """No HDFS can run here (no namenode on PyPI, Debian or npm; Spark's jars are client-only); where
+    pyarrow cannot load libhdfs and a JVM, the error says what hdfs:// needs instead of pyarrow's dlopen list."""
+    try:
+        pafs.FileSystem.from_uri("hdfs://127.0.0.1:1/")
+    except (OSError, ValueError):
+        pass
+    else:  # pragma: no cover - a machine with a Hadoop client
+        pytest.skip("pyarrow loads libhdfs here: nothing to report")
+    source = LogbufDataSource({"path": "hdfs://127.0.0.1:1/archive"})
+    reader = source.reader(source.schema())
+    with pytest.raises(StorageError, match=r"cannot open hdfs://127.0.0.1:1/archive: .*libhdfs.so .*JAVA_HOME"):
+        reader.partitions()

@@ -367,6 +367,14 @@ def fuzz_count_frames(block: memoryview, include_padding: bool) -> None:
 
 
 @fuzz
+@given(blocks())
+def fuzz_reserved_value_bounds(block: memoryview) -> None:
+    n, low, high = native.reserved_value_bounds(block)
+    assert 0 <= n <= len(block) // 32
+    assert (low, high) == (0, 0) if n == 0 else low <= high
+
+
+@fuzz
 @given(blocks(), st.integers(0, 80), st.integers(0, 80))
 def fuzz_frame_index(block: memoryview, offsets_length: int, lengths_length: int) -> None:
     offsets = np.full(offsets_length, -7, dtype=np.int32)

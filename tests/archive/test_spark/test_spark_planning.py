@@ -9,10 +9,20 @@ from __future__ import annotations
 import datetime
 import os
 import pathlib
+from typing import Any
 
 import pyarrow as pa
 import pytest
-from pyspark.sql.datasource import EqualTo, GreaterThan, In, IsNotNull, LessThanOrEqual
+from pyspark.sql.datasource import (
+    EqualTo,
+    Filter,
+    GreaterThan,
+    GreaterThanOrEqual,
+    In,
+    IsNotNull,
+    LessThan,
+    LessThanOrEqual,
+)
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes, ReadMaxRows
 from structlog.testing import capture_logs
 
@@ -30,6 +40,7 @@ from logbuf.archive.spark import (
 )
 from logbuf.archive.spark_frames import arrow_schema
 from logbuf.logbuffer import data_header_descriptor as dh
+from tests.archive.conftest import archive_cli
 from tests.archive.test_spark.synthetic import TERM, SyntheticRecording, build_archive, recording
 
 
@@ -299,3 +310,84 @@ def test_the_static_registration_module_is_what_spark_looks_up() -> None:
     assert issubclass(pyspark_logbuf.DefaultSource, DataSource) and pyspark_logbuf.DefaultSource.name() == "logbuf"
     pyproject = tomllib.loads((pathlib.Path(__file__).resolve().parents[3] / "pyproject.toml").read_text())
     assert "pyspark_logbuf" in pyproject["tool"]["setuptools"]["py-modules"]
+
+
+# -- timestamp pruning (issue 17: 2, by the time index) ---------------------------------------------------------
+def _at(us: int) -> datetime.datetime:
+    return datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC) + datetime.timedelta(microseconds=us)
+
+
+@pytest.fixture
+def stamped_archive(tmp_path: pathlib.Path) -> tuple[pathlib.Path, list[SyntheticRecording]]:
+    """Two recordings (streams 10 and 20) of ~5 segments each, stamped 1.7e15 + i µs, with a time index."""
+    recs = [recording(i, 10 * (i + 1), 600, seed=40 + i, session_id=300 + i) for i in range(2)]
+    build_archive(tmp_path, recs)
+    assert archive_cli(tmp_path, "index") == 0
+    return tmp_path, recs
+
+
+T0 = 1_700_000_000_000_000
+
+
+@pytest.mark.parametrize(
+    ("filters", "wanted"),
+    [
+        ([EqualTo(("timestamp",), _at(T0 + 300))], lambda r: r == T0 + 300),
+        ([LessThan(("timestamp",), _at(T0 + 100))], lambda r: r < T0 + 100),
+        ([LessThanOrEqual(("timestamp",), _at(T0 + 100))], lambda r: r <= T0 + 100),
+        ([GreaterThan(("timestamp",), _at(T0 + 500))], lambda r: r > T0 + 500),
+        ([GreaterThanOrEqual(("timestamp",), _at(T0 + 500))], lambda r: r >= T0 + 500),
+        (  # BETWEEN is the pair
+            [GreaterThanOrEqual(("timestamp",), _at(T0 + 250)), LessThanOrEqual(("timestamp",), _at(T0 + 260))],
+            lambda r: T0 + 250 <= r <= T0 + 260,
+        ),
+        ([In(("timestamp",), (_at(T0 + 5), _at(T0 + 590)))], lambda r: r in (T0 + 5, T0 + 590)),
+    ],
+)
+def test_timestamp_filters_prune_segments_by_the_time_index_and_keep_exactly_the_matching_rows(
+    stamped_archive: tuple[pathlib.Path, list[SyntheticRecording]], filters: list[Filter], wanted: Any
+) -> None:
+    archive, recs = stamped_archive
+    everything = reader_for(archive, timestampFrom="reserved_value").partitions()
+    reader = reader_for(archive, timestampFrom="reserved_value")
+    assert list(reader.pushFilters(filters)) == []
+    partitions = reader.partitions()
+    assert 0 < len(partitions) < len(everything)
+    table = read_all(reader)
+    expected = sorted((r.recording_id, m[1]) for r in recs for m in r.messages if wanted(m[1]))
+    assert sorted(zip(table.column("recording_id").to_pylist(), table.column("reserved_value").to_pylist())) == expected
+    # The same rows with the filters evaluated on every segment (no index: nothing pruned).
+    for rec in recs:
+        (archive / f"{rec.recording_id}.times").unlink()
+    unindexed = reader_for(archive, timestampFrom="reserved_value")
+    list(unindexed.pushFilters(filters))
+    assert len(unindexed.partitions()) == len(everything)
+    assert read_all(unindexed).sort_by("position").equals(table.sort_by("position"))
+
+
+def test_timestamp_pruning_combines_with_stream_and_position_filters(
+    stamped_archive: tuple[pathlib.Path, list[SyntheticRecording]],
+) -> None:
+    archive, recs = stamped_archive
+    rec = recs[1]
+    reader = reader_for(archive, timestampFrom="reserved_value")
+    lo_position = rec.messages[100][2]
+    filters = [
+        EqualTo(("stream_id",), 20),
+        GreaterThan(("position",), lo_position),
+        LessThan(("timestamp",), _at(T0 + 400)),
+    ]
+    assert list(reader.pushFilters(filters)) == []
+    partitions = [p for p in reader.partitions() if isinstance(p, SegmentPartition)]
+    assert {p.recording.recording_id for p in partitions} == {1}
+    last_end = rec.messages[399][2]
+    assert max(p.base_position for p in partitions) <= last_end  # segments after T0+400 are not planned
+    assert min(p.base_position for p in partitions) <= lo_position
+    everything_of_1 = [p for p in reader_for(archive).partitions() if isinstance(p, SegmentPartition)]
+    assert len(partitions) < len(everything_of_1) // 2
+    table = read_all(reader)
+    assert table.column("reserved_value").to_pylist() == [m[1] for m in rec.messages[101:400]]
+    # A timestamp filter without timestampFrom matches nothing: nothing is planned.
+    reader = reader_for(archive)
+    list(reader.pushFilters([GreaterThan(("timestamp",), _at(0))]))
+    assert reader.partitions() == []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import pathlib
 import shutil
 from typing import TYPE_CHECKING
@@ -222,3 +223,34 @@ def test_archives_on_s3_and_lists_of_paths_read_row_for_row(
     assert both.columns[0] == "archive"
     counts = {(r.archive, r.n) for r in both.groupBy("archive").agg(F.count("*").alias("n")).collect()}
     assert counts == {(recorded.archive_dir, len(local)), (str(second), 40)}
+
+
+def test_a_timestamp_range_prunes_the_recorders_segments_and_keeps_exactly_its_rows(
+    spark: SparkSession, recorded: RecordedArchive
+) -> None:
+    """The recorder wrote the time index as it went: a BETWEEN on ``timestamp`` plans only the segments
+    whose reserved values reach the range, and the rows are those of the unpruned read."""
+    reserved = recorded.published.reserved
+    lo, hi = reserved[1000], reserved[1200]
+    epoch = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+
+    def at(us: int) -> datetime.datetime:
+        return epoch + datetime.timedelta(microseconds=us)
+
+    df = spark.read.format("logbuf").option("timestampFrom", "reserved_value").load(recorded.archive_dir)
+    ranged = df.filter(F.col("timestamp").between(at(lo), at(hi)))
+    everything = df.rdd.getNumPartitions()
+    pruned = ranged.rdd.getNumPartitions()
+    assert 0 < pruned < everything / 4
+    rows = ranged.orderBy("position").select("position", "reserved_value").collect()
+    assert [r.reserved_value for r in rows] == [r for r in reserved if lo <= r <= hi]
+    unpruned = (
+        spark.read.format("logbuf")
+        .options(timestampFrom="reserved_value", filterPushdown="false")
+        .load(recorded.archive_dir)
+        .filter(F.col("timestamp").between(at(lo), at(hi)))
+    )
+    assert unpruned.rdd.getNumPartitions() == everything
+    assert unpruned.orderBy("position").select("position", "reserved_value").collect() == rows
+    later = df.filter(F.col("timestamp") > at(reserved[-1]))
+    assert later.count() == 0 and later.rdd.getNumPartitions() <= 1
