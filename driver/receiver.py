@@ -36,6 +36,8 @@ class Receiver:
         work = 0
         for endpoint in self.endpoints:
             work += endpoint.poll()
+            if endpoint.elicit_periodically:
+                work += endpoint.on_idle(now)
             for image in list(endpoint.images.values()):  # a SETUP may have replaced one meanwhile
                 if image.state is ImageState.ACTIVE:
                     work += image.track_rebuild(now, endpoint.sender_to(image.source_address))
