@@ -14,17 +14,15 @@ skipped unless run as root, since making namespaces needs it.
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
-from logbuf.client import Aeron, Context, FragmentAssembler
+from logbuf.client import Aeron, Context
 from logbuf.conduit import counters_descriptor as cd
 from tests.support.driver_process import DriverProcess, DriverSet
 from tests.support.netns import NetnsDriverProcess, NetnsNetwork, make_network
-from tests.udp._children import END_SEQ, HEADER
 from tests.udp.test_udp_system import Child, await_condition
 
 pytestmark = pytest.mark.skipif(
