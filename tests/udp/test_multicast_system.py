@@ -14,6 +14,8 @@ skipped unless run as root, since making namespaces needs it.
 from __future__ import annotations
 
 import os
+import time
+import zlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -23,7 +25,8 @@ from logbuf.client import Aeron, Context
 from logbuf.conduit import counters_descriptor as cd
 from tests.support.driver_process import DriverProcess, DriverSet
 from tests.support.netns import NetnsDriverProcess, NetnsNetwork, make_network
-from tests.udp.test_udp_system import Child, await_condition
+from tests.udp._children import HEADER
+from tests.udp.test_udp_system import Child, InOrderReader, await_condition
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("CI") != "true" and os.geteuid() != 0, reason="network namespaces need root (run in CI)"
@@ -190,3 +193,177 @@ def test_mdc_num_dest_counts_manual_destinations_added_and_removed(
         pub.remove_destination(dests[1])
         await_condition(lambda: mdc_count() == 2, 10, "mdc-num-dest == 2")
         pub.close()
+
+
+# -- loss and flow control --------------------------------------------------------------------------------
+def stream_counter(driver: DriverProcess, type_id: int, port: int) -> int:
+    values = [c["value"] for c in counters_of(driver, type_id) if f":{port}" in c["label"]]
+    assert len(values) == 1, f"no single counter of type {type_id} for port {port}: {values}"
+    return int(values[0])
+
+
+def test_five_percent_loss_on_one_receiver_recovers_by_naks_under_min(
+    net: NetnsNetwork, hosts: list[DriverProcess], children: Callable[..., Child]
+) -> None:
+    naks_before = [h.system_counter("NAKs sent") for h in hosts]
+    retransmits_before = hosts[0].system_counter("Retransmits sent")
+    net.add_loss(3, 0.05)
+    try:
+        run_stream(
+            children,
+            hosts,
+            multicast(40641, 0, fc="min,g:/3"),
+            [multicast(40641, i) for i in (1, 2, 3)],
+            1005,
+        )
+        assert net.dropped(3) > 0, "the loss rule dropped nothing"
+    finally:
+        net.clear_loss(3)
+    assert hosts[3].system_counter("NAKs sent") > naks_before[3], "the lossy receiver never NAKed"
+    assert hosts[0].system_counter("Retransmits sent") > retransmits_before
+
+
+class Publisher:
+    """An in-process publication offering numbered 200-byte messages."""
+
+    SIZE = 200
+
+    def __init__(self, aeron: Aeron, channel: str, stream_id: int) -> None:
+        self.publication = aeron.add_publication(channel, stream_id)
+        self.seq = 0
+        self.buffer = bytearray(self.SIZE)
+
+    def offer_some(self, limit: int = 256) -> int:
+        """Offer up to ``limit`` messages; stops at the first refusal. Returns how many went."""
+        sent = 0
+        while sent < limit:
+            body = bytes(self.buffer[HEADER.size :])
+            HEADER.pack_into(self.buffer, 0, self.seq, self.SIZE, zlib.crc32(body))
+            if self.publication.offer(self.buffer) < 0:
+                break
+            self.seq += 1
+            sent += 1
+        return sent
+
+
+def pump(publisher: Publisher, readers: list[Any], until: Callable[[], bool], timeout_s: float, what: str) -> None:
+    def step() -> None:
+        publisher.offer_some()
+        for reader in readers:
+            reader.poll()
+
+    await_condition(until, timeout_s, what, step=step)
+
+
+def stalled_then_free(
+    net: NetnsNetwork, hosts: list[DriverProcess], fc: str, port: int, stream_id: int, gtags: tuple[str, str, str]
+) -> tuple[Publisher, list[Any], Any, list[Aeron]]:
+    """Receivers 1 and 2 read; receiver 3 subscribes but never polls. Returns the publisher, the two
+    readers, receiver 3's subscription and the clients (closed by the caller)."""
+    clients = [Aeron.connect(Context(dir=h.dir, driver_timeout_ms=5_000)) for h in hosts]
+    subs = [
+        clients[i].add_subscription(multicast(port, i) + (f"|gtag={gtags[i - 1]}" if gtags[i - 1] else ""), stream_id)
+        for i in (1, 2, 3)
+    ]
+    publisher = Publisher(clients[0], multicast(port, 0, fc=fc), stream_id)
+    readers = [InOrderReader(s) for s in subs[:2]]
+    await_condition(lambda: all(s.image_count for s in subs), 30, "three images", step=publisher.offer_some)
+    return publisher, readers, subs[2], clients
+
+
+def test_min_paces_the_publisher_to_a_receiver_that_stops_reading(
+    net: NetnsNetwork, hosts: list[DriverProcess]
+) -> None:
+    publisher, readers, _, clients = stalled_then_free(net, hosts, "min,g:/3", 40651, 1006, ("", "", ""))
+    try:
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            publisher.offer_some()
+            for r in readers:
+                r.poll()
+        window = 128 * 1024
+        sender_position = stream_counter(hosts[0], cd.SENDER_POSITION_TYPE_ID, 40651)
+        stalled = stream_counter(hosts[3], cd.RECEIVER_POSITION_TYPE_ID, 40651)
+        assert sender_position <= stalled + window, (sender_position, stalled)
+        assert all(not r.errors for r in readers)
+    finally:
+        for c in clients:
+            c.close()
+
+
+def test_max_and_tagged_do_not_wait_for_a_receiver_that_stops_reading(
+    net: NetnsNetwork, hosts: list[DriverProcess]
+) -> None:
+    total = 4 * 1024 * 1024  # 32 windows of the stalled receiver
+    for fc, port, stream_id, gtags, members in (
+        ("max,g:/3", 40661, 1007, ("", "", ""), 3),
+        ("tagged,g:7/2", 40671, 1008, ("7", "7", ""), 2),
+    ):
+        publisher, readers, _, clients = stalled_then_free(net, hosts, fc, port, stream_id, gtags)
+        try:
+            target = total // Publisher.SIZE
+            pump(
+                publisher,
+                readers,
+                lambda: all(r.received >= target for r in readers),
+                120,
+                f"fc={fc}: readers to get {target} messages",
+            )
+            assert all(not r.errors for r in readers), [r.errors for r in readers]
+            assert stream_counter(hosts[0], cd.SENDER_POSITION_TYPE_ID, port) > total
+            assert stream_counter(hosts[0], cd.FLOW_CONTROL_RECEIVERS_TYPE_ID, port) == members
+        finally:
+            for c in clients:
+                c.close()
+
+
+def test_late_joiner_starts_at_the_current_position(net: NetnsNetwork, hosts: list[DriverProcess]) -> None:
+    clients = [Aeron.connect(Context(dir=h.dir, driver_timeout_ms=5_000)) for h in hosts]
+    try:
+        readers = [InOrderReader(clients[i].add_subscription(multicast(40681, i), 1009)) for i in (1, 2)]
+        publisher = Publisher(clients[0], multicast(40681, 0, fc="max,g:/2"), 1009)
+        pump(publisher, readers, lambda: all(r.received >= 5000 for r in readers), 60, "5000 messages before the join")
+        late = InOrderReader(clients[3].add_subscription(multicast(40681, 3), 1009))
+        pump(publisher, [*readers, late], lambda: late.received >= 1000, 60, "the late joiner to get 1000 messages")
+        (first,) = late.first_seq.values()
+        assert first >= 5000, f"the late joiner started at seq {first}, not at the current position"
+        assert not late.errors and all(not r.errors for r in readers)
+    finally:
+        for c in clients:
+            c.close()
+
+
+def test_min_stops_waiting_for_a_killed_receiver_after_its_timeout(
+    net: NetnsNetwork, hosts: list[DriverProcess]
+) -> None:
+    """Last in the module: it kills receiver 3's driver (and starts it again)."""
+    clients = [Aeron.connect(Context(dir=h.dir, driver_timeout_ms=5_000)) for h in hosts[:3]]
+    try:
+        readers = [InOrderReader(clients[i].add_subscription(multicast(40691, i), 1010)) for i in (1, 2)]
+        with Aeron.connect(Context(dir=hosts[3].dir, driver_timeout_ms=5_000)) as third:
+            doomed = third.add_subscription(multicast(40691, 3), 1010)
+            publisher = Publisher(clients[0], multicast(40691, 0, fc="min,t:2s"), 1010)
+            await_condition(lambda: doomed.image_count > 0, 30, "receiver 3's image", step=publisher.offer_some)
+            pump(publisher, [*readers, InOrderReader(doomed)], lambda: readers[0].received >= 2000, 60, "2000 messages")
+            assert stream_counter(hosts[0], cd.FLOW_CONTROL_RECEIVERS_TYPE_ID, 40691) == 3
+            hosts[3].kill()
+            stuck_at = stream_counter(hosts[0], cd.SENDER_POSITION_TYPE_ID, 40691)
+            pump(
+                publisher,
+                readers,
+                lambda: stream_counter(hosts[0], cd.FLOW_CONTROL_RECEIVERS_TYPE_ID, 40691) == 2,
+                30,
+                "receiver 3 to leave the group",
+            )
+            pump(
+                publisher,
+                readers,
+                lambda: stream_counter(hosts[0], cd.SENDER_POSITION_TYPE_ID, 40691) > stuck_at + 1024 * 1024,
+                60,
+                "the sender to go on without receiver 3",
+            )
+            assert all(not r.errors for r in readers)
+    finally:
+        for c in clients:
+            c.close()
+        hosts[3].start()
