@@ -286,6 +286,17 @@ def test_min_paces_the_publisher_to_a_receiver_that_stops_reading(
         stalled = stream_counter(hosts[3], cd.RECEIVER_POSITION_TYPE_ID, 40651)
         assert sender_position <= stalled + window, (sender_position, stalled)
         assert all(not r.errors for r in readers)
+        # logbuf-stat on the publisher's host shows each receiver, where it is, and who is slow
+        (stream,) = [
+            s for s in hosts[0].stat_json()["streams"] if s["stream_id"] == 1006 and s["kind"] == "publication"
+        ]
+        assert stream["flow_control_receivers"] == 3
+        receivers = {r["address"].split(":")[0]: r for r in stream["receivers"]}
+        assert set(receivers) == {net.address(i) for i in (1, 2, 3)}, stream["receivers"]
+        slowest = [address for address, r in receivers.items() if r["slowest"]]
+        assert slowest == [net.address(3)], stream["receivers"]
+        consumed = stream_counter(hosts[3], cd.SUBSCRIBER_POSITION_TYPE_ID, 40651)  # what its SMs report
+        assert receivers[net.address(3)]["position"] == consumed
     finally:
         for c in clients:
             c.close()
