@@ -39,7 +39,7 @@ from logbuf.driver.system_counters import SystemCounterId, SystemCounters
 from logbuf.logbuffer import data_header_descriptor as dh
 from logbuf.logbuffer.log_buffer import LogBuffers
 from logbuf.protocol.nak import NakFrame
-from logbuf.protocol.status import StatusMessageFrame
+from logbuf.protocol.status import END_OF_STREAM_FLAG, StatusMessageFrame
 
 Send = Callable[[Any], int]
 NakDelayGenerator = StaticDelayGenerator | OptimalMulticastDelayGenerator
@@ -266,6 +266,21 @@ class PublicationImage:
             self.log.clean(self.clean_position, clean_to)
             self.clean_position = clean_to
         return work
+
+    def end_of_stream_status_message(self) -> bytes:
+        """The SM a receiver sends when its last subscription to the stream goes: the EOS flag tells a
+        sender with min or tagged flow control to stop waiting for this receiver at once."""
+        term_id, term_offset = self.log.term_of(self.min_subscriber_position())
+        return StatusMessageFrame(
+            self.session_id,
+            self.stream_id,
+            term_id,
+            term_offset,
+            self.window_length,
+            self.receiver_id,
+            self.group_tag,
+            END_OF_STREAM_FLAG,
+        ).encode()
 
     def _fill_gap(self, position: int, length: int) -> None:
         """Cover a gap with one padding frame (its length stored last), unless data arrived there."""

@@ -378,3 +378,27 @@ def test_min_stops_waiting_for_a_killed_receiver_after_its_timeout(
         for c in clients:
             c.close()
         hosts[3].start()
+
+
+def test_a_receiver_that_unsubscribes_leaves_the_min_group_at_once_by_end_of_stream(
+    net: NetnsNetwork, hosts: list[DriverProcess]
+) -> None:
+    clients = [Aeron.connect(Context(dir=h.dir, driver_timeout_ms=5_000)) for h in hosts]
+    try:
+        subs = [clients[i].add_subscription(multicast(40701, i), 1011) for i in (1, 2, 3)]
+        readers = [InOrderReader(s) for s in subs]
+        publisher = Publisher(clients[0], multicast(40701, 0, fc="min,t:120s,g:/3"), 1011)
+        pump(publisher, readers, lambda: all(r.received >= 1000 for r in readers), 60, "1000 messages each")
+        assert stream_counter(hosts[0], cd.FLOW_CONTROL_RECEIVERS_TYPE_ID, 40701) == 3
+        subs[2].close()  # its driver sends an SM with the EOS flag: no waiting out the 120 s timeout
+        pump(
+            publisher,
+            readers[:2],
+            lambda: stream_counter(hosts[0], cd.FLOW_CONTROL_RECEIVERS_TYPE_ID, 40701) == 2,
+            30,
+            "receiver 3 to leave the group",
+        )
+        assert all(not r.errors for r in readers)
+    finally:
+        for c in clients:
+            c.close()
