@@ -21,8 +21,9 @@ from typing import Any
 
 import pytest
 
-from logbuf.client import Aeron, Context
+from logbuf.client import Aeron, Context, RegistrationError
 from logbuf.conduit import counters_descriptor as cd
+from logbuf.errors import ErrorCode
 from tests.support.driver_process import DriverProcess, DriverSet
 from tests.support.netns import NetnsDriverProcess, NetnsNetwork, make_network
 from tests.udp._children import HEADER
@@ -192,6 +193,13 @@ def test_mdc_num_dest_counts_manual_destinations_added_and_removed(
         await_condition(lambda: mdc_count() == 3, 10, "mdc-num-dest == 3")
         pub.remove_destination(dests[1])
         await_condition(lambda: mdc_count() == 2, 10, "mdc-num-dest == 2")
+        hosts[0].expected_errors += ["only be added to a control-mode=manual", "unknown destination"]
+        with pytest.raises(RegistrationError, match="unknown destination"):
+            pub.remove_destination(dests[1])
+        dynamic = aeron.add_publication(f"aeron:udp?control={net.address(0)}:40633|control-mode=dynamic", 1004)
+        with pytest.raises(RegistrationError, match="control-mode=manual") as info:
+            dynamic.add_destination(dests[0])
+        assert info.value.error_code == ErrorCode.INVALID_CHANNEL
         pub.close()
 
 
