@@ -60,7 +60,7 @@ from logbuf.driver.udp import (
 )
 from logbuf.errors import ErrorCode, LogbufError
 from logbuf.logbuffer.log_buffer import LogBuffers
-from logbuf.protocol.setup import SetupFrame
+from logbuf.protocol.setup import GROUP_FLAG, SetupFrame
 
 RESERVED_SESSION_ID_LOW = -1
 RESERVED_SESSION_ID_HIGH = 1000
@@ -520,6 +520,8 @@ class DriverConductor:
                 connection_timeout_ns=self.ctx.publication_connection_timeout,
                 sender_limit=start,
                 flow_control=new_flow_control(fc_spec),
+                setup_flags=GROUP_FLAG if plan.group else 0,
+                setup_ttl=(uri.ttl() or 0) if plan.multicast is not None else 0,
             )
             if plan.group:
                 network_publication.receivers_counter_id = self.counters.allocate(

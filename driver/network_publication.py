@@ -73,6 +73,10 @@ class NetworkPublication(IpcPublication):
     flow_control: SenderFlowControl = field(default_factory=SenderFlowControl)
     receivers_counter_id: int = -1
     """``fc-receivers``: how many receivers the flow-control strategy counts (-1: no counter)."""
+    setup_flags: int = 0
+    """GROUP_FLAG on multicast and MDC publications (group semantics), as Aeron's SETUP carries it."""
+    setup_ttl: int = 0
+    """The channel's multicast ``ttl=``, echoed in SETUP."""
     mdc_destinations_counter_id: int = -1
     """``mdc-num-dest``: how many destinations an MDC publication's endpoint sends to (-1: not MDC)."""
     receiver_addresses: dict[int, tuple[str, int]] = field(default_factory=dict)
@@ -103,6 +107,8 @@ class NetworkPublication(IpcPublication):
                 term_id,
                 self.log.term_length,
                 self.mtu_length,
+                self.setup_ttl,
+                self.setup_flags,
             )
             sent += self._send(send, setup.encode())
             counters.increment(SystemCounterId.SETUPS_SENT)
