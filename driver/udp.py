@@ -457,8 +457,9 @@ class SendChannelEndpoint(ChannelEndpoint):
     def _send_frames_to_all(
         self, term: memoryview, term_offset: int, max_length: int, mtu: int, max_datagrams: int
     ) -> tuple[int, int]:
-        """MDC's batch send: the first destination's sendmmsg decides how far this batch goes, the others
-        get exactly the same datagrams."""
+        """MDC's batch send: the first destination that takes the batch decides how far it goes, the others
+        get exactly the same datagrams. A destination whose send fails (unreachable, buffer full) misses
+        the batch and NAKs it later; it does not hold the others back."""
         assert self.destinations is not None and isinstance(self.transport, UdpTransport)
         covered = datagrams = 0
         for destination in self.destinations.destinations:
@@ -469,8 +470,6 @@ class SendChannelEndpoint(ChannelEndpoint):
                 sender = self._frame_senders[destination.address] = self.transport.frame_sender(destination.address)
             if not datagrams:
                 covered, datagrams = sender(term, term_offset, max_length, mtu, max_datagrams)
-                if not covered:
-                    return 0, 0
             else:
                 sender(term, term_offset, covered, mtu, datagrams)
         return covered, datagrams

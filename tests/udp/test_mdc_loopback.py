@@ -5,7 +5,7 @@ from __future__ import annotations
 import socket
 import time
 
-from logbuf.client import Aeron, Context
+from logbuf.client import Aeron, Context, FragmentAssembler
 from logbuf.protocol import decode_datagram
 from logbuf.protocol.setup import GROUP_FLAG, SetupFrame
 from tests.support.driver_process import DriverProcess, DriverSet
@@ -50,3 +50,29 @@ def test_manual_mdc_sends_setup_with_the_group_flag_to_every_destination_and_sto
     finally:
         for s in sockets:
             s.close()
+
+
+def test_a_destination_that_cannot_be_sent_to_does_not_hold_the_others_back(driver_factory: DriverSet) -> None:
+    sender, receiver = driver_factory(), driver_factory()
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    endpoint = f"aeron:udp?endpoint=127.0.0.1:{port}"
+    with (
+        Aeron.connect(Context(dir=sender.dir, driver_timeout_ms=5_000)) as a,
+        Aeron.connect(Context(dir=receiver.dir, driver_timeout_ms=5_000)) as b,
+    ):
+        sub = b.add_subscription(endpoint, 78)
+        pub = a.add_publication("aeron:udp?control-mode=manual", 78)
+        pub.add_destination("aeron:udp?endpoint=255.255.255.255:40999")  # broadcast without SO_BROADCAST: EACCES
+        pub.add_destination(endpoint)
+        got: list[bytes] = []
+        assembler = FragmentAssembler(lambda buffer, header: got.append(bytes(buffer)))
+        sent = 0
+        deadline = time.monotonic() + 30
+        while len(got) < 500:
+            assert time.monotonic() < deadline, f"received {len(got)} of {sent}"
+            if sent < 500 and pub.offer(sent.to_bytes(4, "little") * 50) > 0:
+                sent += 1
+            sub.poll(assembler, 64)
+        assert [int.from_bytes(m[:4], "little") for m in got] == list(range(500))
