@@ -631,7 +631,12 @@ class DriverConductor:
         address = self._resolve(uri)
         tracker = endpoint.destinations
         if add:
-            tracker.add(address, command.channel, self.clock_ns())
+            if not tracker.add(address, command.channel, self.clock_ns()) and address not in tracker.addresses:
+                raise CommandError(
+                    ErrorCode.RESOURCE_TEMPORARILY_UNAVAILABLE,
+                    f"publication registration_id={publication.registration_id} already has "
+                    f"{len(tracker.destinations)} destinations, the most one endpoint sends to: {command.channel}",
+                )
         elif not tracker.remove(address):
             raise CommandError(ErrorCode.UNKNOWN_PUBLICATION, f"unknown destination {command.channel}")
         endpoint.on_idle(self.clock_ns())  # mdc-num-dest now

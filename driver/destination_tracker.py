@@ -19,6 +19,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 Address = tuple[str, int]
+MAX_DESTINATIONS = 256
+"""Destinations one endpoint sends to at most: each costs a copy of every datagram, so SMs from yet more
+addresses (forged, say) add none until others time out."""
 
 
 @dataclass
@@ -53,13 +56,13 @@ class DestinationTracker:
         if destination is not None:
             destination.time_of_last_activity_ns = now_ns
             destination.receiver_id = receiver_id
-        elif not self.manual:
+        elif not self.manual and len(self.destinations) < MAX_DESTINATIONS:
             self.destinations.append(Destination(source, now_ns, receiver_id))
             self.changes += 1
 
     def add(self, address: Address, channel: str, now_ns: int) -> bool:
-        """A manual destination; False if it is there already."""
-        if self._find(address) is not None:
+        """A manual destination; False if it is there already or the endpoint has MAX_DESTINATIONS."""
+        if self._find(address) is not None or len(self.destinations) >= MAX_DESTINATIONS:
             return False
         self.destinations.append(Destination(address, now_ns, None, channel))
         self.changes += 1

@@ -40,6 +40,8 @@ BLOCKED_HEARTBEAT_INTERVAL_NS = 1_000_000
 """While flow control blocks data that is waiting, heartbeat every 1 ms: if the last datagrams
 of the window were lost, the receiver learns the HWM and NAKs now rather than in 100 ms."""
 RETRANSMIT_LINGER_NS = 10_000_000
+MAX_RECEIVER_COUNTERS = 64
+"""``fc-rcv-pos`` counters one publication allocates at most (the CnC's counters are shared by all)."""
 FLOW_CONTROL_IDLE_INTERVAL_NS = 1_000_000
 """How often the flow-control strategy times receivers out (and a min group's limit is recomputed)."""
 MAX_DATAGRAMS_PER_SEND = 32
@@ -249,8 +251,10 @@ class NetworkPublication(IpcPublication):
         for receiver_id in [r for r in self.receiver_counters if r not in receivers]:
             self.counters.free(self.receiver_counters.pop(receiver_id))
         for receiver_id, receiver in receivers.items():
-            if receiver_id in self.receiver_counters or not self.counters.has_room(1):
+            if receiver_id in self.receiver_counters:
                 continue
+            if len(self.receiver_counters) >= MAX_RECEIVER_COUNTERS or not self.counters.has_room(1):
+                break
             host, port = self.receiver_addresses.get(receiver_id, ("?", 0))
             label = cd.stream_label("fc-rcv-pos", self.registration_id, self.session_id, self.stream_id, self.channel)
             self.receiver_counters[receiver_id] = self.counters.allocate(

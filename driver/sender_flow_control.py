@@ -38,6 +38,9 @@ from logbuf.errors import InvalidChannelError
 
 RECEIVER_TIMEOUT_DEFAULT_NS: Final[int] = 5_000_000_000
 """Aeron's ``aeron.flow.control.receiver.timeout``."""
+MAX_TRACKED_RECEIVERS: Final[int] = 1024
+"""Receivers one publication tracks at most: SMs carrying yet more receiver ids (forged, say) are not
+tracked until others time out, so they cannot grow the driver's memory without bound."""
 STRATEGIES: Final[tuple[str, ...]] = ("max", "min", "tagged")
 _DURATION = re.compile(r"^(\d+)(ns|us|ms|s)?$", re.IGNORECASE)
 _UNITS: Final[dict[str, int]] = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000, "": 1}
@@ -141,7 +144,7 @@ class SenderFlowControl:
             receiver.time_of_last_sm_ns = now_ns
             receiver.group_tag = group_tag
             receiver.eos_flagged = eos
-        elif not eos and self._admits(position, window):
+        elif not eos and len(self.receivers) < MAX_TRACKED_RECEIVERS and self._admits(position, window):
             self.receivers[receiver_id] = TrackedReceiver(receiver_id, position, position + window, now_ns, group_tag)
             self.changes += 1
 

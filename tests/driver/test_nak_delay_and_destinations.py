@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from logbuf.driver.destination_tracker import DestinationTracker
+from logbuf.driver.destination_tracker import MAX_DESTINATIONS, DestinationTracker
 from logbuf.driver.nak_delay import OptimalMulticastDelayGenerator, StaticDelayGenerator
 
 MS = 1_000_000
@@ -71,3 +71,13 @@ def test_manual_destinations_stay_until_removed_and_sms_do_not_add_any() -> None
     assert tracker.remove(("10.0.0.2", 4000))
     assert not tracker.remove(("10.0.0.2", 4000))
     assert tracker.addresses == [] and tracker.changes == 2
+
+
+def test_sms_from_ever_more_addresses_add_at_most_max_destinations() -> None:
+    tracker = DestinationTracker(manual=False, timeout_ns=100)
+    for i in range(MAX_DESTINATIONS + 100):
+        tracker.on_status_message(("10.0.0.1", 1000 + i), i, 0)
+    assert len(tracker.destinations) == MAX_DESTINATIONS
+    manual = DestinationTracker(manual=True, timeout_ns=100)
+    added = [manual.add(("10.0.0.1", 1000 + i), "", 0) for i in range(MAX_DESTINATIONS + 1)]
+    assert added.count(True) == MAX_DESTINATIONS and added[-1] is False

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from logbuf.driver.sender_flow_control import (
+    MAX_TRACKED_RECEIVERS,
     RECEIVER_TIMEOUT_DEFAULT_NS,
     FlowControlSpec,
     MaxFlowControl,
@@ -146,3 +147,14 @@ def test_unicast_limit_only_grows() -> None:
     assert fc.on_status_message(0, W, 1, None, False, limit, 1) == 1000 + W
     assert fc.on_idle(RECEIVER_TIMEOUT_DEFAULT_NS + 2, limit) == limit
     assert fc.receivers == {}  # timed out, shown no more
+
+
+def test_forged_receiver_ids_cannot_grow_the_group_without_bound() -> None:
+    fc = MaxFlowControl(FlowControlSpec("max", receiver_timeout_ns=100))
+    limit = 0
+    for receiver_id in range(MAX_TRACKED_RECEIVERS + 500):
+        limit = fc.on_status_message(0, W, receiver_id, None, False, limit, 0)
+    assert len(fc.receivers) == MAX_TRACKED_RECEIVERS
+    fc.on_idle(101, limit)  # the silent ones time out, making room again
+    fc.on_status_message(0, W, -1, None, False, limit, 102)
+    assert set(fc.receivers) == {-1}
