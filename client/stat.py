@@ -537,7 +537,23 @@ def serve_prometheus(directory: str, port: int, *, alive_timeout_ms: int = DEFAU
                     snd.add_metric(values, float(s.sender_position))
                 if s.receiver_hwm is not None:
                     hwm.add_metric(values, float(s.receiver_hwm))
-            yield from (pub, lmt, sub, lag, snd, hwm)
+            receiver_labels = [*labels, "receiver_id", "address"]
+            rcv = GaugeMetricFamily(
+                "logbuf_group_receiver_position_bytes",
+                "Multicast/MDC receiver's position (its last status message), seen by the sender",
+                labels=receiver_labels,
+            )
+            rcv_lag = GaugeMetricFamily(
+                "logbuf_group_receiver_lag_bytes",
+                "Multicast/MDC receiver's lag behind the sender",
+                labels=receiver_labels,
+            )
+            for s in snap.streams:
+                values = [str(s.stream_id), str(s.session_id), s.channel]
+                for r in s.receivers:
+                    rcv.add_metric([*values, r.receiver_id, r.address], float(r.position))
+                    rcv_lag.add_metric([*values, r.receiver_id, r.address], float(r.lag))
+            yield from (pub, lmt, sub, lag, snd, hwm, rcv, rcv_lag)
             errors = GaugeMetricFamily("logbuf_distinct_errors", "Distinct errors in the driver's error log")
             errors.add_metric([], float(len(snap.errors)))
             yield errors

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import time
+import urllib.request
 import zlib
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -22,6 +23,7 @@ from typing import Any
 import pytest
 
 from logbuf.client import Aeron, Context, RegistrationError
+from logbuf.client.stat import serve_prometheus
 from logbuf.conduit import counters_descriptor as cd
 from logbuf.errors import ErrorCode
 from tests.support.driver_process import DriverProcess, DriverSet
@@ -309,6 +311,17 @@ def test_min_paces_the_publisher_to_a_receiver_that_stops_reading(
         assert slowest == [net.address(3)], stream["receivers"]
         consumed = stream_counter(hosts[3], cd.SUBSCRIBER_POSITION_TYPE_ID, 40651)  # what its SMs report
         assert receivers[net.address(3)]["position"] == consumed
+        # and the Prometheus exporter has them too
+        server, reader = serve_prometheus(hosts[0].dir, 0)
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{server.server_port}/metrics", timeout=30) as response:
+                metrics = response.read().decode()
+        finally:
+            server.shutdown()
+            server.server_close()
+            reader.close()
+        lines = [line for line in metrics.splitlines() if line.startswith("logbuf_group_receiver_position_bytes{")]
+        assert sorted(net.address(i) in " ".join(lines) for i in (1, 2, 3)) == [True] * 3, lines
     finally:
         for c in clients:
             c.close()
