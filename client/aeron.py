@@ -83,6 +83,15 @@ class Publication(_Publication):
         super().close()
         self._conductor.release_publication(self)
 
+    def add_destination(self, endpoint_channel: str) -> None:
+        """Send to one more receiver (``aeron:udp?endpoint=host:port``): a ``control-mode=manual``
+        multi-destination publication only. Raises RegistrationError if the driver refuses."""
+        self._conductor.destination_command(self, endpoint_channel, add=True)
+
+    def remove_destination(self, endpoint_channel: str) -> None:
+        """Stop sending to a destination added with :meth:`add_destination`."""
+        self._conductor.destination_command(self, endpoint_channel, add=False)
+
 
 class Image(_Image):
     """One publisher's stream as seen by a subscription."""
@@ -426,6 +435,15 @@ class ClientConductor:
             correlation_id = self.to_driver.next_correlation_id()
             command = cmd.RemoveCommand(self.client_id, correlation_id, publication.registration_id)
             self._await(correlation_id, cmd.REMOVE_PUBLICATION, command.encode())
+
+    def destination_command(self, publication: Publication, channel: str, *, add: bool) -> None:
+        with self._lock:
+            self._ensure_usable()
+            if publication.is_closed:
+                raise ClosedError("publication is closed")
+            correlation_id = self.to_driver.next_correlation_id()
+            command = cmd.DestinationCommand(self.client_id, correlation_id, publication.registration_id, channel)
+            self._await(correlation_id, cmd.ADD_DESTINATION if add else cmd.REMOVE_DESTINATION, command.encode())
 
     # -- subscriptions ------------------------------------------------------------------------------------
     def add_subscription(

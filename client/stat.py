@@ -80,6 +80,19 @@ class SubscriberStat:
 
 
 @dataclass(slots=True)
+class ReceiverStat:
+    """One receiver of a multicast or MDC publication, as its sender sees it (its last status message)."""
+
+    counter_id: int
+    receiver_id: str
+    address: str
+    position: int
+    lag: int
+    """Bytes behind the sender position."""
+    slowest: bool = False
+
+
+@dataclass(slots=True)
 class StreamStat:
     registration_id: int
     session_id: int
@@ -94,6 +107,10 @@ class StreamStat:
     sender_position: int | None = None
     sender_limit: int | None = None
     receiver_hwm: int | None = None
+    receivers: list[ReceiverStat] = field(default_factory=list)
+    """Multicast and MDC publications: each receiver (group member or MDC destination) with its position."""
+    flow_control_receivers: int | None = None
+    mdc_destinations: int | None = None
 
 
 @dataclass(slots=True)
@@ -238,8 +255,12 @@ class StatReader:
         subscribers: dict[tuple[int, int], list[CounterInfo]] = {}
         extra: dict[tuple[int, int, int], CounterInfo] = {}  # (type id, session, stream) -> counter
         images: dict[tuple[int, int], CounterInfo] = {}  # rcv-pos counters
+        receivers: dict[tuple[int, int], list[CounterInfo]] = {}  # fc-rcv-pos counters
         for info in infos:
             if info.type_id not in (
+                cd.FLOW_CONTROL_RECEIVER_POSITION_TYPE_ID,
+                cd.FLOW_CONTROL_RECEIVERS_TYPE_ID,
+                cd.MDC_DESTINATIONS_TYPE_ID,
                 cd.PUBLISHER_LIMIT_TYPE_ID,
                 cd.PUBLISHER_POSITION_TYPE_ID,
                 cd.SUBSCRIBER_POSITION_TYPE_ID,
@@ -259,6 +280,8 @@ class StatReader:
                 subscribers.setdefault(key, []).append(info)
             elif info.type_id == cd.RECEIVER_POSITION_TYPE_ID:
                 images[key] = info
+            elif info.type_id == cd.FLOW_CONTROL_RECEIVER_POSITION_TYPE_ID:
+                receivers.setdefault(key, []).append(info)
             else:
                 extra[(info.type_id, session_id, stream_id)] = info
         entries = [(key, info, "publication") for key, info in limits.items()]
@@ -308,7 +331,20 @@ class StatReader:
                 sender_position=value(cd.SENDER_POSITION_TYPE_ID) if kind == "publication" else None,
                 sender_limit=value(cd.SENDER_LIMIT_TYPE_ID) if kind == "publication" else None,
                 receiver_hwm=value(cd.RECEIVER_HWM_TYPE_ID) if kind == "image" else None,
+                flow_control_receivers=value(cd.FLOW_CONTROL_RECEIVERS_TYPE_ID) if kind == "publication" else None,
+                mdc_destinations=value(cd.MDC_DESTINATIONS_TYPE_ID) if kind == "publication" else None,
             )
+            sent = stream.sender_position if stream.sender_position is not None else position
+            for receiver in receivers.get(key, []) if kind == "publication" else []:
+                _, _, tail = receiver.label.rpartition(" receiver=")
+                receiver_id, _, address = tail.partition(" ")
+                stream.receivers.append(
+                    ReceiverStat(
+                        receiver.counter_id, receiver_id, address, receiver.value, max(0, sent - receiver.value)
+                    )
+                )
+            if stream.receivers:
+                min(stream.receivers, key=lambda r: r.position).slowest = True
             for sub in subscribers.get(key, []):
                 stream.subscribers.append(
                     SubscriberStat(
@@ -412,6 +448,21 @@ def render(snapshot: Snapshot) -> Any:
                 f"{sub.lag:,}",
                 style=style,
             )
+    receivers = Table(title="receivers of multicast and MDC publications (slowest in red)", expand=True)
+    for name in ("stream", "session", "receiver id", "address", "position", "lag (bytes)"):
+        receivers.add_column(name, justify="right", no_wrap=True)
+    for s in snapshot.streams:
+        for r in s.receivers:
+            style = "bold red" if r.slowest and len(s.receivers) > 1 and r.lag > 0 else None
+            receivers.add_row(
+                str(s.stream_id),
+                str(s.session_id),
+                r.receiver_id,
+                r.address,
+                f"{r.position:,}",
+                f"{r.lag:,}",
+                style=style,
+            )
     shown, hidden = system_counters_to_show(snapshot)
     counters = Table(
         title="system counters" + (f" ({hidden} idle UDP counters hidden: no UDP stream)" if hidden else ""),
@@ -422,7 +473,10 @@ def render(snapshot: Snapshot) -> Any:
     counters.add_column("value", justify="right")
     for c in shown:
         counters.add_row(str(c.id), c.label, f"{c.value:,}")
-    parts: list[Any] = [title, streams, Text(LEGEND, style="dim"), subscribers, counters]
+    parts: list[Any] = [title, streams, Text(LEGEND, style="dim"), subscribers]
+    if receivers.row_count:
+        parts.append(receivers)
+    parts.append(counters)
     if snapshot.errors:
         errors = Table(title="distinct errors (most recent first)", expand=True)
         errors.add_column("count", justify="right")
@@ -483,7 +537,23 @@ def serve_prometheus(directory: str, port: int, *, alive_timeout_ms: int = DEFAU
                     snd.add_metric(values, float(s.sender_position))
                 if s.receiver_hwm is not None:
                     hwm.add_metric(values, float(s.receiver_hwm))
-            yield from (pub, lmt, sub, lag, snd, hwm)
+            receiver_labels = [*labels, "receiver_id", "address"]
+            rcv = GaugeMetricFamily(
+                "logbuf_group_receiver_position_bytes",
+                "Multicast/MDC receiver's position (its last status message), seen by the sender",
+                labels=receiver_labels,
+            )
+            rcv_lag = GaugeMetricFamily(
+                "logbuf_group_receiver_lag_bytes",
+                "Multicast/MDC receiver's lag behind the sender",
+                labels=receiver_labels,
+            )
+            for s in snap.streams:
+                values = [str(s.stream_id), str(s.session_id), s.channel]
+                for r in s.receivers:
+                    rcv.add_metric([*values, r.receiver_id, r.address], float(r.position))
+                    rcv_lag.add_metric([*values, r.receiver_id, r.address], float(r.lag))
+            yield from (pub, lmt, sub, lag, snd, hwm, rcv, rcv_lag)
             errors = GaugeMetricFamily("logbuf_distinct_errors", "Distinct errors in the driver's error log")
             errors.add_metric([], float(len(snap.errors)))
             yield errors

@@ -37,24 +37,30 @@ from logbuf.conduit.counters import CountersManager
 from logbuf.conduit.error_log import DistinctErrorLog
 from logbuf.conduit.ring_buffer import ManyToOneRingBuffer, RingBufferUnblocker
 from logbuf.driver.context import DriverContext
+from logbuf.driver.destination_tracker import DestinationTracker
 from logbuf.driver.ipc_publication import IpcPublication, SubscriberPosition
 from logbuf.driver.lifecycle import ImageState, PublicationState
+from logbuf.driver.nak_delay import OptimalMulticastDelayGenerator
 from logbuf.driver.network_publication import NetworkPublication
 from logbuf.driver.proxies import DriverConductorProxy, ReceiverCommands, SenderCommands
 from logbuf.driver.publication_image import PublicationImage
+from logbuf.driver.sender_flow_control import new_flow_control, parse_flow_control
 from logbuf.driver.system_counters import SystemCounterId, SystemCounters
 from logbuf.driver.udp import (
     Address,
     FaultInjector,
     ImageSettings,
+    MulticastSettings,
     ReceiveChannelEndpoint,
     SendChannelEndpoint,
     SocketSettings,
+    is_multicast,
+    multicast_control_address,
     resolve_interface,
 )
 from logbuf.errors import ErrorCode, LogbufError
 from logbuf.logbuffer.log_buffer import LogBuffers
-from logbuf.protocol.setup import SetupFrame
+from logbuf.protocol.setup import GROUP_FLAG, SetupFrame
 
 RESERVED_SESSION_ID_LOW = -1
 RESERVED_SESSION_ID_HIGH = 1000
@@ -147,6 +153,19 @@ class _PublicationFields(TypedDict):
     unblock_timeout_ns: int
 
 
+@dataclass(frozen=True)
+class _SendPlan:
+    """How a network publication's endpoint sends: to ``destination`` (unicast or a multicast group) or to
+    the ``destinations`` of an MDC tracker, from a socket bound to ``bind``."""
+
+    destination: Address | None
+    bind: Address
+    multicast: MulticastSettings | None
+    destinations: DestinationTracker | None
+    group: bool
+    """Multicast or MDC: flow control defaults to max and counts receivers."""
+
+
 class DriverConductor:
     """Agent owning the driver's state; everything else talks to it through the CnC."""
 
@@ -201,6 +220,8 @@ class DriverConductor:
             cmd.ADD_SUBSCRIPTION: self._on_add_subscription,
             cmd.REMOVE_SUBSCRIPTION: self._on_remove_subscription,
             cmd.CLIENT_KEEPALIVE: self._on_client_keepalive,
+            cmd.ADD_DESTINATION: lambda b: self._on_destination(b, add=True),
+            cmd.REMOVE_DESTINATION: lambda b: self._on_destination(b, add=False),
             cmd.CLIENT_CLOSE: self._on_client_close,
             cmd.TERMINATE_DRIVER: self._on_terminate_driver,
         }
@@ -291,13 +312,11 @@ class DriverConductor:
                 f"channel prefix {uri.prefix!r} is only for subscriptions to udp channels: {channel}",
             )
         if uri.media == "udp":
-            if uri.endpoint() is None:
+            mode = uri.control_mode()
+            if mode == "response":
+                raise CommandError(ErrorCode.NOT_SUPPORTED, f"control-mode=response is not supported yet: {channel}")
+            if uri.endpoint() is None and uri.control() is None and mode != "manual":
                 raise CommandError(ErrorCode.INVALID_CHANNEL, f"udp channel needs endpoint=host:port: {channel}")
-            if uri.control() is not None or uri.control_mode() is not None:
-                raise CommandError(
-                    ErrorCode.NOT_SUPPORTED,
-                    f"control= and control-mode= (multicast, MDC) are not supported yet: {channel}",
-                )
         return uri
 
     def _socket_settings(self, uri: ChannelUri) -> SocketSettings:
@@ -320,17 +339,33 @@ class DriverConductor:
             ) from None
 
     @staticmethod
-    def _resolve(uri: ChannelUri) -> Address:
-        endpoint = uri.endpoint()
+    def _resolve(uri: ChannelUri, key: str = "endpoint") -> Address:
+        """``endpoint=`` (or ``control=``) resolved; a multicast data address must have an odd last octet
+        (its control address is the next one), as Aeron requires."""
+        endpoint = uri.endpoint() if key == "endpoint" else uri.control()
         assert endpoint is not None
         host, port = endpoint
         try:
             address = socket.gethostbyname(host)
         except OSError as e:
-            raise CommandError(ErrorCode.UNKNOWN_HOST, f"cannot resolve endpoint host {host!r}: {e}") from None
-        if address.split(".")[0].isdigit() and 224 <= int(address.split(".")[0]) <= 239:
-            raise CommandError(ErrorCode.NOT_SUPPORTED, f"multicast endpoint {address} is not supported yet")
+            raise CommandError(ErrorCode.UNKNOWN_HOST, f"cannot resolve {key} host {host!r}: {e}") from None
+        if is_multicast(address):
+            if key != "endpoint":
+                raise CommandError(
+                    ErrorCode.INVALID_CHANNEL, f"control={address}:{port} must not be a multicast address: {uri}"
+                )
+            if not int(address.split(".")[-1]) & 1:
+                raise CommandError(
+                    ErrorCode.INVALID_CHANNEL,
+                    f"multicast data address {address} must have an odd last octet "
+                    f"(the control address is {address[: address.rfind('.')]}.{int(address.split('.')[-1]) + 1}): "
+                    f"{uri}",
+                )
         return address, port
+
+    def _multicast_settings(self, uri: ChannelUri) -> MulticastSettings:
+        interface = uri.interface_address()
+        return MulticastSettings(None if interface is None else self._interface_bind(uri)[0], uri.ttl())
 
     def _faults(self) -> FaultInjector | None:
         ctx = self.ctx
@@ -388,7 +423,15 @@ class DriverConductor:
         self, registration_id: int, stream_id: int, uri: ChannelUri, exclusive: bool
     ) -> IpcPublication:
         network = uri.media == "udp"
-        destination = self._resolve(uri) if network else None
+        plan = self._send_plan(uri) if network else None
+        try:
+            fc_spec = parse_flow_control(
+                uri.get("fc"),
+                group=plan is not None and plan.group,
+                default_timeout_ns=self.ctx.flow_control_receiver_timeout,
+            )
+        except InvalidChannelError as e:
+            raise CommandError(ErrorCode.INVALID_CHANNEL, f"{e}: {uri.original}") from None
         term_length = uri.term_length() or (self.ctx.term_length if network else self.ctx.ipc_term_length)
         mtu = uri.mtu() or self.ctx.mtu
         session_id = uri.session_id()
@@ -400,7 +443,7 @@ class DriverConductor:
         canonical = uri.canonical_form()
         path = os.path.join(self._publications_dir, f"{registration_id}.logbuffer")
         self._check_counters(
-            (4 if network else 2) + len(self._subscriptions_by_stream.get(stream_id, ())), f"publication {path}"
+            (6 if network else 2) + len(self._subscriptions_by_stream.get(stream_id, ())), f"publication {path}"
         )
         try:
             log = LogBuffers.create_file(
@@ -452,7 +495,7 @@ class DriverConductor:
             unblock_timeout_ns=self.ctx.publication_unblock_timeout,
         )
         publication: IpcPublication
-        if destination is not None:
+        if plan is not None:
             snd_pos = self.counters.allocate(
                 label.format("snd-pos"),
                 cd.SENDER_POSITION_TYPE_ID,
@@ -476,24 +519,55 @@ class DriverConductor:
                 mtu_length=mtu,
                 connection_timeout_ns=self.ctx.publication_connection_timeout,
                 sender_limit=start,
+                flow_control=new_flow_control(fc_spec),
+                setup_flags=GROUP_FLAG if plan.group else 0,
+                setup_ttl=(uri.ttl() or 0) if plan.multicast is not None else 0,
             )
+            if plan.group:
+                network_publication.receivers_counter_id = self.counters.allocate(
+                    label.format("fc-receivers"),
+                    cd.FLOW_CONTROL_RECEIVERS_TYPE_ID,
+                    key,
+                    registration_id=registration_id,
+                )
+            if plan.destinations is not None:
+                network_publication.mdc_destinations_counter_id = self.counters.allocate(
+                    label.format("mdc-num-dest"),
+                    cd.MDC_DESTINATIONS_TYPE_ID,
+                    key,
+                    registration_id=registration_id,
+                )
             endpoint = self.send_endpoints.get(canonical)
             if endpoint is None:
                 try:
-                    transport = self.ctx.udp_transport(
-                        self._interface_bind(uri),
-                        sockets=self._socket_settings(uri),
-                        faults=self._faults(),
-                        system_counters=self.system_counters,
+                    transport = (
+                        self.ctx.udp_transport(
+                            plan.bind,
+                            sockets=self._socket_settings(uri),
+                            faults=self._faults(),
+                            system_counters=self.system_counters,
+                            multicast=plan.multicast,
+                        )
+                        if plan.multicast is not None
+                        else self.ctx.udp_transport(
+                            plan.bind,
+                            sockets=self._socket_settings(uri),
+                            faults=self._faults(),
+                            system_counters=self.system_counters,
+                        )
                     )
                 except OSError as e:
                     network_publication.close()
                     raise CommandError(
                         ErrorCode.CHANNEL_ENDPOINT_ERROR, f"cannot open a socket for {canonical}: {e}"
                     ) from e
-                endpoint = SendChannelEndpoint(canonical, destination, transport, self.system_counters, self.clock_ns)
+                endpoint = SendChannelEndpoint(
+                    canonical, plan.destination, transport, self.system_counters, self.clock_ns, plan.destinations
+                )
                 self.send_endpoints[canonical] = endpoint
                 self.sender.register_send_channel_endpoint(endpoint)
+            if endpoint.destinations is not None:
+                network_publication.set_destination_count(len(endpoint.destinations.destinations))
             self.sender.new_network_publication(endpoint, network_publication)
             publication = network_publication
         else:
@@ -514,6 +588,64 @@ class DriverConductor:
             if link.stream_id == stream_id and link.canonical == canonical and link.spy == network:
                 self._link_subscriber(publication, link)
         return publication
+
+    def _send_plan(self, uri: ChannelUri) -> _SendPlan:
+        """Where a publication's socket binds and where it sends: unicast, multicast or MDC."""
+        mode = uri.control_mode()
+        if uri.control() is not None or mode == "manual":
+            bind = self._resolve(uri, "control") if uri.control() is not None else self._interface_bind(uri)
+            return _SendPlan(
+                None,
+                bind,
+                None,
+                DestinationTracker(manual=mode == "manual", timeout_ns=self.ctx.mdc_destination_timeout),
+                True,
+            )
+        destination = self._resolve(uri)
+        if is_multicast(destination[0]):
+            return _SendPlan(
+                destination, multicast_control_address(destination), self._multicast_settings(uri), None, True
+            )
+        return _SendPlan(destination, self._interface_bind(uri), None, None, False)
+
+    def _on_destination(self, buffer: memoryview, *, add: bool) -> None:
+        """ADD_DESTINATION / REMOVE_DESTINATION for a manual MDC publication of this client."""
+        command = cmd.DestinationCommand.decode(buffer)
+        session = self._client(command.client_id)
+        publication = session.publication_links.get(command.registration_id)
+        if publication is None:
+            raise CommandError(
+                ErrorCode.UNKNOWN_PUBLICATION, f"unknown publication registration_id={command.registration_id}"
+            )
+        endpoint = self.send_endpoints.get(publication.channel) if isinstance(publication, NetworkPublication) else None
+        if endpoint is None or endpoint.destinations is None or not endpoint.destinations.manual:
+            raise CommandError(
+                ErrorCode.INVALID_CHANNEL,
+                f"destinations can only be added to a control-mode=manual publication, not {publication.channel}",
+            )
+        uri = ChannelUri.parse(command.channel)
+        if uri.media != "udp" or uri.endpoint() is None:
+            raise CommandError(
+                ErrorCode.INVALID_CHANNEL, f"a destination must be aeron:udp?endpoint=host:port: {command.channel}"
+            )
+        address = self._resolve(uri)
+        tracker = endpoint.destinations
+        if add:
+            if not tracker.add(address, command.channel, self.clock_ns()) and address not in tracker.addresses:
+                raise CommandError(
+                    ErrorCode.RESOURCE_TEMPORARILY_UNAVAILABLE,
+                    f"publication registration_id={publication.registration_id} already has "
+                    f"{len(tracker.destinations)} destinations, the most one endpoint sends to: {command.channel}",
+                )
+        elif not tracker.remove(address):
+            raise CommandError(ErrorCode.UNKNOWN_PUBLICATION, f"unknown destination {command.channel}")
+        endpoint.on_idle(self.clock_ns())  # mdc-num-dest now
+        self._log.info(
+            "destination.added" if add else "destination.removed",
+            registration_id=publication.registration_id,
+            destination=f"{address[0]}:{address[1]}",
+        )
+        self._transmit(cmd.ON_OPERATION_SUCCESS, cmd.OperationSuccess(command.correlation_id).encode())
 
     def _on_remove_publication(self, buffer: memoryview) -> None:
         command = cmd.RemoveCommand.decode(buffer)
@@ -538,15 +670,35 @@ class DriverConductor:
         )
         self._check_counters(len(self._publications_by_stream.get(link.stream_id, ())), f"subscription {link.channel}")
         if uri.media == "udp" and not spy:
+            if uri.endpoint() is None:
+                raise CommandError(
+                    ErrorCode.INVALID_CHANNEL, f"a udp subscription needs endpoint=host:port: {command.channel}"
+                )
             address = self._resolve(uri)
+            multicast = is_multicast(address[0])
+            control: Address | None = None
+            if multicast:
+                control = multicast_control_address(address)
+            elif uri.control() is not None:
+                control = self._resolve(uri, "control")
             receive_channel = self.receive_endpoints.get(address)
             if receive_channel is None:
                 try:
-                    transport = self.ctx.udp_transport(
-                        address,
-                        sockets=self._socket_settings(uri),
-                        faults=self._faults(),
-                        system_counters=self.system_counters,
+                    transport = (
+                        self.ctx.udp_transport(
+                            address,
+                            sockets=self._socket_settings(uri),
+                            faults=self._faults(),
+                            system_counters=self.system_counters,
+                            multicast=self._multicast_settings(uri),
+                        )
+                        if multicast
+                        else self.ctx.udp_transport(
+                            address,
+                            sockets=self._socket_settings(uri),
+                            faults=self._faults(),
+                            system_counters=self.system_counters,
+                        )
                     )
                 except OSError as e:
                     raise CommandError(
@@ -554,11 +706,18 @@ class DriverConductor:
                         f"cannot bind {address[0]}:{address[1]} for {command.channel}: {e}",
                     ) from e
                 endpoint = ReceiveChannelEndpoint(
-                    link.canonical, transport, self.system_counters, self.clock_ns, self._proxy
+                    link.canonical,
+                    transport,
+                    self.system_counters,
+                    self.clock_ns,
+                    self._proxy,
+                    control_address=control,
+                    elicit_periodically=control is not None and not multicast,
+                    multicast=multicast,
                 )
                 receive_channel = self.receive_endpoints[address] = ReceiveChannel(endpoint)
                 self.receiver.register_receive_channel_endpoint(endpoint)
-            settings = ImageSettings(uri.reliable(), uri.receiver_window_length(), uri.nak_delay_ns())
+            settings = ImageSettings(uri.reliable(), uri.receiver_window_length(), uri.nak_delay_ns(), uri.group_tag())
             existing = receive_channel.image_settings.setdefault(link.stream_id, settings)
             if existing != settings:
                 raise CommandError(
@@ -721,6 +880,14 @@ class DriverConductor:
             sm_interval_ns=self.ctx.status_message_timeout,
             now_ns=self.clock_ns(),
             reliable=settings.reliable,
+            nak_delay_generator=(
+                OptimalMulticastDelayGenerator(
+                    settings.nak_delay_ns or self.ctx.nak_multicast_max_backoff, self.ctx.nak_multicast_group_size
+                )
+                if endpoint.multicast
+                else None
+            ),
+            group_tag=settings.group_tag,
         )
 
     def _receive_channel_of(self, endpoint: ReceiveChannelEndpoint) -> ReceiveChannel | None:

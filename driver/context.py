@@ -154,6 +154,22 @@ class DriverContext:
     status_message_timeout: int = setting(200_000_000, "duration", "Longest gap between a receiver's status messages.")
     nak_delay: int = setting(100_000, "duration", "Delay before a gap is NAKed (lets reordered data arrive).")
     nak_retry_delay: int = setting(10_000_000, "duration", "Delay before a still-open gap is NAKed again.")
+    nak_multicast_max_backoff: int = setting(
+        10_000_000,
+        "duration",
+        "Multicast receivers NAK after a random delay up to this (RFC 5401 back-off, Aeron's): longer means "
+        "fewer duplicate NAKs from a group, slower recovery. A channel's nak-delay= replaces it.",
+    )
+    nak_multicast_group_size: int = setting(10, "int", "Expected multicast group size, shaping the NAK back-off.")
+    flow_control_receiver_timeout: int = setting(
+        5_000_000_000,
+        "duration",
+        "A receiver of a multicast or MDC publication silent this long leaves its flow-control group (fc=...,t: "
+        "per channel).",
+    )
+    mdc_destination_timeout: int = setting(
+        5_000_000_000, "duration", "A dynamic MDC destination with no status message this long is dropped."
+    )
     initial_window_length: int = setting(128 * 1024, "size", "Receiver window (capped at term/2).")
     max_images_per_endpoint: int = setting(
         128,
@@ -236,9 +252,14 @@ class DriverContext:
             "publication_connection_timeout",
             "status_message_timeout",
             "nak_retry_delay",
+            "nak_multicast_max_backoff",
+            "flow_control_receiver_timeout",
+            "mdc_destination_timeout",
         ):
             if getattr(self, name) <= 0:
                 raise ConfigurationError(f"{name}={getattr(self, name)} must be a positive duration")
+        if self.nak_multicast_group_size < 1:
+            raise ConfigurationError(f"nak_multicast_group_size={self.nak_multicast_group_size} must be at least 1")
         if self.initial_window_length < self.mtu:
             raise ConfigurationError(
                 f"initial_window_length={self.initial_window_length} must be at least mtu={self.mtu}"

@@ -23,8 +23,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from logbuf import native
+from logbuf.conduit import counters_descriptor as cd
 from logbuf.driver.ipc_publication import IpcPublication
 from logbuf.driver.lifecycle import PublicationState
+from logbuf.driver.sender_flow_control import SenderFlowControl
 from logbuf.driver.system_counters import SystemCounterId, SystemCounters
 from logbuf.logbuffer import data_header_descriptor as dh
 from logbuf.protocol.data import HeartbeatFrame
@@ -38,6 +40,10 @@ BLOCKED_HEARTBEAT_INTERVAL_NS = 1_000_000
 """While flow control blocks data that is waiting, heartbeat every 1 ms: if the last datagrams
 of the window were lost, the receiver learns the HWM and NAKs now rather than in 100 ms."""
 RETRANSMIT_LINGER_NS = 10_000_000
+MAX_RECEIVER_COUNTERS = 64
+"""``fc-rcv-pos`` counters one publication allocates at most (the CnC's counters are shared by all)."""
+FLOW_CONTROL_IDLE_INTERVAL_NS = 1_000_000
+"""How often the flow-control strategy times receivers out (and a min group's limit is recomputed)."""
 MAX_DATAGRAMS_PER_SEND = 32
 
 Send = Callable[[Any], int]
@@ -66,6 +72,21 @@ class NetworkPublication(IpcPublication):
     receiver_address: tuple[str, int] | None = None
     """Where the SM that connected this publication came from: while connected, the send endpoint
     takes SMs and NAKs for it from there only (unicast)."""
+    flow_control: SenderFlowControl = field(default_factory=SenderFlowControl)
+    receivers_counter_id: int = -1
+    """``fc-receivers``: how many receivers the flow-control strategy counts (-1: no counter)."""
+    setup_flags: int = 0
+    """GROUP_FLAG on multicast and MDC publications (group semantics), as Aeron's SETUP carries it."""
+    setup_ttl: int = 0
+    """The channel's multicast ``ttl=``, echoed in SETUP."""
+    mdc_destinations_counter_id: int = -1
+    """``mdc-num-dest``: how many destinations an MDC publication's endpoint sends to (-1: not MDC)."""
+    receiver_addresses: dict[int, tuple[str, int]] = field(default_factory=dict)
+    """Receiver id -> where its last SM came from (for tools: who is slow, and where)."""
+    receiver_counters: dict[int, int] = field(default_factory=dict)
+    """Receiver id -> its ``fc-rcv-pos`` counter (group publications: those with ``fc-receivers``)."""
+    _next_flow_control_idle_ns: int = 0
+    _flow_control_changes: int = 0
 
     # -- sender duty cycle ------------------------------------------------------------------------
     def send(self, now_ns: int, send: Send, send_frames: SendFrames | None = None) -> int:
@@ -74,6 +95,9 @@ class NetworkPublication(IpcPublication):
         counters = self.system_counters
         assert counters is not None
         sent = 0
+        if now_ns >= self._next_flow_control_idle_ns:
+            self._next_flow_control_idle_ns = now_ns + FLOW_CONTROL_IDLE_INTERVAL_NS
+            self._set_sender_limit(self.flow_control.on_idle(now_ns, self.sender_limit))
         if self.should_send_setup and now_ns >= self.next_setup_ns:
             position = self.sender_position.get()
             term_id, term_offset = self.log.term_of(position)
@@ -85,6 +109,8 @@ class NetworkPublication(IpcPublication):
                 term_id,
                 self.log.term_length,
                 self.mtu_length,
+                self.setup_ttl,
+                self.setup_flags,
             )
             sent += self._send(send, setup.encode())
             counters.increment(SystemCounterId.SETUPS_SENT)
@@ -169,21 +195,75 @@ class NetworkPublication(IpcPublication):
         sender_position: int = self.sender_position.get()
         return 0 <= position <= sender_position
 
-    def on_status_message(self, sm: StatusMessageFrame, now_ns: int) -> None:
+    def on_status_message(self, sm: StatusMessageFrame, now_ns: int, source: tuple[str, int] | None = None) -> None:
         self.time_of_last_sm_ns = now_ns
         if sm.elicits_setup:
             self.should_send_setup = True
             self.next_setup_ns = 0
             return
         position = self.log.position_of(sm.consumption_term_id, sm.consumption_term_offset)
-        self.sender_limit = max(self.sender_limit, position + sm.receiver_window_length)
-        self.counters.set_value(self.sender_limit_id, self.sender_limit)
+        flow_control = self.flow_control
+        if source is not None:
+            self.receiver_addresses[sm.receiver_id] = source
+        self._set_sender_limit(
+            flow_control.on_status_message(
+                position,
+                sm.receiver_window_length,
+                sm.receiver_id,
+                sm.group_tag,
+                sm.is_end_of_stream,
+                self.sender_limit,
+                now_ns,
+            )
+        )
+        counter_id = self.receiver_counters.get(sm.receiver_id)
+        if counter_id is not None:
+            self.counters.set_value(counter_id, flow_control.receivers[sm.receiver_id].last_position)
+        if not flow_control.has_required_receivers():
+            return
         if not self.has_received_sm:
             self.has_received_sm = True
             self.should_send_setup = False
         if not self.is_connected:
             self.is_connected = True
             self.log.set_connected(True)
+
+    def set_destination_count(self, count: int) -> None:
+        if self.mdc_destinations_counter_id >= 0:
+            self.counters.set_value(self.mdc_destinations_counter_id, count)
+
+    def _set_sender_limit(self, limit: int) -> None:
+        if limit != self.sender_limit:
+            self.sender_limit = limit
+            self.counters.set_value(self.sender_limit_id, limit)
+        flow_control = self.flow_control
+        if flow_control.changes != self._flow_control_changes:
+            self._flow_control_changes = flow_control.changes
+            for receiver_id in [r for r in self.receiver_addresses if r not in flow_control.receivers]:
+                del self.receiver_addresses[receiver_id]
+            if self.receivers_counter_id >= 0:
+                self.counters.set_value(self.receivers_counter_id, len(flow_control.receivers))
+                self._sync_receiver_counters()
+
+    def _sync_receiver_counters(self) -> None:
+        """One ``fc-rcv-pos`` counter per receiver in the group, labelled with its id and address."""
+        receivers = self.flow_control.receivers
+        for receiver_id in [r for r in self.receiver_counters if r not in receivers]:
+            self.counters.free(self.receiver_counters.pop(receiver_id))
+        for receiver_id, receiver in receivers.items():
+            if receiver_id in self.receiver_counters:
+                continue
+            if len(self.receiver_counters) >= MAX_RECEIVER_COUNTERS or not self.counters.has_room(1):
+                break
+            host, port = self.receiver_addresses.get(receiver_id, ("?", 0))
+            label = cd.stream_label("fc-rcv-pos", self.registration_id, self.session_id, self.stream_id, self.channel)
+            self.receiver_counters[receiver_id] = self.counters.allocate(
+                f"{label} receiver={receiver_id & 0xFFFFFFFFFFFFFFFF:x} {host}:{port}",
+                cd.FLOW_CONTROL_RECEIVER_POSITION_TYPE_ID,
+                cd.STREAM_KEY.pack(self.registration_id, self.session_id, self.stream_id, 0),
+                registration_id=self.registration_id,
+                initial_value=receiver.last_position,
+            )
 
     def on_nak(self, nak: NakFrame, now_ns: int, send: Send) -> int:
         """Resend the named range at once unless it lingers from a recent resend; returns bytes."""
@@ -258,4 +338,11 @@ class NetworkPublication(IpcPublication):
         self.sender_position.close()
         self.counters.free(self.sender_position_id)
         self.counters.free(self.sender_limit_id)
+        for counter_id in (
+            self.receivers_counter_id,
+            self.mdc_destinations_counter_id,
+            *self.receiver_counters.values(),
+        ):
+            if counter_id >= 0:
+                self.counters.free(counter_id)
         super().close()

@@ -34,13 +34,15 @@ from logbuf.conduit.counters import CountersManager
 from logbuf.driver.ipc_publication import SubscriberPosition, allocate_subscriber_position
 from logbuf.driver.lifecycle import IMAGE_TRANSITIONS, check_transition
 from logbuf.driver.lifecycle import ImageState as ImageState
+from logbuf.driver.nak_delay import OptimalMulticastDelayGenerator, StaticDelayGenerator
 from logbuf.driver.system_counters import SystemCounterId, SystemCounters
 from logbuf.logbuffer import data_header_descriptor as dh
 from logbuf.logbuffer.log_buffer import LogBuffers
 from logbuf.protocol.nak import NakFrame
-from logbuf.protocol.status import StatusMessageFrame
+from logbuf.protocol.status import END_OF_STREAM_FLAG, StatusMessageFrame
 
 Send = Callable[[Any], int]
+NakDelayGenerator = StaticDelayGenerator | OptimalMulticastDelayGenerator
 PROGRESS_SM_INTERVAL_NS = 1_000_000
 NAK_SPIN_NS = 1_000_000
 MAX_GAPS = 16
@@ -71,6 +73,10 @@ class PublicationImage:
     sm_interval_ns: int
     now_ns: int
     reliable: bool = True
+    nak_delay_generator: NakDelayGenerator | None = None
+    """Multicast: Aeron's random back-off for first NAKs and retries; None: ``nak_delay_ns``/``nak_retry_ns``."""
+    group_tag: int | None = None
+    """Carried by every status message (``gtag=``), for senders with tagged flow control."""
     subscribers: dict[int, SubscriberPosition] = field(default_factory=dict)
     hwm: int = 0
     rebuild: int = 0
@@ -156,6 +162,10 @@ class PublicationImage:
         if position < self.rebuild or position + len(packet) > floor + self.log.term_length // 2 or position < floor:
             if position >= self.rebuild:
                 self.system_counters.increment(SystemCounterId.FLOW_CONTROL_OVER_RUNS)
+            elif (
+                position < floor
+            ):  # data behind what the subscribers consumed: a retransmit someone else asked for, say
+                self.system_counters.increment(SystemCounterId.FLOW_CONTROL_UNDER_RUNS)
             return False
         native.term_rebuild_insert(self.log.terms[(position // self.log.term_length) % 3], term_offset, packet)
         if end > self.hwm:
@@ -205,8 +215,11 @@ class PublicationImage:
             self.log.set_end_of_stream_position(self.eos_position)
         # loss: NAK every gap between rebuild and HWM, each on its own timer
         timers: dict[int, int] = {}
+        generator = self.nak_delay_generator
         for gap_start, length in gaps.items():
-            due = self.nak_timers.get(gap_start, now_ns + self.nak_delay_ns)
+            due = self.nak_timers.get(gap_start, -1)
+            if due < 0:
+                due = now_ns + (self.nak_delay_ns if generator is None else generator.delay(False))
             if now_ns >= due and not self.reliable:
                 self._fill_gap(gap_start, length)
                 work += 1
@@ -215,7 +228,7 @@ class PublicationImage:
                 term_id, term_offset = self.log.term_of(gap_start)
                 self._send(send, NakFrame(self.session_id, self.stream_id, term_id, term_offset, length).encode())
                 self.system_counters.increment(SystemCounterId.NAK_MESSAGES_SENT)
-                due = now_ns + self.nak_retry_ns
+                due = now_ns + (self.nak_retry_ns if generator is None else generator.delay(True))
                 work += 1
             elif due - now_ns < NAK_SPIN_NS:
                 work += 1  # keep the duty cycle from parking past a NAK that is due very soon
@@ -233,7 +246,13 @@ class PublicationImage:
         ):
             term_id, term_offset = self.log.term_of(consumed)
             sm = StatusMessageFrame(
-                self.session_id, self.stream_id, term_id, term_offset, self.window_length, self.receiver_id
+                self.session_id,
+                self.stream_id,
+                term_id,
+                term_offset,
+                self.window_length,
+                self.receiver_id,
+                self.group_tag,
             )
             self._send(send, sm.encode())
             self.system_counters.increment(SystemCounterId.STATUS_MESSAGES_SENT)
@@ -247,6 +266,21 @@ class PublicationImage:
             self.log.clean(self.clean_position, clean_to)
             self.clean_position = clean_to
         return work
+
+    def end_of_stream_status_message(self) -> bytes:
+        """The SM a receiver sends when its last subscription to the stream goes: the EOS flag tells a
+        sender with min or tagged flow control to stop waiting for this receiver at once."""
+        term_id, term_offset = self.log.term_of(self.min_subscriber_position())
+        return StatusMessageFrame(
+            self.session_id,
+            self.stream_id,
+            term_id,
+            term_offset,
+            self.window_length,
+            self.receiver_id,
+            self.group_tag,
+            END_OF_STREAM_FLAG,
+        ).encode()
 
     def _fill_gap(self, position: int, length: int) -> None:
         """Cover a gap with one padding frame (its length stored last), unless data arrived there."""

@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from logbuf.driver.lifecycle import ImageState
 from logbuf.driver.publication_image import PublicationImage
+from logbuf.driver.system_counters import SystemCounterId
 from logbuf.driver.udp import ReceiveChannelEndpoint
 
 
@@ -36,6 +37,8 @@ class Receiver:
         work = 0
         for endpoint in self.endpoints:
             work += endpoint.poll()
+            if endpoint.elicit_periodically:
+                work += endpoint.on_idle(now)
             for image in list(endpoint.images.values()):  # a SETUP may have replaced one meanwhile
                 if image.state is ImageState.ACTIVE:
                     work += image.track_rebuild(now, endpoint.sender_to(image.source_address))
@@ -68,6 +71,12 @@ class Receiver:
         endpoint.images[(image.session_id, image.stream_id)] = image
 
     def on_remove_publication_image(self, endpoint: ReceiveChannelEndpoint, image: PublicationImage) -> None:
+        """Stop feeding the image; if its stream is no longer subscribed here, tell the sender with an
+        end-of-stream SM (it leaves a min/tagged flow-control group at once, not after the timeout)."""
+        if image.state is ImageState.ACTIVE and image.stream_id not in endpoint.subscribed_stream_ids:
+            sm = image.end_of_stream_status_message()
+            image.system_counters.count_send(len(sm), endpoint.sender_to(image.source_address)(sm))
+            image.system_counters.increment(SystemCounterId.STATUS_MESSAGES_SENT)
         key = (image.session_id, image.stream_id)
         if endpoint.images.get(key) is image:
             del endpoint.images[key]

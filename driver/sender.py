@@ -35,6 +35,8 @@ class Sender:
             for publication in endpoint.publications.values():
                 work += publication.send(now, endpoint.send, endpoint.send_frames)
             work += endpoint.poll()
+            if endpoint.destinations is not None:
+                endpoint.on_idle(now)
         return work
 
     def on_close(self) -> None:

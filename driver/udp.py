@@ -42,6 +42,7 @@ import numpy as np
 
 from logbuf import native
 from logbuf.driver import _udp
+from logbuf.driver.destination_tracker import DestinationTracker
 from logbuf.driver.lifecycle import ImageState
 from logbuf.driver.network_publication import NetworkPublication, SendFrames
 from logbuf.driver.publication_image import PublicationImage
@@ -128,6 +129,26 @@ class SocketSettings:
 
 
 @dataclass(frozen=True)
+class MulticastSettings:
+    """A multicast transport: it binds the group address (the data group for a subscription, the control
+    group for a publication) with SO_REUSEADDR, joins it on ``interface`` (an address; None: the kernel's
+    choice by route) and sends through that interface with ``ttl`` (None: the OS default), looped back to
+    this host's other members."""
+
+    interface: str | None = None
+    ttl: int | None = None
+
+
+def is_multicast(address: str) -> bool:
+    return ipaddress.ip_address(address).is_multicast
+
+
+def multicast_control_address(data: Address) -> Address:
+    """The control address of a multicast data address: its last octet plus 1, the same port (Aeron)."""
+    return str(ipaddress.ip_address(data[0]) + 1), data[1]
+
+
+@dataclass(frozen=True)
 class ImageSettings:
     """A subscription's receive-side parameters (``reliable``, ``rcv-wnd``, ``nak-delay``): the same for
     every subscription to one stream on one endpoint, as in Aeron."""
@@ -135,11 +156,13 @@ class ImageSettings:
     reliable: bool = True
     window_length: int | None = None
     nak_delay_ns: int | None = None
+    group_tag: int | None = None
 
     def __str__(self) -> str:
         given = {
             "rcv-wnd": self.window_length,
             "nak-delay": None if self.nak_delay_ns is None else f"{self.nak_delay_ns}ns",
+            "gtag": self.group_tag,
         }
         return "|".join(
             [f"reliable={str(self.reliable).lower()}"] + [f"{k}={v}" for k, v in given.items() if v is not None]
@@ -215,6 +238,7 @@ class TransportFactory(Protocol):
         sockets: SocketSettings,
         faults: FaultInjector | None,
         system_counters: SystemCounters,
+        multicast: MulticastSettings | None = None,
     ) -> DatagramTransport: ...
 
 
@@ -229,12 +253,25 @@ class UdpTransport:
         sockets: SocketSettings,
         faults: FaultInjector | None,
         system_counters: SystemCounters,
+        multicast: MulticastSettings | None = None,
     ) -> None:
         self.socket = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         try:
             self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, sockets.rcvbuf)
             self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, sockets.sndbuf)
+            if multicast is not None:
+                self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             self.socket.bind(bind)
+            if multicast is not None:
+                interface = socket.inet_aton(multicast.interface or "0.0.0.0")
+                self.socket.setsockopt(
+                    socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP, socket.inet_aton(bind[0]) + interface
+                )
+                if multicast.interface:
+                    self.socket.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF, interface)
+                if multicast.ttl:
+                    self.socket.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_TTL, multicast.ttl)
+                self.socket.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_LOOP, 1)
         except OSError:
             self.socket.close()
             raise
@@ -370,26 +407,35 @@ class ChannelEndpoint:
 
 
 class SendChannelEndpoint(ChannelEndpoint):
-    """One publication channel: sends to ``destination``, receives SMs, NAKs and RTT probes. Its
-    ``publications`` belong to the sender agent."""
+    """One publication channel: sends to ``destination`` (a unicast address or a multicast data group)
+    or, for multi-destination-cast, to every destination its ``destinations`` tracker holds; receives
+    SMs, NAKs and RTT probes. Its ``publications`` belong to the sender agent."""
 
     def __init__(
         self,
         channel: str,
-        destination: Address,
+        destination: Address | None,
         transport: DatagramTransport,
         system_counters: SystemCounters,
         clock_ns: Callable[[], int],
+        destinations: DestinationTracker | None = None,
     ) -> None:
         super().__init__(channel, transport, system_counters, clock_ns)
         self.destination = destination
-        self.binds_receiver = not _is_multicast(destination[0])
-        """Unicast: each connected publication takes control frames from its receiver's address only."""
+        self.binds_receiver = destination is not None and not _is_multicast(destination[0])
+        """Unicast (not multicast, not MDC): each connected publication takes control frames from its receiver's address only."""
+        self.destinations = destinations
+        """MDC: the destinations (then ``destination`` is None); changed by SMs (dynamic) or commands."""
+        self._destination_changes = 0
         self.publications: dict[tuple[int, int], NetworkPublication] = {}
-        self.send_frames: SendFrames | None = (
-            transport.frame_sender(destination) if isinstance(transport, UdpTransport) else None
-        )
+        self._frame_senders: dict[Address, SendFrames] = {}
+        self.send_frames: SendFrames | None = None
         """The batch send of a UDP transport; None: the publication sends datagram by datagram."""
+        if isinstance(transport, UdpTransport):
+            if destination is not None:
+                self.send_frames = transport.frame_sender(destination)
+            else:
+                self.send_frames = self._send_frames_to_all
         self.handlers = {
             HDR_TYPE_SM: self._on_status_message,
             HDR_TYPE_NAK: self._on_nak,
@@ -400,7 +446,46 @@ class SendChannelEndpoint(ChannelEndpoint):
         }
 
     def send(self, datagram: Buffer) -> int:
-        return self.transport.send_to(datagram, self.destination)
+        if self.destination is not None:
+            return self.transport.send_to(datagram, self.destination)
+        assert self.destinations is not None
+        sent = 0
+        for destination in self.destinations.destinations:
+            sent = self.transport.send_to(datagram, destination.address)
+        return sent if self.destinations.destinations else len(datagram)  # nobody to send to is not a short send
+
+    def _send_frames_to_all(
+        self, term: memoryview, term_offset: int, max_length: int, mtu: int, max_datagrams: int
+    ) -> tuple[int, int]:
+        """MDC's batch send: the first destination that takes the batch decides how far it goes, the others
+        get exactly the same datagrams. A destination whose send fails (unreachable, buffer full) misses
+        the batch and NAKs it later; it does not hold the others back."""
+        assert self.destinations is not None and isinstance(self.transport, UdpTransport)
+        covered = datagrams = 0
+        for destination in self.destinations.destinations:
+            sender = self._frame_senders.get(destination.address)
+            if sender is None:
+                if len(self._frame_senders) > 1024:
+                    self._frame_senders.clear()
+                sender = self._frame_senders[destination.address] = self.transport.frame_sender(destination.address)
+            if not datagrams:
+                covered, datagrams = sender(term, term_offset, max_length, mtu, max_datagrams)
+            else:
+                sender(term, term_offset, covered, mtu, datagrams)
+        return covered, datagrams
+
+    def on_idle(self, now_ns: int) -> None:
+        """MDC: time dynamic destinations out and keep ``mdc-num-dest`` current."""
+        if self.destinations is not None:
+            self.destinations.on_idle(now_ns)
+            self._count_destinations()
+
+    def _count_destinations(self) -> None:
+        tracker = self.destinations
+        if tracker is not None and tracker.changes != self._destination_changes:
+            self._destination_changes = tracker.changes
+            for publication in self.publications.values():
+                publication.set_destination_count(len(tracker.destinations))
 
     def _from_receiver(self, publication: NetworkPublication, source: Address) -> bool:
         """SMs and NAKs of a connected unicast publication come from the receiver that connected it
@@ -418,16 +503,32 @@ class SendChannelEndpoint(ChannelEndpoint):
 
     def _on_status_message(self, datagram: memoryview, source: Address) -> None:
         sm = decode_exact(status_codec.decode, datagram)
+        now = self.clock_ns()
         publication = self.publications.get((sm.session_id, sm.stream_id))
-        if publication is None or not self._from_receiver(publication, source):
+        if publication is None:
+            if sm.elicits_setup:  # a receiver without an image yet (MDC, multicast): every publication of the stream
+                self.system_counters.increment(SystemCounterId.STATUS_MESSAGES_RECEIVED)
+                self._track_destination(source, sm.receiver_id, now)
+                for candidate in self.publications.values():
+                    if candidate.stream_id == sm.stream_id:
+                        candidate.on_status_message(sm, now, source)
+            return
+        if not self._from_receiver(publication, source):
             return
         if not sm.elicits_setup and not publication.is_plausible_status_message(sm):
             self.system_counters.increment(SystemCounterId.INVALID_PACKETS)
             return
         self.system_counters.increment(SystemCounterId.STATUS_MESSAGES_RECEIVED)
+        self._track_destination(source, sm.receiver_id, now)
         if not publication.is_connected and not sm.elicits_setup:
             publication.receiver_address = source
-        publication.on_status_message(sm, self.clock_ns())
+        publication.on_status_message(sm, now, source)
+
+    def _track_destination(self, source: Address, receiver_id: int, now_ns: int) -> None:
+        """MDC: an SM adds (dynamic) or refreshes its source as a destination."""
+        if self.destinations is not None:
+            self.destinations.on_status_message(source, receiver_id, now_ns)
+            self._count_destinations()
 
     def _on_nak(self, datagram: memoryview, source: Address) -> None:
         nak = decode_exact(nak_codec.decode, datagram)
@@ -462,9 +563,20 @@ class ReceiveChannelEndpoint(ChannelEndpoint):
         system_counters: SystemCounters,
         clock_ns: Callable[[], int],
         conductor: ConductorCommands,
+        control_address: Address | None = None,
+        elicit_periodically: bool = False,
+        multicast: bool = False,
     ) -> None:
         super().__init__(channel, transport, system_counters, clock_ns)
         self.conductor = conductor
+        self.control_address = control_address
+        """Multicast and MDC: where SMs and NAKs go (else to each image's source)."""
+        self.elicit_periodically = elicit_periodically
+        """MDC (control-mode=dynamic): ask the control address for SETUPs every 100 ms while a subscribed
+        stream has no image, which is also how the publication learns this destination."""
+        self._next_periodic_elicit_ns = 0
+        self.multicast = multicast
+        """Bound to a multicast group: its images NAK with the random multicast back-off."""
         self.subscribed_stream_ids: set[int] = set()
         self.images: dict[tuple[int, int], PublicationImage] = {}  # (session id, stream id) -> image
         self.receiver_id = random.getrandbits(63)
@@ -528,7 +640,7 @@ class ReceiveChannelEndpoint(ChannelEndpoint):
                     del elicited[next(iter(elicited))]
                 elicited[key] = now + SETUP_ELICIT_INTERVAL_NS
                 sm = status_codec.StatusMessageFrame.setup_eliciting(session_id, stream_id, self.receiver_id).encode()
-                counters.count_send(len(sm), self.send_to(sm, source))
+                counters.count_send(len(sm), self.send_to(sm, self.control_address or source))
                 counters.increment(SystemCounterId.STATUS_MESSAGES_SENT)
 
     def _on_setup(self, datagram: memoryview, source: Address) -> None:
@@ -539,6 +651,22 @@ class ReceiveChannelEndpoint(ChannelEndpoint):
             if existing is None or existing.state is not ImageState.ACTIVE:
                 self.conductor.create_publication_image(self, setup, source)
 
+    def on_idle(self, now_ns: int) -> int:
+        """MDC dynamic: the periodic setup-eliciting SMs of subscribed streams without an image."""
+        if not self.elicit_periodically or now_ns < self._next_periodic_elicit_ns or self.control_address is None:
+            return 0
+        self._next_periodic_elicit_ns = now_ns + SETUP_ELICIT_INTERVAL_NS
+        with_image = {stream_id for (_, stream_id), image in self.images.items() if image.state is ImageState.ACTIVE}
+        work = 0
+        for stream_id in self.subscribed_stream_ids - with_image:
+            sm = status_codec.StatusMessageFrame.setup_eliciting(0, stream_id, self.receiver_id).encode()
+            self.system_counters.count_send(len(sm), self.send_to(sm, self.control_address))
+            self.system_counters.increment(SystemCounterId.STATUS_MESSAGES_SENT)
+            work += 1
+        return work
+
     def sender_to(self, address: Address) -> Callable[[Buffer], int]:
-        """A ``send`` for an image's NAKs and SMs: to its source address."""
-        return lambda datagram: self.transport.send_to(datagram, address)
+        """A ``send`` for an image's NAKs and SMs: to the control address if the channel has one, else to
+        the image's source address."""
+        target = self.control_address or address
+        return lambda datagram: self.transport.send_to(datagram, target)

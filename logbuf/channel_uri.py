@@ -49,9 +49,13 @@ UDP_PARAMS: dict[str, str] = {
     "nak-delay": "delay before the first NAK (duration)",
     "fc": "flow control strategy: max, min or tagged[,args]",
     "cc": "congestion control: static or cubic",
+    "gtag": "group tag this receiver's status messages carry (for fc=tagged)",
 }
 KNOWN_PARAMS: dict[str, dict[str, str]] = {"ipc": COMMON_PARAMS, "udp": {**COMMON_PARAMS, **UDP_PARAMS}}
-IDENTITY_PARAMS: dict[str, tuple[str, ...]] = {"ipc": (), "udp": ("endpoint", "control", "interface")}
+IDENTITY_PARAMS: dict[str, tuple[str, ...]] = {
+    "ipc": (),
+    "udp": ("endpoint", "control", "control-mode", "interface"),
+}
 
 _SIZE = re.compile(r"^(\d+)([kmg]?)$", re.IGNORECASE)
 _DURATION = re.compile(r"^(\d+)(ns|us|ms|s)?$", re.IGNORECASE)
@@ -103,8 +107,15 @@ class ChannelUri:
         )
 
     def _validate(self) -> None:
-        if self.media == "udp" and "endpoint" not in self.params and "control" not in self.params:
-            raise InvalidChannelError(f"aeron:udp needs an endpoint (or control) parameter: {self.original!r}")
+        if (
+            self.media == "udp"
+            and "endpoint" not in self.params
+            and "control" not in self.params
+            and self.params.get("control-mode") != "manual"
+        ):
+            raise InvalidChannelError(
+                f"aeron:udp needs an endpoint (or control, or control-mode=manual) parameter: {self.original!r}"
+            )
         self.term_length()
         self.mtu()
         self.session_id()
@@ -119,6 +130,7 @@ class ChannelUri:
         self.interface_address()
         if "control" in self.params:
             self._endpoint("control")
+        self.group_tag()
         ttl = self._int("ttl")
         if ttl is not None and not 0 <= ttl <= 255:
             raise self._error("ttl", "must be 0..255")
@@ -274,6 +286,13 @@ class ChannelUri:
 
     def control_mode(self) -> str | None:
         return self.params.get("control-mode")
+
+    def group_tag(self) -> int | None:
+        """``gtag=``: a 64-bit integer."""
+        value = self._int("gtag")
+        if value is not None and not -(1 << 63) <= value < (1 << 63):
+            raise self._error("gtag", "is not a 64-bit integer")
+        return value
 
     def ttl(self) -> int | None:
         return self._int("ttl")

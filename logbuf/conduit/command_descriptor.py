@@ -15,6 +15,8 @@ Correlated message (every command starts with it)::
 ADD_PUBLICATION / ADD_EXCLUSIVE_PUBLICATION: correlated (16) + stream id int32 @16 + channel length
 int32 @20 + channel @24. ADD_SUBSCRIPTION: correlated + registration correlation id int64 @16 +
 stream id @24 + channel length @28 + channel @32. REMOVE_*: correlated + registration id int64 @16.
+ADD_DESTINATION / REMOVE_DESTINATION (Aeron's DestinationMessageFlyweight): correlated + the
+publication's registration id int64 @16 + channel length int32 @24 + channel @28.
 CLIENT_KEEPALIVE / CLIENT_CLOSE: correlated only. TERMINATE_DRIVER: correlated + token length int32 @16
 + token @20.
 
@@ -43,6 +45,8 @@ ADD_EXCLUSIVE_PUBLICATION: Final[int] = 0x03
 ADD_SUBSCRIPTION: Final[int] = 0x04
 REMOVE_SUBSCRIPTION: Final[int] = 0x05
 CLIENT_KEEPALIVE: Final[int] = 0x06
+ADD_DESTINATION: Final[int] = 0x07
+REMOVE_DESTINATION: Final[int] = 0x08
 CLIENT_CLOSE: Final[int] = 0x0B
 TERMINATE_DRIVER: Final[int] = 0x0E
 
@@ -62,6 +66,8 @@ COMMAND_NAMES: Final[dict[int, str]] = {
     ADD_SUBSCRIPTION: "ADD_SUBSCRIPTION",
     REMOVE_SUBSCRIPTION: "REMOVE_SUBSCRIPTION",
     CLIENT_KEEPALIVE: "CLIENT_KEEPALIVE",
+    ADD_DESTINATION: "ADD_DESTINATION",
+    REMOVE_DESTINATION: "REMOVE_DESTINATION",
     CLIENT_CLOSE: "CLIENT_CLOSE",
     TERMINATE_DRIVER: "TERMINATE_DRIVER",
 }
@@ -72,6 +78,7 @@ CORRELATED_LENGTH: Final[int] = CORRELATED.size
 PUBLICATION_FIXED: Final[struct.Struct] = struct.Struct("<qqii")
 SUBSCRIPTION_FIXED: Final[struct.Struct] = struct.Struct("<qqqii")
 REMOVE: Final[struct.Struct] = struct.Struct("<qqq")
+DESTINATION_FIXED: Final[struct.Struct] = struct.Struct("<qqqi")
 ERROR_FIXED: Final[struct.Struct] = struct.Struct("<qii")
 PUBLICATION_READY_FIXED: Final[struct.Struct] = struct.Struct("<qqiiiii")
 AVAILABLE_IMAGE_FIXED: Final[struct.Struct] = struct.Struct("<qiiqii")
@@ -171,6 +178,26 @@ class RemoveCommand:
     @classmethod
     def decode(cls, buffer: bytes | memoryview) -> RemoveCommand:
         return cls(*_fixed(REMOVE, buffer, "remove command"))
+
+
+@dataclass(frozen=True, slots=True)
+class DestinationCommand:
+    """ADD_DESTINATION / REMOVE_DESTINATION: a destination channel for an MDC publication."""
+
+    client_id: int
+    correlation_id: int
+    registration_id: int
+    channel: str
+
+    def encode(self) -> bytes:
+        raw = self.channel.encode("utf-8")
+        return DESTINATION_FIXED.pack(self.client_id, self.correlation_id, self.registration_id, len(raw)) + raw
+
+    @classmethod
+    def decode(cls, buffer: bytes | memoryview) -> DestinationCommand:
+        client_id, correlation_id, registration_id, _ = _fixed(DESTINATION_FIXED, buffer, "destination command")
+        channel, _end = _string(buffer, DESTINATION_FIXED.size - 4, "destination command channel")
+        return cls(client_id, correlation_id, registration_id, channel)
 
 
 @dataclass(frozen=True, slots=True)

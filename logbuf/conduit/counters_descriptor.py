@@ -78,11 +78,18 @@ RECEIVER_POSITION_TYPE_ID: Final[int] = 5
 SENDER_LIMIT_TYPE_ID: Final[int] = 9
 CLIENT_HEARTBEAT_TYPE_ID: Final[int] = 11
 PUBLISHER_POSITION_TYPE_ID: Final[int] = 12
+FLOW_CONTROL_RECEIVERS_TYPE_ID: Final[int] = 17
+"""Per multicast/MDC publication: receivers its flow-control strategy counts in the group."""
+MDC_DESTINATIONS_TYPE_ID: Final[int] = 18
+"""Per MDC publication: destinations its endpoint sends to."""
 # logbuf's own, outside Aeron's ranges:
 LOG_CLEAN_POSITION_TYPE_ID: Final[int] = 1001
 """Standalone logs: how far the log has been cleaned (zeroed) for reuse."""
 FLOW_CONTROL_LOCK_TYPE_ID: Final[int] = 1002
 """Standalone logs: pid of the process currently updating the publisher limit (0 = free)."""
+FLOW_CONTROL_RECEIVER_POSITION_TYPE_ID: Final[int] = 1003
+"""Per receiver of a multicast/MDC publication: the position of its last status message (label names
+the receiver id and its address), so tools show who is slow across hosts."""
 
 STREAM_KEY: Final[struct.Struct] = struct.Struct("<qiii")
 """registration_id, session_id, stream_id, channel_length; the channel follows at 20."""
@@ -97,6 +104,9 @@ LABEL_PREFIXES: Final[dict[int, str]] = {
     SENDER_LIMIT_TYPE_ID: "snd-lmt",
     CLIENT_HEARTBEAT_TYPE_ID: "client-heartbeat",
     PUBLISHER_POSITION_TYPE_ID: "pub-pos (sampled)",
+    FLOW_CONTROL_RECEIVERS_TYPE_ID: "fc-receivers",
+    MDC_DESTINATIONS_TYPE_ID: "mdc-num-dest",
+    FLOW_CONTROL_RECEIVER_POSITION_TYPE_ID: "fc-rcv-pos",
     LOG_CLEAN_POSITION_TYPE_ID: "log-clean-pos",
     FLOW_CONTROL_LOCK_TYPE_ID: "fc-lock",
 }

@@ -149,7 +149,7 @@ def test_a_removed_publication_lingers_for_its_slow_subscriber_then_is_deleted(
 def test_a_bad_command_is_answered_with_an_error_and_the_conductor_goes_on(
     driver: SteppedDriver, client: CncClient, clock: FakeClock
 ) -> None:
-    correlation_id = client.add_publication("aeron:udp?endpoint=127.0.0.1:40001|control=127.0.0.1:40002", 10)
+    correlation_id = client.add_publication("aeron:udp?endpoint=127.0.0.1:40001|control-mode=response", 10)
     driver.do_work()
     (error,) = client.of_type(cmd.ON_ERROR)
     response = cmd.ErrorResponse.decode(error)
@@ -159,4 +159,4 @@ def test_a_bad_command_is_answered_with_an_error_and_the_conductor_goes_on(
     ready_publication(client, driver)  # the next command is served
     errors = read_error_log(driver.driver.cnc.error_log)
     assert [e.text.split(":")[0] for e in errors] == ["NOT_SUPPORTED"]
-    driver.expected_errors.append("NOT_SUPPORTED: control=")
+    driver.expected_errors.append("NOT_SUPPORTED: control-mode=response")

@@ -11,7 +11,7 @@ import time
 import urllib.request
 
 from logbuf.client import Aeron, Context, OfferResult
-from logbuf.client.stat import UDP_SYSTEM_COUNTER_IDS, StatReader
+from logbuf.client.stat import UDP_SYSTEM_COUNTER_IDS, ReceiverStat, Snapshot, StatReader, StreamStat, render
 from logbuf.logbuffer import data_header_descriptor as dh
 from tests.support.driver_process import DriverProcess, DriverSet, unique_dir
 
@@ -192,3 +192,22 @@ def test_missing_directory_and_bad_arguments_name_the_problem() -> None:
     assert f"no CnC file at {missing}/cnc.dat" in out.stderr
     bad = _stat("--dir", missing, "--interval", "0")
     assert bad.returncode == 2 and "--interval=0.0 must be positive" in bad.stderr
+
+
+def test_the_live_view_lists_each_receiver_of_a_group_publication_slowest_marked() -> None:
+    """The receivers table (multicast members, MDC destinations) as the live view renders it."""
+    from rich.console import Console
+
+    stream = StreamStat(7, 42, 1001, "aeron:udp?endpoint=239.1.1.1:40001", 9000, 9000, None, None)
+    stream.sender_position, stream.flow_control_receivers = 9000, 2
+    stream.receivers = [
+        ReceiverStat(10, "1a2b", "10.13.0.2:40001", 9000, 0),
+        ReceiverStat(11, "3c4d", "10.13.0.3:40001", 4096, 4904, slowest=True),
+    ]
+    snapshot = Snapshot("/dev/shm/x", True, 1, 0, 0, [stream], [], [])
+    with open(os.devnull, "w") as sink:
+        console = Console(width=200, record=True, file=sink)
+        console.print(render(snapshot))
+    text = console.export_text()
+    assert "receivers of multicast and MDC publications" in text
+    assert "10.13.0.3:40001" in text and "4,904" in text and "3c4d" in text

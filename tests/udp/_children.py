@@ -75,6 +75,7 @@ def publisher(
     pace_every: int = 0,
     pace_s: float = 0.0,
     connect_timeout_s: float = 20.0,
+    destinations: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """Publish ``count`` messages (``count < 0``: until a line or EOF on stdin), then the end marker.
 
@@ -86,6 +87,8 @@ def publisher(
     crc = 0
     with Aeron.connect(Context(dir=directory, driver_timeout_ms=5_000)) as aeron:
         pub = (aeron.add_exclusive_publication if exclusive else aeron.add_publication)(channel, stream_id)
+        for destination in destinations:  # a control-mode=manual MDC publication
+            pub.add_destination(destination)
         deadline = time.monotonic() + connect_timeout_s
         while not pub.is_connected:
             if time.monotonic() > deadline:

@@ -307,6 +307,9 @@ BAD_CHANNELS = [
     ("aeron:udp?endpoint=127.0.0.1:40123|session-id=abc", "session-id"),
     ("aeron:udp?endpoint=127.0.0.1:40123|linger=forever", "linger"),
     ("aeron:udp?endpoint=127.0.0.1:40123|reliable=maybe", "reliable"),
+    ("aeron:udp?endpoint=224.0.1.2:40123", "224.0.1.2.*odd last octet"),
+    ("aeron:udp?endpoint=127.0.0.1:40123|gtag=seven", "gtag"),
+    ("aeron:udp?endpoint=127.0.0.1:40123|control=224.0.1.1:40124", "control.*multicast"),
 ]
 
 
@@ -322,6 +325,14 @@ def test_bad_udp_channels_are_rejected_naming_the_bad_part(drivers: Callable[...
                 # The message names the bad part itself, not only by quoting the whole channel back.
                 explanation = str(info.value).replace(channel, "")
                 assert re.search(pattern, explanation), f"{add.__name__}({channel!r}): {info.value}"
+        for channel, pattern in (
+            ("aeron:udp?endpoint=224.0.1.1:40123|fc=pref", "strategy 'pref'"),
+            ("aeron:udp?endpoint=224.0.1.1:40123|fc=tagged", "needs a group tag"),
+            ("aeron:udp?endpoint=224.0.1.1:40123|fc=min,g:1/x", "group min size 'x'"),
+        ):  # fc= concerns publications only
+            with pytest.raises(RegistrationError, match=pattern) as info:
+                aeron.add_publication(channel, 1)
+            assert info.value.error_code == ErrorCode.INVALID_CHANNEL
         # and it keeps serving
         assert aeron.add_publication(udp_channel(free_udp_port()), 1).registration_id > 0
 

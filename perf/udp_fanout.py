@@ -1,0 +1,255 @@
+"""One publisher to 1, 2 and 3 receiver drivers on separate hosts: multicast vs MDC vs unicast, same run.
+
+    sudo python perf/udp_fanout.py            # ~3 s per case, 18 cases
+    sudo python perf/udp_fanout.py --quick    # ~1 s per case
+
+A real network on this machine (:mod:`tests.support.netns`, needs root): host 0 runs the
+publishing driver, hosts 1-3 a receiving driver each. Modes:
+
+- ``multicast``: one publication to ``239.13.0.1`` (``fc=min,g:/N``: paced to the slowest of the N);
+- ``mdc``: one ``control-mode=dynamic`` publication, each receiver names its control address (same fc);
+- ``unicast``: N publications, one per receiver; the publisher offers each message to every one of them.
+
+The publisher offers for the given seconds (32 B and 512 B, same run); each subscriber counts what it
+receives through a FragmentAssembler until an end marker. Figures: aggregate delivered messages and
+MB per second (sum over receivers / the longest receive time), delivered MB per CPU-second of the
+publishing driver (the sender's cost; the issue's "same sender CPU" comparison; noisy, since an idle
+driver yields rather than parks for a millisecond after work), and delivered bytes per byte the
+publishing driver put on the wire (its "Bytes sent" counter: about N for multicast to N receivers, 1
+for unicast and MDC). Clients call
+``sched_yield`` when idle (2 cores shared by 4 drivers and 4 clients). The machine's load average is
+recorded beside the figures: on a busy machine they are noisy. Writes perf/results/udp_fanout.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import sys
+import time
+from typing import Any
+
+from _common import ROOT, cpu_seconds, new_results, quiet, write_results
+
+STREAM_ID = 10
+END = b"END!"
+GROUP = "239.13.0.1"
+DRIVER_ARGS = [
+    *("--dir-delete-on-shutdown", "false", "--term-length", "16m", "--publication-linger-timeout", "1s"),
+    *("--driver-timeout", "10s", "--client-liveness-timeout", "10s"),
+]
+
+
+def publisher(directory: str, channels: list[str], size: int, seconds: float, finished: Any, out: Any) -> None:
+    quiet()
+    from logbuf.client import Aeron, Context
+
+    with Aeron.connect(Context(dir=directory)) as aeron:
+        pubs = [aeron.add_publication(channel, STREAM_ID) for channel in channels]
+        deadline = time.monotonic() + 30
+        while not all(p.is_connected for p in pubs):
+            if time.monotonic() > deadline:
+                out.put(("error", f"publications {channels} never all connected"))
+                return
+            time.sleep(0.001)
+        out.put(("connected", 1))
+        message = bytes(size)
+        idle = os.sched_yield
+        offers = [p.offer for p in pubs]
+        sent = 0
+        stop = time.perf_counter() + seconds
+        while time.perf_counter() < stop:
+            for _ in range(256):
+                for offer in offers:
+                    while offer(message) < 0:
+                        idle()
+                sent += 1
+        end = END + bytes(size)
+        for offer in offers:
+            give_up = time.monotonic() + 30
+            while offer(end) < 0 and time.monotonic() < give_up:
+                idle()
+        out.put(("sent", sent))
+        # Keep the publications until every receiver has the end marker: under fc=min on a loaded
+        # machine the sender may still be a window behind, and a closed publication lingers only 1 s.
+        finished.wait(seconds + 120)
+
+
+def subscriber(index: int, directory: str, channel: str, size: int, timeout_s: float, out: Any) -> None:
+    quiet()
+    from logbuf.client import Aeron, Context, FragmentAssembler
+
+    with Aeron.connect(Context(dir=directory)) as aeron:
+        sub = aeron.add_subscription(channel, STREAM_ID)
+        out.put((f"ready{index}", 1))
+        received = 0
+        done = False
+        start = 0.0
+
+        def on_message(buffer: memoryview, header: Any) -> None:
+            nonlocal received, done
+            if len(buffer) == size:
+                received += 1
+            else:
+                done = True
+
+        handler = FragmentAssembler(on_message)
+        poll, idle = sub.poll, os.sched_yield
+        deadline = time.monotonic() + timeout_s
+        while not done and time.monotonic() < deadline:
+            if poll(handler, 4096):
+                if not start:
+                    start = time.perf_counter()
+            else:
+                idle()
+        out.put((f"received{index}", received))
+        out.put((f"elapsed{index}", time.perf_counter() - start if start else 0.0))
+        out.put((f"completed{index}", done))
+
+
+def run_child(name: str, *args: Any) -> None:
+    try:
+        globals()[name](*args)
+    except BaseException as e:
+        args[-1].put(("error", f"{name}: {e!r}"))
+        raise
+
+
+def collect(q: Any, keys: set[str], timeout_s: float) -> dict[str, Any]:
+    results: dict[str, Any] = {}
+    deadline = time.monotonic() + timeout_s
+    while not keys <= results.keys():
+        key, value = q.get(timeout=max(0.1, deadline - time.monotonic()))
+        if key == "error":
+            raise RuntimeError(value)
+        results[key] = value
+    return results
+
+
+def channels(mode: str, n: int, port: int, net: Any) -> tuple[list[str], list[str]]:
+    """(publisher channels, subscriber channel per receiver)."""
+    if mode == "multicast":
+        pub = f"aeron:udp?endpoint={GROUP}:{port}|interface={net.address(0)}|fc=min,g:/{n}"
+        return [pub], [f"aeron:udp?endpoint={GROUP}:{port}|interface={net.address(i)}" for i in range(1, n + 1)]
+    if mode == "mdc":
+        control = f"{net.address(0)}:{port}"
+        pub = f"aeron:udp?control={control}|control-mode=dynamic|fc=min,g:/{n}"
+        subs = [
+            f"aeron:udp?endpoint={net.address(i)}:{port + 1}|control={control}|control-mode=dynamic"
+            for i in range(1, n + 1)
+        ]
+        return [pub], subs
+    subs = [f"aeron:udp?endpoint={net.address(i)}:{port + 1}" for i in range(1, n + 1)]
+    return list(subs), subs
+
+
+def run_case(mode: str, n: int, size: int, seconds: float, port: int, net: Any, drivers: list[Any]) -> dict[str, Any]:
+    ctx = mp.get_context("spawn")
+    q: Any = ctx.Queue()
+    finished = ctx.Event()
+    pub_channels, sub_channels = channels(mode, n, port, net)
+    procs = []
+    try:
+        for i, channel in enumerate(sub_channels, start=1):
+            p = ctx.Process(target=run_child, args=("subscriber", i, drivers[i].dir, channel, size, seconds + 90, q))
+            p.start()
+            procs.append(p)
+        collect(q, {f"ready{i}" for i in range(1, n + 1)}, 60)
+        pub = ctx.Process(
+            target=run_child, args=("publisher", drivers[0].dir, pub_channels, size, seconds, finished, q)
+        )
+        pub.start()
+        procs.append(pub)
+        collect(q, {"connected"}, 60)
+        cpu_before, load_before = cpu_seconds(drivers[0].pid), os.getloadavg()
+        wire_before = drivers[0].system_counter("Bytes sent")
+        keys = {"sent"} | {f"{k}{i}" for k in ("received", "elapsed", "completed") for i in range(1, n + 1)}
+        results = collect(q, keys, seconds + 120)
+        sender_cpu = cpu_seconds(drivers[0].pid) - cpu_before
+        wire_bytes = drivers[0].system_counter("Bytes sent") - wire_before
+    finally:
+        finished.set()
+        for p in procs:
+            p.join(10)
+            if p.is_alive():
+                p.kill()
+                p.join(5)
+    received = sum(results[f"received{i}"] for i in range(1, n + 1))
+    elapsed = max(results[f"elapsed{i}"] for i in range(1, n + 1)) or float("nan")
+    delivered_mb = received * size / 1e6
+    return {
+        "mode": mode,
+        "receivers": n,
+        "size": size,
+        "sent": results["sent"],
+        "received": received,
+        "complete": all(results[f"completed{i}"] for i in range(1, n + 1))
+        and all(results[f"received{i}"] == results["sent"] for i in range(1, n + 1)),
+        "msgs_per_s": received / elapsed,
+        "mb_per_s": delivered_mb / elapsed,
+        "sender_driver_cpu_s": sender_cpu,
+        "mb_per_sender_cpu_s": delivered_mb / sender_cpu if sender_cpu > 0 else None,
+        "sender_wire_mb": wire_bytes / 1e6,
+        "delivered_per_wire_byte": received * size / wire_bytes if wire_bytes else None,
+        "loadavg": [round(x, 2) for x in (*load_before, *os.getloadavg())],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="1 s per case")
+    parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--only", default="", help="run only MODE:RECEIVERS:SIZE (e.g. multicast:3:32)")
+    args = parser.parse_args(argv)
+    seconds = 1.0 if args.quick else args.seconds
+    sys.path.insert(0, ROOT)
+    from tests.support.driver_process import DriverSet
+    from tests.support.netns import NetnsDriverProcess, NetnsNetwork
+
+    results = new_results("udp_fanout", seconds=seconds, term_length="16m", mtu=1408)
+    net = NetnsNetwork(4).create()
+    try:
+        with DriverSet() as drivers:
+            hosts = [drivers.start(NetnsDriverProcess(args=DRIVER_ARGS, namespace=net.host(i))) for i in range(4)]
+            port = 41000
+            for size in (32, 512):
+                for mode in ("unicast", "multicast", "mdc"):
+                    for n in (1, 2, 3):
+                        port += 10
+                        if args.only and args.only != f"{mode}:{n}:{size}":
+                            continue
+                        case = run_case(mode, n, size, seconds, port, net, hosts)
+                        if not case["complete"]:
+                            for host in hosts:
+                                print(host.report()[:6000])
+                        results["cases"].append(case)
+                        print(
+                            f"{mode:9} x{n} {size:4} B: {case['msgs_per_s'] / 1e6:6.3f} M msgs/s "
+                            f"{case['mb_per_s']:7.1f} MB/s, {case['mb_per_sender_cpu_s'] or 0:7.1f} MB per sender CPU-s, "
+                            f"{case['delivered_per_wire_byte'] or 0:4.2f} delivered per byte sent, "
+                            f"complete={case['complete']} load={case['loadavg']}",
+                            flush=True,
+                        )
+    finally:
+        net.close()
+    if args.only:
+        return 0
+    by = {(c["mode"], c["receivers"], c["size"]): c for c in results["cases"]}
+    results["ratios"] = {
+        f"multicast3_vs_unicast1_{size}B": {
+            "mb_per_s": by[("multicast", 3, size)]["mb_per_s"] / by[("unicast", 1, size)]["mb_per_s"],
+            "mb_per_sender_cpu_s": (by[("multicast", 3, size)]["mb_per_sender_cpu_s"] or 0)
+            / (by[("unicast", 1, size)]["mb_per_sender_cpu_s"] or float("nan")),
+            "delivered_per_wire_byte": (by[("multicast", 3, size)]["delivered_per_wire_byte"] or 0)
+            / (by[("unicast", 1, size)]["delivered_per_wire_byte"] or float("nan")),
+        }
+        for size in (32, 512)
+    }
+    print(results["ratios"])
+    write_results(results)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
