@@ -35,6 +35,7 @@ from logbuf.conduit.cnc import client_liveness_lock_held, cnc_path
 from logbuf.conduit.command_descriptor import MalformedCommandError
 from logbuf.conduit.counters import CountersManager
 from logbuf.conduit.error_log import DistinctErrorLog
+from logbuf.conduit.loss_report import LossReport
 from logbuf.conduit.ring_buffer import ManyToOneRingBuffer, RingBufferUnblocker
 from logbuf.driver.context import DriverContext
 from logbuf.driver.ipc_publication import IpcPublication, SubscriberPosition
@@ -164,8 +165,11 @@ class DriverConductor:
         sender: SenderCommands,
         receiver: ReceiverCommands,
         on_terminate: Callable[[], None] | None = None,
+        loss_report: LossReport | None = None,
     ) -> None:
         self.ctx = ctx
+        self.loss_report = loss_report
+        """Where images report loss (``loss-report.dat``); None: not reported."""
         self.to_driver = to_driver
         self._to_driver_unblocker = RingBufferUnblocker(to_driver, ctx.command_unblock_timeout_ns)
         self.to_clients = to_clients
@@ -371,7 +375,9 @@ class DriverConductor:
                     publication.ref_count += 1
                     break
         if publication is None:
-            publication = self._new_publication(command.correlation_id, command.stream_id, uri, exclusive)
+            publication = self._new_publication(
+                command.correlation_id, command.stream_id, uri, exclusive, client_id=command.client_id
+            )
         session.publication_links[command.correlation_id] = publication
         ready = cmd.PublicationReady(
             command.correlation_id,
@@ -385,7 +391,7 @@ class DriverConductor:
         self._transmit(cmd.ON_EXCLUSIVE_PUBLICATION_READY if exclusive else cmd.ON_PUBLICATION_READY, ready.encode())
 
     def _new_publication(
-        self, registration_id: int, stream_id: int, uri: ChannelUri, exclusive: bool
+        self, registration_id: int, stream_id: int, uri: ChannelUri, exclusive: bool, *, client_id: int = 0
     ) -> IpcPublication:
         network = uri.media == "udp"
         destination = self._resolve(uri) if network else None
@@ -418,21 +424,24 @@ class DriverConductor:
             raise CommandError(ErrorCode.STORAGE_SPACE, f"cannot create log {path}: {e}") from e
         if initial:
             log.seek_to(initial[1], initial[2])
-        label = cd.stream_label("{}", registration_id, session_id, stream_id, canonical)
-        key = cd.STREAM_KEY.pack(registration_id, session_id, stream_id, 0)
+        # Aeron's stream counters: its order, labels (with the channel as the client gave it) and keys
+        label = cd.stream_label("{}", registration_id, session_id, stream_id, uri.original or canonical)
+        key = cd.stream_key(registration_id, session_id, stream_id, uri.original or canonical)
         start = log.tail_position()
+        pos_id = self.counters.allocate(
+            label.format(cd.PUBLISHER_POSITION_EXCLUSIVE_NAME if exclusive else cd.PUBLISHER_POSITION_CONCURRENT_NAME),
+            cd.PUBLISHER_POSITION_TYPE_ID,
+            key,
+            registration_id=registration_id,
+            owner_id=client_id,
+            initial_value=start,
+        )
         limit_id = self.counters.allocate(
             label.format("pub-lmt"),
             cd.PUBLISHER_LIMIT_TYPE_ID,
             key,
             registration_id=registration_id,
-            initial_value=start,
-        )
-        pos_id = self.counters.allocate(
-            label.format("pub-pos (sampled)"),
-            cd.PUBLISHER_POSITION_TYPE_ID,
-            key,
-            registration_id=registration_id,
+            owner_id=client_id,
             initial_value=start,
         )
         common = _PublicationFields(
@@ -458,6 +467,7 @@ class DriverConductor:
                 cd.SENDER_POSITION_TYPE_ID,
                 key,
                 registration_id=registration_id,
+                owner_id=client_id,
                 initial_value=start,
             )
             snd_lmt = self.counters.allocate(
@@ -465,6 +475,7 @@ class DriverConductor:
                 cd.SENDER_LIMIT_TYPE_ID,
                 key,
                 registration_id=registration_id,
+                owner_id=client_id,
                 initial_value=start,
             )
             network_publication = NetworkPublication(
@@ -691,7 +702,7 @@ class DriverConductor:
         log.seek_to(setup.active_term_id, setup.term_offset)
         join = log.tail_position()
         label = cd.stream_label("{}", registration_id, setup.session_id, setup.stream_id, endpoint.channel)
-        key = cd.STREAM_KEY.pack(registration_id, setup.session_id, setup.stream_id, 0)
+        key = cd.stream_key(registration_id, setup.session_id, setup.stream_id, endpoint.channel)
         for name, type_id in (("rcv-hwm", cd.RECEIVER_HWM_TYPE_ID), ("rcv-pos", cd.RECEIVER_POSITION_TYPE_ID)):
             allocated.append(
                 self.counters.allocate(
@@ -721,6 +732,7 @@ class DriverConductor:
             sm_interval_ns=self.ctx.status_message_timeout,
             now_ns=self.clock_ns(),
             reliable=settings.reliable,
+            loss_report=self.loss_report,
         )
 
     def _receive_channel_of(self, endpoint: ReceiveChannelEndpoint) -> ReceiveChannel | None:

@@ -31,6 +31,7 @@ from typing import Any
 
 from logbuf import native
 from logbuf.conduit.counters import CountersManager
+from logbuf.conduit.loss_report import LossReport
 from logbuf.driver.ipc_publication import SubscriberPosition, allocate_subscriber_position
 from logbuf.driver.lifecycle import IMAGE_TRANSITIONS, check_transition
 from logbuf.driver.lifecycle import ImageState as ImageState
@@ -71,6 +72,10 @@ class PublicationImage:
     sm_interval_ns: int
     now_ns: int
     reliable: bool = True
+    loss_report: LossReport | None = None
+    """Where loss is reported (``loss-report.dat``); None once it is full, as in Aeron."""
+    loss_entry_offset: int = -1
+    """This image's entry in the loss report, once it has seen loss."""
     subscribers: dict[int, SubscriberPosition] = field(default_factory=dict)
     hwm: int = 0
     rebuild: int = 0
@@ -122,6 +127,7 @@ class PublicationImage:
             self.stream_id,
             channel,
             self.rebuild,
+            reference_id=self.registration_id,
         )
         self.subscribers[subscription_registration_id] = sub
         self.log.set_connected(True)
@@ -208,10 +214,12 @@ class PublicationImage:
         for gap_start, length in gaps.items():
             due = self.nak_timers.get(gap_start, now_ns + self.nak_delay_ns)
             if now_ns >= due and not self.reliable:
+                self._record_loss(length)
                 self._fill_gap(gap_start, length)
                 work += 1
                 continue
             if now_ns >= due:
+                self._record_loss(length)
                 term_id, term_offset = self.log.term_of(gap_start)
                 self._send(send, NakFrame(self.session_id, self.stream_id, term_id, term_offset, length).encode())
                 self.system_counters.increment(SystemCounterId.NAK_MESSAGES_SENT)
@@ -247,6 +255,20 @@ class PublicationImage:
             self.log.clean(self.clean_position, clean_to)
             self.clean_position = clean_to
         return work
+
+    def _record_loss(self, length: int) -> None:
+        """A gap is NAKed (or filled): one observation in the loss report (Aeron's on_gap_detected)."""
+        report = self.loss_report
+        if report is None:
+            return
+        if self.loss_entry_offset >= 0:
+            report.record_observation(self.loss_entry_offset, length)
+            return
+        self.loss_entry_offset = report.create_entry(
+            length, self.session_id, self.stream_id, self.channel, self.source_identity
+        )
+        if self.loss_entry_offset < 0:
+            self.loss_report = None  # full: this image reports no more
 
     def _fill_gap(self, position: int, length: int) -> None:
         """Cover a gap with one padding frame (its length stored last), unless data arrived there."""

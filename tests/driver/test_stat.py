@@ -153,13 +153,14 @@ def test_the_live_view_says_what_it_counts_and_hides_idle_udp_counters_on_an_ipc
     assert "Errors" in view and "Active publications" in view
 
 
-def test_the_udp_counter_ids_are_the_drivers_network_counters() -> None:
-    from logbuf.driver.system_counters import LABELS, SystemCounterId
+def test_the_udp_counter_ids_come_from_the_descriptor_and_are_the_network_counters() -> None:
+    from logbuf.conduit import system_counters_descriptor as scd
 
+    assert UDP_SYSTEM_COUNTER_IDS is scd.UDP_SYSTEM_COUNTER_IDS  # one definition, not a copy
     network_words = ("Bytes", "NAK", "Status", "Heartbeat", "Retransmit", "Flow", "Invalid", "Short", "gap",
-                     "Sender", "Receiver", "Datagram", "Setup")  # fmt: skip
-    expected = {int(i) for i in SystemCounterId if any(w in LABELS[i] for w in network_words)}
-    expected.discard(SystemCounterId.BYTES_CURRENTLY_MAPPED)  # mapped log bytes: IPC too
+                     "Datagram", "Setup", "TTL", "Frames", "Images", "flow control")  # fmt: skip
+    expected = {int(d.id) for d in scd.DESCRIPTORS if any(w in d.label for w in network_words)}
+    expected.discard(scd.SystemCounterId.BYTES_CURRENTLY_MAPPED)  # mapped log bytes: IPC too
     assert UDP_SYSTEM_COUNTER_IDS == expected
 
 
