@@ -701,12 +701,28 @@ class DriverConductor:
         are made (the caller frees them if this raises)."""
         log.seek_to(setup.active_term_id, setup.term_offset)
         join = log.tail_position()
-        label = cd.stream_label("{}", registration_id, setup.session_id, setup.stream_id, endpoint.channel)
-        key = cd.stream_key(registration_id, setup.session_id, setup.stream_id, endpoint.channel)
+        # Aeron labels an image's counters with the channel its (first) subscription gave, owned by that client
+        first = next(
+            (
+                link
+                for link in self._subscriptions_by_stream.get(setup.stream_id, {}).values()
+                if link.endpoint_key is not None and link.canonical == endpoint.channel
+            ),
+            None,
+        )
+        original = first.channel if first is not None else endpoint.channel
+        owner_id = first.client_id if first is not None else 0
+        label = cd.stream_label("{}", registration_id, setup.session_id, setup.stream_id, original)
+        key = cd.stream_key(registration_id, setup.session_id, setup.stream_id, original)
         for name, type_id in (("rcv-hwm", cd.RECEIVER_HWM_TYPE_ID), ("rcv-pos", cd.RECEIVER_POSITION_TYPE_ID)):
             allocated.append(
                 self.counters.allocate(
-                    label.format(name), type_id, key, registration_id=registration_id, initial_value=join
+                    label.format(name),
+                    type_id,
+                    key,
+                    registration_id=registration_id,
+                    owner_id=owner_id,
+                    initial_value=join,
                 )
             )
         settings = receive_channel.image_settings.get(setup.stream_id, ImageSettings())
@@ -733,6 +749,7 @@ class DriverConductor:
             now_ns=self.clock_ns(),
             reliable=settings.reliable,
             loss_report=self.loss_report,
+            original_channel=original,
         )
 
     def _receive_channel_of(self, endpoint: ReceiveChannelEndpoint) -> ReceiveChannel | None:

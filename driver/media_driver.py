@@ -111,6 +111,7 @@ class MediaDriver:
             on_terminate=self.request_stop,
             loss_report=LossReport(self.loss_report_file.buffer, ctx.epoch_clock_ms),
         )
+        self.conductor.to_driver.next_correlation_id()  # as Aeron's driver: no client or resource gets id 0
         self.agents = _DriverAgents(self.conductor, self.sender, self.receiver)
         self.runner = AgentRunner(
             self.agents,

@@ -74,6 +74,8 @@ class PublicationImage:
     reliable: bool = True
     loss_report: LossReport | None = None
     """Where loss is reported (``loss-report.dat``); None once it is full, as in Aeron."""
+    original_channel: str = ""
+    """The channel as its subscription gave it (``channel`` is the canonical form): for reports."""
     loss_entry_offset: int = -1
     """This image's entry in the loss report, once it has seen loss."""
     subscribers: dict[int, SubscriberPosition] = field(default_factory=dict)
@@ -265,7 +267,7 @@ class PublicationImage:
             report.record_observation(self.loss_entry_offset, length)
             return
         self.loss_entry_offset = report.create_entry(
-            length, self.session_id, self.stream_id, self.channel, self.source_identity
+            length, self.session_id, self.stream_id, self.original_channel or self.channel, self.source_identity
         )
         if self.loss_entry_offset < 0:
             self.loss_report = None  # full: this image reports no more
