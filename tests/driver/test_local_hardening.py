@@ -277,6 +277,8 @@ SMALL_CNC = [
     "64k",
     "--error-buffer-length",
     "64k",
+    "--loss-report-buffer-length",
+    "4k",
     "--dir-delete-on-shutdown",
     "false",
 ]

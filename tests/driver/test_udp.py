@@ -33,7 +33,7 @@ def drivers(request: pytest.FixtureRequest, driver_factory: DriverSet) -> tuple[
 
 
 def counters(driver: DriverProcess) -> dict[str, int]:
-    return {c["label"]: c["value"] for c in driver.stat_json()["counters"] if c["type_id"] == 0}
+    return {c["label"]: c["value"] for c in driver.stat_json()["counters"] if c["system_id"] is not None}
 
 
 def settled_stream(
