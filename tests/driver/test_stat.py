@@ -193,3 +193,54 @@ def test_missing_directory_and_bad_arguments_name_the_problem() -> None:
     assert f"no CnC file at {missing}/cnc.dat" in out.stderr
     bad = _stat("--dir", missing, "--interval", "0")
     assert bad.returncode == 2 and "--interval=0.0 must be positive" in bad.stderr
+
+
+def test_loss_prints_aerons_lossstat_table_from_the_report_alone() -> None:
+    """--loss reads only loss-report.dat: a directory with no CnC will do (a stopped driver's, or Aeron's)."""
+    from logbuf.client.stat import LOSS_REPORT_CSV_HEADER
+    from logbuf.conduit.loss_report import LossReport, LossReportFile
+
+    directory = unique_dir()
+    os.makedirs(directory)
+    try:
+        with LossReportFile.create(directory, 4096) as report_file:
+            report = LossReport(report_file.buffer, clock_ms=lambda: 1_764_093_723_042)
+            offset = report.create_entry(1408, -5, 1001, "aeron:udp?endpoint=127.0.0.1:40123", "127.0.0.1:5000")
+            report.record_observation(offset, 64, now_ms=1_764_093_724_001)
+            report.create_entry(96, 8, 1002, "aeron:udp?endpoint=127.0.0.1:40124", "127.0.0.1:5001")
+        env_utc = {**os.environ, "TZ": "UTC"}
+        out = subprocess.run(
+            [sys.executable, "-m", "logbuf.client.stat", "--dir", directory, "--loss"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            cwd=ROOT,
+            env=env_utc,
+        )
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.splitlines() == [
+            LOSS_REPORT_CSV_HEADER,
+            "2,1472,2025-11-25 18:02:03.042+0000,2025-11-25 18:02:04.001+0000,-5,1001,"
+            "aeron:udp?endpoint=127.0.0.1:40123,127.0.0.1:5000",
+            "1,96,2025-11-25 18:02:03.042+0000,2025-11-25 18:02:03.042+0000,8,1002,"
+            "aeron:udp?endpoint=127.0.0.1:40124,127.0.0.1:5001",
+            "2 loss entries",
+        ]
+        as_json = json.loads(_stat("--dir", directory, "--loss", "--json").stdout)
+        assert [(e["observation_count"], e["total_bytes_lost"], e["session_id"]) for e in as_json] == [
+            (2, 1472, -5),
+            (1, 96, 8),
+        ]
+    finally:
+        import shutil
+
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def test_loss_on_a_live_driver_and_on_a_missing_report(media_driver: DriverProcess) -> None:
+    out = _stat("--dir", media_driver.dir, "--loss")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[1:] == ["0 loss entries"]  # an IPC driver: no loss
+    missing = unique_dir()
+    gone = _stat("--dir", missing, "--loss")
+    assert gone.returncode == 2 and f"cannot read the loss report {missing}/loss-report.dat" in gone.stderr
