@@ -92,14 +92,14 @@ def print_matrix(results: list[dict[str, Any]]) -> None:
         return f"{r['msgs_per_s'] / 1e3:,.0f} k/s" if r["ok"] else "FAIL"
 
     print("\nUDP 32 B, msgs/s (rows: publishing driver, columns: subscribing driver; own client each)")
-    print(f"{'':>10}" + "".join(f"{NAMES[d] + ' driver':>16}" for d in ("logbuf", "aeron")))
+    print(f"{'':>14}" + "".join(f"{NAMES[d] + ' driver':>16}" for d in ("logbuf", "aeron")))
     for pub_driver in ("logbuf", "aeron"):
         own = {"logbuf": "logbuf", "aeron": "pyaeron"}
         row = [
             cell("udp", (pub_driver, own[pub_driver]), (sub_driver, own[sub_driver]))
             for sub_driver in ("logbuf", "aeron")
         ]
-        print(f"{NAMES[pub_driver] + ' driver':>10}" + "".join(f"{c:>16}" for c in row))
+        print(f"{NAMES[pub_driver] + ' driver':>14}" + "".join(f"{c:>16}" for c in row))
     print("\nInterop matrix (<driver>/<client>; C = Aeron 1.53's C driver, pyaeron = its C client)")
     for r in results:
         status = "ok  " if r["ok"] else "FAIL"
