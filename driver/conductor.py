@@ -406,7 +406,7 @@ class DriverConductor:
         canonical = uri.canonical_form()
         path = os.path.join(self._publications_dir, f"{registration_id}.logbuffer")
         self._check_counters(
-            (4 if network else 2) + len(self._subscriptions_by_stream.get(stream_id, ())), f"publication {path}"
+            (6 if network else 2) + len(self._subscriptions_by_stream.get(stream_id, ())), f"publication {path}"
         )
         try:
             log = LogBuffers.create_file(
@@ -478,10 +478,22 @@ class DriverConductor:
                 owner_id=client_id,
                 initial_value=start,
             )
+            snd_bpe, snd_naks = (
+                self.counters.allocate(
+                    label.format(cd.LABEL_PREFIXES[type_id]),
+                    type_id,
+                    key,
+                    registration_id=registration_id,
+                    owner_id=client_id,
+                )
+                for type_id in (cd.SENDER_BPE_TYPE_ID, cd.SENDER_NAKS_RECEIVED_TYPE_ID)
+            )
             network_publication = NetworkPublication(
                 **common,
                 sender_position_id=snd_pos,
                 sender_limit_id=snd_lmt,
+                sender_bpe_id=snd_bpe,
+                naks_received_id=snd_naks,
                 sender_position=self.counters.position(snd_pos),
                 system_counters=self.system_counters,
                 mtu_length=mtu,
@@ -628,7 +640,7 @@ class DriverConductor:
         if setup.term_length > self.ctx.max_image_term_length or others >= self.ctx.max_images_per_endpoint:
             self.system_counters.increment(SystemCounterId.IMAGES_REJECTED)
             return  # remote input: counted, not logged per SETUP
-        if not self.counters.has_room(2 + len(self._subscriptions_by_stream.get(setup.stream_id, ()))):
+        if not self.counters.has_room(3 + len(self._subscriptions_by_stream.get(setup.stream_id, ()))):
             self.system_counters.increment(SystemCounterId.IMAGES_REJECTED)
             self.system_counters.increment(SystemCounterId.ERRORS)
             self.error_log.record(
@@ -697,7 +709,7 @@ class DriverConductor:
         log: LogBuffers,
         allocated: list[int],
     ) -> PublicationImage:
-        """The image over a new log, its rcv-hwm and rcv-pos counters appended to ``allocated`` as they
+        """The image over a new log, its rcv-hwm, rcv-pos and rcv-naks-sent counters appended to ``allocated`` as they
         are made (the caller frees them if this raises)."""
         log.seek_to(setup.active_term_id, setup.term_offset)
         join = log.tail_position()
@@ -714,7 +726,11 @@ class DriverConductor:
         owner_id = first.client_id if first is not None else 0
         label = cd.stream_label("{}", registration_id, setup.session_id, setup.stream_id, original)
         key = cd.stream_key(registration_id, setup.session_id, setup.stream_id, original)
-        for name, type_id in (("rcv-hwm", cd.RECEIVER_HWM_TYPE_ID), ("rcv-pos", cd.RECEIVER_POSITION_TYPE_ID)):
+        for name, type_id, initial in (
+            ("rcv-hwm", cd.RECEIVER_HWM_TYPE_ID, join),
+            ("rcv-pos", cd.RECEIVER_POSITION_TYPE_ID, join),
+            ("rcv-naks-sent", cd.RECEIVER_NAKS_SENT_TYPE_ID, 0),
+        ):
             allocated.append(
                 self.counters.allocate(
                     label.format(name),
@@ -722,7 +738,7 @@ class DriverConductor:
                     key,
                     registration_id=registration_id,
                     owner_id=owner_id,
-                    initial_value=join,
+                    initial_value=initial,
                 )
             )
         settings = receive_channel.image_settings.get(setup.stream_id, ImageSettings())
@@ -750,6 +766,7 @@ class DriverConductor:
             reliable=settings.reliable,
             loss_report=self.loss_report,
             original_channel=original,
+            naks_sent_id=allocated[2],
         )
 
     def _receive_channel_of(self, endpoint: ReceiveChannelEndpoint) -> ReceiveChannel | None:

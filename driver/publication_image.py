@@ -74,6 +74,9 @@ class PublicationImage:
     reliable: bool = True
     loss_report: LossReport | None = None
     """Where loss is reported (``loss-report.dat``); None once it is full, as in Aeron."""
+    naks_sent_id: int = -1
+    """rcv-naks-sent: NAKs this image sent; -1: none."""
+    naks_sent: int = 0
     original_channel: str = ""
     """The channel as its subscription gave it (``channel`` is the canonical form): for reports."""
     loss_entry_offset: int = -1
@@ -225,6 +228,9 @@ class PublicationImage:
                 term_id, term_offset = self.log.term_of(gap_start)
                 self._send(send, NakFrame(self.session_id, self.stream_id, term_id, term_offset, length).encode())
                 self.system_counters.increment(SystemCounterId.NAK_MESSAGES_SENT)
+                self.naks_sent += 1
+                if self.naks_sent_id >= 0:
+                    self.counters.set_value(self.naks_sent_id, self.naks_sent)
                 due = now_ns + self.nak_retry_ns
                 work += 1
             elif due - now_ns < NAK_SPIN_NS:
@@ -310,6 +316,8 @@ class PublicationImage:
         self._hwm_counter.close()
         self.counters.free(self.hwm_id)
         self.counters.free(self.rebuild_id)
+        if self.naks_sent_id >= 0:
+            self.counters.free(self.naks_sent_id)
         self.log.close()
         try:
             os.unlink(self.log_file_name)

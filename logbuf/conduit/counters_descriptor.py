@@ -79,6 +79,10 @@ RECEIVER_POSITION_TYPE_ID: Final[int] = 5
 SENDER_LIMIT_TYPE_ID: Final[int] = 9
 CLIENT_HEARTBEAT_TYPE_ID: Final[int] = 11
 PUBLISHER_POSITION_TYPE_ID: Final[int] = 12
+SENDER_BPE_TYPE_ID: Final[int] = 13
+"""Sender flow-control limits (back-pressure events) of one network publication."""
+SENDER_NAKS_RECEIVED_TYPE_ID: Final[int] = 19
+RECEIVER_NAKS_SENT_TYPE_ID: Final[int] = 20
 # logbuf's own, outside Aeron's ranges:
 LOG_CLEAN_POSITION_TYPE_ID: Final[int] = 1001
 """Standalone logs: how far the log has been cleaned (zeroed) for reuse."""
@@ -107,6 +111,9 @@ LABEL_PREFIXES: Final[dict[int, str]] = {
     SENDER_LIMIT_TYPE_ID: "snd-lmt",
     CLIENT_HEARTBEAT_TYPE_ID: "client-heartbeat",
     PUBLISHER_POSITION_TYPE_ID: "pub-pos",  # then " (concurrent)" or " (exclusive)"
+    SENDER_BPE_TYPE_ID: "snd-bpe",
+    SENDER_NAKS_RECEIVED_TYPE_ID: "snd-naks-received",
+    RECEIVER_NAKS_SENT_TYPE_ID: "rcv-naks-sent",
     LOG_CLEAN_POSITION_TYPE_ID: "log-clean-pos",
     FLOW_CONTROL_LOCK_TYPE_ID: "fc-lock",
 }

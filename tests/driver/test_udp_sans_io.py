@@ -21,6 +21,8 @@ from hypothesis import strategies as st
 
 from logbuf.client import FragmentAssembler
 from logbuf.conduit import command_descriptor as cmd
+from logbuf.conduit import counters_descriptor as cd
+from logbuf.conduit.counters import CountersReader
 from logbuf.conduit.loss_report import LossReportFile
 from logbuf.driver.system_counters import SystemCounterId
 from logbuf.logbuffer import data_header_descriptor as dh
@@ -184,6 +186,22 @@ def test_each_nak_is_a_loss_observation_in_the_receivers_loss_report() -> None:
         assert (entry.session_id, entry.stream_id) == (ready.session_id, STREAM) == (image.session_id, STREAM)
         assert entry.channel == SUBSCRIPTION_CHANNEL and entry.source == ready.source_identity
         assert p.clock.epoch_ms() >= entry.last_observation_ms > entry.first_observation_ms > 0
+        # the stream's own counters (Aeron's rcv-naks-sent, snd-naks-received, snd-bpe) agree with the system's
+        assert stream_counter(p.b, cd.RECEIVER_NAKS_SENT_TYPE_ID) == naks
+        assert stream_counter(p.a, cd.SENDER_NAKS_RECEIVED_TYPE_ID) == p.a.counter(
+            SystemCounterId.NAK_MESSAGES_RECEIVED
+        )
+        bpe = stream_counter(p.a, cd.SENDER_BPE_TYPE_ID)
+        assert bpe == p.a.counter(SystemCounterId.SENDER_FLOW_CONTROL_LIMITS) > 0  # a 32 KiB window, 1.9 MB sent
+
+
+def stream_counter(driver: SteppedDriver, type_id: int) -> int:
+    [value] = [
+        c.value
+        for c in CountersReader(driver.driver.cnc.counters_metadata, driver.driver.cnc.counters_values)
+        if c.type_id == type_id
+    ]
+    return value
 
 
 def test_a_lossless_link_leaves_the_loss_report_empty() -> None:

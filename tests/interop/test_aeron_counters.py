@@ -39,6 +39,9 @@ AERON_STREAM_TYPES = {
     cd.RECEIVER_POSITION_TYPE_ID,
     cd.SENDER_LIMIT_TYPE_ID,
     cd.PUBLISHER_POSITION_TYPE_ID,
+    cd.SENDER_BPE_TYPE_ID,
+    cd.SENDER_NAKS_RECEIVED_TYPE_ID,
+    cd.RECEIVER_NAKS_SENT_TYPE_ID,
 }
 
 
@@ -140,6 +143,9 @@ def test_stream_counters_have_aerons_type_ids_labels_keys_and_links(interop: Int
         cd.RECEIVER_HWM_TYPE_ID,
         cd.RECEIVER_POSITION_TYPE_ID,
         cd.SUBSCRIBER_POSITION_TYPE_ID,
+        cd.SENDER_BPE_TYPE_ID,
+        cd.SENDER_NAKS_RECEIVED_TYPE_ID,
+        cd.RECEIVER_NAKS_SENT_TYPE_ID,
     }
 
 
