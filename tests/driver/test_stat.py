@@ -158,7 +158,7 @@ def test_the_udp_counter_ids_come_from_the_descriptor_and_are_the_network_counte
 
     assert UDP_SYSTEM_COUNTER_IDS is scd.UDP_SYSTEM_COUNTER_IDS  # one definition, not a copy
     network_words = ("Bytes", "NAK", "Status", "Heartbeat", "Retransmit", "Flow", "Invalid", "Short", "gap",
-                     "Datagram", "Setup", "TTL", "Frames", "Images", "flow control")  # fmt: skip
+                     "Datagram", "Setup", "TTL", "Frames", "Images", "flow control", "Spoofed")  # fmt: skip
     expected = {int(d.id) for d in scd.DESCRIPTORS if any(w in d.label for w in network_words)}
     expected.discard(scd.SystemCounterId.BYTES_CURRENTLY_MAPPED)  # mapped log bytes: IPC too
     assert UDP_SYSTEM_COUNTER_IDS == expected
