@@ -7,6 +7,11 @@ works beside a busy driver and on the files a dead driver left behind (it then s
     logbuf-stat                      # live view (rich), refreshed every second, Ctrl-C to stop
     logbuf-stat --once --json        # one snapshot for scripts (rates measured over --interval)
     logbuf-stat --prometheus 9464    # serve the counters as Prometheus metrics, plus the live view
+    logbuf-stat --loss               # the loss report, as Aeron's LossStat prints it (--json: a list)
+
+``--loss`` is a flag of this tool rather than a command of its own: it shares the directory
+resolution and ``--json``, and it reads only ``loss-report.dat`` (not the CnC), so it works on a
+stopped driver's files and on a real Aeron driver's directory alike.
 
 Per stream (a publication's session id and stream id): publisher position and limit, bytes/s from
 how far the position moved, msgs/s from the messages (BEGIN frames) found in the frames written
@@ -20,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import struct
 import sys
 import threading
 import time
@@ -35,6 +39,12 @@ from logbuf.conduit import counters_descriptor as cd
 from logbuf.conduit.cnc import CncError, CncFile, cnc_driver_heartbeat_ms
 from logbuf.conduit.counters import CounterInfo, CountersReader
 from logbuf.conduit.error_log import read_error_log
+from logbuf.conduit.loss_report import LossEntry, LossReportError, LossReportFile
+from logbuf.conduit.system_counters_descriptor import (
+    SYSTEM_COUNTER_KEY,
+    SYSTEM_COUNTER_TYPE_IDS,
+    UDP_SYSTEM_COUNTER_IDS,
+)
 from logbuf.errors import ShmError
 from logbuf.logbuffer import data_header_descriptor as dh
 from logbuf.logbuffer.log_buffer import LogBuffers
@@ -46,27 +56,17 @@ DEFAULT_ALIVE_TIMEOUT_MS = 5_000
 MAX_SCAN_BYTES = 1 << 20
 """Frames scanned per stream per sample to estimate messages per byte."""
 
-SYSTEM_COUNTER_KEY: Final[struct.Struct] = struct.Struct("<i")
-"""A system counter's key: its id."""
-
-UDP_SYSTEM_COUNTER_IDS: frozenset[int] = frozenset(
-    {0, 1, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 16, 23, 28, 30, 36, 101, 102, 103, 104}
-)
-"""System counters (ids, Aeron's and logbuf's) that only UDP moves: bytes and datagrams sent and received,
-NAKs, status messages, heartbeats, retransmits, flow control, invalid packets, short sends, gap fills,
-the sender's and receiver's cycle times and setups. The live view hides them while they are 0
-on a driver with no UDP stream."""
-
 LEGEND = (
     "position: where the publisher is in the stream; limit: how far it may write before it is "
     "back-pressured (the slowest subscriber's position + the term window); for an image received over "
-    "UDP, position is what subscribers can read (rcv-pos) and limit the highest position received "
-    "(rcv-hwm). lag: how far a subscriber is behind the position. Positions, limits, lags and bytes/s "
-    "count log bytes: frames with their 32-byte headers, aligned to 32 (a 32-byte message takes 64 "
-    "bytes), so they run ahead of payload rates; msgs/s counts messages."
+    f"UDP, position is what subscribers can read ({cd.LABEL_PREFIXES[cd.RECEIVER_POSITION_TYPE_ID]}) and limit "
+    f"the highest position received ({cd.LABEL_PREFIXES[cd.RECEIVER_HWM_TYPE_ID]}). lag: how far a subscriber is "
+    "behind the position. Positions, limits, lags and bytes/s count log bytes: frames with their 32-byte headers, "
+    f"aligned to {dh.FRAME_ALIGNMENT} (a 32-byte message takes 64 bytes), so they run ahead of payload rates; "
+    "msgs/s counts messages."
 )
 
-__all__ = ["StatReader", "Snapshot", "StreamStat", "SubscriberStat", "main"]
+__all__ = ["UDP_SYSTEM_COUNTER_IDS", "StatReader", "Snapshot", "StreamStat", "SubscriberStat", "main"]
 
 
 @dataclass(slots=True)
@@ -120,7 +120,8 @@ class CounterStat:
     label: str
     value: int
     system_id: int | None = None
-    """For a system counter: its id (Aeron's SystemCounterDescriptor, logbuf's own from 100), from its key."""
+    """For a system counter: its id (Aeron's SystemCounterDescriptor, logbuf's own from 100), from its key.
+    Slots, ids and labels: :mod:`logbuf.conduit.system_counters_descriptor`."""
 
 
 @dataclass(slots=True)
@@ -187,6 +188,15 @@ def _sample_start(prev: int, now: int, term_length: int) -> int:
     return term_start if now - term_start >= min(term_length, MAX_SCAN_BYTES) // 2 else term_start - term_length
 
 
+def _channel(info: CounterInfo) -> str:
+    """A stream counter's channel: from its label, which has all of it (the key holds at most 92 bytes)."""
+    label = info.label
+    channel = label.split(" ", 4)[4] if label.count(" ") >= 4 else cd.stream_key_channel(info.key)
+    if info.type_id == cd.SUBSCRIBER_POSITION_TYPE_ID and " @" in channel:
+        channel = channel.rsplit(" @", 1)[0]
+    return channel
+
+
 class StatReader:
     """Samples a driver directory; keeps the previous sample to compute rates."""
 
@@ -239,7 +249,7 @@ class StatReader:
                     i.type_id,
                     i.label,
                     i.value,
-                    SYSTEM_COUNTER_KEY.unpack_from(i.key)[0] if i.type_id == cd.SYSTEM_COUNTER_TYPE_ID else None,
+                    SYSTEM_COUNTER_KEY.unpack_from(i.key)[0] if i.type_id in SYSTEM_COUNTER_TYPE_IDS else None,
                 )
                 for i in infos
             ],
@@ -310,9 +320,7 @@ class StatReader:
                     messages, scanned = count_messages(log, start, position)
                     msgs_per_s = messages / scanned * moved / elapsed if scanned else 0.0
             self._previous[registration_id] = (now, position)
-            channel = head.label.split(" ", 4)[4] if head.label.count(" ") >= 4 else ""
-            if kind == "image" and " @" in channel:
-                channel = channel.rsplit(" @", 1)[0]
+            channel = _channel(head)
 
             def value(type_id: int, key: tuple[int, int] = key) -> int | None:
                 info = extra.get((type_id, key[0], key[1]))
@@ -386,7 +394,7 @@ def system_counters_to_show(snapshot: Snapshot) -> tuple[list[CounterStat], int]
     shown: list[CounterStat] = []
     hidden = 0
     for c in snapshot.counters:
-        if c.type_id != cd.SYSTEM_COUNTER_TYPE_ID:
+        if c.type_id not in SYSTEM_COUNTER_TYPE_IDS:
             continue
         if not udp and c.value == 0 and c.system_id in UDP_SYSTEM_COUNTER_IDS:
             hidden += 1
@@ -508,7 +516,7 @@ def serve_prometheus(directory: str, port: int, *, alive_timeout_ms: int = DEFAU
             yield alive
             system = GaugeMetricFamily("logbuf_system_counter", "The driver's system counters", labels=["id", "label"])
             for c in snap.counters:
-                if c.type_id == cd.SYSTEM_COUNTER_TYPE_ID:
+                if c.type_id in SYSTEM_COUNTER_TYPE_IDS:
                     system.add_metric([str(c.id), c.label], float(c.value))
             yield system
             labels = ["stream_id", "session_id", "channel"]
@@ -564,6 +572,47 @@ def serve_prometheus(directory: str, port: int, *, alive_timeout_ms: int = DEFAU
     return server, reader
 
 
+# -- loss report (Aeron's LossStat) -------------------------------------------------------------------
+LOSS_REPORT_CSV_HEADER: Final[str] = (
+    "#OBSERVATION_COUNT,TOTAL_BYTES_LOST,FIRST_OBSERVATION,LAST_OBSERVATION,SESSION_ID,STREAM_ID,CHANNEL,SOURCE"
+)
+"""Aeron's ``LossReportReader.LOSS_REPORT_CSV_HEADER``."""
+
+
+def format_loss_time(epoch_ms: int) -> str:
+    """Aeron LossStat's ``yyyy-MM-dd HH:mm:ss.SSSZ`` in local time (``2026-11-25 18:02:03.042+0000``)."""
+    seconds, millis = divmod(epoch_ms, 1000)
+    local = time.localtime(seconds)
+    return f"{time.strftime('%Y-%m-%d %H:%M:%S', local)}.{millis:03d}{time.strftime('%z', local)}"
+
+
+def loss_table(entries: Sequence[LossEntry]) -> list[str]:
+    """LossStat's output lines: the header, one CSV line per entry, and the count."""
+    lines = [LOSS_REPORT_CSV_HEADER]
+    for e in entries:
+        lines.append(
+            f"{e.observation_count},{e.total_bytes_lost},{format_loss_time(e.first_observation_ms)},"
+            f"{format_loss_time(e.last_observation_ms)},{e.session_id},{e.stream_id},{e.channel},{e.source}"
+        )
+    lines.append(f"{len(entries)} loss entries")
+    return lines
+
+
+def print_loss_report(directory: str, *, as_json: bool = False) -> int:
+    """Read ``<directory>/loss-report.dat`` (no CnC needed: works on a stopped driver's files)."""
+    try:
+        with LossReportFile.open(directory) as report:
+            entries = report.entries()
+    except LossReportError as e:
+        print(f"logbuf-stat: {e}", file=sys.stderr)
+        return 2
+    if as_json:
+        print(json.dumps([asdict(e) for e in entries]))
+    else:
+        print("\n".join(loss_table(entries)))
+    return 0
+
+
 # -- entry point -------------------------------------------------------------------------------------
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="logbuf-stat", description=__doc__.split("\n\n")[0])
@@ -573,6 +622,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--interval", type=float, default=1.0, help="seconds between samples (default 1)")
     parser.add_argument("--duration", type=float, default=None, help="stop after this many seconds")
     parser.add_argument("--prometheus", type=int, metavar="PORT", default=None, help="serve /metrics on PORT")
+    parser.add_argument(
+        "--loss",
+        action="store_true",
+        help="print the loss report (loss-report.dat, logbuf's or Aeron's) as Aeron's LossStat does, and exit",
+    )
     parser.add_argument(
         "--alive-timeout-ms",
         type=int,
@@ -595,6 +649,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from logbuf.directory import resolve_dir
 
     directory = resolve_dir(args.dir)
+    if args.loss:
+        return print_loss_report(directory, as_json=args.json)
     try:
         reader = StatReader(directory, alive_timeout_ms=args.alive_timeout_ms)
     except CncError as e:

@@ -35,6 +35,7 @@ from logbuf.conduit.cnc import client_liveness_lock_held, cnc_path
 from logbuf.conduit.command_descriptor import MalformedCommandError
 from logbuf.conduit.counters import CountersManager
 from logbuf.conduit.error_log import DistinctErrorLog
+from logbuf.conduit.loss_report import LossReport
 from logbuf.conduit.ring_buffer import ManyToOneRingBuffer, RingBufferUnblocker
 from logbuf.driver.context import DriverContext
 from logbuf.driver.destination_tracker import DestinationTracker
@@ -183,8 +184,11 @@ class DriverConductor:
         sender: SenderCommands,
         receiver: ReceiverCommands,
         on_terminate: Callable[[], None] | None = None,
+        loss_report: LossReport | None = None,
     ) -> None:
         self.ctx = ctx
+        self.loss_report = loss_report
+        """Where images report loss (``loss-report.dat``); None: not reported."""
         self.to_driver = to_driver
         self._to_driver_unblocker = RingBufferUnblocker(to_driver, ctx.command_unblock_timeout_ns)
         self.to_clients = to_clients
@@ -406,7 +410,9 @@ class DriverConductor:
                     publication.ref_count += 1
                     break
         if publication is None:
-            publication = self._new_publication(command.correlation_id, command.stream_id, uri, exclusive)
+            publication = self._new_publication(
+                command.correlation_id, command.stream_id, uri, exclusive, client_id=command.client_id
+            )
         session.publication_links[command.correlation_id] = publication
         ready = cmd.PublicationReady(
             command.correlation_id,
@@ -420,7 +426,7 @@ class DriverConductor:
         self._transmit(cmd.ON_EXCLUSIVE_PUBLICATION_READY if exclusive else cmd.ON_PUBLICATION_READY, ready.encode())
 
     def _new_publication(
-        self, registration_id: int, stream_id: int, uri: ChannelUri, exclusive: bool
+        self, registration_id: int, stream_id: int, uri: ChannelUri, exclusive: bool, *, client_id: int = 0
     ) -> IpcPublication:
         network = uri.media == "udp"
         plan = self._send_plan(uri) if network else None
@@ -461,21 +467,24 @@ class DriverConductor:
             raise CommandError(ErrorCode.STORAGE_SPACE, f"cannot create log {path}: {e}") from e
         if initial:
             log.seek_to(initial[1], initial[2])
-        label = cd.stream_label("{}", registration_id, session_id, stream_id, canonical)
-        key = cd.STREAM_KEY.pack(registration_id, session_id, stream_id, 0)
+        # Aeron's stream counters: its order, labels (with the channel as the client gave it) and keys
+        label = cd.stream_label("{}", registration_id, session_id, stream_id, uri.original or canonical)
+        key = cd.stream_key(registration_id, session_id, stream_id, uri.original or canonical)
         start = log.tail_position()
+        pos_id = self.counters.allocate(
+            label.format(cd.PUBLISHER_POSITION_EXCLUSIVE_NAME if exclusive else cd.PUBLISHER_POSITION_CONCURRENT_NAME),
+            cd.PUBLISHER_POSITION_TYPE_ID,
+            key,
+            registration_id=registration_id,
+            owner_id=client_id,
+            initial_value=start,
+        )
         limit_id = self.counters.allocate(
             label.format("pub-lmt"),
             cd.PUBLISHER_LIMIT_TYPE_ID,
             key,
             registration_id=registration_id,
-            initial_value=start,
-        )
-        pos_id = self.counters.allocate(
-            label.format("pub-pos (sampled)"),
-            cd.PUBLISHER_POSITION_TYPE_ID,
-            key,
-            registration_id=registration_id,
+            owner_id=client_id,
             initial_value=start,
         )
         common = _PublicationFields(
@@ -501,6 +510,7 @@ class DriverConductor:
                 cd.SENDER_POSITION_TYPE_ID,
                 key,
                 registration_id=registration_id,
+                owner_id=client_id,
                 initial_value=start,
             )
             snd_lmt = self.counters.allocate(
@@ -508,12 +518,25 @@ class DriverConductor:
                 cd.SENDER_LIMIT_TYPE_ID,
                 key,
                 registration_id=registration_id,
+                owner_id=client_id,
                 initial_value=start,
+            )
+            snd_bpe, snd_naks = (
+                self.counters.allocate(
+                    label.format(cd.LABEL_PREFIXES[type_id]),
+                    type_id,
+                    key,
+                    registration_id=registration_id,
+                    owner_id=client_id,
+                )
+                for type_id in (cd.SENDER_BPE_TYPE_ID, cd.SENDER_NAKS_RECEIVED_TYPE_ID)
             )
             network_publication = NetworkPublication(
                 **common,
                 sender_position_id=snd_pos,
                 sender_limit_id=snd_lmt,
+                sender_bpe_id=snd_bpe,
+                naks_received_id=snd_naks,
                 sender_position=self.counters.position(snd_pos),
                 system_counters=self.system_counters,
                 mtu_length=mtu,
@@ -776,7 +799,7 @@ class DriverConductor:
         if setup.term_length > self.ctx.max_image_term_length or others >= self.ctx.max_images_per_endpoint:
             self.system_counters.increment(SystemCounterId.IMAGES_REJECTED)
             return  # remote input: counted, not logged per SETUP
-        if not self.counters.has_room(2 + len(self._subscriptions_by_stream.get(setup.stream_id, ()))):
+        if not self.counters.has_room(3 + len(self._subscriptions_by_stream.get(setup.stream_id, ()))):
             self.system_counters.increment(SystemCounterId.IMAGES_REJECTED)
             self.system_counters.increment(SystemCounterId.ERRORS)
             self.error_log.record(
@@ -845,16 +868,36 @@ class DriverConductor:
         log: LogBuffers,
         allocated: list[int],
     ) -> PublicationImage:
-        """The image over a new log, its rcv-hwm and rcv-pos counters appended to ``allocated`` as they
+        """The image over a new log, its rcv-hwm, rcv-pos and rcv-naks-sent counters appended to ``allocated`` as they
         are made (the caller frees them if this raises)."""
         log.seek_to(setup.active_term_id, setup.term_offset)
         join = log.tail_position()
-        label = cd.stream_label("{}", registration_id, setup.session_id, setup.stream_id, endpoint.channel)
-        key = cd.STREAM_KEY.pack(registration_id, setup.session_id, setup.stream_id, 0)
-        for name, type_id in (("rcv-hwm", cd.RECEIVER_HWM_TYPE_ID), ("rcv-pos", cd.RECEIVER_POSITION_TYPE_ID)):
+        # Aeron labels an image's counters with the channel its (first) subscription gave, owned by that client
+        first = next(
+            (
+                link
+                for link in self._subscriptions_by_stream.get(setup.stream_id, {}).values()
+                if link.endpoint_key is not None and link.canonical == endpoint.channel
+            ),
+            None,
+        )
+        original = first.channel if first is not None else endpoint.channel
+        owner_id = first.client_id if first is not None else 0
+        label = cd.stream_label("{}", registration_id, setup.session_id, setup.stream_id, original)
+        key = cd.stream_key(registration_id, setup.session_id, setup.stream_id, original)
+        for name, type_id, initial in (
+            ("rcv-hwm", cd.RECEIVER_HWM_TYPE_ID, join),
+            ("rcv-pos", cd.RECEIVER_POSITION_TYPE_ID, join),
+            ("rcv-naks-sent", cd.RECEIVER_NAKS_SENT_TYPE_ID, 0),
+        ):
             allocated.append(
                 self.counters.allocate(
-                    label.format(name), type_id, key, registration_id=registration_id, initial_value=join
+                    label.format(name),
+                    type_id,
+                    key,
+                    registration_id=registration_id,
+                    owner_id=owner_id,
+                    initial_value=initial,
                 )
             )
         settings = receive_channel.image_settings.get(setup.stream_id, ImageSettings())
@@ -888,6 +931,9 @@ class DriverConductor:
                 else None
             ),
             group_tag=settings.group_tag,
+            loss_report=self.loss_report,
+            original_channel=original,
+            naks_sent_id=allocated[2],
         )
 
     def _receive_channel_of(self, endpoint: ReceiveChannelEndpoint) -> ReceiveChannel | None:

@@ -143,6 +143,12 @@ class DriverContext:
     to_clients_buffer_length: int = setting(1024 * 1024, "size", "Response broadcast capacity (power of 2).")
     counters_buffer_length: int = setting(1024 * 1024, "size", "Counter values buffer (128 bytes per counter).")
     error_buffer_length: int = setting(1024 * 1024, "size", "Distinct error log length.")
+    loss_report_buffer_length: int = setting(
+        1024 * 1024,
+        "size",
+        "loss-report.dat length (rounded up to 4 KiB); one entry (64-192 bytes) per image that saw loss, "
+        "and images that find it full stop reporting (Aeron's aeron.loss.report.buffer.length).",
+    )
     group_access: bool = setting(False, "bool", "Create files group-readable/writable (0660) instead of owner-only.")
     dir_delete_on_shutdown: bool = setting(True, "bool", "Remove the driver directory on clean shutdown.")
     image_liveness_timeout: int = setting(
@@ -270,6 +276,10 @@ class DriverContext:
             lbd.check_term_length(self.max_image_term_length)
         except lbd.LogBufferError as e:
             raise ConfigurationError(f"max_image_term_length: {e}") from None
+        if self.loss_report_buffer_length < 4096:
+            raise ConfigurationError(
+                f"loss_report_buffer_length={self.loss_report_buffer_length} must be at least 4096"
+            )
         if self.error_buffer_length < 4096:
             raise ConfigurationError(f"error_buffer_length={self.error_buffer_length} must be at least 4096")
         return self

@@ -43,16 +43,19 @@ def allocate_subscriber_position(
     stream_id: int,
     channel: str,
     join: int,
+    reference_id: int = 0,
 ) -> SubscriberPosition:
-    """A subscriber's ``sub-pos`` counter (owned by its client), starting at ``join``."""
-    label = cd.stream_label("sub-pos", subscription_registration_id, session_id, stream_id, channel)
-    key = cd.STREAM_KEY.pack(subscription_registration_id, session_id, stream_id, 0)
+    """A subscriber's ``sub-pos`` counter (owned by its client, referring to the publication or image
+    it reads, as Aeron's), starting at ``join``."""
+    label = cd.stream_label("sub-pos", subscription_registration_id, session_id, stream_id, channel, f"@{join}")
+    key = cd.stream_key(subscription_registration_id, session_id, stream_id, channel)
     counter_id = counters.allocate(
-        f"{label} @{join}",
+        label,
         cd.SUBSCRIBER_POSITION_TYPE_ID,
         key,
         registration_id=subscription_registration_id,
         owner_id=client_id,
+        reference_id=reference_id,
         initial_value=join,
     )
     return SubscriberPosition(subscription_registration_id, client_id, counter_id, counters.position(counter_id), join)
@@ -115,6 +118,7 @@ class IpcPublication:
             self.stream_id,
             channel,
             self.tail_position(),
+            reference_id=self.registration_id,
         )
         self.subscribers[subscription_registration_id] = sub
         self.log.set_connected(True)

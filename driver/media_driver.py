@@ -26,7 +26,9 @@ from logbuf.conduit.broadcast import BroadcastTransmitter
 from logbuf.conduit.cnc import CncFile, is_driver_active
 from logbuf.conduit.counters import CountersManager
 from logbuf.conduit.error_log import DistinctErrorLog
+from logbuf.conduit.loss_report import LossReport, LossReportFile
 from logbuf.conduit.ring_buffer import ManyToOneRingBuffer
+from logbuf.conduit.system_counters_descriptor import CYCLE_TIME_THRESHOLD_NS
 from logbuf.directory import DirectoryPermissionError, check_directory
 from logbuf.driver.conductor import DriverConductor
 from logbuf.driver.context import DriverContext
@@ -44,6 +46,13 @@ BUSY_MAX_PARK_S = 20e-6
 sender polls the logs, so a park delays every message by its length; a yield gives the core to any
 client that needs it); with work in the last 10 ms it parks at most 20 us; an idle driver still
 backs off to 2 ms. Parks wake early when a datagram arrives."""
+
+
+CYCLE_TIME_COUNTERS = (
+    (SystemCounterId.CONDUCTOR_MAX_CYCLE_TIME, SystemCounterId.CONDUCTOR_CYCLE_TIME_THRESHOLD_EXCEEDED),
+    (SystemCounterId.SENDER_MAX_CYCLE_TIME, SystemCounterId.SENDER_CYCLE_TIME_THRESHOLD_EXCEEDED),
+    (SystemCounterId.RECEIVER_MAX_CYCLE_TIME, SystemCounterId.RECEIVER_CYCLE_TIME_THRESHOLD_EXCEEDED),
+)
 
 
 class _DriverAgents(CompositeAgent):
@@ -82,6 +91,11 @@ class MediaDriver:
             free_to_reuse_timeout_ms=COUNTER_FREE_TO_REUSE_TIMEOUT_MS,
         )
         self.system_counters = SystemCounters(self.counters)
+        self._max_cycle_ns = 0
+        self.loss_report_file = LossReportFile.create(ctx.dir, ctx.loss_report_buffer_length, mode=ctx.file_mode)
+        self.system_counters.set(
+            SystemCounterId.BYTES_CURRENTLY_MAPPED, os.path.getsize(self.cnc.path) + len(self.loss_report_file.buffer)
+        )
         self.error_log = DistinctErrorLog(self.cnc.error_log, clock_ms=ctx.epoch_clock_ms)
         self.sender = Sender(ctx.clock_ns)
         self.receiver = Receiver(ctx.clock_ns)
@@ -95,19 +109,30 @@ class MediaDriver:
             sender=SenderProxy(self.sender),
             receiver=ReceiverProxy(self.receiver),
             on_terminate=self.request_stop,
+            loss_report=LossReport(self.loss_report_file.buffer, ctx.epoch_clock_ms),
         )
+        self.conductor.to_driver.next_correlation_id()  # as Aeron's driver: no client or resource gets id 0
         self.agents = _DriverAgents(self.conductor, self.sender, self.receiver)
         self.runner = AgentRunner(
             self.agents,
             idle_strategy_from_name(ctx.idle_strategy, park=self._park),  # parks wake when a datagram arrives
             error_handler=self._on_agent_error,
-            max_cycle_ns_recorder=lambda ns: self.system_counters.propose_max(
-                SystemCounterId.CONDUCTOR_MAX_CYCLE_TIME, ns
-            ),
+            max_cycle_ns_recorder=self._record_cycle_time,
             cpus=parse_cpu_list(ctx.cpu_affinity) or None,
         )
         self._log = structlog.get_logger().bind(role="driver", dir=ctx.dir)
         self._closed = False
+
+    def _record_cycle_time(self, ns: int) -> None:
+        """One duty cycle runs all three agents (Aeron's SHARED mode): it counts for each, as there.
+        Called every cycle, so it touches the counters only when there is something to write."""
+        if ns > self._max_cycle_ns:
+            self._max_cycle_ns = ns
+            for max_id, _ in CYCLE_TIME_COUNTERS:
+                self.system_counters.set(max_id, ns)
+        if ns > CYCLE_TIME_THRESHOLD_NS:
+            for _, exceeded_id in CYCLE_TIME_COUNTERS:
+                self.system_counters.increment(exceeded_id)
 
     def _on_invalid_command_record(self, record_offset: int, length: int, msg_type_id: int) -> None:
         """A command record whose length cannot be true (written by something that is not a client):
@@ -163,6 +188,7 @@ class MediaDriver:
         self.runner.close()
         self._log.info("driver.stopped")
         self.cnc.close()
+        self.loss_report_file.close()
         if self.ctx.dir_delete_on_shutdown:
             shutil.rmtree(self.ctx.dir, ignore_errors=True)
 

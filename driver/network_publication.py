@@ -56,6 +56,10 @@ sender endpoint's native batch (one sendmmsg); without it, ``send`` is called pe
 class NetworkPublication(IpcPublication):
     sender_position_id: int = 0
     sender_limit_id: int = 0
+    sender_bpe_id: int = -1
+    """snd-bpe: flow-control limits hit after sending (Aeron's back-pressure events); -1: none."""
+    naks_received_id: int = -1
+    """snd-naks-received: NAKs for this publication; -1: none."""
     sender_position: Any = None  # native.Position over snd-pos
     system_counters: SystemCounters | None = None
     mtu_length: int = dh.DEFAULT_MTU_LENGTH
@@ -87,6 +91,11 @@ class NetworkPublication(IpcPublication):
     """Receiver id -> its ``fc-rcv-pos`` counter (group publications: those with ``fc-receivers``)."""
     _next_flow_control_idle_ns: int = 0
     _flow_control_changes: int = 0
+    track_sender_limits: bool = False
+    """Set by a send of data; the next send that finds the window used up counts one back-pressure
+    event and clears it (Aeron's rule: one event per time the sender runs into snd-lmt)."""
+    naks_received: int = 0
+    sender_limit_events: int = 0
 
     # -- sender duty cycle ------------------------------------------------------------------------
     def send(self, now_ns: int, send: Send, send_frames: SendFrames | None = None) -> int:
@@ -144,7 +153,14 @@ class NetworkPublication(IpcPublication):
             if datagrams:
                 self.sender_position.set_ordered(position)
                 self.time_of_last_send_ns = now_ns
-            elif (
+                self.track_sender_limits = True
+            elif self.track_sender_limits and position >= limit:
+                self.track_sender_limits = False
+                self.sender_limit_events += 1
+                counters.increment(SystemCounterId.SENDER_FLOW_CONTROL_LIMITS)
+                if self.sender_bpe_id >= 0:
+                    self.counters.set_value(self.sender_bpe_id, self.sender_limit_events)
+            if not datagrams and (
                 idle_ns >= BLOCKED_HEARTBEAT_INTERVAL_NS
                 and now_ns >= self._next_blocked_check_ns
                 and (idle_ns >= HEARTBEAT_INTERVAL_NS or self._blocked(position, now_ns))
@@ -273,6 +289,9 @@ class NetworkPublication(IpcPublication):
         if nak.term_offset < 0 or nak.term_offset > term_length - dh.HEADER_LENGTH or nak.length <= 0:
             counters.increment(SystemCounterId.INVALID_PACKETS)
             return 0
+        self.naks_received += 1
+        if self.naks_received_id >= 0:
+            self.counters.set_value(self.naks_received_id, self.naks_received)
         key = (nak.term_id, nak.term_offset)
         if self.retransmit_lingers.get(key, 0) > now_ns:
             return 0
@@ -342,6 +361,8 @@ class NetworkPublication(IpcPublication):
             self.receivers_counter_id,
             self.mdc_destinations_counter_id,
             *self.receiver_counters.values(),
+            self.sender_bpe_id,
+            self.naks_received_id,
         ):
             if counter_id >= 0:
                 self.counters.free(counter_id)

@@ -31,6 +31,7 @@ from typing import Any
 
 from logbuf import native
 from logbuf.conduit.counters import CountersManager
+from logbuf.conduit.loss_report import LossReport
 from logbuf.driver.ipc_publication import SubscriberPosition, allocate_subscriber_position
 from logbuf.driver.lifecycle import IMAGE_TRANSITIONS, check_transition
 from logbuf.driver.lifecycle import ImageState as ImageState
@@ -77,6 +78,15 @@ class PublicationImage:
     """Multicast: Aeron's random back-off for first NAKs and retries; None: ``nak_delay_ns``/``nak_retry_ns``."""
     group_tag: int | None = None
     """Carried by every status message (``gtag=``), for senders with tagged flow control."""
+    loss_report: LossReport | None = None
+    """Where loss is reported (``loss-report.dat``); None once it is full, as in Aeron."""
+    naks_sent_id: int = -1
+    """rcv-naks-sent: NAKs this image sent; -1: none."""
+    naks_sent: int = 0
+    original_channel: str = ""
+    """The channel as its subscription gave it (``channel`` is the canonical form): for reports."""
+    loss_entry_offset: int = -1
+    """This image's entry in the loss report, once it has seen loss."""
     subscribers: dict[int, SubscriberPosition] = field(default_factory=dict)
     hwm: int = 0
     rebuild: int = 0
@@ -128,6 +138,7 @@ class PublicationImage:
             self.stream_id,
             channel,
             self.rebuild,
+            reference_id=self.registration_id,
         )
         self.subscribers[subscription_registration_id] = sub
         self.log.set_connected(True)
@@ -221,13 +232,18 @@ class PublicationImage:
             if due < 0:
                 due = now_ns + (self.nak_delay_ns if generator is None else generator.delay(False))
             if now_ns >= due and not self.reliable:
+                self._record_loss(length)
                 self._fill_gap(gap_start, length)
                 work += 1
                 continue
             if now_ns >= due:
+                self._record_loss(length)
                 term_id, term_offset = self.log.term_of(gap_start)
                 self._send(send, NakFrame(self.session_id, self.stream_id, term_id, term_offset, length).encode())
                 self.system_counters.increment(SystemCounterId.NAK_MESSAGES_SENT)
+                self.naks_sent += 1
+                if self.naks_sent_id >= 0:
+                    self.counters.set_value(self.naks_sent_id, self.naks_sent)
                 due = now_ns + (self.nak_retry_ns if generator is None else generator.delay(True))
                 work += 1
             elif due - now_ns < NAK_SPIN_NS:
@@ -282,6 +298,20 @@ class PublicationImage:
             END_OF_STREAM_FLAG,
         ).encode()
 
+    def _record_loss(self, length: int) -> None:
+        """A gap is NAKed (or filled): one observation in the loss report (Aeron's on_gap_detected)."""
+        report = self.loss_report
+        if report is None:
+            return
+        if self.loss_entry_offset >= 0:
+            report.record_observation(self.loss_entry_offset, length)
+            return
+        self.loss_entry_offset = report.create_entry(
+            length, self.session_id, self.stream_id, self.original_channel or self.channel, self.source_identity
+        )
+        if self.loss_entry_offset < 0:
+            self.loss_report = None  # full: this image reports no more
+
     def _fill_gap(self, position: int, length: int) -> None:
         """Cover a gap with one padding frame (its length stored last), unless data arrived there."""
         term_id, term_offset = self.log.term_of(position)
@@ -320,6 +350,8 @@ class PublicationImage:
         self._hwm_counter.close()
         self.counters.free(self.hwm_id)
         self.counters.free(self.rebuild_id)
+        if self.naks_sent_id >= 0:
+            self.counters.free(self.naks_sent_id)
         self.log.close()
         try:
             os.unlink(self.log_file_name)

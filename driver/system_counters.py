@@ -1,91 +1,35 @@
-"""System counters: the driver-wide telemetry, allocated first in the CnC counters (key = id).
+"""System counters: the driver-wide telemetry, allocated first in the CnC counters.
 
-Ids and labels follow Aeron's ``SystemCounterDescriptor`` where Aeron has the counter; logbuf's
-own start at 100.
+Which counter sits in which slot, with which type id, key and label, is
+:mod:`logbuf.conduit.system_counters_descriptor` (Aeron 1.53's order, then logbuf's own); this
+module allocates them in that order and counts into them.
 """
 
 from __future__ import annotations
 
-import struct
-from enum import IntEnum
-
 from logbuf import native
 from logbuf.conduit import counters_descriptor as cd
 from logbuf.conduit.counters import CountersManager
+from logbuf.conduit.system_counters_descriptor import (
+    CONTROL_PROTOCOL_VERSION,
+    DESCRIPTORS,
+    LABELS,
+    LOGBUF_VERSION,
+    SYSTEM_COUNTER_OWNER_ID,
+    SystemCounterId,
+    semantic_version,
+)
+
+__all__ = ["LABELS", "SystemCounterId", "SystemCounters"]
 
 
-class SystemCounterId(IntEnum):
-    BYTES_SENT = 0
-    BYTES_RECEIVED = 1
-    NAK_MESSAGES_SENT = 5
-    NAK_MESSAGES_RECEIVED = 6
-    STATUS_MESSAGES_SENT = 7
-    STATUS_MESSAGES_RECEIVED = 8
-    HEARTBEATS_SENT = 9
-    HEARTBEATS_RECEIVED = 10
-    RETRANSMITS_SENT = 11
-    FLOW_CONTROL_UNDER_RUNS = 12
-    FLOW_CONTROL_OVER_RUNS = 13
-    INVALID_PACKETS = 14
-    ERRORS = 15
-    SHORT_SENDS = 16
-    UNBLOCKED_PUBLICATIONS = 19
-    UNBLOCKED_COMMANDS = 20
-    LOSS_GAP_FILLS = 23
-    CLIENT_TIMEOUTS = 24
-    CONDUCTOR_MAX_CYCLE_TIME = 26
-    SENDER_MAX_CYCLE_TIME = 28
-    RECEIVER_MAX_CYCLE_TIME = 30
-    BYTES_CURRENTLY_MAPPED = 35
-    RETRANSMITTED_BYTES = 36
-    # logbuf's own
-    COMMANDS_RECEIVED = 100
-    DATAGRAMS_SENT = 101
-    DATAGRAMS_RECEIVED = 102
-    SETUPS_SENT = 103
-    SETUPS_RECEIVED = 104
-    ACTIVE_CLIENTS = 105
-    ACTIVE_PUBLICATIONS = 106
-    ACTIVE_IMAGES = 107
-    IMAGES_REJECTED = 108
-    SPOOFED_FRAMES_DROPPED = 109
-
-
-LABELS: dict[SystemCounterId, str] = {
-    SystemCounterId.BYTES_SENT: "Bytes sent",
-    SystemCounterId.BYTES_RECEIVED: "Bytes received",
-    SystemCounterId.NAK_MESSAGES_SENT: "NAKs sent",
-    SystemCounterId.NAK_MESSAGES_RECEIVED: "NAKs received",
-    SystemCounterId.STATUS_MESSAGES_SENT: "Status Messages sent",
-    SystemCounterId.STATUS_MESSAGES_RECEIVED: "Status Messages received",
-    SystemCounterId.HEARTBEATS_SENT: "Heartbeats sent",
-    SystemCounterId.HEARTBEATS_RECEIVED: "Heartbeats received",
-    SystemCounterId.RETRANSMITS_SENT: "Retransmits sent",
-    SystemCounterId.FLOW_CONTROL_UNDER_RUNS: "Flow control under runs",
-    SystemCounterId.FLOW_CONTROL_OVER_RUNS: "Flow control over runs",
-    SystemCounterId.INVALID_PACKETS: "Invalid packets",
-    SystemCounterId.ERRORS: "Errors",
-    SystemCounterId.SHORT_SENDS: "Short sends",
-    SystemCounterId.UNBLOCKED_PUBLICATIONS: "Unblocked Publications",
-    SystemCounterId.UNBLOCKED_COMMANDS: "Unblocked Control Commands",
-    SystemCounterId.LOSS_GAP_FILLS: "Loss gap fills",
-    SystemCounterId.CLIENT_TIMEOUTS: "Client liveness timeouts",
-    SystemCounterId.CONDUCTOR_MAX_CYCLE_TIME: "Conductor max cycle time (ns)",
-    SystemCounterId.SENDER_MAX_CYCLE_TIME: "Sender max cycle time (ns)",
-    SystemCounterId.RECEIVER_MAX_CYCLE_TIME: "Receiver max cycle time (ns)",
-    SystemCounterId.BYTES_CURRENTLY_MAPPED: "Bytes currently mapped",
-    SystemCounterId.RETRANSMITTED_BYTES: "Retransmitted bytes",
-    SystemCounterId.COMMANDS_RECEIVED: "Client commands received",
-    SystemCounterId.DATAGRAMS_SENT: "Datagrams sent",
-    SystemCounterId.DATAGRAMS_RECEIVED: "Datagrams received",
-    SystemCounterId.SETUPS_SENT: "Setups sent",
-    SystemCounterId.SETUPS_RECEIVED: "Setups received",
-    SystemCounterId.ACTIVE_CLIENTS: "Active clients",
-    SystemCounterId.ACTIVE_PUBLICATIONS: "Active publications",
-    SystemCounterId.ACTIVE_IMAGES: "Active images",
-    SystemCounterId.IMAGES_REJECTED: "Images rejected",
-    SystemCounterId.SPOOFED_FRAMES_DROPPED: "Spoofed frames dropped",
-}
+def _version_value(version: str) -> int:
+    """``major.minor.patch[...]`` as Agrona's semantic version int (0 if it does not parse)."""
+    try:
+        major, minor, patch = (int(part) for part in version.split("+")[0].split("-")[0].split(".")[:3])
+        return semantic_version(major, minor, patch)
+    except ValueError:
+        return 0
 
 
 class SystemCounters:
@@ -94,11 +38,20 @@ class SystemCounters:
     def __init__(self, counters: CountersManager) -> None:
         self._values = counters.values
         self._offsets: dict[SystemCounterId, int] = {}
-        for counter_id in SystemCounterId:
+        self.counter_ids: dict[SystemCounterId, int] = {}
+        """Slot (counter id) of each system counter."""
+        for descriptor in DESCRIPTORS:
             allocated = counters.allocate(
-                LABELS[counter_id], cd.SYSTEM_COUNTER_TYPE_ID, struct.pack("<i", int(counter_id))
+                descriptor.label,
+                descriptor.type_id,
+                descriptor.key,
+                registration_id=int(descriptor.id),
+                owner_id=SYSTEM_COUNTER_OWNER_ID,
             )
-            self._offsets[counter_id] = cd.values_offset(allocated)
+            self.counter_ids[descriptor.id] = allocated
+            self._offsets[descriptor.id] = cd.values_offset(allocated)
+        self.set(SystemCounterId.AERON_VERSION, _version_value(LOGBUF_VERSION))
+        self.set(SystemCounterId.CONTROL_PROTOCOL_VERSION, CONTROL_PROTOCOL_VERSION)
 
     def increment(self, counter_id: SystemCounterId, delta: int = 1) -> None:
         """Atomic add (several agents may count the same thing)."""

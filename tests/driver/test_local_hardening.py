@@ -33,6 +33,7 @@ from logbuf.driver.system_counters import SystemCounterId
 from logbuf.errors import ErrorCode
 from tests.archive.conftest import RecorderProcess
 from tests.driver.conftest import DriverProcess, unique_dir
+from tests.support.driver_process import system_counter_name_matches
 
 
 def await_condition(condition: Callable[[], object], timeout_s: float = 10.0, what: str = "condition") -> None:
@@ -55,7 +56,7 @@ class Cnc:
     def counter(self, label: str) -> int:
         """A system counter's value (their ids never change, so each is looked up once)."""
         if label not in self._system_ids:
-            ids = [c.counter_id for c in self.counters if c.label == label]
+            ids = [c.counter_id for c in self.counters if system_counter_name_matches(c.label, label)]
             assert len(ids) == 1, f"{label!r}: {ids}"
             self._system_ids[label] = ids[0]
         return self.counters.value(self._system_ids[label])
@@ -276,6 +277,8 @@ SMALL_CNC = [
     "64k",
     "--error-buffer-length",
     "64k",
+    "--loss-report-buffer-length",
+    "4k",
     "--dir-delete-on-shutdown",
     "false",
 ]

@@ -153,13 +153,14 @@ def test_the_live_view_says_what_it_counts_and_hides_idle_udp_counters_on_an_ipc
     assert "Errors" in view and "Active publications" in view
 
 
-def test_the_udp_counter_ids_are_the_drivers_network_counters() -> None:
-    from logbuf.driver.system_counters import LABELS, SystemCounterId
+def test_the_udp_counter_ids_come_from_the_descriptor_and_are_the_network_counters() -> None:
+    from logbuf.conduit import system_counters_descriptor as scd
 
+    assert UDP_SYSTEM_COUNTER_IDS is scd.UDP_SYSTEM_COUNTER_IDS  # one definition, not a copy
     network_words = ("Bytes", "NAK", "Status", "Heartbeat", "Retransmit", "Flow", "Invalid", "Short", "gap",
-                     "Sender", "Receiver", "Datagram", "Setup")  # fmt: skip
-    expected = {int(i) for i in SystemCounterId if any(w in LABELS[i] for w in network_words)}
-    expected.discard(SystemCounterId.BYTES_CURRENTLY_MAPPED)  # mapped log bytes: IPC too
+                     "Datagram", "Setup", "TTL", "Frames", "Images", "flow control", "Spoofed")  # fmt: skip
+    expected = {int(d.id) for d in scd.DESCRIPTORS if any(w in d.label for w in network_words)}
+    expected.discard(scd.SystemCounterId.BYTES_CURRENTLY_MAPPED)  # mapped log bytes: IPC too
     assert UDP_SYSTEM_COUNTER_IDS == expected
 
 
@@ -211,3 +212,54 @@ def test_the_live_view_lists_each_receiver_of_a_group_publication_slowest_marked
     text = console.export_text()
     assert "receivers of multicast and MDC publications" in text
     assert "10.13.0.3:40001" in text and "4,904" in text and "3c4d" in text
+
+
+def test_loss_prints_aerons_lossstat_table_from_the_report_alone() -> None:
+    """--loss reads only loss-report.dat: a directory with no CnC will do (a stopped driver's, or Aeron's)."""
+    from logbuf.client.stat import LOSS_REPORT_CSV_HEADER
+    from logbuf.conduit.loss_report import LossReport, LossReportFile
+
+    directory = unique_dir()
+    os.makedirs(directory)
+    try:
+        with LossReportFile.create(directory, 4096) as report_file:
+            report = LossReport(report_file.buffer, clock_ms=lambda: 1_764_093_723_042)
+            offset = report.create_entry(1408, -5, 1001, "aeron:udp?endpoint=127.0.0.1:40123", "127.0.0.1:5000")
+            report.record_observation(offset, 64, now_ms=1_764_093_724_001)
+            report.create_entry(96, 8, 1002, "aeron:udp?endpoint=127.0.0.1:40124", "127.0.0.1:5001")
+        env_utc = {**os.environ, "TZ": "UTC"}
+        out = subprocess.run(
+            [sys.executable, "-m", "logbuf.client.stat", "--dir", directory, "--loss"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            cwd=ROOT,
+            env=env_utc,
+        )
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.splitlines() == [
+            LOSS_REPORT_CSV_HEADER,
+            "2,1472,2025-11-25 18:02:03.042+0000,2025-11-25 18:02:04.001+0000,-5,1001,"
+            "aeron:udp?endpoint=127.0.0.1:40123,127.0.0.1:5000",
+            "1,96,2025-11-25 18:02:03.042+0000,2025-11-25 18:02:03.042+0000,8,1002,"
+            "aeron:udp?endpoint=127.0.0.1:40124,127.0.0.1:5001",
+            "2 loss entries",
+        ]
+        as_json = json.loads(_stat("--dir", directory, "--loss", "--json").stdout)
+        assert [(e["observation_count"], e["total_bytes_lost"], e["session_id"]) for e in as_json] == [
+            (2, 1472, -5),
+            (1, 96, 8),
+        ]
+    finally:
+        import shutil
+
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def test_loss_on_a_live_driver_and_on_a_missing_report(media_driver: DriverProcess) -> None:
+    out = _stat("--dir", media_driver.dir, "--loss")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[1:] == ["0 loss entries"]  # an IPC driver: no loss
+    missing = unique_dir()
+    gone = _stat("--dir", missing, "--loss")
+    assert gone.returncode == 2 and f"cannot read the loss report {missing}/loss-report.dat" in gone.stderr

@@ -33,7 +33,10 @@ def drivers(request: pytest.FixtureRequest, driver_factory: DriverSet) -> tuple[
 
 
 def counters(driver: DriverProcess) -> dict[str, int]:
-    return {c["label"]: c["value"] for c in driver.stat_json()["counters"] if c["type_id"] == 0}
+    """System counters by name: the label up to Aeron's ``: <details>`` ("Errors: version=..." is "Errors")."""
+    return {
+        c["label"].split(": ", 1)[0]: c["value"] for c in driver.stat_json()["counters"] if c["system_id"] is not None
+    }
 
 
 def settled_stream(

@@ -21,6 +21,9 @@ from hypothesis import strategies as st
 
 from logbuf.client import FragmentAssembler
 from logbuf.conduit import command_descriptor as cmd
+from logbuf.conduit import counters_descriptor as cd
+from logbuf.conduit.counters import CountersReader
+from logbuf.conduit.loss_report import LossReportFile
 from logbuf.driver.system_counters import SystemCounterId
 from logbuf.logbuffer import data_header_descriptor as dh
 from logbuf.logbuffer.image import Image
@@ -165,6 +168,51 @@ def test_heavy_loss_with_duplicates_and_reordering_is_repaired_by_naks() -> None
         assert p.a.counter(SystemCounterId.RETRANSMITS_SENT) > 0
 
 
+def test_each_nak_is_a_loss_observation_in_the_receivers_loss_report() -> None:
+    """Aeron's on_gap_detected: the first NAK of an image makes its entry, every later one adds an
+    observation and the gap's bytes; the entry names the image (session, stream, channel, source)."""
+    messages = messages_of([(i * 97) % 4000 for i in range(1_000)])
+    with pair(0.1, seed=3) as p:
+        got, image = run(p, messages)
+        assert got == messages and image is not None
+        with LossReportFile.open(p.b.driver.ctx.dir) as report:
+            [entry] = report.entries()
+        with LossReportFile.open(p.a.driver.ctx.dir) as report:
+            assert report.entries() == []  # the sender saw no loss
+        naks = p.b.counter(SystemCounterId.NAK_MESSAGES_SENT)
+        assert naks > 0 and entry.observation_count == naks
+        assert naks * dh.FRAME_ALIGNMENT <= entry.total_bytes_lost <= naks * TERM // 2
+        ready = cmd.ImageReady.decode(p.subscriber.of_type(cmd.ON_AVAILABLE_IMAGE)[0])
+        assert (entry.session_id, entry.stream_id) == (ready.session_id, STREAM) == (image.session_id, STREAM)
+        assert entry.channel == SUBSCRIPTION_CHANNEL and entry.source == ready.source_identity
+        assert p.clock.epoch_ms() >= entry.last_observation_ms > entry.first_observation_ms > 0
+        # the stream's own counters (Aeron's rcv-naks-sent, snd-naks-received, snd-bpe) agree with the system's
+        assert stream_counter(p.b, cd.RECEIVER_NAKS_SENT_TYPE_ID) == naks
+        assert stream_counter(p.a, cd.SENDER_NAKS_RECEIVED_TYPE_ID) == p.a.counter(
+            SystemCounterId.NAK_MESSAGES_RECEIVED
+        )
+        bpe = stream_counter(p.a, cd.SENDER_BPE_TYPE_ID)
+        assert bpe == p.a.counter(SystemCounterId.SENDER_FLOW_CONTROL_LIMITS) > 0  # a 32 KiB window, 1.9 MB sent
+
+
+def stream_counter(driver: SteppedDriver, type_id: int) -> int:
+    [value] = [
+        c.value
+        for c in CountersReader(driver.driver.cnc.counters_metadata, driver.driver.cnc.counters_values)
+        if c.type_id == type_id
+    ]
+    return value
+
+
+def test_a_lossless_link_leaves_the_loss_report_empty() -> None:
+    messages = messages_of([100] * 200)
+    with pair() as p:
+        got, _ = run(p, messages)
+        assert got == messages
+        with LossReportFile.open(p.b.driver.ctx.dir) as report:
+            assert report.entries() == []
+
+
 def test_an_unreliable_image_fills_lost_data_with_padding_and_never_naks() -> None:
     """reliable=false: gaps become padding frames once the NAK delay passes; the subscriber gets the
     rest whole and in order, each message at most once, and the stream keeps up with the sender."""
@@ -177,6 +225,9 @@ def test_an_unreliable_image_fills_lost_data_with_padding_and_never_naks() -> No
         assert all(messages[i] == m for i, m in zip(indexes, got)), "a message came back partial"
         assert len(messages) // 2 < len(got) < len(messages)
         assert p.b.counter(SystemCounterId.LOSS_GAP_FILLS) > 0
+        with LossReportFile.open(p.b.driver.ctx.dir) as report:
+            [entry] = report.entries()  # a gap filled is loss observed, as in Aeron
+        assert entry.observation_count >= p.b.counter(SystemCounterId.LOSS_GAP_FILLS)
         assert p.count(SystemCounterId.NAK_MESSAGES_SENT) == 0
         assert p.count(SystemCounterId.RETRANSMITS_SENT) == 0
 

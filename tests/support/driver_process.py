@@ -33,10 +33,10 @@ from typing import Any
 
 import pytest
 
-from logbuf.conduit import counters_descriptor as cd
 from logbuf.conduit.cnc import CncFile, cnc_driver_heartbeat_ms
 from logbuf.conduit.counters import CountersReader
 from logbuf.conduit.error_log import read_error_log
+from logbuf.conduit.system_counters_descriptor import SYSTEM_COUNTER_TYPE_IDS
 from logbuf.errors import LogbufError
 
 DEFAULT_ARGS: list[str] = [
@@ -181,8 +181,12 @@ class DriverProcess:
             cnc.close()
 
     def system_counter(self, label: str) -> int:
+        """A system counter's value by its label; Aeron's labels may go on after a colon ("Errors:
+        version=...", "Conductor max cycle time doing its work in ns: SHARED"): the name before it will do."""
         values = [
-            c["value"] for c in self.counters() if c["type_id"] == cd.SYSTEM_COUNTER_TYPE_ID and c["label"] == label
+            c["value"]
+            for c in self.counters()
+            if c["type_id"] in SYSTEM_COUNTER_TYPE_IDS and system_counter_name_matches(c["label"], label)
         ]
         assert len(values) == 1, f"no single system counter labelled {label!r} in {self.dir}"
         return int(values[0])
@@ -220,7 +224,7 @@ class DriverProcess:
                 parts.extend(
                     f"{c['id']:4} {c['type_id']:4} {c['label'][:80]:80} {c['value']:,}"
                     for c in snapshot["counters"]
-                    if c["value"] or c["type_id"] != cd.SYSTEM_COUNTER_TYPE_ID
+                    if c["value"] or c["type_id"] not in SYSTEM_COUNTER_TYPE_IDS
                 )
                 parts.extend(f"stream: {json.dumps(s)}" for s in snapshot["streams"])
                 parts.extend(f"error (x{e['count']}): {e['text']}" for e in snapshot["errors"])
@@ -306,3 +310,8 @@ def driver_factory(request: pytest.FixtureRequest) -> Iterator[DriverSet]:
     drivers = DriverSet(request)
     yield drivers
     drivers.close()
+
+
+def system_counter_name_matches(label: str, name: str) -> bool:
+    """``name`` is the system counter's whole label, or the part before Aeron's ``: <details>``."""
+    return label == name or label.startswith(name + ": ")
