@@ -158,7 +158,7 @@ def test_a_setup_flood_is_capped_per_endpoint_and_the_real_stream_is_unaffected(
         assert got == [list(range(2_000))]
         assert 900 not in [i.session_id for i in sub.images]
         assert len(images_dir_files(b)) <= 8
-        assert len(b.counters()) <= counters_before + 7 * 3  # rcv-hwm, rcv-pos and sub-pos per image
+        assert len(b.counters()) <= counters_before + 7 * 4  # rcv-hwm, rcv-pos, rcv-naks-sent and sub-pos per image
     assert b.errors() == []
 
 
