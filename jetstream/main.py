@@ -507,10 +507,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             initial_floor = newest_recorded_time_us(args.record, args.channel, args.stream_id)
 
         def floor_us() -> int:
-            """Where a new ingest starts after a reconnect: nothing the relay already holds again."""
-            held = run.server.store.last_time_us if run.server is not None else 0
+            """Where a new ingest starts after a reconnect: above what the relay already holds. A serving
+            relay holds what its server appended, not what its ingest published: events published into
+            the lost session's log but not yet read from it are gone with that log and must come again."""
+            if run.server is not None:
+                return max(initial_floor, run.server.store.last_time_us)
             published = 0 if run.supervisor is None else run.supervisor.last_ingest_time_us
-            return max(initial_floor, held, published)
+            return max(initial_floor, published)
 
         holder = f"role={args.role}"
         if run.server is not None:
