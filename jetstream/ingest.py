@@ -489,9 +489,9 @@ class UpstreamSource:
                                 stats.received += 1
                                 stats.invalid += 1
                                 stats.last_error = "binary frame (a compressed upstream?): dropped"
-                    except asyncio.CancelledError:
-                        # Stopped (shutdown, or a new driver session): say "going away", not the 1011
-                        # ("internal error") websockets sends when a block is left by an exception.
+                    except (asyncio.CancelledError, LogbufError):
+                        # Stopped, or the stream's publication closed (a new driver session follows): say
+                        # "going away", not the 1011 websockets sends when an exception leaves the block.
                         await ws.close(CLOSE_GOING_AWAY, "relay ingest stopping")
                         raise
             except asyncio.CancelledError:
