@@ -173,6 +173,14 @@ def relay_server(rate: int, flush_interval_s: float, events_per_ip_s: float, out
 
     server.add_duty(produce)
     out.put(("port", server.address[1]))
+    profile = os.environ.get(PROFILE_ENV)
+    if profile:  # py-spy on this process, collapsed stacks (idle frames left out), until it stops
+        spy = shutil.which("py-spy") or os.path.join(os.path.dirname(sys.executable), "py-spy")
+        subprocess.Popen(
+            [spy, "record", "--pid", str(os.getpid()), "--format", "raw", "--rate", "200", "-o", profile],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
     server.serve_forever()
     out.put(("stopped", server.store.next_seq))
 
@@ -342,6 +350,7 @@ def client_proc(port: int, count: int, first: int, out: Any, start_measure: Any,
                 {
                     "connections": n,
                     "closed": sum(reader.closed),
+                    "never_received": sum(1 for t in reader.last_us if not t),
                     "bytes": reader.received,
                     "max_lag_us": lags[-1] if lags else 0,
                     "p99_lag_us": lags[int(len(lags) * 0.99)] if lags else 0,
@@ -440,6 +449,7 @@ def run_step(kind: str, clients: int, args: argparse.Namespace) -> dict[str, Any
         "connected": connected,
         "catch_up_s": round(catch_up_s, 2),
         "closed": closed,
+        "never_received": sum(r["never_received"] for r in results),
         "connect_errors": errors[:3],
         "max_lag_s": max_lag,
         "p99_lag_s": max(r["p99_lag_us"] for r in results) / 1e6,
@@ -455,7 +465,8 @@ def run_step(kind: str, clients: int, args: argparse.Namespace) -> dict[str, Any
         f"  {kind:<8} {clients:>6} clients: {'kept up ' if step['kept_up'] else 'BEHIND  '} max lag "
         f"{max_lag:6.3f} s p99 {step['p99_lag_s']:6.3f} s  {step['gbps']:6.2f} Gbps  server CPU "
         f"{step['server_cpu_pct']:5.1f}%  clients CPU {step['client_cpu_pct']:5.1f}%  load {load_before[0]:.1f}"
-        + (f"  connected {connected} closed {closed} {errors[:1]}" if connected != clients or closed else ""),
+        + (f"  connected {connected} closed {closed} {errors[:1]}" if connected != clients or closed else "")
+        + (f"  {step['never_received']} never got an event" if step["never_received"] else ""),
         flush=True,
     )
     return step
@@ -478,6 +489,7 @@ def sweep(kind: str, counts: list[int], args: argparse.Namespace) -> dict[str, A
 
 
 NETNS_ENV = "LOGBUF_FANOUT_NETNS"
+PROFILE_ENV = "LOGBUF_FANOUT_PROFILE"
 TCP_MEM_ENV = "LOGBUF_FANOUT_TCP_MEM"
 
 
@@ -532,10 +544,18 @@ def main() -> None:
         help="the relay's per-address token bucket, events/s (default 5000, its default; 0 = off)",
     )
     parser.add_argument(
+        "--profile",
+        default=None,
+        metavar="FILE",
+        help="record the relay process with py-spy (collapsed stacks) into FILE (last step wins)",
+    )
+    parser.add_argument(
         "--no-netns", action="store_true", help="run in this network namespace (no namespace, no sysctls)"
     )
     args = parser.parse_args()
     netns = os.environ.get(NETNS_ENV)
+    if args.profile:
+        os.environ[PROFILE_ENV] = os.path.abspath(args.profile)
     if netns is None and not args.no_netns:
         status = run_in_namespace()
         if status is not None:
@@ -543,7 +563,7 @@ def main() -> None:
     sysctls = configure_namespace() if netns is not None else {}
     if args.seconds is None:
         args.seconds = 3.0 if args.quick else 8.0
-    quick_relay, full_relay = "1000,5000,10000", "5000,10000,15000,20000,25000,30000"
+    quick_relay, full_relay = "1000,5000,10000", "1000,2500,5000,10000,15000,20000,25000,30000"
     quick_base, full_base = "100,300,600,1000", "100,300,600,1000,1500,2000"
     relay_steps = [int(x) for x in (args.relay_steps or (quick_relay if args.quick else full_relay)).split(",")]
     base_steps = [int(x) for x in (args.baseline_steps or (quick_base if args.quick else full_base)).split(",")]

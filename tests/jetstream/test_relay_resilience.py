@@ -102,7 +102,8 @@ def test_a_relay_paused_past_the_driver_timeout_reconnects_and_loses_no_event() 
             follower.stop()
         assert follower.events == events  # byte for byte, in order, none lost or repeated
         lost = events_named(relay, "jetstream.driver_lost")
-        assert len(lost) == 1 and lost[0]["level"] == "warning"
+        # at least the pause's; at a load average of 20 a 2 s liveness timeout can lapse once more
+        assert lost and all(entry["level"] == "warning" for entry in lost)
         reconnected = relay.wait_for_log("jetstream.driver_reconnected")
         stopped = events_named(relay, "ingest.stopped")[0]  # the first session's ingest
         assert reconnected["floor_us"] <= stopped["last_time_us"]  # not above what it published
