@@ -511,7 +511,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             relay holds what its server appended, not what its ingest published: events published into
             the lost session's log but not yet read from it are gone with that log and must come again."""
             if run.server is not None:
-                return max(initial_floor, run.server.store.last_time_us)
+                held: int = run.server.store.last_time_us
+                return max(initial_floor, held)
             published = 0 if run.supervisor is None else run.supervisor.last_ingest_time_us
             return max(initial_floor, published)
 
