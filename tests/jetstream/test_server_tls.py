@@ -121,7 +121,7 @@ def test_metrics_listener_over_tls_is_optional(tmp_path: Path) -> None:
     with running_relay(str(tmp_path / "b"), tls_cert=cert, tls_key=key, metrics_tls=True) as relay:
         address = relay.server.metrics_address
         assert address is not None
-        conn = http.client.HTTPSConnection(*address, timeout=WAIT_S, context=client_context(cert))
+        conn = http.client.HTTPSConnection(address[0], address[1], timeout=WAIT_S, context=client_context(cert))
         try:
             conn.request("GET", "/metrics")
             response = conn.getresponse()
