@@ -139,13 +139,15 @@ class Pacer:
 
 
 # -- servers ------------------------------------------------------------------------------------------
-def relay_server(rate: int, flush_interval_s: float, events_per_ip_s: float, out: Any, stop: Any) -> None:
+def relay_server(
+    rate: int, flush_interval_s: float, events_per_ip_s: float, data_parent: str | None, out: Any, stop: Any
+) -> None:
     quiet()
     raise_nofile(1 << 20)
     from logbuf.jetstream.events import parse_event
     from logbuf.jetstream.server import RelayConfig, RelayServer
 
-    data_dir = tempfile.mkdtemp(prefix="lbperf-jetstream-")
+    data_dir = tempfile.mkdtemp(prefix="lbperf-jetstream-", dir=data_parent)
     server = RelayServer(
         RelayConfig(
             data_dir=data_dir,
@@ -181,7 +183,10 @@ def relay_server(rate: int, flush_interval_s: float, events_per_ip_s: float, out
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-    server.serve_forever()
+    try:
+        server.serve_forever()
+    finally:
+        shutil.rmtree(data_dir, ignore_errors=True)
     out.put(("stopped", server.store.next_seq))
 
 
@@ -381,7 +386,8 @@ def run_step(kind: str, clients: int, args: argparse.Namespace) -> dict[str, Any
     start_measure = ctx.Event()
     if kind == "relay":
         server = ctx.Process(
-            target=relay_server, args=(args.rate, args.flush_interval, args.max_events_per_ip, q, stop_server)
+            target=relay_server,
+            args=(args.rate, args.flush_interval, args.max_events_per_ip, args.data_dir, q, stop_server),
         )
     else:
         server = ctx.Process(target=baseline_server, args=(args.rate, q, stop_server))
@@ -544,6 +550,12 @@ def main() -> None:
         help="the relay's per-address token bucket, events/s (default 5000, its default; 0 = off)",
     )
     parser.add_argument(
+        "--data-dir",
+        default=None,
+        help="where the relay's frame files go (default: the temp directory; /dev/shm keeps a busy disk's "
+        "writeback stalls out of the figure)",
+    )
+    parser.add_argument(
         "--profile",
         default=None,
         metavar="FILE",
@@ -581,6 +593,7 @@ def main() -> None:
         netns_sysctls=sysctls,
         clients_per_address=CLIENTS_PER_ADDRESS,
         relay_max_events_per_ip_s=args.max_events_per_ip,
+        relay_data_parent=args.data_dir or tempfile.gettempdir(),
         client_tail_bytes=TAIL_LENGTH,
         loadavg_start=[round(x, 2) for x in os.getloadavg()],
     )
