@@ -36,6 +36,7 @@ from .filters import SubscriberOptions
 from .limits import EventRateLimiter, FrameMeter
 from .store import PLAIN, FrameStore
 from .subscriber_state import Input, State, next_state
+from .tls import TLS_CHUNK_LENGTH, TlsSession
 
 __all__ = ["CompiledFilter", "FanOut", "Subscriber"]
 
@@ -101,6 +102,7 @@ class Subscriber:
         "rate_limited",
         "reserved",
         "reserved_since_ns",
+        "tls",
     )
 
     def __init__(self, sock: socket.socket, ip: str, protocol: ServerProtocol, deadline_ns: int) -> None:
@@ -134,6 +136,7 @@ class Subscriber:
         self.meter = FrameMeter()  # client frame headers, read before websockets buffers the payload
         self.reserved = 0  # bytes counted against the relay's incoming budget
         self.reserved_since_ns = 0
+        self.tls: TlsSession | None = None  # a TLS listener's connection: bytes go through it (jetstream.tls)
 
     def move(self, event: Input) -> State:
         """Apply one input of the state machine (:mod:`jetstream.subscriber_state`); returns the new state."""
@@ -226,19 +229,13 @@ class FanOut:
 
     def send_out(self, sub: Subscriber) -> bool:
         """Write queued control bytes; True when all are written (and the write side shut if asked)."""
-        if sub.out:
-            try:
-                sent = sub.sock.send(sub.out)
-            except BlockingIOError:
-                sub.writable = False
-                return False
-            except OSError:
-                self._drop(sub, "socket_error")
-                return False
-            del sub.out[:sent]
-            if sub.out:
-                return False
+        if not self._write_queued(sub):
+            return False
         if sub.eof_after_out and sub.state is not State.LINGER:
+            if sub.tls is not None and not sub.tls.notified:
+                sub.tls.close_notify()
+                if not self._write_queued(sub):
+                    return False
             try:
                 sub.sock.shutdown(socket.SHUT_WR)
             except OSError:
@@ -248,6 +245,76 @@ class FanOut:
             self._on_linger(sub)
             return False
         return True
+
+    def _write_queued(self, sub: Subscriber) -> bool:
+        """Send ``out`` (a TLS connection: encrypted, with its other pending records); True when all went."""
+        tls = sub.tls
+        if tls is not None:
+            if sub.out:
+                tls.encrypt(sub.out)
+                sub.out.clear()
+            return self._send_buffer(sub, tls.out)
+        return self._send_buffer(sub, sub.out)
+
+    def send_records(self, sub: Subscriber) -> bool:
+        """Send a TLS connection's pending records (handshake answers) without touching ``out``."""
+        return sub.tls is None or self._send_buffer(sub, sub.tls.out)
+
+    def _send_buffer(self, sub: Subscriber, buffer: bytearray) -> bool:
+        if buffer:
+            try:
+                sent = sub.sock.send(buffer)
+            except BlockingIOError:
+                sub.writable = False
+                return False
+            except OSError:
+                self._drop(sub, "socket_error")
+                return False
+            del buffer[:sent]
+            if buffer:
+                return False
+        return True
+
+    def send_now(self, sub: Subscriber, data: bytes) -> None:
+        """Best effort, at once, ahead of nothing queued later (a last close frame before closing)."""
+        tls = sub.tls
+        if tls is not None:
+            tls.encrypt(data)
+            data = bytes(tls.out)
+            tls.out.clear()
+        try:
+            sub.sock.send(data)
+        except OSError:
+            pass
+
+    def _send_tls(self, sub: Subscriber, fd: int, pos: int, count: int) -> tuple[int, int]:
+        """A TLS client's ``sendfile``: encrypt up to ``count`` bytes of the file from ``pos``, one chunk at a
+        time, each only once the socket took all of the last. Returns (file bytes taken, bytes written);
+        an ``EAGAIN`` marks the subscriber blocked; other socket errors propagate."""
+        tls = sub.tls
+        assert tls is not None
+        out = tls.out
+        sock = sub.sock
+        taken = wrote = 0
+        while True:
+            if out:
+                try:
+                    sent = sock.send(out)
+                except BlockingIOError:
+                    sub.writable = False
+                    sub.blocked_since_ns = self._now_ns
+                    return taken, wrote
+                del out[:sent]
+                wrote += sent
+                if out:  # the socket is full: try again next pass
+                    return taken, wrote
+            if taken >= count:
+                return taken, wrote
+            chunk = os.pread(fd, min(count - taken, TLS_CHUNK_LENGTH), pos + taken)
+            if not chunk:
+                return taken, wrote
+            tls.encrypt(chunk)
+            taken += len(chunk)
 
     def flush(self, now_ns: int) -> int:
         """One pass over every subscriber: send what each is owed. Returns bytes sent."""
@@ -279,7 +346,7 @@ class FanOut:
                         if sub.range_events:
                             sub.events_sent += sub.range_events
                             sub.range_events = 0
-                        if sub.out or sub.eof_after_out:
+                        if sub.out or sub.eof_after_out or (sub.tls is not None and sub.tls.out):
                             if not self.send_out(sub):
                                 break
                         if sub.state is not streaming or not self._plan(sub, n, ends[kind]):
@@ -298,6 +365,18 @@ class FanOut:
                     if pos < floors[kind]:
                         self._drop(sub, "behind_retention")
                         break
+                    if sub.tls is not None:
+                        try:
+                            sent, wrote = self._send_tls(sub, fds[kind], pos, end - pos)
+                        except OSError:
+                            self._drop(sub, "socket_error")
+                            break
+                        sub.pos = pos + sent
+                        sub.bytes_sent += sent
+                        total += wrote
+                        if sent < end - pos or not sub.writable:
+                            break
+                        continue
                     try:
                         sent = sendfile(sub.fd, fds[kind], pos, end - pos)
                     except BlockingIOError:

@@ -89,6 +89,8 @@ __all__ = [
 DEFAULT_REWIND_S: Final = 5.0
 """How far back a reconnect asks the upstream to start, in seconds of time_us."""
 UPSTREAM_MAX_MESSAGE_LENGTH: Final = 16 * 1024 * 1024
+CLOSE_GOING_AWAY: Final = 1001
+"""The close code the ingest leaves an upstream with when it is stopped."""
 """Largest upstream frame accepted (real events reach ~1 MB; legacy #49 shows 1,088,193 bytes)."""
 _OFFER_PARK_MIN_S: Final = 50e-6
 _OFFER_PARK_MAX_S: Final = 0.01
@@ -476,16 +478,22 @@ class UpstreamSource:
                     sequencer.on_connect(cursor)
                     self._log.info("upstream.connected", cursor=cursor)
                     accept, try_publish, publish = sequencer.accept, publisher.try_publish, publisher.publish
-                    while True:
-                        message = await ws.recv()  # str for a text frame, bytes for a binary one
-                        if isinstance(message, str):
-                            out = accept(message.encode())
-                            if out is not None and not try_publish(*out):
-                                await publish(*out)
-                        else:
-                            stats.received += 1
-                            stats.invalid += 1
-                            stats.last_error = "binary frame (a compressed upstream?): dropped"
+                    try:
+                        while True:
+                            message = await ws.recv()  # str for a text frame, bytes for a binary one
+                            if isinstance(message, str):
+                                out = accept(message.encode())
+                                if out is not None and not try_publish(*out):
+                                    await publish(*out)
+                            else:
+                                stats.received += 1
+                                stats.invalid += 1
+                                stats.last_error = "binary frame (a compressed upstream?): dropped"
+                    except (asyncio.CancelledError, LogbufError):
+                        # Stopped, or the stream's publication closed (a new driver session follows): say
+                        # "going away", not the 1011 websockets sends when an exception leaves the block.
+                        await ws.close(CLOSE_GOING_AWAY, "relay ingest stopping")
+                        raise
             except asyncio.CancelledError:
                 raise
             except websockets.exceptions.InvalidStatus as e:

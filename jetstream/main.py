@@ -215,6 +215,19 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PORT",
         help="port of the /metrics listener, 0 = any free port, off = none (default: %(default)s, jetstream's)",
     )
+    srv.add_argument(
+        "--tls-cert",
+        default=None,
+        metavar="FILE",
+        help="PEM certificate chain: serve wss:// (TLS 1.2+) on --port, for operators without a proxy "
+        "(needs --tls-key; default: plain ws://, e.g. behind nginx or Caddy)",
+    )
+    srv.add_argument("--tls-key", default=None, metavar="FILE", help="PEM private key of --tls-cert")
+    srv.add_argument(
+        "--metrics-tls",
+        action="store_true",
+        help="serve the /metrics listener over TLS too, with the same certificate (default: plain)",
+    )
     lim = p.add_argument_group("limits (per client address: behind a proxy, see --trusted-proxy)")
     lim.add_argument(
         "--max-connections-per-ip",
@@ -336,6 +349,9 @@ def _make_server(args: argparse.Namespace, run: _Running) -> Any:
         "max_connections": args.max_connections,
         "max_events_per_ip_s": args.max_events_per_ip,
         "trusted_proxies": tuple(args.trusted_proxy),
+        "tls_cert": args.tls_cert,
+        "tls_key": args.tls_key,
+        "metrics_tls": args.metrics_tls,
     }
     if args.retention is not None:
         options["retention"] = args.retention
@@ -381,12 +397,13 @@ def _start_server(args: argparse.Namespace, run: _Running, plan: BackfillPlan | 
     run.server_thread = server.start()
     host, port = server.address
     metrics = server.metrics_address
+    ws, http = ("wss", "https" if server.config.metrics_tls else "http") if server.tls else ("ws", "http")
     log.info(
         "jetstream.listening",
         host=host,
         port=port,
-        url=f"ws://{host}:{port}/subscribe",
-        metrics_url=None if metrics is None else f"http://{metrics[0]}:{metrics[1]}/metrics",
+        url=f"{ws}://{host}:{port}/subscribe",
+        metrics_url=None if metrics is None else f"{http}://{metrics[0]}:{metrics[1]}/metrics",
         data_dir=server.config.data_dir,
         compressed=server.store.compressed,
         backfilling=plan is not None,
@@ -490,10 +507,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             initial_floor = newest_recorded_time_us(args.record, args.channel, args.stream_id)
 
         def floor_us() -> int:
-            """Where a new ingest starts after a reconnect: nothing the relay already holds again."""
-            held = run.server.store.last_time_us if run.server is not None else 0
+            """Where a new ingest starts after a reconnect: above what the relay already holds. A serving
+            relay holds what its server appended, not what its ingest published: events published into
+            the lost session's log but not yet read from it are gone with that log and must come again."""
+            if run.server is not None:
+                held: int = run.server.store.last_time_us
+                return max(initial_floor, held)
             published = 0 if run.supervisor is None else run.supervisor.last_ingest_time_us
-            return max(initial_floor, held, published)
+            return max(initial_floor, published)
 
         holder = f"role={args.role}"
         if run.server is not None:

@@ -30,6 +30,7 @@ import math
 import os
 import select
 import socket
+import ssl
 import threading
 import time
 from collections import Counter, deque
@@ -82,6 +83,7 @@ from .metrics import MetricsSnapshot, MetricsSource, RelayCollector, RelayCounte
 from .proxy import TrustedProxies, normalize_ip
 from .store import PLAIN, ZSTD, FrameStore
 from .subscriber_state import READING_FRAMES, UPGRADED, Input, State
+from .tls import TlsSession, make_server_context
 
 __all__ = ["CLOSE_GOING_AWAY", "CLOSE_INVALID_PAYLOAD", "CLOSE_POLICY_VIOLATION", "RelayConfig", "RelayServer"]
 
@@ -150,6 +152,9 @@ class RelayConfig:
     file is the buffer: a small socket buffer keeps kernel memory per client bounded (thousands of
     clients with autotuned multi-MB buffers push the kernel into TCP memory pressure, which stalls
     everyone); larger speeds up catching up over long round trips.
+    ``tls_cert`` / ``tls_key``: PEM certificate chain and key: the public listener speaks TLS only
+    (``wss://``; :mod:`jetstream.tls`); ``metrics_tls``: the metrics listener too. TLS clients cannot be
+    fed by ``sendfile``: each costs a copy and encryption per byte (a proxy in front scales further).
     """
 
     data_dir: str
@@ -171,6 +176,9 @@ class RelayConfig:
     write_timeout_s: float = 10.0
     flush_interval_s: float = 0.05
     socket_send_buffer_bytes: int = 256 * 1024
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    metrics_tls: bool = False
     max_client_message_length: int = DEFAULT_MAX_CLIENT_MESSAGE_LENGTH
     max_incoming_bytes: int = 64 * 1024 * 1024
     client_message_timeout_s: float = 10.0
@@ -224,6 +232,14 @@ class RelayConfig:
         positive("client_message_timeout_s", self.client_message_timeout_s)
         positive("listen_backlog", self.listen_backlog)
         positive("socket_send_buffer_bytes", self.socket_send_buffer_bytes, allow_zero=True)
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ConfigurationError(
+                f"tls_cert={self.tls_cert!r} and tls_key={self.tls_key!r}: set both (TLS) or neither (plain)"
+            )
+        if self.tls_cert is not None and self.tls_key is not None:
+            make_server_context(self.tls_cert, self.tls_key)
+        elif self.metrics_tls:
+            raise ConfigurationError("metrics_tls=True needs tls_cert and tls_key")
         if self.zstd_dictionary is not None and not os.path.isfile(self.zstd_dictionary):
             raise ConfigurationError(f"zstd_dictionary={self.zstd_dictionary!r} is not a readable file")
 
@@ -270,6 +286,12 @@ class RelayServer:
                 raise
         self._epoll = select.epoll()
         self._wake_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        self._tls: ssl.SSLContext | None = None
+        if config.tls_cert is not None and config.tls_key is not None:
+            self._tls = make_server_context(config.tls_cert, config.tls_key)
+        self._tls_listeners = {self._listener.fileno()} if self._tls is not None else set()
+        if self._metrics_listener is not None and config.metrics_tls:
+            self._tls_listeners.add(self._metrics_listener.fileno())
         self._listeners: dict[int, tuple[socket.socket, int]] = {self._listener.fileno(): (self._listener, PUBLIC)}
         if self._metrics_listener is not None:
             self._listeners[self._metrics_listener.fileno()] = (self._metrics_listener, METRICS)
@@ -311,6 +333,11 @@ class RelayServer:
         """The public listener's (host, port)."""
         host, port = self._listener.getsockname()[:2]
         return str(host), int(port)
+
+    @property
+    def tls(self) -> bool:
+        """Whether the public listener speaks TLS (``wss://``)."""
+        return self._tls is not None
 
     @property
     def metrics_address(self) -> tuple[str, int] | None:
@@ -486,6 +513,8 @@ class RelayServer:
             protocol = ServerProtocol(max_size=cfg.max_client_message_length, logger=_WS_LOGGER)
             sub = Subscriber(conn, ip, protocol, now + int(cfg.handshake_timeout_s * 1e9))
             sub.listener = kind
+            if self._tls is not None and listener.fileno() in self._tls_listeners:
+                sub.tls = TlsSession(self._tls)
             if kind == METRICS:
                 if self._metrics_connections >= MAX_METRICS_CONNECTIONS:
                     sub.over_limit = "total"
@@ -514,6 +543,12 @@ class RelayServer:
             if not data:  # the peer closed: nothing more can reach it
                 self._close(sub)
                 return
+            if sub.tls is not None:
+                data = self._decrypt(sub, data)
+                if sub.fd not in self._connections:
+                    return
+                if not data:
+                    continue
             if sub.state is State.LINGER:
                 continue  # waiting for EOF: discard
             if sub.state is State.HANDSHAKE:
@@ -524,6 +559,28 @@ class RelayServer:
             if sub.fd not in self._connections:
                 return
         self._read_again.add(sub)  # edge-triggered: come back for the rest
+
+    def _decrypt(self, sub: Subscriber, data: bytes) -> bytes:
+        """A TLS connection's bytes -> plaintext; its handshake records are sent at once. A failed handshake
+        or a corrupt record closes the connection (counted); the peer's close_notify is its EOF."""
+        tls = sub.tls
+        assert tls is not None
+        handshaking = not tls.handshake_done
+        try:
+            plain = tls.receive(data)
+        except ssl.SSLError:
+            if handshaking:
+                self._handshaking.pop(sub.fd, None)
+                self.counters.handshakes["tls_failed"] += 1
+            else:
+                self.counters.clients_dropped["tls_error"] += 1
+            self._close(sub)
+            return b""
+        if tls.out:
+            self.fanout.send_records(sub)
+        if tls.closed and not plain:
+            self._close(sub)
+        return plain
 
     def _on_head_bytes(self, sub: Subscriber, data: bytes) -> None:
         """Hand websockets the HTTP request head as it arrives, and nothing after its end: one request
@@ -797,10 +854,7 @@ class RelayServer:
                 else (CLOSE_POLICY_VIOLATION, reason.replace("_", " "))
             )
             protocol.send_close(code, text)
-            try:
-                sub.sock.send(bytes(sub.out) + b"".join(protocol.data_to_send()))
-            except OSError:
-                pass
+            self.fanout.send_now(sub, bytes(sub.out) + b"".join(protocol.data_to_send()))
         self._close(sub)
 
     def _close(self, sub: Subscriber) -> None:

@@ -14,17 +14,50 @@ the largest count that kept up, with the aggregate Gbps the clients received.
 The peer, in the same run, is what a Python user would write with ``websockets``: an asyncio server
 whose producer calls ``websockets.asyncio.server.broadcast(server.connections, event)``.
 
-Writes perf/results/jetstream_fanout.json. The machine is shared: figures are noisy.
+Kernel settings. Thousands of loopback connections need more than a desktop's defaults. The
+benchmark changes none of the machine's: as root it creates a network namespace ``lbfan-<pid>``
+(``ip netns add``; its loopback is brought up), sets these per-namespace sysctls inside it, runs every
+server and client process there (``ip netns exec``) and deletes it in a ``finally``:
+
+* ``net.core.somaxconn`` 65535 and ``net.ipv4.tcp_max_syn_backlog`` 65535: connections arrive in
+  bursts of thousands, faster than one loop accepts them (both servers listen with a 4096 backlog);
+* ``net.ipv4.ip_local_port_range`` 1024-65535: room for ephemeral ports (the clients also spread over
+  many source addresses, below).
+
+Per process, not per machine: ``RLIMIT_NOFILE`` raised (the hard limit too, as root) to hold every
+connection. Not settable in a namespace, and not changed: ``net.ipv4.tcp_mem`` (global; recorded in the
+results): each connection's socket buffers are bounded instead (the relay's 256 KiB ``SO_SNDBUF``,
+the clients' 256 KiB ``SO_RCVBUF``, and clients that read often), so the kernel stays out of TCP
+memory pressure. ``--no-netns`` runs in the current namespace (needs the machine's limits to suffice).
+
+Client addresses: each client binds a source address in 127.0.0.0/8, ``CLIENTS_PER_ADDRESS`` per
+address, so the relay runs with its defaults for the internet: at most 100 connections per address
+and the 5,000 events/s per-address token bucket (8 clients x 500 events/s stay under it).
+
+Clients discard what they read except the last ``TAIL_LENGTH`` bytes (``recv`` with ``MSG_TRUNC``
+after ``FIONREAD``: the kernel drops the bytes without copying them), from which they read the newest
+``time_us``: the lag measured is the same, and the client processes cost less of the 2 cores the
+servers need (both servers face the same clients).
+
+Writes perf/results/jetstream_fanout.json, with the load average before and after each step. The
+machine is shared: figures are noisy.
 """
 
 from __future__ import annotations
 
 import argparse
+import fcntl
 import multiprocessing as mp
+import os
 import resource
 import select
+import shutil
 import socket
+import struct
+import subprocess
+import sys
 import tempfile
+import termios
 import time
 from typing import Any
 
@@ -47,13 +80,39 @@ MARK = b'"time_us":'
 #: Clients pause this long between polls so that each read takes what arrived meanwhile (adds <= 10 ms
 #: of lag): it keeps the clients' cost per frame low for both servers.
 READ_PAUSE_S = 0.01
+#: Bytes of each read kept (and searched for the newest ``time_us``); the rest is discarded unread.
+TAIL_LENGTH = 4096
+#: Clients per source address (127.x.y.z): under the relay's per-address caps (100 connections,
+#: 5,000 events/s at 500 events/s each).
+CLIENTS_PER_ADDRESS = 8
+NETNS_SYSCTLS = {
+    "net.core.somaxconn": "65535",
+    "net.ipv4.tcp_max_syn_backlog": "65535",
+    "net.ipv4.ip_local_port_range": "1024 65535",
+}
 
 
 def raise_nofile(want: int) -> int:
+    """Raise this process's open-files limit to ``want`` (the hard limit too, when allowed)."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    target = min(hard, max(soft, want))
-    resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    try:
+        with open("/proc/sys/fs/nr_open") as f:
+            ceiling = int(f.read())
+    except OSError:
+        ceiling = hard
+    target = min(max(soft, want), ceiling)
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, max(hard, target)))
+    except (ValueError, OSError):  # not allowed to raise the hard limit
+        target = min(hard, max(soft, want))
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
     return target
+
+
+def client_address(i: int) -> str:
+    """The source address of client ``i`` of a process (``base`` keeps processes apart)."""
+    a = i // CLIENTS_PER_ADDRESS
+    return f"127.{1 + a // 62500}.{(a // 250) % 250 + 1}.{a % 250 + 1}"
 
 
 class Pacer:
@@ -80,21 +139,24 @@ class Pacer:
 
 
 # -- servers ------------------------------------------------------------------------------------------
-def relay_server(rate: int, flush_interval_s: float, out: Any, stop: Any) -> None:
+def relay_server(
+    rate: int, flush_interval_s: float, events_per_ip_s: float, data_parent: str | None, out: Any, stop: Any
+) -> None:
     quiet()
     raise_nofile(1 << 20)
     from logbuf.jetstream.events import parse_event
     from logbuf.jetstream.server import RelayConfig, RelayServer
 
-    data_dir = tempfile.mkdtemp(prefix="lbperf-jetstream-")
+    data_dir = tempfile.mkdtemp(prefix="lbperf-jetstream-", dir=data_parent)
     server = RelayServer(
         RelayConfig(
             data_dir=data_dir,
             port=0,
             retention=120.0,
-            max_connections_per_ip=1 << 20,
             flush_interval_s=flush_interval_s,
             handshake_timeout_s=60.0,
+            metrics_port=None,
+            max_events_per_ip_s=events_per_ip_s,
         )
     )
     pacer = Pacer(rate)
@@ -113,7 +175,18 @@ def relay_server(rate: int, flush_interval_s: float, out: Any, stop: Any) -> Non
 
     server.add_duty(produce)
     out.put(("port", server.address[1]))
-    server.serve_forever()
+    profile = os.environ.get(PROFILE_ENV)
+    if profile:  # py-spy on this process, collapsed stacks (idle frames left out), until it stops
+        spy = shutil.which("py-spy") or os.path.join(os.path.dirname(sys.executable), "py-spy")
+        subprocess.Popen(
+            [spy, "record", "--pid", str(os.getpid()), "--format", "raw", "--rate", "200", "-o", profile],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+    try:
+        server.serve_forever()
+    finally:
+        shutil.rmtree(data_dir, ignore_errors=True)
     out.put(("stopped", server.store.next_seq))
 
 
@@ -173,6 +246,7 @@ class Reader:
         self.closed: list[bool] = []
         self.ep = select.epoll()
         self.buf = bytearray(1 << 18)
+        self.tail = bytearray(TAIL_LENGTH)
         self.received = 0
         self.measuring = False
 
@@ -187,26 +261,32 @@ class Reader:
         self.ep.register(s.fileno(), select.EPOLLIN)
 
     def read_ready(self, timeout_s: float) -> int:
-        buf = self.buf
+        buf, tail = self.buf, self.tail
         events = self.ep.poll(timeout_s, MAX_EVENTS)
         now_us = time.time_ns() // 1000
+        ioctl, unpack, nothing, trunc = fcntl.ioctl, struct.unpack, b"\0\0\0\0", socket.MSG_TRUNC
         for fd, _ in events:
             i = self.fd_index[fd]
+            sock = self.socks[i]
             try:
-                k = self.socks[i].recv_into(buf)
+                queued = unpack("i", ioctl(fd, termios.FIONREAD, nothing))[0]
+                skipped = 0
+                if queued > TAIL_LENGTH:  # drop all but the tail, uncopied
+                    skipped = sock.recv_into(buf, min(queued - TAIL_LENGTH, len(buf)), trunc)
+                k = sock.recv_into(tail)
             except BlockingIOError:
                 continue
             except OSError:
-                k = 0
-            if k == 0:
+                k = skipped = 0
+            if k == 0 and skipped == 0:
                 self.closed[i] = True
                 self.ep.unregister(fd)
                 continue
             if self.measuring:
-                self.received += k
+                self.received += k + skipped
                 if self.last_us[i] and now_us - self.last_us[i] > self.max_lag_us[i]:
                     self.max_lag_us[i] = now_us - self.last_us[i]
-            t = newest_time_us(buf, k)
+            t = newest_time_us(tail, k)
             if t > self.last_us[i]:
                 self.last_us[i] = t
         return len(events)
@@ -216,17 +296,18 @@ class Reader:
         return max((now_us - t if t else 10**12 for t in self.last_us), default=0)
 
 
-def client_proc(port: int, count: int, out: Any, start_measure: Any, stop: Any, window_s: float) -> None:
+def client_proc(port: int, count: int, first: int, out: Any, start_measure: Any, stop: Any, window_s: float) -> None:
     raise_nofile(count + 256)
     reader = Reader()
     error = ""
     try:
         for base in range(0, count, 200):
             batch = []
-            for _ in range(min(200, count - base)):
+            for j in range(min(200, count - base)):
                 s = socket.socket()
                 s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, CLIENT_RCVBUF)
                 s.settimeout(60)
+                s.bind((client_address(first + base + j), 0))
                 s.connect(("127.0.0.1", port))
                 s.sendall(UPGRADE)
                 batch.append(s)
@@ -274,6 +355,7 @@ def client_proc(port: int, count: int, out: Any, start_measure: Any, stop: Any, 
                 {
                     "connections": n,
                     "closed": sum(reader.closed),
+                    "never_received": sum(1 for t in reader.last_us if not t),
                     "bytes": reader.received,
                     "max_lag_us": lags[-1] if lags else 0,
                     "p99_lag_us": lags[int(len(lags) * 0.99)] if lags else 0,
@@ -286,6 +368,15 @@ def client_proc(port: int, count: int, out: Any, start_measure: Any, stop: Any, 
         s.close()
 
 
+def read_global_tcp_mem() -> list[str]:
+    """net.ipv4.tcp_mem (pages): global, so not visible inside a namespace (the parent passes it on)."""
+    try:
+        with open("/proc/sys/net/ipv4/tcp_mem") as f:
+            return f.read().split()
+    except OSError:
+        return os.environ.get(TCP_MEM_ENV, "").split()
+
+
 # -- one step -----------------------------------------------------------------------------------------
 def run_step(kind: str, clients: int, args: argparse.Namespace) -> dict[str, Any]:
     ctx = mp.get_context("spawn")
@@ -294,7 +385,10 @@ def run_step(kind: str, clients: int, args: argparse.Namespace) -> dict[str, Any
     stop_clients = ctx.Event()
     start_measure = ctx.Event()
     if kind == "relay":
-        server = ctx.Process(target=relay_server, args=(args.rate, args.flush_interval, q, stop_server))
+        server = ctx.Process(
+            target=relay_server,
+            args=(args.rate, args.flush_interval, args.max_events_per_ip, args.data_dir, q, stop_server),
+        )
     else:
         server = ctx.Process(target=baseline_server, args=(args.rate, q, stop_server))
     server.start()
@@ -302,11 +396,13 @@ def run_step(kind: str, clients: int, args: argparse.Namespace) -> dict[str, Any
     assert tag == "port"
     procs = max(1, min(args.procs, clients // 50 or 1))
     per = [clients // procs + (1 if i < clients % procs else 0) for i in range(procs)]
+    firsts = [sum(per[:i]) for i in range(procs)]
     client_q: Any = ctx.Queue()
     children = [
-        ctx.Process(target=client_proc, args=(port, c, client_q, start_measure, stop_clients, args.seconds))
-        for c in per
+        ctx.Process(target=client_proc, args=(port, c, f, client_q, start_measure, stop_clients, args.seconds))
+        for c, f in zip(per, firsts)
     ]
+    load_before = os.getloadavg()
     for c in children:
         c.start()
     connected, errors, reports, caught_up = 0, [], 0, 0
@@ -359,6 +455,7 @@ def run_step(kind: str, clients: int, args: argparse.Namespace) -> dict[str, Any
         "connected": connected,
         "catch_up_s": round(catch_up_s, 2),
         "closed": closed,
+        "never_received": sum(r["never_received"] for r in results),
         "connect_errors": errors[:3],
         "max_lag_s": max_lag,
         "p99_lag_s": max(r["p99_lag_us"] for r in results) / 1e6,
@@ -366,13 +463,16 @@ def run_step(kind: str, clients: int, args: argparse.Namespace) -> dict[str, Any
         "gbps": total_bytes * 8 / args.seconds / 1e9,
         "server_cpu_pct": 100 * server_cpu / elapsed,
         "client_cpu_pct": 100 * sum(r["cpu_s"] for r in results) / args.seconds,
+        "loadavg_before": [round(x, 2) for x in load_before],
+        "loadavg_after": [round(x, 2) for x in os.getloadavg()],
     }
     step["kept_up"] = connected == clients and closed == 0 and max_lag < LAG_LIMIT_S
     print(
         f"  {kind:<8} {clients:>6} clients: {'kept up ' if step['kept_up'] else 'BEHIND  '} max lag "
         f"{max_lag:6.3f} s p99 {step['p99_lag_s']:6.3f} s  {step['gbps']:6.2f} Gbps  server CPU "
-        f"{step['server_cpu_pct']:5.1f}%  clients CPU {step['client_cpu_pct']:5.1f}%"
-        + (f"  connected {connected} closed {closed} {errors[:1]}" if connected != clients or closed else ""),
+        f"{step['server_cpu_pct']:5.1f}%  clients CPU {step['client_cpu_pct']:5.1f}%  load {load_before[0]:.1f}"
+        + (f"  connected {connected} closed {closed} {errors[:1]}" if connected != clients or closed else "")
+        + (f"  {step['never_received']} never got an event" if step["never_received"] else ""),
         flush=True,
     )
     return step
@@ -394,6 +494,39 @@ def sweep(kind: str, counts: list[int], args: argparse.Namespace) -> dict[str, A
     }
 
 
+NETNS_ENV = "LOGBUF_FANOUT_NETNS"
+PROFILE_ENV = "LOGBUF_FANOUT_PROFILE"
+TCP_MEM_ENV = "LOGBUF_FANOUT_TCP_MEM"
+
+
+def run_in_namespace() -> int | None:
+    """Run this script again inside a new network namespace ``lbfan-<pid>`` and delete the namespace after;
+    returns its exit status, or None when no namespace can be made here (not root, no ``ip``)."""
+    if os.geteuid() != 0 or shutil.which("ip") is None:
+        print("not root or no `ip`: running in this network namespace (the machine's limits apply)", flush=True)
+        return None
+    name = f"lbfan-{os.getpid()}"
+    made = subprocess.run(["ip", "netns", "add", name], capture_output=True, text=True, timeout=30)
+    if made.returncode != 0:
+        print(f"ip netns add {name} failed ({made.stderr.strip()}): running in this namespace", flush=True)
+        return None
+    try:
+        env = dict(os.environ, **{NETNS_ENV: name, TCP_MEM_ENV: " ".join(read_global_tcp_mem())})
+        command = ["ip", "netns", "exec", name, sys.executable, os.path.abspath(__file__), *sys.argv[1:]]
+        return subprocess.run(command, env=env).returncode
+    finally:
+        subprocess.run(["ip", "netns", "del", name], timeout=30)
+
+
+def configure_namespace() -> dict[str, str]:
+    """Inside the benchmark's namespace: loopback up and the per-namespace sysctls set; returns them."""
+    subprocess.run(["ip", "link", "set", "lo", "up"], check=True, timeout=30)
+    for key, value in NETNS_SYSCTLS.items():
+        with open("/proc/sys/" + key.replace(".", "/"), "w") as f:
+            f.write(value)
+    return dict(NETNS_SYSCTLS)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="3 s windows and fewer steps")
@@ -410,11 +543,40 @@ def main() -> None:
     parser.add_argument("--relay-steps", default=None, help="comma-separated client counts for the relay")
     parser.add_argument("--baseline-steps", default=None, help="comma-separated client counts for the baseline")
     parser.add_argument("--only", choices=("relay", "baseline"), default=None)
+    parser.add_argument(
+        "--max-events-per-ip",
+        type=float,
+        default=5000.0,
+        help="the relay's per-address token bucket, events/s (default 5000, its default; 0 = off)",
+    )
+    parser.add_argument(
+        "--data-dir",
+        default=None,
+        help="where the relay's frame files go (default: the temp directory; /dev/shm keeps a busy disk's "
+        "writeback stalls out of the figure)",
+    )
+    parser.add_argument(
+        "--profile",
+        default=None,
+        metavar="FILE",
+        help="record the relay process with py-spy (collapsed stacks) into FILE (last step wins)",
+    )
+    parser.add_argument(
+        "--no-netns", action="store_true", help="run in this network namespace (no namespace, no sysctls)"
+    )
     args = parser.parse_args()
+    netns = os.environ.get(NETNS_ENV)
+    if args.profile:
+        os.environ[PROFILE_ENV] = os.path.abspath(args.profile)
+    if netns is None and not args.no_netns:
+        status = run_in_namespace()
+        if status is not None:
+            sys.exit(status)
+    sysctls = configure_namespace() if netns is not None else {}
     if args.seconds is None:
         args.seconds = 3.0 if args.quick else 8.0
-    quick_relay, full_relay = "1000,3000,5000,8000", "1000,2500,5000,7500,10000,12500,15000"
-    quick_base, full_base = "100,300,600,1000", "100,200,300,400,500,750,1000,1500,2000"
+    quick_relay, full_relay = "1000,5000,10000", "1000,2500,5000,10000,15000,20000,25000,30000"
+    quick_base, full_base = "100,300,600,1000", "100,300,600,1000,1500,2000"
     relay_steps = [int(x) for x in (args.relay_steps or (quick_relay if args.quick else full_relay)).split(",")]
     base_steps = [int(x) for x in (args.baseline_steps or (quick_base if args.quick else full_base)).split(",")]
     results = new_results(
@@ -426,7 +588,14 @@ def main() -> None:
         flush_interval_s=args.flush_interval,
         lag_limit_s=LAG_LIMIT_S,
         event_bytes_avg=480,
-        kernel_tcp_mem_pages=open("/proc/sys/net/ipv4/tcp_mem").read().split(),
+        kernel_tcp_mem_pages=read_global_tcp_mem(),
+        netns=netns,
+        netns_sysctls=sysctls,
+        clients_per_address=CLIENTS_PER_ADDRESS,
+        relay_max_events_per_ip_s=args.max_events_per_ip,
+        relay_data_parent=args.data_dir or tempfile.gettempdir(),
+        client_tail_bytes=TAIL_LENGTH,
+        loadavg_start=[round(x, 2) for x in os.getloadavg()],
     )
     print(
         f"jetstream fan-out, {args.rate} events/s, lag limit {LAG_LIMIT_S} s, {args.seconds} s windows "
@@ -447,6 +616,7 @@ def main() -> None:
             f"relay kept up {r} clients ({out['relay']['gbps_at_max']:.2f} Gbps), websockets broadcast {b} "
             f"({out['baseline']['gbps_at_max']:.2f} Gbps): ratio {ratio:.1f}x"
         )
+    results["params"]["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
     write_results(results)
 
 

@@ -263,12 +263,24 @@ def is_process_alive(pid: int) -> bool:
         return True
 
 
+def initialising_cnc_pid(directory: str) -> int:
+    """The pid in a CnC file's header, read without mapping it (the creator writes it before the version);
+    0 when the file is missing or too short to hold it yet (unknown)."""
+    try:
+        with open(cnc_path(directory), "rb") as f:
+            raw = os.pread(f.fileno(), 8, cnd.PID_FIELD_OFFSET)
+    except OSError:
+        return 0
+    return int.from_bytes(raw, "little", signed=True) if len(raw) == 8 else 0
+
+
 def is_driver_active(directory: str, timeout_ms: int, now_ms: int | None = None) -> bool:
     """Is there a compatible CnC in ``directory`` whose driver heartbeat is at most ``timeout_ms`` old
     and whose driver process (the CnC's pid) still exists?
 
-    A CnC still being initialised is waited for, up to ``timeout_ms`` (as Aeron does). The pid check
-    lets a driver killed with SIGKILL be taken over at once instead of after the driver timeout.
+    A CnC still being initialised is waited for, up to ``timeout_ms`` (as Aeron does), unless the pid
+    its creator already wrote is dead (a driver killed while starting: nothing will finish it). The pid
+    check lets a driver killed with SIGKILL be taken over at once instead of after the driver timeout.
     """
     deadline = time.monotonic() + timeout_ms / 1000
     while True:
@@ -276,7 +288,7 @@ def is_driver_active(directory: str, timeout_ms: int, now_ms: int | None = None)
             cnc = CncFile.open(directory)
             break
         except CncNotReadyError:
-            if time.monotonic() >= deadline:
+            if time.monotonic() >= deadline or not is_process_alive(initialising_cnc_pid(directory)):
                 return False
             time.sleep(0.001)
         except CncError:

@@ -28,6 +28,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from websockets.asyncio.server import Server, ServerConnection, serve
+from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
 from logbuf.client import Aeron, Context, FragmentAssembler
@@ -94,6 +95,7 @@ class UpstreamStandIn:
         self.port = port
         self.requests: list[str] = []
         self.sent = 0
+        self.close_codes: list[int | None] = []  # each connection's close code from the relay (None: none)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: Server | None = None
         self._thread: threading.Thread | None = None
@@ -135,12 +137,17 @@ class UpstreamStandIn:
         if "cursor" in query:
             start = bisect.bisect_left(self.times, int(query["cursor"][0]))  # inclusive, like jetstream
         batch = max(1, int(self.rate / 100))
-        for i in range(start, len(self.events), batch):
-            for raw in self.events[i : i + batch]:
-                await ws.send(raw.decode())
-                self.sent += 1
-            await asyncio.sleep(batch / self.rate)
-        await ws.wait_closed()  # live tail with nothing new
+        try:
+            for i in range(start, len(self.events), batch):
+                for raw in self.events[i : i + batch]:
+                    await ws.send(raw.decode())
+                    self.sent += 1
+                await asyncio.sleep(batch / self.rate)
+            await ws.wait_closed()  # live tail with nothing new
+        except ConnectionClosed:
+            pass
+        rcvd = ws.protocol.close_rcvd
+        self.close_codes.append(None if rcvd is None else rcvd.code)
 
     def kill(self) -> None:
         """Abort every connection (no close frame, as a crash) and stop listening."""

@@ -73,14 +73,15 @@ def events_named(relay: RelayProcess, name: str) -> list[dict[str, Any]]:
     return [e for e in relay.log if e.get("event") == name]
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="open: under load the relay resumed after its driver session was rebuilt has closed a client with 1011 (seen once in the full suite, passes alone); to be fixed with issue 16",
-)
 def test_a_relay_paused_past_the_driver_timeout_reconnects_and_loses_no_event() -> None:
     """SIGSTOP for twice the driver timeout (the issue's 12 s pause, scaled down): the driver times the relay's
     client out and the client sees the driver's heartbeat stale. The relay reconnects, its clients stay
-    connected, and following an upstream, a client gets every upstream event exactly once."""
+    connected, and following an upstream, a client gets every upstream event exactly once.
+
+    Under load this lost events: the new ingest resumed above the newest event the old one had
+    *published*, so the events still unread in the lost session's log (often a hundred) never came. It
+    now resumes above the newest event the server *holds*. (The 1011 in the failures' captured log was
+    the old ingest leaving the stand-in upstream; it now says 1001.)"""
     events = make_events(3000)
     upstream = UpstreamStandIn(events, rate=500).start()
     relay = RelayProcess(
@@ -101,7 +102,13 @@ def test_a_relay_paused_past_the_driver_timeout_reconnects_and_loses_no_event() 
             follower.stop()
         assert follower.events == events  # byte for byte, in order, none lost or repeated
         lost = events_named(relay, "jetstream.driver_lost")
-        assert len(lost) == 1 and lost[0]["level"] == "warning"
+        # at least the pause's; at a load average of 20 a 2 s liveness timeout can lapse once more
+        assert lost and all(entry["level"] == "warning" for entry in lost)
+        reconnected = relay.wait_for_log("jetstream.driver_reconnected")
+        stopped = events_named(relay, "ingest.stopped")[0]  # the first session's ingest
+        assert reconnected["floor_us"] <= stopped["last_time_us"]  # not above what it published
+        await_condition(lambda: len(upstream.close_codes) >= 1, 10, "the first upstream connection to end")
+        assert upstream.close_codes[0] == 1001  # the first session's ingest left its upstream "going away"
         assert relay.stop() == 0, "\n".join(relay.lines)
     finally:
         relay.kill()
@@ -149,19 +156,18 @@ def test_an_external_driver_killed_and_restarted_is_reconnected() -> None:
         shutil.rmtree(directory, ignore_errors=True)
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="open: timing-dependent under load (a websocket client timed out once; passes alone); to be fixed with issue 16",
-)
 def test_a_relay_restarted_after_sigkill_takes_its_driver_directory_over_at_once() -> None:
     """The embedded driver died with the relay; its CnC's heartbeat is fresh for another driver timeout,
     but its pid is gone: the next relay on the same --driver-dir starts its driver there at once (before:
-    "an active media driver is already running", or it connected to the dead driver and exited)."""
+    "an active media driver is already running", or it connected to the dead driver and exited).
+
+    The first relay is killed once its driver runs (it listens before its driver starts: killed then, it
+    can leave a half-written CnC, which is taken over at once too, see test_cnc)."""
     directory = unique_driver_dir()
     first = RelayProcess(["--driver-dir", directory, "--port", "0", "--rate", "200"])
     second: RelayProcess | None = None
     try:
-        first.port()
+        first.wait_for_log("jetstream.started")
         first.proc.kill()
         first.proc.wait(10)
         second = RelayProcess(["--driver-dir", directory, "--port", "0", "--rate", "200"])
@@ -240,8 +246,6 @@ def test_is_process_alive_sees_exited_and_zombie_processes() -> None:
 
 
 def test_stream_lock_file_names_the_holder(tmp_path: Any) -> None:
-    import pytest
-
     from logbuf.jetstream.stream_lock import StreamLock, StreamTakenError
 
     lock = StreamLock(str(tmp_path), "aeron:ipc", 7, "role=all listening on 127.0.0.1:6008")

@@ -25,6 +25,7 @@ from logbuf.conduit.cnc import (
     client_liveness_lock_held,
     cnc_driver_heartbeat_ms,
     cnc_path,
+    initialising_cnc_pid,
     is_driver_active,
 )
 from logbuf.conduit.error_log import DistinctErrorLog, read_error_log
@@ -201,6 +202,25 @@ def test_a_file_still_being_initialised_is_waited_for(driver_cnc: CncFile, direc
         assert is_driver_active(directory, 10_000)
     finally:
         ready.join(10)
+
+
+def test_a_file_left_half_initialised_by_a_dead_creator_is_not_waited_for(driver_cnc: CncFile, directory: str) -> None:
+    """A driver killed while creating its CnC never finishes it: its pid (written before the version)
+    is dead, so nobody waits the driver timeout for it (a relay restarted after SIGKILL did, twice)."""
+    set_version(directory, 0)
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait(10)
+    with open(cnc_path(directory), "r+b") as f:
+        f.seek(cnd.PID_FIELD_OFFSET)
+        f.write(struct.pack("<q", child.pid))
+    assert initialising_cnc_pid(directory) == child.pid
+    ready = threading.Timer(30.0, set_version, (directory, cnd.CNC_VERSION))
+    ready.start()  # would make it active, were it waited for
+    try:
+        assert not is_driver_active(directory, 60_000)  # had it waited, the file would be finished
+    finally:
+        ready.cancel()
+    assert initialising_cnc_pid(os.path.join(directory, "missing")) == 0
 
 
 def test_close_refuses_to_unmap_under_a_live_view(tmp_path: object) -> None:
