@@ -30,7 +30,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import ROOT, new_results, write_results  # noqa: E402
 from peer_cases import CASES  # noqa: E402
 
-VENV = pathlib.Path.home() / ".cache" / "logbuf-perf" / "py3.12"
+VENV = pathlib.Path(os.environ.get("LOGBUF_PERF_VENV") or pathlib.Path.home() / ".cache" / "logbuf-perf" / "py3.12")
+"""``LOGBUF_PERF_VENV`` names another venv: two worktrees measuring at once must not reinstall each other's tree."""
 PEER_PACKAGES = [
     "pyaeron",
     "pyzmq",

@@ -388,6 +388,11 @@ cdef class PublicationCore:
         """Append one message. Returns the new stream position, or a negative OfferResult."""
         if self._closed:
             return CLOSED
+        cdef Py_ssize_t n
+        if PyBytes_CheckExact(buffer):  # the common case: no buffer export to take and give back
+            n = PyBytes_GET_SIZE(buffer)
+            if n <= self.max_payload_length:
+                return self._offer(PyBytes_AS_STRING(buffer), <int32_t>n, reserved_value, 0, NULL, NULL, 0)
         cdef Py_buffer view
         PyObject_GetBuffer(buffer, &view, PyBUF_SIMPLE)
         cdef int64_t result

@@ -7,6 +7,8 @@ from typing_extensions import Buffer
 
 from logbuf.native.log_view import LogView
 
+PAYLOAD_VIEW_REUSED: bool
+
 class Header:
     frame_offset: int
     @property

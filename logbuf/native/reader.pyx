@@ -9,6 +9,7 @@ multiple of the frame alignment (a corrupted counter) is a ValueError.
 """
 
 from cpython.buffer cimport PyBuffer_Release
+from cpython.object cimport PyObject
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t
 
 from logbuf.native.atomics cimport checked_address, lb_load_acquire_i32, lb_load_acquire_i64, lb_store_release_i64
@@ -24,6 +25,30 @@ from logbuf.native.term cimport (
     partition_index,
     scan_block,
 )
+
+cdef extern from "lb_payload_view.h":
+    int lb_payload_view_retarget(PyObject *o, const char *buf, Py_ssize_t length) noexcept
+
+
+cdef bint _check_retarget() except -1:
+    """Whether a payload view can be pointed at the next fragment on this interpreter (see
+    ``lb_payload_view.h``): tried once on a private buffer, with every property a handler can read."""
+    cdef bytearray data = bytearray(range(64))
+    cdef object whole = memoryview(data).toreadonly()
+    cdef object view = whole[0:8]
+    cdef const char *base = data
+    if not lb_payload_view_retarget(<PyObject *>view, base + 16, 5):
+        return False
+    ok = (len(view) == 5 and view.nbytes == 5 and bytes(view) == bytes(data[16:21]) and view[4] == 20
+          and view.tobytes() == bytes(data[16:21]) and view.readonly and view.c_contiguous and view.shape == (5,))
+    view.release()
+    whole.release()
+    return ok
+
+
+cdef bint _RETARGET = _check_retarget()
+PAYLOAD_VIEW_REUSED = _RETARGET
+"""True where polls hand out one payload memoryview object, re-pointed per fragment while unshared."""
 
 
 cdef inline int64_t _read_position(const char *position_address) except? -1:
@@ -160,6 +185,7 @@ cdef class ImageCore:
     cdef object _pos_owner
     cdef Header _header
     cdef list _views
+    cdef object _payload  # the payload view handed to handlers, re-pointed while unshared
     cdef int32_t _mask
     cdef int32_t _shift
     cdef readonly int32_t term_length
@@ -181,6 +207,7 @@ cdef class ImageCore:
         self._shift = log.position_bits_to_shift
         self.initial_term_id = log.initial_term_id
         self._views = list(log._term_views)
+        self._payload = self._views[0][0:0]
         self._header = Header()
         self._header._initial_term_id = log.initial_term_id
         self._header._shift = log.position_bits_to_shift
@@ -225,9 +252,24 @@ cdef class ImageCore:
             return True
         return lb_load_acquire_i64(self._pos) >= lb_load_acquire_i64(self._log.meta + END_OF_STREAM_POSITION_OFFSET)
 
+    cdef inline object _payload_at(self, object view, const char *term, int32_t frame_offset,
+                                   int32_t frame_length):
+        """The payload of the frame at ``frame_offset`` as a read-only memoryview: this image's own view
+        re-pointed when nobody else holds it, else a fresh slice of the term (which becomes its own)."""
+        if _RETARGET and lb_payload_view_retarget(<PyObject *>self._payload, term + frame_offset + HEADER_LENGTH,
+                                                  frame_length - HEADER_LENGTH):
+            return self._payload
+        payload = view[frame_offset + HEADER_LENGTH:frame_offset + frame_length]
+        if not self._closed:  # a closed image keeps no view of the log
+            self._payload = payload
+        return payload
+
     def close(self) -> None:
         if not self._closed:
             self._closed = True
+            if (<PyObject *>self._payload).ob_refcnt == 1:  # not in a handler's hands: let the mapping go
+                self._payload.release()
+            self._payload = None
             self._pos_owner.release()
             self._pos_owner = None
             self._pos = NULL
@@ -264,7 +306,7 @@ cdef class ImageCore:
                     continue
                 fragments += 1
                 header.frame_offset = frame_offset
-                handler(view[frame_offset + HEADER_LENGTH:frame_offset + frame_length], header)
+                handler(self._payload_at(view, term, frame_offset, frame_length), header)
         finally:
             header._term = NULL  # the header is valid only during the handler call
             if offset != term_offset and self._pos != NULL:  # NULL: closed from a handler
@@ -303,7 +345,7 @@ cdef class ImageCore:
                     continue
                 fragments += 1
                 header.frame_offset = frame_offset
-                action = handler(view[frame_offset + HEADER_LENGTH:frame_offset + frame_length], header)
+                action = handler(self._payload_at(view, term, frame_offset, frame_length), header)
                 act = ACTION_CONTINUE if action is None else <int>action
                 if act == ACTION_ABORT:
                     fragments -= 1
