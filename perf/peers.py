@@ -43,7 +43,7 @@ PEER_PACKAGES = [
     "websockets",
     "zstandard",
 ]
-THROUGHPUT = {"ipc-32", "ipc-512", "udp-32", "udp-512"}
+THROUGHPUT = {"ipc-32", "ipc-512", "udp-32", "udp-512", "ipc-32-batch", "udp-32-batch"}
 
 
 def find_python312() -> str:
