@@ -330,11 +330,10 @@ class UdpTransport:
             counters = self.system_counters
             counters.increment(SystemCounterId.BYTES_RECEIVED, received_bytes)
             counters.increment(SystemCounterId.DATAGRAMS_RECEIVED, n)
-            lengths = self._lengths
             view = self._view
-            for i in np.flatnonzero(lengths[:n] >= 0).tolist():
-                length = int(lengths[i])
-                handler(view[i * SLOT_LENGTH : i * SLOT_LENGTH + length], self._address_of(int(self._sources[i])))
+            for i, length in enumerate(self._lengths[:n].tolist()):
+                if length >= 0:  # -1: taken by the native data path
+                    handler(view[i * SLOT_LENGTH : i * SLOT_LENGTH + length], self._address_of(int(self._sources[i])))
         return n
 
     def _address_of(self, source: int) -> Address:
