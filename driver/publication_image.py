@@ -48,6 +48,10 @@ Send = Callable[[Any], int]
 NakDelayGenerator = StaticDelayGenerator | OptimalMulticastDelayGenerator
 PROGRESS_SM_INTERVAL_NS = 1_000_000
 NAK_SPIN_NS = 1_000_000
+CLEAN_STEP_FRACTION = 16
+"""The log behind the slowest subscriber is zeroed a sixteenth of a term at a time, not per message: data
+is accepted at most half a term above that subscriber, so what it lands on was last written 2.5 terms
+below it, well behind the cleaned position even when cleaning lags by a step."""
 MAX_GAPS = 16
 """Any consumption progress is reported within 1 ms (besides Aeron's quarter-window and 200 ms
 rules), so a lost SM stalls a blocked sender for a millisecond, not for 200."""
@@ -309,7 +313,7 @@ class PublicationImage:
             self.next_sm_ns = now_ns + self.sm_interval_ns
             work += 1
         clean_to = consumed - self.log.term_length
-        if clean_to > self.clean_position:
+        if clean_to - self.clean_position >= self.log.term_length // CLEAN_STEP_FRACTION:
             self.log.clean(self.clean_position, clean_to)
             self.clean_position = clean_to
         return work
