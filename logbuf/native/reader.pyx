@@ -331,6 +331,9 @@ cdef class ImageCore:
     def poll(self, handler, int32_t fragment_limit) -> int:
         """Deliver up to ``fragment_limit`` fragments to ``handler(payload: memoryview, header)``.
 
+        A handler with an ``unfragmented_handler`` attribute (a FragmentAssembler) has unfragmented
+        fragments (BEGIN and END flags both set) go straight to that, which is what it would do with them.
+
         The position is stored (release) after the last fragment handed to the handler, even
         when the handler raises: a fragment whose handler raised counts as delivered.
         """
@@ -346,6 +349,8 @@ cdef class ImageCore:
         cdef int32_t offset = term_offset, fragments = 0, frame_length, frame_offset
         cdef int32_t aligned
         cdef int32_t term_length = self.term_length
+        # A reassembling handler (FragmentAssembler) names where whole messages go: those skip it.
+        cdef object direct = getattr(handler, "unfragmented_handler", None)
         header._term = term
         try:
             while fragments < fragment_limit and offset < term_length:
@@ -359,7 +364,10 @@ cdef class ImageCore:
                     continue
                 fragments += 1
                 header.frame_offset = frame_offset
-                handler(self._payload_at(view, term, frame_offset, frame_length), header)
+                if direct is not None and ((<uint8_t *>(term + frame_offset + FLAGS_OFFSET))[0] & UNFRAGMENTED) == UNFRAGMENTED:
+                    direct(self._payload_at(view, term, frame_offset, frame_length), header)
+                else:
+                    handler(self._payload_at(view, term, frame_offset, frame_length), header)
         finally:
             header._term = NULL  # the header is valid only during the handler call
             if offset != term_offset and self._pos != NULL:  # NULL: closed from a handler
