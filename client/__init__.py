@@ -4,7 +4,7 @@ from logbuf.client.aeron import Aeron, Context, Image, Publication, Subscription
 from logbuf.directory import DirectoryPermissionError
 from logbuf.errors import ClosedError, DriverTimeoutError, LogbufError, RegistrationError
 from logbuf.logbuffer.fragment_assembler import ControlledFragmentAssembler, FragmentAssembler
-from logbuf.logbuffer.image import ControlledPollAction, Header
+from logbuf.logbuffer.image import ControlledPollAction, FragmentBatch, Header
 from logbuf.logbuffer.publication import BufferClaim, OfferResult
 
 __all__ = [
@@ -18,6 +18,7 @@ __all__ = [
     "DriverTimeoutError",
     "FragmentAssembler",
     "Header",
+    "FragmentBatch",
     "Image",
     "LogbufError",
     "OfferResult",

@@ -29,6 +29,7 @@ from logbuf.conduit.cnc import ClientLivenessLock, CncFile, cnc_driver_heartbeat
 from logbuf.conduit.ring_buffer import ManyToOneRingBuffer
 from logbuf.directory import ENV_PREFIX, DirectoryPermissionError, check_directory, resolve_dir
 from logbuf.errors import ClosedError, ConfigurationError, DriverTimeoutError, ErrorCode, RegistrationError
+from logbuf.logbuffer.image import FragmentBatch
 from logbuf.logbuffer.image import Image as _Image
 from logbuf.logbuffer.log_buffer import LogBuffers
 from logbuf.logbuffer.publication import Publication as _Publication
@@ -163,6 +164,20 @@ class Subscription:
             if fragments >= fragment_limit:
                 break
         return fragments
+
+    def poll_batch(self, batch: FragmentBatch, fragment_limit: int = 0x7FFFFFFF) -> int:
+        """The vectorised poll: fill ``batch`` from the next image (round-robin) that has fragments;
+        returns how many (``batch.session_ids`` says whose). See :meth:`Image.poll_batch`."""
+        images = self._images
+        count = len(images)
+        if count == 1:
+            return images[0].poll_batch(batch, fragment_limit)
+        for _ in range(count):
+            start = self._round_robin = (self._round_robin + 1) % count
+            n = images[start].poll_batch(batch, fragment_limit)
+            if n:
+                return n
+        return 0
 
     def controlled_poll(self, handler: Callable[[memoryview, Any], Any], fragment_limit: int) -> int:
         images = self._images

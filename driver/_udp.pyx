@@ -3,15 +3,41 @@
 ``recvmmsg`` receives a batch into a buffer of slots. Non-blocking; a full socket buffer or an error
 (a bad descriptor included) sends or receives fewer, down to none, and is never raised in the duty cycle.
 
+The receiver's data path runs here too, a batch per call (``udp_receive_data``): each DATA datagram of
+an active image's session, from the image's source address, valid and inside the image's window, is
+inserted into its term and raises the image's high-water mark, with no Python per datagram. Whatever
+else arrived (control frames, heartbeats, new sessions, anything invalid, outside the window or from
+another address) is left for the Python dispatch, which checks, counts and drops it as before: the fast
+path only ever accepts what the Python path would accept, so it adds no rule of its own.
+
 The sender scans the term with the same inline availability scan as the log buffer code
 (``logbuf.native.term``): a frame length read from the term can never put an iovec outside it.
 """
 
-from libc.stdint cimport int32_t, int64_t, uint16_t, uint32_t, uint64_t
+from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.string cimport memset
 
-from logbuf.native.constants cimport HDR_TYPE_PAD, HEADER_LENGTH
-from logbuf.native.term cimport TermBuffer, check_term, frame_type, scan_for_availability
+from logbuf.native.constants cimport (
+    HDR_TYPE_DATA,
+    HDR_TYPE_PAD,
+    HEADER_LENGTH,
+    SESSION_ID_OFFSET,
+    STREAM_ID_OFFSET,
+    TERM_ID_OFFSET,
+    TERM_OFFSET_OFFSET,
+    VERSION_OFFSET,
+)
+from logbuf.native.log_view cimport LogView
+from logbuf.native.term cimport (
+    TermBuffer,
+    check_data_frames,
+    check_term,
+    frame_type,
+    partition_index,
+    rebuild_insert,
+    scan_for_availability,
+)
 
 
 cdef extern from "<sys/uio.h>" nogil:
@@ -94,25 +120,20 @@ def term_send_datagrams(int fd, term_buffer, int32_t term_offset, int32_t max_le
     return (covered, sent, sent_bytes)
 
 
-def udp_receive_batch(int fd, buffer, int32_t slot_length, int32_t[::1] lengths not None,
-                      uint64_t[::1] sources not None) -> int:
-    """Receive up to ``len(lengths)`` (<= 64) datagrams with one non-blocking recvmmsg into
-    ``buffer``, datagram i at offset ``i * slot_length``; its length goes to ``lengths[i]`` and its
-    IPv4 source to ``sources[i]`` (address << 16 | port, both in host order). Returns the count (0
-    when nothing is waiting or on an error such as a pending ICMP error)."""
-    cdef TermBuffer b = TermBuffer(buffer, True)
+cdef int _receive(int fd, Py_buffer *b, int32_t slot_length, int32_t[::1] lengths, uint64_t[::1] sources) except -1:
+    """One non-blocking recvmmsg into ``b``'s slots; fills ``lengths`` and ``sources``; returns the count."""
     cdef int count = lengths.shape[0] if lengths.shape[0] < MAX_BATCH else MAX_BATCH
     if slot_length <= 0:
         raise ValueError(f"slot_length={slot_length} must be positive")
-    if sources.shape[0] < count or <Py_ssize_t>count * slot_length > b.view.len:
-        raise ValueError(f"buffer of {b.view.len} bytes or sources[{sources.shape[0]}] too small for {count} "
+    if sources.shape[0] < count or <Py_ssize_t>count * slot_length > b.len:
+        raise ValueError(f"buffer of {b.len} bytes or sources[{sources.shape[0]}] too small for {count} "
                          f"datagrams of {slot_length} bytes")
     cdef mmsghdr msgs[MAX_BATCH]
     cdef iovec iovs[MAX_BATCH]
     cdef sockaddr_in names[MAX_BATCH]
     cdef int i, received
     for i in range(count):
-        iovs[i].iov_base = <char *>b.view.buf + <Py_ssize_t>i * slot_length
+        iovs[i].iov_base = <char *>b.buf + <Py_ssize_t>i * slot_length
         iovs[i].iov_len = slot_length
         memset(&msgs[i], 0, sizeof(mmsghdr))
         msgs[i].msg_hdr.msg_name = &names[i]
@@ -127,6 +148,109 @@ def udp_receive_batch(int fd, buffer, int32_t slot_length, int32_t[::1] lengths 
         lengths[i] = <int32_t>msgs[i].msg_len
         sources[i] = ((<uint64_t>_ntohl(names[i].sin_addr.s_addr)) << 16) | _ntohs(names[i].sin_port)
     return received
+
+
+def udp_receive_batch(int fd, buffer, int32_t slot_length, int32_t[::1] lengths not None,
+                      uint64_t[::1] sources not None) -> int:
+    """Receive up to ``len(lengths)`` (<= 64) datagrams with one non-blocking recvmmsg into
+    ``buffer``, datagram i at offset ``i * slot_length``; its length goes to ``lengths[i]`` and its
+    IPv4 source to ``sources[i]`` (address << 16 | port, both in host order). Returns the count (0
+    when nothing is waiting or on an error such as a pending ICMP error)."""
+    cdef TermBuffer b = TermBuffer(buffer, True)
+    return _receive(fd, &b.view, slot_length, lengths, sources)
+
+
+cdef class ImageReceiver:
+    """The native half of one publication image's receive path, for :func:`udp_receive_data`.
+
+    The image's identity (session, stream, the source address its SETUP came from, as ``address << 16 |
+    port``) and its log are fixed; before each batch its owner sets ``rebuild`` (rcv-pos), ``floor``
+    (the slowest subscriber's position) and ``hwm``, and reads back ``hwm`` and ``inserted`` after it.
+    A stale ``rebuild`` or ``floor`` can only be lower than the truth, which makes the window check
+    stricter, never looser: a datagram it refuses goes to the Python path, which decides with fresh
+    values.
+    """
+
+    cdef LogView _log
+    cdef char *_terms[3]
+    cdef int32_t _shift
+    cdef readonly int32_t session_id
+    cdef readonly int32_t stream_id
+    cdef readonly int32_t term_length
+    cdef readonly int32_t initial_term_id
+    cdef readonly uint64_t source_key
+    cdef public int64_t rebuild
+    cdef public int64_t floor
+    cdef public int64_t hwm
+    cdef public int64_t inserted
+
+    def __cinit__(self, LogView log not None, int32_t session_id, int32_t stream_id, uint64_t source_key):
+        if log.closed:
+            raise ValueError("log is closed")
+        self._log = log
+        for i in range(3):
+            self._terms[i] = log.terms[i]
+        self.term_length = log.term_length
+        self._shift = log.position_bits_to_shift
+        self.initial_term_id = log.initial_term_id
+        self.session_id = session_id
+        self.stream_id = stream_id
+        self.source_key = source_key
+        self.rebuild = self.floor = self.hwm = self.inserted = 0
+
+    cdef bint _insert(self, const char *p, int32_t length) noexcept:
+        """Insert the datagram if the Python path would: valid, covering term bytes (not a heartbeat),
+        at or past rcv-pos and the floor, and within the window above the floor."""
+        cdef int64_t covered = check_data_frames(p, length, self.term_length)
+        if covered <= 0:
+            return False
+        cdef int32_t term_offset = (<int32_t *>(p + TERM_OFFSET_OFFSET))[0]
+        cdef int32_t term_count = <int32_t>((<int32_t *>(p + TERM_ID_OFFSET))[0] - self.initial_term_id)
+        cdef int64_t position = ((<int64_t>term_count) << self._shift) + term_offset
+        if position < self.rebuild or position < self.floor or position + length > self.floor + (self.term_length >> 1):
+            return False
+        rebuild_insert(self._terms[partition_index(term_count)] + term_offset, p, length)
+        if position + covered > self.hwm:
+            self.hwm = position + covered
+        self.inserted += 1
+        return True
+
+
+def udp_receive_data(int fd, buffer, int32_t slot_length, int32_t[::1] lengths not None,
+                     uint64_t[::1] sources not None, list receivers not None) -> tuple:
+    """:func:`udp_receive_batch`, then the data path for the batch: each DATA datagram that one of
+    ``receivers`` (:class:`ImageReceiver`) takes is inserted, and its length set to -1; every other
+    datagram keeps its length for the caller's dispatch. Returns (datagrams, bytes) received."""
+    cdef Py_ssize_t k, n_receivers = PyList_GET_SIZE(receivers)
+    for k in range(n_receivers):
+        if not isinstance(<object>PyList_GET_ITEM(receivers, k), ImageReceiver):
+            raise TypeError("receivers must hold ImageReceiver objects only")
+    cdef TermBuffer b = TermBuffer(buffer, True)
+    cdef int count = _receive(fd, &b.view, slot_length, lengths, sources)
+    cdef int i
+    cdef int64_t total = 0
+    cdef int32_t length, session_id, stream_id
+    cdef const char *p
+    cdef uint16_t type_
+    cdef ImageReceiver r
+    for i in range(count):
+        length = lengths[i]
+        total += length
+        if length < HEADER_LENGTH:
+            continue
+        p = <const char *>b.view.buf + <Py_ssize_t>i * slot_length
+        type_ = frame_type(p)
+        if (<uint8_t *>(p + VERSION_OFFSET))[0] != 0 or (type_ != HDR_TYPE_DATA and type_ != HDR_TYPE_PAD):
+            continue
+        session_id = (<int32_t *>(p + SESSION_ID_OFFSET))[0]
+        stream_id = (<int32_t *>(p + STREAM_ID_OFFSET))[0]
+        for k in range(n_receivers):
+            r = <ImageReceiver>PyList_GET_ITEM(receivers, k)
+            if r.session_id == session_id and r.stream_id == stream_id:
+                if r.source_key == sources[i] and r._log.base != NULL and r._insert(p, length):
+                    lengths[i] = -1
+                break
+    return count, total
 
 
 cdef inline uint32_t _ntohl(uint32_t v) noexcept nogil:

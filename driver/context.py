@@ -133,11 +133,11 @@ class DriverContext:
     timer_interval: int = setting(100_000_000, "duration", "How often the conductor heartbeats and checks timeouts.")
     idle_strategy: str = setting("backoff", "str", "Conductor idle strategy: backoff, sleep, yield or spin.")
     cpu_affinity: str = setting(
-        "",
+        "auto",
         "str",
-        "CPUs the duty cycle runs on, e.g. 0 or 0-1. On a small "
-        "machine, giving each driver its own core halves UDP round trips.",
-        default_text="any",
+        "CPUs the duty cycle runs on: a list such as 0 or 0-1, 'any' (the scheduler decides), or 'auto': a "
+        "CPU no other auto-placed driver holds, from the highest down, none on a 1-CPU machine. On a small "
+        "machine each driver on its own core halves UDP round trips; two sharing one double them.",
     )
     to_driver_buffer_length: int = setting(1024 * 1024, "size", "Command ring capacity (power of 2).")
     to_clients_buffer_length: int = setting(1024 * 1024, "size", "Response broadcast capacity (power of 2).")
@@ -237,7 +237,8 @@ class DriverContext:
         if self.command_unblock_timeout < 0:
             raise ConfigurationError(f"command_unblock_timeout={self.command_unblock_timeout} must be 0 or positive")
         try:
-            parse_cpu_list(self.cpu_affinity)
+            if self.cpu_affinity not in ("auto", "any"):
+                parse_cpu_list(self.cpu_affinity)
         except ConfigurationError as e:
             raise ConfigurationError(f"cpu_affinity: {e}") from None
         if self.idle_strategy not in IDLE_STRATEGIES:

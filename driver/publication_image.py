@@ -25,6 +25,7 @@ Lifecycle: ACTIVE -> INACTIVE -> DONE, or ACTIVE -> DONE; the table is in
 from __future__ import annotations
 
 import os
+import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,6 +33,7 @@ from typing import Any
 from logbuf import native
 from logbuf.conduit.counters import CountersManager
 from logbuf.conduit.loss_report import LossReport
+from logbuf.driver import _udp
 from logbuf.driver.ipc_publication import SubscriberPosition, allocate_subscriber_position
 from logbuf.driver.lifecycle import IMAGE_TRANSITIONS, check_transition
 from logbuf.driver.lifecycle import ImageState as ImageState
@@ -46,6 +48,10 @@ Send = Callable[[Any], int]
 NakDelayGenerator = StaticDelayGenerator | OptimalMulticastDelayGenerator
 PROGRESS_SM_INTERVAL_NS = 1_000_000
 NAK_SPIN_NS = 1_000_000
+CLEAN_STEP_FRACTION = 16
+"""The log behind the slowest subscriber is zeroed a sixteenth of a term at a time, not per message: data
+is accepted at most half a term above that subscriber, so what it lands on was last written 2.5 terms
+below it, well behind the cleaned position even when cleaning lags by a step."""
 MAX_GAPS = 16
 """Any consumption progress is reported within 1 ms (besides Aeron's quarter-window and 200 ms
 rules), so a lost SM stalls a blocked sender for a millisecond, not for 200."""
@@ -101,6 +107,7 @@ class PublicationImage:
     _state: ImageState = field(default=ImageState.ACTIVE, init=False, repr=False)
 
     def __post_init__(self) -> None:
+        self._native: _udp.ImageReceiver | None = None
         self.hwm = self.rebuild = self.join_position
         self.clean_position = self.join_position
         self.time_of_last_packet_ns = self.now_ns
@@ -183,6 +190,34 @@ class PublicationImage:
             self.hwm = end
             self._hwm_counter.set_ordered(end)
         return True
+
+    def native_receiver(self) -> _udp.ImageReceiver:
+        """This image's native receive path (made on first use), primed with rcv-pos, the slowest
+        subscriber's position and the HWM for the batch about to be read (see
+        :func:`logbuf.driver._udp.udp_receive_data`)."""
+        native_rx = self._native
+        if native_rx is None:
+            host, port = self.source_address
+            try:
+                key = int.from_bytes(socket.inet_aton(host), "big") << 16 | port
+            except OSError:  # not an IPv4 address: no datagram can match it, all go the Python way
+                key = 0
+            native_rx = self._native = _udp.ImageReceiver(self.log.view, self.session_id, self.stream_id, key)
+        native_rx.rebuild = self.rebuild
+        native_rx.floor = self.min_subscriber_position()
+        native_rx.hwm = self.hwm
+        native_rx.inserted = 0
+        return native_rx
+
+    def native_received(self, now_ns: int) -> None:
+        """After a batch: take back the HWM the native path raised, and note the time of the last packet."""
+        native_rx = self._native
+        if native_rx is None or not native_rx.inserted:
+            return
+        self.time_of_last_packet_ns = now_ns
+        if native_rx.hwm > self.hwm:
+            self.hwm = native_rx.hwm
+            self._hwm_counter.set_ordered(self.hwm)
 
     # -- duty cycle --------------------------------------------------------------------------------
     def _scan(self) -> tuple[int, dict[int, int]]:
@@ -278,7 +313,7 @@ class PublicationImage:
             self.next_sm_ns = now_ns + self.sm_interval_ns
             work += 1
         clean_to = consumed - self.log.term_length
-        if clean_to > self.clean_position:
+        if clean_to - self.clean_position >= self.log.term_length // CLEAN_STEP_FRACTION:
             self.log.clean(self.clean_position, clean_to)
             self.clean_position = clean_to
         return work
@@ -345,6 +380,7 @@ class PublicationImage:
         return 0 <= eos <= self.rebuild and self.hwm <= self.rebuild and self.min_subscriber_position() >= eos
 
     def close(self) -> None:
+        self._native = None
         for sub_id in list(self.subscribers):
             self.remove_subscriber(sub_id)
         self._hwm_counter.close()

@@ -25,9 +25,11 @@ __all__ = [
     "AgentRunner",
     "BackoffIdleStrategy",
     "BusySpinIdleStrategy",
+    "CpuClaim",
     "IdleStrategy",
     "NoOpIdleStrategy",
     "Park",
+    "claim_cpu",
     "SleepingIdleStrategy",
     "YieldingIdleStrategy",
     "idle_strategy_from_name",
@@ -182,6 +184,50 @@ def parse_cpu_list(text: str) -> frozenset[int]:
             f"cpu list {text!r}: CPU {sorted(cpus - allowed)} not available (this process may use {sorted(allowed)})"
         )
     return frozenset(cpus)
+
+
+CPU_LOCK_DIR = "/dev/shm"
+"""Where drivers placed with ``cpu_affinity=auto`` take their per-CPU lock files (one tmpfs per machine)."""
+
+
+class CpuClaim:
+    """A CPU taken for one process's duty cycle: an exclusive ``flock`` on ``logbuf-cpu-<n>.lock``, held
+    while the claim lives (the kernel drops it when the process dies, however it dies)."""
+
+    def __init__(self, cpu: int, fd: int) -> None:
+        self.cpu = cpu
+        self._fd = fd
+
+    def release(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+def claim_cpu(lock_dir: str = CPU_LOCK_DIR) -> CpuClaim | None:
+    """``cpu_affinity=auto``: the first CPU, from the highest this process may use down, that no other
+    process placed this way holds; None when fewer than two CPUs are allowed (pinning would only take the
+    client's core), when every one is held (share them, as unpinned), or when the locks cannot be made.
+
+    Two drivers on one small machine then run on different cores: on 2 cores, sharing one doubles a
+    UDP round trip, and the scheduler does that often enough when left alone."""
+    import fcntl
+
+    allowed = sorted(os.sched_getaffinity(0), reverse=True)
+    if len(allowed) < 2:
+        return None
+    for cpu in allowed:
+        try:
+            fd = os.open(os.path.join(lock_dir, f"logbuf-cpu-{cpu}.lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        except OSError:
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            continue
+        return CpuClaim(cpu, fd)
+    return None
 
 
 def idle_strategy_from_name(name: str, park: Park = time.sleep) -> IdleStrategy:

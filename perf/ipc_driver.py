@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing as mp
+import os
 import shutil
 import subprocess
 import sys
@@ -52,11 +53,13 @@ def lb_publisher(directory: str, size: int, seconds: float, batch: int, out: Any
                     if pub.offer_batch(messages) > 0:
                         sent += batch
         else:
-            offer = pub.offer
+            offer, idle = pub.offer, os.sched_yield  # idle as the peers' publishers do
             while time.perf_counter() < deadline:
                 for _ in range(1000):
                     if offer(message) > 0:
                         sent += 1
+                    else:
+                        idle()
         while pub.offer(b"END!" + bytes(size)) < 0:  # the one message longer than `size`
             pass
         out.put(("sent", sent))
@@ -96,8 +99,11 @@ def lb_subscriber(directory: str, size: int, batch: int, out: Any) -> None:
 
         while not done:
             n = sub.block_poll(on_block, 1 << 21) if batch > 1 else sub.poll(on_fragment, 4096)
-            if n and not start:
-                start = time.perf_counter()
+            if n:
+                if not start:
+                    start = time.perf_counter()
+            else:
+                os.sched_yield()  # as the peers' subscribers do: a spinning one holds the core the publisher needs
         out.put(("received", received))
         out.put(("elapsed", time.perf_counter() - start))
 
@@ -140,11 +146,12 @@ def lb_ponger(directory: str, count: int) -> None:
         def echo(buffer: memoryview, header: Any) -> None:
             nonlocal echoed
             while pub.offer(buffer) < 0:
-                pass
+                os.sched_yield()
             echoed += 1
 
         while echoed < count:
-            sub.poll(echo, 1)
+            if not sub.poll(echo, 1):
+                os.sched_yield()
 
 
 def lb_latency(directory: str, count: int) -> dict[str, float]:
@@ -170,10 +177,11 @@ def lb_latency(directory: str, count: int) -> dict[str, float]:
         for _ in range(count):
             start = perf()
             while pub.offer(message) < 0:
-                pass
+                os.sched_yield()
             want = got + 1
             while got < want:
-                sub.poll(on_pong, 1)
+                if not sub.poll(on_pong, 1):
+                    os.sched_yield()
             rtts.append(perf() - start)
     ponger.join(30)
     return percentiles(rtts)

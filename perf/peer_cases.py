@@ -9,6 +9,8 @@ messages received per second counted by the subscriber from its first message, a
 ping-pong between two processes. pyaeron's C media driver runs in SHARED threading mode (its best on 2
 cores); pyzmq uses PUB/SUB over ``ipc://`` for IPC rows and PUSH/PULL over TCP for UDP rows.
 
+The ``*-batch`` rows are logbuf's vectorised path (see :data:`BATCH`) beside the others' per-message one.
+
 This module imports neither logbuf nor pyaeron at the top, so any interpreter can load it.
 """
 
@@ -28,17 +30,128 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from _common import collect, percentiles, zmq_latency, zmq_throughput  # noqa: E402
 
-CASES = ("ipc-32", "ipc-512", "ipc-pingpong", "udp-32", "udp-512", "udp-pingpong", "udp-pingpong-pinned")
+CASES = (
+    "ipc-32",
+    "ipc-512",
+    "ipc-pingpong",
+    "udp-32",
+    "udp-512",
+    "udp-pingpong",
+    "udp-pingpong-pinned",
+    "ipc-32-batch",
+    "udp-32-batch",
+)
+BATCH = 64
+"""``*-batch`` rows: logbuf offers ``BATCH`` messages per call from a numpy array (``offer_rows``) and polls
+them into numpy arrays (``poll_batch``) with a numpy consumer; pyaeron has no such API, so its figure on
+these rows is its per-message path (the same scenario as the row without ``-batch``), and pyzmq's too."""
 STREAM_ID = 10
 PONG_STREAM_ID = 11
 END = b"END!"
 
 
 # -- logbuf: the existing benchmarks' scenarios ---------------------------------------------------------
+def lb_batch_publisher(directory: str, channel: str, size: int, seconds: float, out: Any) -> None:
+    import numpy as np
+
+    from logbuf.client import Aeron, Context
+    from logbuf.logging_config import configure_logging
+
+    configure_logging("warning")
+    with Aeron.connect(Context(dir=directory)) as aeron:
+        pub = aeron.add_publication(channel, STREAM_ID)
+        give_up = time.monotonic() + 30
+        while not pub.is_connected and time.monotonic() < give_up:
+            time.sleep(0.001)
+        rows = np.zeros((BATCH, size), dtype=np.uint8)
+        offer_rows, idle = pub.offer_rows, os.sched_yield
+        sent = 0
+        deadline = time.perf_counter() + seconds
+        while time.perf_counter() < deadline:
+            for _ in range(100):
+                if offer_rows(rows) > 0:
+                    sent += BATCH
+                else:
+                    idle()
+        end = END + bytes(size)
+        give_up = time.monotonic() + 30
+        while pub.offer(end) < 0 and time.monotonic() < give_up:
+            idle()
+        out.put(("sent", sent))
+        time.sleep(1.0)
+
+
+def lb_batch_subscriber(directory: str, channel: str, size: int, timeout_s: float, out: Any) -> None:
+    from logbuf.client import Aeron, Context, FragmentBatch
+    from logbuf.logging_config import configure_logging
+
+    configure_logging("warning")
+    with Aeron.connect(Context(dir=directory)) as aeron:
+        sub = aeron.add_subscription(channel, STREAM_ID)
+        out.put(("ready", 0))
+        batch = FragmentBatch(4096)
+        lengths = batch.lengths
+        poll_batch, idle = sub.poll_batch, os.sched_yield
+        received, done, start = 0, False, 0.0
+        deadline = time.monotonic() + timeout_s
+        while not done:
+            n = poll_batch(batch)
+            if n:
+                if not start:
+                    start = time.perf_counter()
+                ok = int((lengths[:n] == size).sum())  # the numpy consumer: every message checked
+                received += ok
+                done = ok != n  # the END message is longer
+            else:
+                idle()
+                if time.monotonic() > deadline:
+                    break
+        out.put(("received", received))
+        out.put(("elapsed", time.perf_counter() - start if start else 0.0))
+
+
+def lb_batch_throughput(pub_dir: str, sub_dir: str, channel: str, size: int, seconds: float) -> dict[str, Any]:
+    ctx = mp.get_context("spawn")
+    q: Any = ctx.Queue()
+    sub = ctx.Process(target=lb_batch_subscriber, args=(sub_dir, channel, size, seconds + 60, q))
+    sub.start()
+    assert q.get(timeout=30)[0] == "ready"
+    pub = ctx.Process(target=lb_batch_publisher, args=(pub_dir, channel, size, seconds, q))
+    pub.start()
+    results = collect(q, 3, seconds + 90)
+    pub.join(30)
+    sub.join(30)
+    rate = results["received"] / results["elapsed"] if results["elapsed"] else 0.0
+    return {
+        "size": size,
+        "batch": BATCH,
+        "sent": results["sent"],
+        "received": results["received"],
+        "lost": results["sent"] - results["received"],
+        "msgs_per_s": rate,
+        "mb_per_s": rate * size / 1e6,
+    }
+
+
 def logbuf_case(case: str, seconds: float, pings: int) -> dict[str, Any]:
     import ipc_driver
     import udp_driver
 
+    size = int(case.split("-")[1]) if case.split("-")[1].isdigit() else 0
+    if case.startswith("ipc") and case.endswith("batch"):
+        directory = f"/dev/shm/logbuf-peers-{uuid.uuid4().hex[:8]}"
+        driver = udp_driver.subprocess.Popen(
+            [sys.executable, "-m", "logbuf.driver.main", "--dir", directory], stderr=udp_driver.subprocess.DEVNULL
+        )
+        try:
+            from logbuf.conduit.cnc import wait_for_driver
+
+            wait_for_driver(directory)
+            return lb_batch_throughput(directory, directory, "aeron:ipc", size, seconds)
+        finally:
+            driver.terminate()
+            driver.wait(10)
+            shutil.rmtree(directory, ignore_errors=True)
     if case.startswith("ipc"):
         directory = f"/dev/shm/logbuf-peers-{uuid.uuid4().hex[:8]}"
         driver = udp_driver.subprocess.Popen(
@@ -61,6 +174,8 @@ def logbuf_case(case: str, seconds: float, pings: int) -> dict[str, Any]:
         b.wait_started()
         if case.startswith("udp-pingpong"):
             return udp_driver.lb_latency(a, b, pings, min(1_000, pings // 10), pinned=case.endswith("pinned"))
+        if case.endswith("batch"):
+            return lb_batch_throughput(a.dir, b.dir, udp(free_udp_port()), size, seconds)
         return udp_driver.lb_throughput(a, b, int(case.split("-")[1]), seconds, None)
     finally:
         a.close()
@@ -264,6 +379,7 @@ def udp(port: int) -> str:
 
 
 def pyaeron_case(case: str, seconds: float, pings: int) -> dict[str, Any]:
+    case = case.removesuffix("-batch")  # no batch API: its per-message path
     pinned = case.endswith("pinned")
     drivers = PaDrivers(1 if case.startswith("ipc") else 2, (0, 1) if pinned else (None, None))
     try:
@@ -283,6 +399,7 @@ def pyaeron_case(case: str, seconds: float, pings: int) -> dict[str, Any]:
 
 # -- pyzmq ------------------------------------------------------------------------------------------------
 def pyzmq_case(case: str, seconds: float, pings: int) -> dict[str, Any]:
+    case = case.removesuffix("-batch")
     if case == "ipc-pingpong":
         return zmq_latency(pings)
     if case.startswith("ipc"):

@@ -30,7 +30,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import ROOT, new_results, write_results  # noqa: E402
 from peer_cases import CASES  # noqa: E402
 
-VENV = pathlib.Path.home() / ".cache" / "logbuf-perf" / "py3.12"
+VENV = pathlib.Path(os.environ.get("LOGBUF_PERF_VENV") or pathlib.Path.home() / ".cache" / "logbuf-perf" / "py3.12")
+"""``LOGBUF_PERF_VENV`` names another venv: two worktrees measuring at once must not reinstall each other's tree."""
 PEER_PACKAGES = [
     "pyaeron",
     "pyzmq",
@@ -42,7 +43,7 @@ PEER_PACKAGES = [
     "websockets",
     "zstandard",
 ]
-THROUGHPUT = {"ipc-32", "ipc-512", "udp-32", "udp-512"}
+THROUGHPUT = {"ipc-32", "ipc-512", "udp-32", "udp-512", "ipc-32-batch", "udp-32-batch"}
 
 
 def find_python312() -> str:
@@ -112,6 +113,36 @@ def ratio(case: str, ours: dict[str, Any], theirs: dict[str, Any]) -> float | No
     return float(theirs["p50_us"]) / float(ours["p50_us"])
 
 
+def cell(case: str, result: dict[str, Any]) -> str:
+    if "error" in result:
+        return "failed"
+    if case in THROUGHPUT:
+        return f"{result['msgs_per_s'] / 1e6:.2f} M/s"
+    return f"{result['p50_us']:.0f} / {result['p99_us']:.0f} µs"
+
+
+def markdown_table(results: dict[str, Any]) -> str:
+    """The README's table: one line per case and round, logbuf (on the peer's Python) beside pyaeron and
+    pyzmq, the ratios oriented so that > 1 means logbuf is better, and the load when the row ran."""
+    impls: list[str] = results["params"]["implementations"]
+    ours = next(label for label in impls if label.startswith("logbuf") and results["params"]["peer_python"] in label)
+    peer = next(label for label in impls if label.startswith("pyaeron"))
+    lines = [
+        "| case | round | logbuf | pyaeron | pyzmq | logbuf / pyaeron | logbuf / pyzmq | load (1 min) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for row in results["cases"]:
+        case = row["case"]
+        ratios = [row.get("logbuf_over_pyaeron"), row.get("logbuf_over_pyzmq")]
+        lines.append(
+            f"| {case} | {row['round']} | {cell(case, row[ours])} | {cell(case, row[peer])} | "
+            f"{cell(case, row['pyzmq'])} | "
+            + " | ".join(f"{r:.2f}" if r else "-" for r in ratios)
+            + f" | {row[ours].get('load_1m', 0):.1f} |"
+        )
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=5.0, help="duration of each throughput case")
@@ -120,7 +151,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="1 s per case, 5,000 round trips")
     parser.add_argument("--cases", default=",".join(CASES), help=f"comma-separated subset of {','.join(CASES)}")
     parser.add_argument("--no-build", action="store_true", help="do not reinstall this tree into the peer venv")
+    parser.add_argument(
+        "--table", action="store_true", help="print perf/results/peers.json as README's table; run nothing"
+    )
     args = parser.parse_args(argv)
+    if args.table:
+        with open(os.path.join(ROOT, "perf", "results", "peers.json"), encoding="utf-8") as f:
+            print(markdown_table(json.load(f)))
+        return 0
     if args.quick:
         args.seconds, args.pings = 1.0, 5_000
     cases = [c for c in args.cases.split(",") if c]
@@ -160,6 +198,7 @@ def main(argv: list[str] | None = None) -> int:
             )
     failures = [(row["case"], label) for row in results["cases"] for label in impls if "error" in row[label]]
     write_results(results)
+    print(markdown_table(results))
     for case, label in failures:
         print(f"FAILED: {case} {label}")
     return 1 if failures else 0

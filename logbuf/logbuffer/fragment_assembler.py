@@ -73,6 +73,12 @@ class FragmentAssembler(_Assembler):
         super().__init__()
         self.delegate = delegate
 
+    @property
+    def unfragmented_handler(self) -> FragmentHandler:
+        """Where an unfragmented message goes: the delegate itself. ``poll`` calls it straight for such
+        fragments, saving a Python call per message (the assembler would only pass them through)."""
+        return self.delegate
+
     def __call__(self, buffer: memoryview, header: Header) -> None:
         flags = header.flags
         if flags & dh.UNFRAGMENTED == dh.UNFRAGMENTED:

@@ -31,7 +31,7 @@ from logbuf.native.atomics import (  # noqa: E402
 from logbuf.native.constants import NATIVE_CONSTANTS  # noqa: E402
 from logbuf.native.log_view import LogView  # noqa: E402
 from logbuf.native.publisher import BufferClaim, PublicationCore  # noqa: E402
-from logbuf.native.reader import Header, ImageCore, term_read  # noqa: E402
+from logbuf.native.reader import FragmentBatchCore, Header, ImageCore, term_read  # noqa: E402
 from logbuf.native.term import (  # noqa: E402
     check_data_datagram,
     count_frames,
@@ -47,6 +47,7 @@ from logbuf.native.term import (  # noqa: E402
 )
 
 __all__ = [
+    "FragmentBatchCore",
     "NATIVE_CONSTANTS",
     "BufferClaim",
     "Header",

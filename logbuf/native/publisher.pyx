@@ -388,6 +388,11 @@ cdef class PublicationCore:
         """Append one message. Returns the new stream position, or a negative OfferResult."""
         if self._closed:
             return CLOSED
+        cdef Py_ssize_t n
+        if PyBytes_CheckExact(buffer):  # the common case: no buffer export to take and give back
+            n = PyBytes_GET_SIZE(buffer)
+            if n <= self.max_payload_length:
+                return self._offer(PyBytes_AS_STRING(buffer), <int32_t>n, reserved_value, 0, NULL, NULL, 0)
         cdef Py_buffer view
         PyObject_GetBuffer(buffer, &view, PyBUF_SIMPLE)
         cdef int64_t result
@@ -461,6 +466,75 @@ cdef class PublicationCore:
                         PyBuffer_Release(&views[i])
                 PyMem_Free(views)
         return result
+
+    def offer_rows(self, const uint8_t[:, ::1] rows not None, const int64_t[::1] reserved_values=None) -> int:
+        """Append each row of a C-contiguous 2-D uint8 array (a numpy ``(n, size)`` array) as one message,
+        with one claim: all or nothing, as :meth:`offer_batch`. ``reserved_values`` (int64, one per row)
+        go into the frames' reserved value fields, else 0. Returns the position after the last message
+        or a negative OfferResult."""
+        if self._closed:
+            return CLOSED
+        cdef Py_ssize_t n = rows.shape[0], size = rows.shape[1]
+        if size > self.max_payload_length:
+            raise ValueError(f"row length={size} exceeds max_payload_length={self.max_payload_length}; batch "
+                             "messages are not fragmented")
+        if n == 0:
+            return self._tail_position()
+        return self._offer_packed(&rows[0, 0] if size > 0 else NULL, n, size, NULL, reserved_values)
+
+    def offer_packed(self, const uint8_t[::1] data not None, const int32_t[::1] lengths not None,
+                     const int64_t[::1] reserved_values=None) -> int:
+        """Append messages laid back to back in ``data`` (message i is the next ``lengths[i]`` bytes), with
+        one claim: all or nothing, as :meth:`offer_batch`; ``reserved_values`` as in :meth:`offer_rows`."""
+        if self._closed:
+            return CLOSED
+        cdef Py_ssize_t n = lengths.shape[0], i
+        cdef int64_t total = 0
+        for i in range(n):
+            if lengths[i] < 0 or lengths[i] > self.max_payload_length:
+                raise ValueError(f"message {i} length={lengths[i]} must be within 0..max_payload_length="
+                                 f"{self.max_payload_length}; batch messages are not fragmented")
+            total += lengths[i]
+        if total != data.shape[0]:
+            raise ValueError(f"lengths add up to {total} bytes but data holds {data.shape[0]}")
+        if n == 0:
+            return self._tail_position()
+        return self._offer_packed(&data[0] if total > 0 else NULL, n, -1, &lengths[0], reserved_values)
+
+    cdef int64_t _offer_packed(self, const uint8_t *data, Py_ssize_t n, Py_ssize_t size, const int32_t *lengths,
+                               const int64_t[::1] reserved_values) except? -9:
+        """Claim once for ``n`` messages (each ``size`` bytes, or ``lengths[i]`` when size < 0) packed in
+        ``data``, then write each as one frame with its reserved value."""
+        if n > 65536:
+            raise ValueError(f"batch of {n} messages exceeds the 65536-message batch limit")
+        if reserved_values is not None and reserved_values.shape[0] != n:
+            raise ValueError(f"reserved_values has {reserved_values.shape[0]} values for {n} messages")
+        cdef Py_ssize_t i
+        cdef int64_t total = 0
+        for i in range(n):
+            total += align_frame_length((size if size >= 0 else lengths[i]) + HEADER_LENGTH)
+        if total > self.max_message_length:
+            raise ValueError(f"batch framed length={total} exceeds max_message_length={self.max_message_length}")
+        cdef _Claimed c
+        cdef int64_t result
+        cdef int32_t offset, length
+        cdef const uint8_t *src
+        cdef int attempt
+        for attempt in range(3):
+            result = self._claim_space(<int32_t>total, <int32_t>total, &c)
+            if result == TRIPPED:
+                continue
+            if result != 0:
+                return result
+            offset, src = c.term_offset, data
+            for i in range(n):
+                length = <int32_t>(size if size >= 0 else lengths[i])
+                offset = write_unfragmented(c.term, offset, c.term_id, <const char *>src, length,
+                                            reserved_values[i] if reserved_values is not None else 0, self._vft,
+                                            self.session_id, self.stream_id)
+                src += length
+            return c.begin + offset
+        return ADMIN_ACTION
 
     def try_claim(self, int32_t length, BufferClaim claim not None) -> int:
         """Claim ``length`` bytes (<= max_payload_length) to fill in place; commit or abort the claim."""

@@ -7,6 +7,8 @@ from typing_extensions import Buffer
 
 from logbuf.native.log_view import LogView
 
+PAYLOAD_VIEW_REUSED: bool
+
 class Header:
     frame_offset: int
     @property
@@ -42,6 +44,20 @@ def term_read(
     initial_term_id: int = 0,
 ) -> tuple[int, int]: ...
 
+class FragmentBatchCore:
+    capacity: int
+    count: int
+    partition: int
+    def __init__(
+        self,
+        offsets: Any,
+        lengths: Any,
+        session_ids: Any,
+        flags: Any,
+        positions: Any,
+        reserved_values: Any,
+    ) -> None: ...
+
 class ImageCore:
     term_length: int
     session_id: int
@@ -62,3 +78,5 @@ class ImageCore:
     def poll(self, handler: Callable[[memoryview, Header], Any], fragment_limit: int) -> int: ...
     def controlled_poll(self, handler: Callable[[memoryview, Header], Any], fragment_limit: int) -> int: ...
     def block_poll(self, handler: Callable[[memoryview, int, int, int], Any], block_length_limit: int) -> int: ...
+    def poll_batch(self, batch: FragmentBatchCore, fragment_limit: int = ...) -> int: ...
+    def term_view(self, partition: int) -> memoryview: ...

@@ -9,6 +9,7 @@ multiple of the frame alignment (a corrupted counter) is a ValueError.
 """
 
 from cpython.buffer cimport PyBuffer_Release
+from cpython.object cimport PyObject
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t
 
 from logbuf.native.atomics cimport checked_address, lb_load_acquire_i32, lb_load_acquire_i64, lb_store_release_i64
@@ -24,6 +25,30 @@ from logbuf.native.term cimport (
     partition_index,
     scan_block,
 )
+
+cdef extern from "lb_payload_view.h":
+    int lb_payload_view_retarget(PyObject *o, const char *buf, Py_ssize_t length) noexcept
+
+
+cdef bint _check_retarget() except -1:
+    """Whether a payload view can be pointed at the next fragment on this interpreter (see
+    ``lb_payload_view.h``): tried once on a private buffer, with every property a handler can read."""
+    cdef bytearray data = bytearray(range(64))
+    cdef object whole = memoryview(data).toreadonly()
+    cdef object view = whole[0:8]
+    cdef const char *base = data
+    if not lb_payload_view_retarget(<PyObject *>view, base + 16, 5):
+        return False
+    ok = (len(view) == 5 and view.nbytes == 5 and bytes(view) == bytes(data[16:21]) and view[4] == 20
+          and view.tobytes() == bytes(data[16:21]) and view.readonly and view.c_contiguous and view.shape == (5,))
+    view.release()
+    whole.release()
+    return ok
+
+
+cdef bint _RETARGET = _check_retarget()
+PAYLOAD_VIEW_REUSED = _RETARGET
+"""True where polls hand out one payload memoryview object, re-pointed per fragment while unshared."""
 
 
 cdef inline int64_t _read_position(const char *position_address) except? -1:
@@ -152,6 +177,44 @@ def term_read(term_buffer, int32_t term_offset, handler, int32_t fragment_limit,
     return fragments, offset
 
 
+cdef class FragmentBatchCore:
+    """Where :meth:`ImageCore.poll_batch` writes a batch of fragments, one element per fragment: the
+    payload's offset in its term and length, the session id, flags, stream position after the frame
+    and reserved value. ``count`` fragments of partition ``partition`` are valid after a poll, until the
+    next poll of the image that filled it (the image stores its position past them only then).
+
+    Made from six caller-owned buffers of one length (numpy arrays: int32 offsets, lengths and session
+    ids, uint8 flags, int64 positions and reserved values); ``logbuf.logbuffer.image.FragmentBatch``
+    allocates them."""
+
+    cdef int32_t[::1] _offsets
+    cdef int32_t[::1] _lengths
+    cdef int32_t[::1] _session_ids
+    cdef uint8_t[::1] _flags
+    cdef int64_t[::1] _positions
+    cdef int64_t[::1] _reserved_values
+    cdef readonly int32_t capacity
+    cdef readonly int32_t count
+    cdef readonly int32_t partition
+
+    def __cinit__(self, int32_t[::1] offsets not None, int32_t[::1] lengths not None,
+                  int32_t[::1] session_ids not None, uint8_t[::1] flags not None,
+                  int64_t[::1] positions not None, int64_t[::1] reserved_values not None):
+        cdef Py_ssize_t n = offsets.shape[0]
+        if (lengths.shape[0] != n or session_ids.shape[0] != n or flags.shape[0] != n or positions.shape[0] != n
+                or reserved_values.shape[0] != n):
+            raise ValueError(f"a fragment batch's six arrays must have one length; got {offsets.shape[0]}, "
+                             f"{lengths.shape[0]}, {session_ids.shape[0]}, {flags.shape[0]}, {positions.shape[0]}, "
+                             f"{reserved_values.shape[0]}")
+        if n <= 0 or n > 1 << 24:
+            raise ValueError(f"fragment batch capacity={n} must be within 1..{1 << 24}")
+        self._offsets, self._lengths, self._session_ids = offsets, lengths, session_ids
+        self._flags, self._positions, self._reserved_values = flags, positions, reserved_values
+        self.capacity = <int32_t>n
+        self.count = 0
+        self.partition = 0
+
+
 cdef class ImageCore:
     """A subscriber's view of one log: reads from its own subscriber-position counter."""
 
@@ -160,6 +223,8 @@ cdef class ImageCore:
     cdef object _pos_owner
     cdef Header _header
     cdef list _views
+    cdef object _payload  # the payload view handed to handlers, re-pointed while unshared
+    cdef int64_t _pending  # poll_batch: the position after the batch handed out, stored on the next poll (-1: none)
     cdef int32_t _mask
     cdef int32_t _shift
     cdef readonly int32_t term_length
@@ -181,6 +246,8 @@ cdef class ImageCore:
         self._shift = log.position_bits_to_shift
         self.initial_term_id = log.initial_term_id
         self._views = list(log._term_views)
+        self._payload = self._views[0][0:0]
+        self._pending = -1
         self._header = Header()
         self._header._initial_term_id = log.initial_term_id
         self._header._shift = log.position_bits_to_shift
@@ -198,6 +265,8 @@ cdef class ImageCore:
         """This subscriber's position in the stream."""
         if self._closed:
             raise ValueError("image is closed")
+        if self._pending >= 0:
+            return self._pending
         return lb_load_acquire_i64(self._pos)
 
     @position.setter
@@ -205,6 +274,7 @@ cdef class ImageCore:
         """Move this subscriber (frame-aligned, within the window still held in the log)."""
         if self._closed:
             raise ValueError("image is closed")
+        self._commit_pending()
         cdef int64_t current = lb_load_acquire_i64(self._pos)
         if new_position % FRAME_ALIGNMENT != 0:
             raise ValueError(f"position={new_position} is not a multiple of {FRAME_ALIGNMENT}")
@@ -223,11 +293,35 @@ cdef class ImageCore:
         """True once this subscriber reached the end-of-stream position (or the image is closed)."""
         if self._closed:
             return True
-        return lb_load_acquire_i64(self._pos) >= lb_load_acquire_i64(self._log.meta + END_OF_STREAM_POSITION_OFFSET)
+        cdef int64_t position = self._pending if self._pending >= 0 else lb_load_acquire_i64(self._pos)
+        return position >= lb_load_acquire_i64(self._log.meta + END_OF_STREAM_POSITION_OFFSET)
+
+    cdef inline object _payload_at(self, object view, const char *term, int32_t frame_offset,
+                                   int32_t frame_length):
+        """The payload of the frame at ``frame_offset`` as a read-only memoryview: this image's own view
+        re-pointed when nobody else holds it, else a fresh slice of the term (which becomes its own)."""
+        if _RETARGET and lb_payload_view_retarget(<PyObject *>self._payload, term + frame_offset + HEADER_LENGTH,
+                                                  frame_length - HEADER_LENGTH):
+            return self._payload
+        payload = view[frame_offset + HEADER_LENGTH:frame_offset + frame_length]
+        if not self._closed:  # a closed image keeps no view of the log
+            self._payload = payload
+        return payload
+
+    cdef inline void _commit_pending(self) noexcept:
+        """Store the position past the last batch :meth:`poll_batch` handed out (its fragments are done)."""
+        if self._pending >= 0:
+            if self._pos != NULL:
+                lb_store_release_i64(self._pos, self._pending)
+            self._pending = -1
 
     def close(self) -> None:
         if not self._closed:
+            self._commit_pending()
             self._closed = True
+            if (<PyObject *>self._payload).ob_refcnt == 1:  # not in a handler's hands: let the mapping go
+                self._payload.release()
+            self._payload = None
             self._pos_owner.release()
             self._pos_owner = None
             self._pos = NULL
@@ -237,11 +331,15 @@ cdef class ImageCore:
     def poll(self, handler, int32_t fragment_limit) -> int:
         """Deliver up to ``fragment_limit`` fragments to ``handler(payload: memoryview, header)``.
 
+        A handler with an ``unfragmented_handler`` attribute (a FragmentAssembler) has unfragmented
+        fragments (BEGIN and END flags both set) go straight to that, which is what it would do with them.
+
         The position is stored (release) after the last fragment handed to the handler, even
         when the handler raises: a fragment whose handler raised counts as delivered.
         """
         if self._closed:
             return 0
+        self._commit_pending()
         cdef int64_t position = _read_position(self._pos)
         cdef int32_t term_offset = <int32_t>(position & self._mask)
         cdef int32_t index = partition_index(position >> self._shift)
@@ -251,6 +349,8 @@ cdef class ImageCore:
         cdef int32_t offset = term_offset, fragments = 0, frame_length, frame_offset
         cdef int32_t aligned
         cdef int32_t term_length = self.term_length
+        # A reassembling handler (FragmentAssembler) names where whole messages go: those skip it.
+        cdef object direct = getattr(handler, "unfragmented_handler", None)
         header._term = term
         try:
             while fragments < fragment_limit and offset < term_length:
@@ -264,7 +364,10 @@ cdef class ImageCore:
                     continue
                 fragments += 1
                 header.frame_offset = frame_offset
-                handler(view[frame_offset + HEADER_LENGTH:frame_offset + frame_length], header)
+                if direct is not None and ((<uint8_t *>(term + frame_offset + FLAGS_OFFSET))[0] & UNFRAGMENTED) == UNFRAGMENTED:
+                    direct(self._payload_at(view, term, frame_offset, frame_length), header)
+                else:
+                    handler(self._payload_at(view, term, frame_offset, frame_length), header)
         finally:
             header._term = NULL  # the header is valid only during the handler call
             if offset != term_offset and self._pos != NULL:  # NULL: closed from a handler
@@ -279,6 +382,7 @@ cdef class ImageCore:
         """
         if self._closed:
             return 0
+        self._commit_pending()
         cdef int64_t initial_position = _read_position(self._pos)
         cdef int32_t initial_offset = <int32_t>(initial_position & self._mask)
         cdef int32_t index = partition_index(initial_position >> self._shift)
@@ -303,7 +407,7 @@ cdef class ImageCore:
                     continue
                 fragments += 1
                 header.frame_offset = frame_offset
-                action = handler(view[frame_offset + HEADER_LENGTH:frame_offset + frame_length], header)
+                action = handler(self._payload_at(view, term, frame_offset, frame_length), header)
                 act = ACTION_CONTINUE if action is None else <int>action
                 if act == ACTION_ABORT:
                     fragments -= 1
@@ -334,6 +438,7 @@ cdef class ImageCore:
         """
         if self._closed:
             return 0
+        self._commit_pending()
         cdef int64_t position = _read_position(self._pos)
         cdef int32_t term_offset = <int32_t>(position & self._mask)
         cdef int32_t index = partition_index(position >> self._shift)
@@ -352,3 +457,61 @@ cdef class ImageCore:
                 if self._pos != NULL:
                     lb_store_release_i64(self._pos, position + length)
         return length
+
+    def poll_batch(self, FragmentBatchCore batch not None, int32_t fragment_limit=0x7fffffff) -> int:
+        """Fill ``batch`` with up to its capacity (and ``fragment_limit``) fragments from the subscriber
+        position, skipping padding, without calling Python per fragment; returns how many.
+
+        Zero copy: payload i is ``term[offsets[i]:offsets[i] + lengths[i]]`` of partition
+        ``batch.partition`` (see :meth:`term_view`). A batch never crosses a term. The fragments stay
+        valid until this image's next poll of any kind (or close): only then is the position past them
+        stored, so no publisher can overwrite them while they are in use. ``position`` already counts
+        them.
+        """
+        if self._closed:
+            return 0
+        self._commit_pending()
+        cdef int64_t position = _read_position(self._pos)
+        cdef int32_t term_offset = <int32_t>(position & self._mask)
+        cdef int32_t index = partition_index(position >> self._shift)
+        cdef const char *term = self._log.terms[index]
+        cdef int32_t offset = term_offset, n = 0, frame_length, frame_offset
+        cdef int32_t term_length = self.term_length
+        cdef int32_t limit = batch.capacity if batch.capacity < fragment_limit else fragment_limit
+        cdef int64_t term_begin = position - term_offset
+        cdef int32_t *offsets = &batch._offsets[0]
+        cdef int32_t *lengths = &batch._lengths[0]
+        cdef int32_t *session_ids = &batch._session_ids[0]
+        cdef uint8_t *flags = &batch._flags[0]
+        cdef int64_t *positions = &batch._positions[0]
+        cdef int64_t *reserved_values = &batch._reserved_values[0]
+        cdef const char *frame
+        while n < limit and offset < term_length:
+            frame_length = lb_load_acquire_i32(term + offset)
+            if frame_length <= 0 or frame_length > term_length - offset:
+                break
+            frame_offset = offset
+            offset += align_fitting_length(frame_length)
+            frame = term + frame_offset
+            if frame_type(frame) == HDR_TYPE_PAD:
+                continue
+            offsets[n] = frame_offset + HEADER_LENGTH
+            lengths[n] = frame_length - HEADER_LENGTH
+            session_ids[n] = (<int32_t *>(frame + SESSION_ID_OFFSET))[0]
+            flags[n] = (<uint8_t *>(frame + FLAGS_OFFSET))[0]
+            positions[n] = term_begin + offset
+            reserved_values[n] = (<int64_t *>(frame + RESERVED_VALUE_OFFSET))[0]
+            n += 1
+        batch.count = n
+        batch.partition = index
+        if offset != term_offset:
+            self._pending = position + (offset - term_offset)
+        return n
+
+    def term_view(self, int partition) -> memoryview:
+        """Read-only view of term ``partition`` (0-2), for reading a batch's payloads in place."""
+        if self._closed:
+            raise ValueError("image is closed")
+        if not 0 <= partition < PARTITION_COUNT:
+            raise ValueError(f"partition={partition} must be 0, 1 or 2")
+        return self._views[partition]

@@ -206,6 +206,65 @@ cdef inline int32_t scan_for_availability(const char *term, int32_t offset, int3
     return <int32_t>available
 
 
+# -- receiving (Aeron's DataPacketDispatcher checks and TermRebuilder) -----------------------------------
+cdef inline int64_t check_data_frames(const char *p, Py_ssize_t n, int32_t term_length) noexcept nogil:
+    """``check_data_datagram``'s body: the term bytes the DATA-path datagram of ``n`` bytes at ``p`` covers
+    (0: a heartbeat), or a negative DATAGRAM_* reason code."""
+    cdef Py_ssize_t offset = 0
+    cdef int32_t frame_length, session_id, stream_id, term_id, first
+    cdef int64_t aligned, expected
+    cdef uint16_t type_
+    if n < HEADER_LENGTH:
+        return DATAGRAM_SHORT
+    session_id = (<int32_t *>(p + SESSION_ID_OFFSET))[0]
+    stream_id = (<int32_t *>(p + STREAM_ID_OFFSET))[0]
+    term_id = (<int32_t *>(p + TERM_ID_OFFSET))[0]
+    first = (<int32_t *>(p + TERM_OFFSET_OFFSET))[0]
+    if first < 0 or first % FRAME_ALIGNMENT != 0 or (term_length > 0 and first > term_length - HEADER_LENGTH):
+        return DATAGRAM_OUTSIDE_TERM
+    expected = first
+    while offset < n:
+        if n - offset < HEADER_LENGTH:
+            return DATAGRAM_BAD_LENGTH
+        frame_length = (<int32_t *>(p + offset))[0]
+        if (<uint8_t *>(p + offset + VERSION_OFFSET))[0] != 0:
+            return DATAGRAM_BAD_VERSION
+        type_ = frame_type(p + offset)
+        if ((<int32_t *>(p + offset + SESSION_ID_OFFSET))[0] != session_id
+                or (<int32_t *>(p + offset + STREAM_ID_OFFSET))[0] != stream_id
+                or (<int32_t *>(p + offset + TERM_ID_OFFSET))[0] != term_id
+                or (<int32_t *>(p + offset + TERM_OFFSET_OFFSET))[0] != expected):
+            return DATAGRAM_NOT_CONSECUTIVE
+        if type_ == HDR_TYPE_DATA:
+            if frame_length == 0:
+                return 0 if n == HEADER_LENGTH else DATAGRAM_BAD_LENGTH
+            if frame_length < HEADER_LENGTH or frame_length > n - offset:
+                return DATAGRAM_BAD_LENGTH
+            aligned = align_frame_length(frame_length)
+            offset += aligned if aligned <= n - offset else n - offset
+        elif type_ == HDR_TYPE_PAD:
+            if frame_length < HEADER_LENGTH or offset + HEADER_LENGTH != n:
+                return DATAGRAM_BAD_LENGTH
+            aligned = align_frame_length(frame_length)
+            offset += HEADER_LENGTH
+        else:
+            return DATAGRAM_BAD_TYPE
+        if term_length > 0 and aligned > term_length - expected:
+            return DATAGRAM_OUTSIDE_TERM
+        expected += aligned
+    return expected - first
+
+
+cdef inline bint rebuild_insert(char *dst, const char *src, Py_ssize_t length) noexcept nogil:
+    """``term_rebuild_insert``'s body: skip (False) if a frame is already at ``dst``, else copy all but the
+    first frame's length, then release-store it."""
+    if lb_load_acquire_i32(dst) != 0:
+        return False
+    memcpy(dst + 4, src + 4, length - 4)
+    lb_store_release_i32(dst, (<int32_t *>src)[0])
+    return True
+
+
 # -- Python buffers ----------------------------------------------------------------------------------------
 cdef class TermBuffer:
     """A Python buffer held (and released on deallocation) for the length of one native call."""

@@ -56,50 +56,7 @@ def check_data_datagram(packet, int32_t term_length) -> int:
     -5 not consecutive, -6 outside the term.
     """
     cdef TermBuffer d = TermBuffer(packet, False)
-    cdef const char *p = <const char *>d.view.buf
-    cdef Py_ssize_t n = d.view.len, offset = 0
-    cdef int32_t frame_length, session_id, stream_id, term_id, first
-    cdef int64_t aligned, expected
-    cdef uint16_t type_
-    if n < HEADER_LENGTH:
-        return DATAGRAM_SHORT
-    session_id = (<int32_t *>(p + SESSION_ID_OFFSET))[0]
-    stream_id = (<int32_t *>(p + STREAM_ID_OFFSET))[0]
-    term_id = (<int32_t *>(p + TERM_ID_OFFSET))[0]
-    first = (<int32_t *>(p + TERM_OFFSET_OFFSET))[0]
-    if first < 0 or first % FRAME_ALIGNMENT != 0 or (term_length > 0 and first > term_length - HEADER_LENGTH):
-        return DATAGRAM_OUTSIDE_TERM
-    expected = first
-    while offset < n:
-        if n - offset < HEADER_LENGTH:
-            return DATAGRAM_BAD_LENGTH
-        frame_length = (<int32_t *>(p + offset))[0]
-        if (<uint8_t *>(p + offset + VERSION_OFFSET))[0] != 0:
-            return DATAGRAM_BAD_VERSION
-        type_ = frame_type(p + offset)
-        if ((<int32_t *>(p + offset + SESSION_ID_OFFSET))[0] != session_id
-                or (<int32_t *>(p + offset + STREAM_ID_OFFSET))[0] != stream_id
-                or (<int32_t *>(p + offset + TERM_ID_OFFSET))[0] != term_id
-                or (<int32_t *>(p + offset + TERM_OFFSET_OFFSET))[0] != expected):
-            return DATAGRAM_NOT_CONSECUTIVE
-        if type_ == HDR_TYPE_DATA:
-            if frame_length == 0:
-                return 0 if n == HEADER_LENGTH else DATAGRAM_BAD_LENGTH
-            if frame_length < HEADER_LENGTH or frame_length > n - offset:
-                return DATAGRAM_BAD_LENGTH
-            aligned = align_frame_length(frame_length)
-            offset += aligned if aligned <= n - offset else n - offset
-        elif type_ == HDR_TYPE_PAD:
-            if frame_length < HEADER_LENGTH or offset + HEADER_LENGTH != n:
-                return DATAGRAM_BAD_LENGTH
-            aligned = align_frame_length(frame_length)
-            offset += HEADER_LENGTH
-        else:
-            return DATAGRAM_BAD_TYPE
-        if term_length > 0 and aligned > term_length - expected:
-            return DATAGRAM_OUTSIDE_TERM
-        expected += aligned
-    return expected - first
+    return check_data_frames(<const char *>d.view.buf, d.view.len, term_length)
 
 
 def term_rebuild_insert(term_buffer, int32_t term_offset, packet) -> bool:
@@ -117,11 +74,7 @@ def term_rebuild_insert(term_buffer, int32_t term_offset, packet) -> bool:
         raise ValueError(f"datagram of {length} bytes does not fit the term at term_offset={term_offset}")
     cdef char *dst = <char *>b.view.buf + term_offset
     cdef const char *src = <const char *>d.view.buf
-    if lb_load_acquire_i32(dst) != 0:
-        return False
-    memcpy(dst + 4, src + 4, length - 4)
-    lb_store_release_i32(dst, (<int32_t *>src)[0])
-    return True
+    return rebuild_insert(dst, src, length)
 
 
 def term_gap_scan(term_buffer, int32_t rebuild_offset, int32_t hwm_offset) -> tuple:

@@ -55,3 +55,22 @@ def test_an_exception_from_a_reassembled_message_does_not_redeliver_it(log: Stre
         image.poll(assembler, 10)
     image.poll(assembler, 10)
     assert got == [big, b"after"]
+
+
+def test_poll_hands_unfragmented_messages_straight_to_the_delegate(log: StreamLog) -> None:
+    class Counting(FragmentAssembler):
+        calls = 0
+
+        def __call__(self, buffer: memoryview, header: Header) -> None:
+            self.calls += 1
+            super().__call__(buffer, header)
+
+    image, pub = log.add_subscriber(), log.add_publication()
+    messages = [b"a", b"b" * (3 * MAX_PAYLOAD - 7), b"c"]
+    offer_all(pub, messages)
+    got: list[bytes] = []
+    assembler = Counting(lambda buffer, header: got.append(bytes(buffer)))
+    while image.poll(assembler, 10):
+        pass
+    assert got == messages
+    assert assembler.calls == 3  # only the three fragments of the long message went through it
