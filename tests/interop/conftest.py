@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -26,6 +27,8 @@ HERE = Path(__file__).resolve().parent
 PEER = str(HERE / "peer.py")
 CACHE = Path(os.environ.get("LOGBUF_INTEROP_CACHE", Path.home() / ".cache" / "logbuf-interop"))
 IN_CI = os.environ.get("CI", "").lower() == "true"
+TEARDOWN_GRACE_S = 3.0
+"""How long teardown lets peers finish after their stdin closes, all together, before signalling them."""
 
 
 def unavailable(reason: str) -> None:
@@ -157,6 +160,26 @@ class Peer:
                 except OSError:
                     pass
 
+    def close_stdin(self) -> None:
+        try:
+            if self.proc.stdin is not None:
+                self.proc.stdin.close()
+        except OSError:
+            pass
+
+    def finish(self, deadline: float) -> None:
+        """Wait for the process until ``deadline`` (monotonic), then SIGTERM it, then SIGKILL it."""
+        try:
+            self.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        self._release()
+
     def stop(self) -> None:
         if self.proc.poll() is None:
             try:
@@ -208,8 +231,13 @@ class Interop:
         return peer
 
     def close(self) -> None:
+        """Teardown: every peer's stdin closed at once, then a shared grace period for them to finish;
+        what is left gets SIGTERM (logbuf's driver, a daemon, only stops on a signal), then SIGKILL."""
         for peer in reversed(self.peers):
-            peer.stop()
+            peer.close_stdin()
+        deadline = time.monotonic() + TEARDOWN_GRACE_S
+        for peer in reversed(self.peers):
+            peer.finish(deadline)
         for directory in self.dirs:
             shutil.rmtree(directory, ignore_errors=True)
 
