@@ -295,17 +295,7 @@ class PublicationImage:
                 and now_ns >= self.last_sm_ns + PROGRESS_SM_INTERVAL_NS
             )
         ):
-            term_id, term_offset = self.log.term_of(consumed)
-            sm = StatusMessageFrame(
-                self.session_id,
-                self.stream_id,
-                term_id,
-                term_offset,
-                self.window_length,
-                self.receiver_id,
-                self.group_tag,
-            )
-            self._send(send, sm.encode())
+            self._send(send, self._status_message(consumed))
             self.system_counters.increment(SystemCounterId.STATUS_MESSAGES_SENT)
             self.last_sm_position = consumed
             self.last_sm_ns = now_ns
@@ -321,7 +311,11 @@ class PublicationImage:
     def end_of_stream_status_message(self) -> bytes:
         """The SM a receiver sends when its last subscription to the stream goes: the EOS flag tells a
         sender with min or tagged flow control to stop waiting for this receiver at once."""
-        term_id, term_offset = self.log.term_of(self.min_subscriber_position())
+        return self._status_message(self.min_subscriber_position(), END_OF_STREAM_FLAG)
+
+    def _status_message(self, position: int, flags: int = 0) -> bytes:
+        """This receiver's SM for ``position``: its window, receiver id and group tag."""
+        term_id, term_offset = self.log.term_of(position)
         return StatusMessageFrame(
             self.session_id,
             self.stream_id,
@@ -330,7 +324,7 @@ class PublicationImage:
             self.window_length,
             self.receiver_id,
             self.group_tag,
-            END_OF_STREAM_FLAG,
+            flags,
         ).encode()
 
     def _record_loss(self, length: int) -> None:
