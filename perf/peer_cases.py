@@ -111,26 +111,8 @@ def lb_batch_subscriber(directory: str, channel: str, size: int, timeout_s: floa
 
 
 def lb_batch_throughput(pub_dir: str, sub_dir: str, channel: str, size: int, seconds: float) -> dict[str, Any]:
-    ctx = mp.get_context("spawn")
-    q: Any = ctx.Queue()
-    sub = ctx.Process(target=lb_batch_subscriber, args=(sub_dir, channel, size, seconds + 60, q))
-    sub.start()
-    assert q.get(timeout=30)[0] == "ready"
-    pub = ctx.Process(target=lb_batch_publisher, args=(pub_dir, channel, size, seconds, q))
-    pub.start()
-    results = collect(q, 3, seconds + 90)
-    pub.join(30)
-    sub.join(30)
-    rate = results["received"] / results["elapsed"] if results["elapsed"] else 0.0
-    return {
-        "size": size,
-        "batch": BATCH,
-        "sent": results["sent"],
-        "received": results["received"],
-        "lost": results["sent"] - results["received"],
-        "msgs_per_s": rate,
-        "mb_per_s": rate * size / 1e6,
-    }
+    result = run_throughput(lb_batch_publisher, lb_batch_subscriber, pub_dir, sub_dir, channel, size, seconds)
+    return {**result, "batch": BATCH}
 
 
 def logbuf_case(case: str, seconds: float, pings: int) -> dict[str, Any]:
@@ -270,13 +252,16 @@ def pa_subscriber(directory: str, channel: str, size: int, timeout_s: float, out
         out.put(("elapsed", time.perf_counter() - start if start else 0.0))
 
 
-def pa_throughput(pub_dir: str, sub_dir: str, channel: str, size: int, seconds: float) -> dict[str, Any]:
+def run_throughput(
+    publisher: Any, subscriber: Any, pub_dir: str, sub_dir: str, channel: str, size: int, seconds: float
+) -> dict[str, Any]:
+    """One subscriber process, then one publisher process (each reporting to a queue); the receive rate."""
     ctx = mp.get_context("spawn")
     q: Any = ctx.Queue()
-    sub = ctx.Process(target=pa_subscriber, args=(sub_dir, channel, size, seconds + 60, q))
+    sub = ctx.Process(target=subscriber, args=(sub_dir, channel, size, seconds + 60, q))
     sub.start()
     assert q.get(timeout=30)[0] == "ready"
-    pub = ctx.Process(target=pa_publisher, args=(pub_dir, channel, size, seconds, q))
+    pub = ctx.Process(target=publisher, args=(pub_dir, channel, size, seconds, q))
     pub.start()
     results = collect(q, 3, seconds + 90)
     pub.join(30)
@@ -290,6 +275,10 @@ def pa_throughput(pub_dir: str, sub_dir: str, channel: str, size: int, seconds: 
         "msgs_per_s": rate,
         "mb_per_s": rate * size / 1e6,
     }
+
+
+def pa_throughput(pub_dir: str, sub_dir: str, channel: str, size: int, seconds: float) -> dict[str, Any]:
+    return run_throughput(pa_publisher, pa_subscriber, pub_dir, sub_dir, channel, size, seconds)
 
 
 def pa_ponger(directory: str, ping: str, pong: str, count: int, cpu: int | None) -> None:
