@@ -181,6 +181,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--port", type=_port, default=DEFAULT_PORT, help="port to listen on, 0 = any free port (default: %(default)s)"
     )
     srv.add_argument(
+        "--reuse-port",
+        action="store_true",
+        help="listen with SO_REUSEPORT: run several --role serve workers on one port (each its own "
+        "--data-dir and --metrics-port); the kernel spreads clients over them, limits are per worker",
+    )
+    srv.add_argument(
         "--data-dir",
         default=None,
         help="directory for the frame files (default: a temporary directory removed at exit)",
@@ -352,6 +358,7 @@ def _make_server(args: argparse.Namespace, run: _Running) -> Any:
         "tls_cert": args.tls_cert,
         "tls_key": args.tls_key,
         "metrics_tls": args.metrics_tls,
+        "reuse_port": args.reuse_port,
     }
     if args.retention is not None:
         options["retention"] = args.retention

@@ -155,6 +155,10 @@ class RelayConfig:
     ``tls_cert`` / ``tls_key``: PEM certificate chain and key: the public listener speaks TLS only
     (``wss://``; :mod:`jetstream.tls`); ``metrics_tls``: the metrics listener too. TLS clients cannot be
     fed by ``sendfile``: each costs a copy and encryption per byte (a proxy in front scales further).
+    ``reuse_port``: listen with ``SO_REUSEPORT``, so that several relay processes (serving workers, each
+    subscribed to the same event stream with its own ``data_dir``) share one port and the kernel spreads
+    new connections over them: one process is one core and one file-descriptor limit, workers add both.
+    Connection limits and the per-address token bucket are then per worker.
     """
 
     data_dir: str
@@ -183,6 +187,7 @@ class RelayConfig:
     max_incoming_bytes: int = 64 * 1024 * 1024
     client_message_timeout_s: float = 10.0
     listen_backlog: int = 4096
+    reuse_port: bool = False
 
     def validate(self) -> None:
         def positive(name: str, value: float, *, allow_zero: bool = False) -> None:
@@ -244,11 +249,13 @@ class RelayConfig:
             raise ConfigurationError(f"zstd_dictionary={self.zstd_dictionary!r} is not a readable file")
 
 
-def _listen(host: str, port: int, backlog: int) -> socket.socket:
+def _listen(host: str, port: int, backlog: int, *, reuse_port: bool = False) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     listener = socket.socket(family, socket.SOCK_STREAM)
     try:
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_port:
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         listener.bind((host, port))
         listener.listen(backlog)
     except OSError as exc:
@@ -276,7 +283,7 @@ class RelayServer:
         self._collector = RelayCollector(self._snapshot)
         self.registry.register(self._collector)
         self._log = structlog.get_logger().bind(role="jetstream-relay")
-        self._listener = _listen(config.host, config.port, config.listen_backlog)
+        self._listener = _listen(config.host, config.port, config.listen_backlog, reuse_port=config.reuse_port)
         self._metrics_listener: socket.socket | None = None
         if config.metrics_port is not None:
             try:

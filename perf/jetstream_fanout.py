@@ -85,6 +85,12 @@ TAIL_LENGTH = 4096
 #: Clients per source address (127.x.y.z): under the relay's per-address caps (100 connections,
 #: 5,000 events/s at 500 events/s each).
 CLIENTS_PER_ADDRESS = 8
+#: The event stream between the producer and the relay workers (``--workers`` > 1).
+EVENT_CHANNEL = "aeron:ipc"
+EVENT_STREAM_ID = 6008
+#: The media driver of the workers' event stream: asleep when idle (500 events/s is no work for it),
+#: and not pinned, so that it takes no core from the relay.
+WORKER_DRIVER_ARGS = ["--idle-strategy", "sleep", "--cpu-affinity", "any"]
 NETNS_SYSCTLS = {
     "net.core.somaxconn": "65535",
     "net.ipv4.tcp_max_syn_backlog": "65535",
@@ -140,8 +146,18 @@ class Pacer:
 
 # -- servers ------------------------------------------------------------------------------------------
 def relay_server(
-    rate: int, flush_interval_s: float, events_per_ip_s: float, data_parent: str | None, out: Any, stop: Any
+    rate: int,
+    flush_interval_s: float,
+    events_per_ip_s: float,
+    data_parent: str | None,
+    out: Any,
+    stop: Any,
+    port: int = 0,
+    driver_dir: str | None = None,
 ) -> None:
+    """One relay process. Alone (``driver_dir`` None) it generates the events itself; as one of several
+    workers it listens with ``SO_REUSEPORT`` on ``port`` and reads the events from the logbuf stream the
+    producer publishes (what ``logbuf-jetstream --role serve --reuse-port`` workers do)."""
     quiet()
     raise_nofile(1 << 20)
     from logbuf.jetstream.events import parse_event
@@ -151,29 +167,49 @@ def relay_server(
     server = RelayServer(
         RelayConfig(
             data_dir=data_dir,
-            port=0,
+            port=port,
             retention=120.0,
             flush_interval_s=flush_interval_s,
             handshake_timeout_s=60.0,
             metrics_port=None,
             max_events_per_ip_s=events_per_ip_s,
+            reuse_port=driver_dir is not None,
         )
     )
-    pacer = Pacer(rate)
     next_check = [0.0]
 
-    def produce() -> int:
-        events = pacer.due()
-        for raw in events:
-            server.append(raw, parse_event(raw))
+    def check_stop() -> None:
         now = time.monotonic()
         if now >= next_check[0]:
             next_check[0] = now + 0.1
             if stop.is_set():
                 server.stop()
-        return len(events)
 
-    server.add_duty(produce)
+    aeron: Any = None
+    if driver_dir is None:
+        pacer = Pacer(rate)
+
+        def produce() -> int:
+            events = pacer.due()
+            for raw in events:
+                server.append(raw, parse_event(raw))
+            check_stop()
+            return len(events)
+
+        server.add_duty(produce)
+    else:
+        from logbuf.client import Aeron, Context
+        from logbuf.jetstream.stream import EventStreamAdapter
+
+        aeron = Aeron.connect(Context(dir=driver_dir))
+        adapter = EventStreamAdapter(aeron.add_subscription(EVENT_CHANNEL, EVENT_STREAM_ID), server.append)
+
+        def consume() -> int:
+            work = adapter.do_work()
+            check_stop()
+            return work
+
+        server.add_duty(consume)
     out.put(("port", server.address[1]))
     profile = os.environ.get(PROFILE_ENV)
     if profile:  # py-spy on this process, collapsed stacks (idle frames left out), until it stops
@@ -187,7 +223,32 @@ def relay_server(
         server.serve_forever()
     finally:
         shutil.rmtree(data_dir, ignore_errors=True)
-    out.put(("stopped", server.store.next_seq))
+        if aeron is not None:
+            aeron.close()
+    drops = {k: v for k, v in server.counters.clients_dropped.items() if v}
+    out.put(("stopped", server.store.next_seq, drops))
+
+
+def stream_producer(rate: int, driver_dir: str, out: Any, stop: Any) -> None:
+    """Publish the paced events into the logbuf stream the relay workers subscribe to."""
+    quiet()
+    from logbuf.client import Aeron, Context
+
+    with Aeron.connect(Context(dir=driver_dir)) as aeron:
+        pub = aeron.add_publication(EVENT_CHANNEL, EVENT_STREAM_ID)
+        pacer = Pacer(rate)
+        out.put(("producing", 0))
+        published = 0
+        while not stop.is_set():
+            for raw in pacer.due():
+                deadline = time.monotonic() + 5
+                while pub.offer(raw) < 0:  # back-pressured or not connected yet: the workers catch up
+                    if time.monotonic() > deadline:
+                        raise RuntimeError("the relay workers stopped reading the event stream")
+                    time.sleep(0.0005)
+                published += 1
+            time.sleep(0.001)
+    out.put(("produced", published))
 
 
 def baseline_server(rate: int, out: Any, stop: Any) -> None:
@@ -296,6 +357,46 @@ class Reader:
         return max((now_us - t if t else 10**12 for t in self.last_us), default=0)
 
 
+def upgrade_batch(reader: Reader, batch: list[socket.socket]) -> None:
+    """Read each socket's 101 response, draining the connections already open meanwhile.
+
+    A process opening thousands of connections must keep reading the open ones while it waits for
+    the next handshakes: a connection left unread long enough is dropped by the relay's write
+    timeout, which would count against the relay rather than against the client's connect loop.
+    """
+    pending = {s.fileno(): (s, b"") for s in batch}
+    ep = select.epoll()
+    for s in batch:
+        s.setblocking(False)
+        ep.register(s.fileno(), select.EPOLLIN)
+    deadline = time.monotonic() + 60
+    try:
+        while pending:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{len(pending)} handshakes unanswered after 60 s")
+            for fd, _ in ep.poll(0.01):
+                s, head = pending[fd]
+                try:
+                    chunk = s.recv(4096)
+                except BlockingIOError:
+                    continue
+                if not chunk:
+                    raise ConnectionError("closed during the handshake")
+                head += chunk
+                if b"\r\n\r\n" not in head:
+                    pending[fd] = (s, head)
+                    continue
+                if not head.startswith(b"HTTP/1.1 101"):
+                    raise ConnectionError(head.split(b"\r\n", 1)[0].decode())
+                ep.unregister(fd)
+                del pending[fd]
+                reader.add(s, head.split(b"\r\n\r\n", 1)[1])
+            while reader.read_ready(0) == MAX_EVENTS:  # keep the open connections drained
+                pass
+    finally:
+        ep.close()
+
+
 def client_proc(port: int, count: int, first: int, out: Any, start_measure: Any, stop: Any, window_s: float) -> None:
     raise_nofile(count + 256)
     reader = Reader()
@@ -311,19 +412,7 @@ def client_proc(port: int, count: int, first: int, out: Any, start_measure: Any,
                 s.connect(("127.0.0.1", port))
                 s.sendall(UPGRADE)
                 batch.append(s)
-            for s in batch:
-                head = b""
-                while b"\r\n\r\n" not in head:
-                    chunk = s.recv(4096)
-                    if not chunk:
-                        raise ConnectionError("closed during the handshake")
-                    head += chunk
-                if not head.startswith(b"HTTP/1.1 101"):
-                    raise ConnectionError(head.split(b"\r\n", 1)[0].decode())
-                reader.add(s, head.split(b"\r\n\r\n", 1)[1])
-            for _ in range(20):  # keep the connected ones drained while connecting
-                if reader.read_ready(0) < MAX_EVENTS:
-                    break
+            upgrade_batch(reader, batch)
     except OSError as exc:
         error = f"{type(exc).__name__}: {exc}"
     out.put(("connected", len(reader.socks), error))
@@ -384,16 +473,45 @@ def run_step(kind: str, clients: int, args: argparse.Namespace) -> dict[str, Any
     stop_server = ctx.Event()
     stop_clients = ctx.Event()
     start_measure = ctx.Event()
-    if kind == "relay":
-        server = ctx.Process(
-            target=relay_server,
-            args=(args.rate, args.flush_interval, args.max_events_per_ip, args.data_dir, q, stop_server),
-        )
+    driver: Any = None
+    producer: Any = None
+    workers = args.workers if kind == "relay" else 1
+    if kind == "relay" and workers > 1:
+        from tests.support.driver_process import DriverProcess
+
+        driver = DriverProcess(args=WORKER_DRIVER_ARGS, check_errors=False).start()
+        servers = []
+        port = 0
+        for _ in range(workers):  # the first binds a free port, the others join it (SO_REUSEPORT)
+            worker = ctx.Process(
+                target=relay_server,
+                args=(args.rate, args.flush_interval, args.max_events_per_ip, args.data_dir, q, stop_server),
+                kwargs={"port": port, "driver_dir": driver.dir},
+            )
+            worker.start()
+            tag, port = q.get(timeout=60)
+            assert tag == "port"
+            servers.append(worker)
+        producer = ctx.Process(target=stream_producer, args=(args.rate, driver.dir, q, stop_server))
+        producer.start()
+        tag, _ = q.get(timeout=60)
+        assert tag == "producing"
     else:
-        server = ctx.Process(target=baseline_server, args=(args.rate, q, stop_server))
-    server.start()
-    tag, port = q.get(timeout=60)
-    assert tag == "port"
+        if kind == "relay":
+            servers = [
+                ctx.Process(
+                    target=relay_server,
+                    args=(args.rate, args.flush_interval, args.max_events_per_ip, args.data_dir, q, stop_server),
+                )
+            ]
+        else:
+            servers = [ctx.Process(target=baseline_server, args=(args.rate, q, stop_server))]
+        servers[0].start()
+        tag, port = q.get(timeout=60)
+        assert tag == "port"
+    server_pids = [p.pid for p in servers if p.pid is not None] + ([] if driver is None else [driver.pid])
+    if producer is not None and producer.pid is not None:
+        server_pids.append(producer.pid)
     procs = max(1, min(args.procs, clients // 50 or 1))
     per = [clients // procs + (1 if i < clients % procs else 0) for i in range(procs)]
     firsts = [sum(per[:i]) for i in range(procs)]
@@ -425,8 +543,7 @@ def run_step(kind: str, clients: int, args: argparse.Namespace) -> dict[str, Any
             caught_up += 1
     catch_up_s = time.monotonic() - t_wait
     time.sleep(args.warmup)
-    assert server.pid is not None
-    cpu0 = cpu_seconds(server.pid)
+    cpu0 = sum(cpu_seconds(pid) for pid in server_pids)
     t0 = time.monotonic()
     start_measure.set()
     results: list[dict[str, Any]] = []
@@ -435,18 +552,29 @@ def run_step(kind: str, clients: int, args: argparse.Namespace) -> dict[str, Any
         if tag == "result":
             results.append(value)
     elapsed = time.monotonic() - t0
-    server_cpu = cpu_seconds(server.pid) - cpu0
+    server_cpu = sum(cpu_seconds(pid) for pid in server_pids) - cpu0
     stop_clients.set()
     for c in children:
         c.join(30)
     stop_server.set()
-    try:
-        q.get(timeout=30)
-    except Exception:  # noqa: BLE001 - the server is killed below anyway
-        pass
-    server.join(10)
-    if server.is_alive():
-        server.kill()
+    drops: dict[str, int] = {}
+    deadline = time.monotonic() + 30
+    stopped = 0
+    while stopped < len(servers) and time.monotonic() < deadline:
+        try:
+            message = q.get(timeout=max(0.1, deadline - time.monotonic()))
+        except Exception:  # noqa: BLE001 - queue.Empty: the servers are killed below anyway
+            break
+        if message[0] == "stopped":
+            stopped += 1
+            for reason, count in (message[2] if len(message) > 2 else {}).items():
+                drops[reason] = drops.get(reason, 0) + count
+    for p in [*servers, *([] if producer is None else [producer])]:
+        p.join(10)
+        if p.is_alive():
+            p.kill()
+    if driver is not None:
+        driver.stop()
     total_bytes = sum(r["bytes"] for r in results)
     closed = sum(r["closed"] for r in results)
     max_lag = max((r["max_lag_us"] for r in results), default=0) / 1e6
@@ -456,6 +584,8 @@ def run_step(kind: str, clients: int, args: argparse.Namespace) -> dict[str, Any
         "catch_up_s": round(catch_up_s, 2),
         "closed": closed,
         "never_received": sum(r["never_received"] for r in results),
+        "server_drops": drops,
+        "server_processes": len(server_pids),
         "connect_errors": errors[:3],
         "max_lag_s": max_lag,
         "p99_lag_s": max(r["p99_lag_us"] for r in results) / 1e6,
@@ -472,6 +602,7 @@ def run_step(kind: str, clients: int, args: argparse.Namespace) -> dict[str, Any
         f"{max_lag:6.3f} s p99 {step['p99_lag_s']:6.3f} s  {step['gbps']:6.2f} Gbps  server CPU "
         f"{step['server_cpu_pct']:5.1f}%  clients CPU {step['client_cpu_pct']:5.1f}%  load {load_before[0]:.1f}"
         + (f"  connected {connected} closed {closed} {errors[:1]}" if connected != clients or closed else "")
+        + (f"  server dropped {drops}" if drops else "")
         + (f"  {step['never_received']} never got an event" if step["never_received"] else ""),
         flush=True,
     )
@@ -540,6 +671,13 @@ def main() -> None:
         default=0.05,
         help="relay's flush_interval_s (time between passes over the clients)",
     )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="relay processes sharing the port (SO_REUSEPORT), fed through a logbuf stream by a producer "
+        "process and a media driver (default 1: one process generating its own events)",
+    )
     parser.add_argument("--relay-steps", default=None, help="comma-separated client counts for the relay")
     parser.add_argument("--baseline-steps", default=None, help="comma-separated client counts for the baseline")
     parser.add_argument("--only", choices=("relay", "baseline"), default=None)
@@ -593,6 +731,8 @@ def main() -> None:
         netns_sysctls=sysctls,
         clients_per_address=CLIENTS_PER_ADDRESS,
         relay_max_events_per_ip_s=args.max_events_per_ip,
+        relay_workers=args.workers,
+        rlimit_nofile=list(resource.getrlimit(resource.RLIMIT_NOFILE)),
         relay_data_parent=args.data_dir or tempfile.gettempdir(),
         client_tail_bytes=TAIL_LENGTH,
         loadavg_start=[round(x, 2) for x in os.getloadavg()],

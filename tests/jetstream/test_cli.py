@@ -309,3 +309,70 @@ def test_an_upstream_refusing_the_subscription_stops_the_relay_with_status_1() -
         upstream.kill()
     assert result.returncode == 1
     assert "ingest failed: upstream" in result.stderr and "HTTP 404" in result.stderr
+
+
+def test_serve_workers_share_one_port_with_reuse_port(tmp_path: object) -> None:
+    """Two ``--role serve --reuse-port`` workers on one port, both subscribed to the ingest's stream: the
+    kernel spreads the clients over them and every client gets the same ordered events from its worker."""
+    import asyncio
+    import urllib.request
+
+    from tests.jetstream._ingest_support import read_events
+
+    with driver_process() as driver:
+        common = ["--driver", "external", "--driver-dir", driver.dir, "--stream-id", "1105"]
+        workers: list[RelayProcess] = []
+        ingest: RelayProcess | None = None
+        try:
+            first = RelayProcess(
+                ["--role", "serve", "--reuse-port", "--port", "0", "--data-dir", os.path.join(str(tmp_path), "w0")]
+                + common
+            )
+            workers.append(first)
+            port = first.port()
+            second = RelayProcess(
+                [
+                    "--role",
+                    "serve",
+                    "--reuse-port",
+                    "--port",
+                    str(port),
+                    "--data-dir",
+                    os.path.join(str(tmp_path), "w1"),
+                ]
+                + common
+            )
+            workers.append(second)
+            assert second.port() == port
+            # Without SO_REUSEPORT the port is taken: a clear start-up error naming it.
+            lone = run_cli("--role", "serve", "--port", str(port), *common)
+            assert lone.returncode == 2 and f"cannot listen on 127.0.0.1:{port}" in lone.stderr, lone.stderr
+            ingest = RelayProcess(["--role", "ingest", "--rate", "2000", *common])
+            ingest.wait_for_log("jetstream.started")
+            url = f"ws://127.0.0.1:{port}/subscribe?cursor=1"
+
+            async def clients() -> list[list[bytes]]:
+                return list(await asyncio.gather(*(read_events(url, until_time_us=0, count=100) for _ in range(24))))
+
+            for events in asyncio.run(clients()):
+                times = [parse_event(raw).time_us for raw in events]
+                assert len(times) == 100 and all(a < b for a, b in zip(times, times[1:]))
+            accepted = []
+            for worker in workers:
+                metrics_url = worker.wait_for_log("jetstream.listening")["metrics_url"]
+                with urllib.request.urlopen(metrics_url, timeout=10) as response:  # noqa: S310 - our own listener
+                    text = response.read().decode()
+                line = next(
+                    (
+                        x
+                        for x in text.splitlines()
+                        if x.startswith('logbuf_jetstream_handshakes_total{outcome="accepted"}')
+                    ),
+                    "accepted{} 0",
+                )
+                accepted.append(float(line.rsplit(" ", 1)[1]))
+            assert sum(accepted) == 24 and all(a > 0 for a in accepted), accepted  # both workers served clients
+            assert ingest.stop() == 0 and all(w.stop() == 0 for w in workers)
+        finally:
+            for process in [*workers, *([] if ingest is None else [ingest])]:
+                process.kill()
