@@ -24,11 +24,18 @@ server and client process there (``ip netns exec``) and deletes it in a ``finall
 * ``net.ipv4.ip_local_port_range`` 1024-65535: room for ephemeral ports (the clients also spread over
   many source addresses, below).
 
-Per process, not per machine: ``RLIMIT_NOFILE`` raised (the hard limit too, as root) to hold every
-connection. Not settable in a namespace, and not changed: ``net.ipv4.tcp_mem`` (global; recorded in the
+Per process, not per machine: ``RLIMIT_NOFILE`` raised (the hard limit too, when the process may:
+an unprivileged container cannot, and one process then holds at most the hard limit's connections;
+recorded in the results) to hold every connection. Not settable in a namespace, and not changed: ``net.ipv4.tcp_mem`` (global; recorded in the
 results): each connection's socket buffers are bounded instead (the relay's 256 KiB ``SO_SNDBUF``,
 the clients' 256 KiB ``SO_RCVBUF``, and clients that read often), so the kernel stays out of TCP
 memory pressure. ``--no-netns`` runs in the current namespace (needs the machine's limits to suffice).
+
+Serving workers (``--workers N``, N > 1): what an operator runs for more clients than one process holds
+(README, "serving workers"): a media driver, a producer process publishing the paced events into an
+``aeron:ipc`` stream, and N relay processes, each subscribed to that stream with its own frame files,
+listening on one port with ``SO_REUSEPORT``; the kernel spreads the clients over them. The server CPU
+figure is then the sum of the workers, the producer and the driver.
 
 Client addresses: each client binds a source address in 127.0.0.0/8, ``CLIENTS_PER_ADDRESS`` per
 address, so the relay runs with its defaults for the internet: at most 100 connections per address
@@ -77,9 +84,9 @@ UPGRADE = (
     b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
 )
 MARK = b'"time_us":'
-#: Clients pause this long between polls so that each read takes what arrived meanwhile (adds <= 10 ms
-#: of lag): it keeps the clients' cost per frame low for both servers.
-READ_PAUSE_S = 0.01
+#: Clients pause this long between polls so that each read takes what arrived meanwhile (adds <= 50 ms
+#: of lag; 25 events of ~480 B at 500/s): it keeps the clients' cost per frame low for both servers.
+READ_PAUSE_S = 0.05
 #: Bytes of each read kept (and searched for the newest ``time_us``); the rest is discarded unread.
 TAIL_LENGTH = 4096
 #: Clients per source address (127.x.y.z): under the relay's per-address caps (100 connections,
@@ -427,7 +434,9 @@ def client_proc(port: int, count: int, first: int, out: Any, start_measure: Any,
         if reader.measuring and time.monotonic() >= window_end:
             break
         time.sleep(READ_PAUSE_S)  # let bytes gather: one recv takes many frames
-        reader.read_ready(0.05)
+        if reader.read_ready(0.05) == MAX_EVENTS:
+            while reader.read_ready(0) == MAX_EVENTS:  # every ready connection, not only the first batch
+                pass
         if not caught_up_sent and reader.staleness_us() < CAUGHT_UP_US:
             caught_up_sent = True
             out.put(("caught_up", 0, ""))
