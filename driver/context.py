@@ -132,6 +132,12 @@ class DriverContext:
     )
     timer_interval: int = setting(100_000_000, "duration", "How often the conductor heartbeats and checks timeouts.")
     idle_strategy: str = setting("backoff", "str", "Conductor idle strategy: backoff, sleep, yield or spin.")
+    busy_cpu_time: bool = setting(
+        False,
+        "bool",
+        "Count each agent's busy CPU time (thread CPU of duty cycles that did work) in the conductor/sender/"
+        "receiver busy CPU time counters, so a benchmark can tell work from idling: costs ~2.5 us per duty cycle.",
+    )
     cpu_affinity: str = setting(
         "auto",
         "str",

@@ -8,7 +8,7 @@ slot 46, with type id :data:`~logbuf.conduit.counters_descriptor.LOGBUF_SYSTEM_C
 their own ids (from 100) in the key, so no Aeron tool takes them for one of its own::
 
     slot  0 .. 45   type 0      key = Aeron's id (= slot)       Aeron 1.53's system counters
-    slot 46 .. 54   type 1003   key = logbuf's id (100 ..)      logbuf's own
+    slot 46 .. 57   type 1003   key = logbuf's id (100 ..)      logbuf's own
 
 Value record: value, registration id = the counter's id, owner id = -1 (what Aeron 1.53 writes).
 Aeron counters that logbuf has no cause to move (proxy offer failures, name resolution, revocation,
@@ -127,6 +127,9 @@ class SystemCounterId(IntEnum):
     ACTIVE_PUBLICATIONS = 106
     ACTIVE_IMAGES = 107
     SPOOFED_FRAMES_DROPPED = 108
+    CONDUCTOR_BUSY_CPU_TIME = 109
+    SENDER_BUSY_CPU_TIME = 110
+    RECEIVER_BUSY_CPU_TIME = 111
 
 
 FIRST_LOGBUF_ID: Final[int] = 100
@@ -216,6 +219,9 @@ DESCRIPTORS: Final[tuple[SystemCounterDescriptor, ...]] = (
     _D(_I.ACTIVE_PUBLICATIONS, "Active publications"),
     _D(_I.ACTIVE_IMAGES, "Active images"),
     _D(_I.SPOOFED_FRAMES_DROPPED, "Spoofed frames dropped", udp=True),
+    _D(_I.CONDUCTOR_BUSY_CPU_TIME, "Conductor busy CPU time in ns"),
+    _D(_I.SENDER_BUSY_CPU_TIME, "Sender busy CPU time in ns"),
+    _D(_I.RECEIVER_BUSY_CPU_TIME, "Receiver busy CPU time in ns"),
 )
 """Every system counter in slot order: ``DESCRIPTORS[slot]``."""
 

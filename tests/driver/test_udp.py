@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import socket
 import struct
@@ -135,6 +136,8 @@ def test_messages_cross_to_two_subscribers_and_a_spy_in_order(drivers: tuple[Dri
     assert sent["Setups sent"] >= 1 and received["Setups received"] >= 1
     assert received["Status Messages sent"] > 0 and sent["Status Messages received"] > 0
     assert sent["Bytes sent"] > 20_000 * 1500
+    busy = ("Conductor busy CPU time in ns", "Sender busy CPU time in ns", "Receiver busy CPU time in ns")
+    assert [sent[c] for c in busy] == [received[c] for c in busy] == [0, 0, 0]  # off by default
 
 
 @pytest.mark.parametrize(
@@ -305,3 +308,29 @@ def test_a_sender_answers_an_rtt_probe_as_aeron_does(drivers: tuple[DriverProces
         raw.sendto(probe.encode(), (host, int(port)))
         reply = rttm_codec.decode(raw.recv(100))
         assert reply == rttm_codec.RttMeasurementFrame(pub.session_id, 19, 123_456_789, 0, 42, 0)
+
+
+def process_cpu_ns(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) * 1_000_000_000 // os.sysconf("SC_CLK_TCK")
+
+
+@pytest.mark.parametrize("drivers", [["--busy-cpu-time", "true"]], indirect=True)
+def test_busy_cpu_time_counts_each_agents_work_and_not_its_idling(drivers: tuple[DriverProcess, DriverProcess]) -> None:
+    a, b = drivers
+    sender, receiver, channel = connect(a, b, 20)
+    with sender, receiver:
+        sub = receiver.add_subscription(channel, 20)
+        pub = sender.add_publication(channel, 20)
+        await_(lambda: pub.is_connected and bool(sub.images), 10, "connection")
+        assert stream(pub, [sub], 5_000, 60) == [list(range(5_000))]
+    time.sleep(0.5)  # idle duty cycles now: the process's CPU time grows, the busy counters do not (much)
+    sent, received = counters(a), counters(b)
+    # The sending driver's sender sent and its receiver (no endpoint) never had work; the reverse on b.
+    assert sent["Sender busy CPU time in ns"] > 0 and sent["Receiver busy CPU time in ns"] == 0
+    assert received["Receiver busy CPU time in ns"] > 0 and received["Sender busy CPU time in ns"] == 0
+    assert sent["Conductor busy CPU time in ns"] > 0 and received["Conductor busy CPU time in ns"] > 0  # commands
+    for driver, values in ((a, sent), (b, received)):
+        busy_ns = sum(values[f"{role} busy CPU time in ns"] for role in ("Conductor", "Sender", "Receiver"))
+        assert busy_ns < process_cpu_ns(driver.pid)  # part of the duty-cycle thread's CPU time, never more
