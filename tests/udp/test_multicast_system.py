@@ -14,6 +14,7 @@ skipped unless run as root, since making namespaces needs it.
 from __future__ import annotations
 
 import os
+import threading
 import time
 import urllib.request
 import zlib
@@ -25,6 +26,8 @@ import pytest
 from logbuf.client import Aeron, Context, RegistrationError
 from logbuf.client.stat import serve_prometheus
 from logbuf.conduit import counters_descriptor as cd
+from logbuf.conduit.cnc import CncFile
+from logbuf.conduit.counters import CountersReader
 from logbuf.errors import ErrorCode
 from tests.support.driver_process import DriverProcess, DriverSet
 from tests.support.netns import NetnsDriverProcess, NetnsNetwork, make_network
@@ -216,25 +219,102 @@ def stream_counter(driver: DriverProcess, type_id: int, port: int) -> int:
     return int(values[0])
 
 
-def test_five_percent_loss_on_one_receiver_recovers_by_naks_under_min(
-    net: NetnsNetwork, hosts: list[DriverProcess], children: Callable[..., Child]
+class PositionSampler:
+    """Samples one stream's position counters on several drivers, read from their cnc.dat as logbuf-stat
+    reads them, on a thread, every couple of milliseconds until stopped: no clocks in the verdict.
+
+    ``sources`` are (driver, counter type id) pairs, read in their order within each sample."""
+
+    def __init__(self, sources: list[tuple[DriverProcess, int]], port: int) -> None:
+        self.sources = sources
+        self.port = port
+        self.samples: list[tuple[int, ...]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="position-sampler", daemon=True)
+        self._cncs = [CncFile.open(driver.dir) for driver, _ in sources]
+        self._readers = [CountersReader(cnc.counters_metadata, cnc.counters_values) for cnc in self._cncs]
+
+    def __enter__(self) -> PositionSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+        for cnc in self._cncs:
+            cnc.close()
+
+    def _find(self) -> list[int] | None:
+        ids = []
+        for reader, (_, type_id) in zip(self._readers, self.sources, strict=True):
+            found = [c.counter_id for c in reader if c.type_id == type_id and f":{self.port}" in c.label]
+            if len(found) != 1:
+                return None
+            ids.append(found[0])
+        return ids
+
+    def _run(self) -> None:
+        ids = None
+        while ids is None and not self._stop.wait(0.01):  # the image counters appear once each receiver joins
+            ids = self._find()
+        if ids is None:
+            return
+        pairs = list(zip(self._readers, ids, strict=True))
+        while not self._stop.wait(0.002):
+            self.samples.append(tuple(reader.value(counter_id) for reader, counter_id in pairs))
+
+
+RECEIVER_WINDOW = 128 * 1024
+"""The receivers' window (the driver's initial window; the 4 MiB term's half is larger)."""
+
+
+@pytest.mark.parametrize("fc, port, stream_id", [("max", 40711, 1012), ("min", 40641, 1005)])
+def test_five_percent_loss_on_one_receiver_recovers_by_naks_and_paces_the_sender_only_under_min(
+    net: NetnsNetwork, hosts: list[DriverProcess], children: Callable[..., Child], fc: str, port: int, stream_id: int
 ) -> None:
+    """Receiver 3 loses 5 % of what reaches it and repairs it by NAKs. While the stream runs, the sender's
+    position and the receivers' rcv-pos (contiguous data received) are sampled from the drivers' counters.
+
+    Under fc=min the sender's limit is the slowest receiver's consumption plus its window, so the sender
+    is never more than a window ahead of receiver 3's rcv-pos (the sender position is read first: the
+    receiver's can only have grown since). Under fc=max it paces to the fastest: while receiver 3 waits
+    for a repair the sender, and the lossless receivers with it, run more than a window past it, which
+    pacing to receiver 3 could never allow."""
     naks_before = [h.system_counter("NAKs sent") for h in hosts]
     retransmits_before = hosts[0].system_counter("Retransmits sent")
+    sources = [
+        (hosts[0], cd.SENDER_POSITION_TYPE_ID),
+        (hosts[1], cd.RECEIVER_POSITION_TYPE_ID),
+        (hosts[2], cd.RECEIVER_POSITION_TYPE_ID),
+        (hosts[3], cd.RECEIVER_POSITION_TYPE_ID),
+    ]
     net.add_loss(3, 0.05)
     try:
-        run_stream(
-            children,
-            hosts,
-            multicast(40641, 0, fc="min,g:/3"),
-            [multicast(40641, i) for i in (1, 2, 3)],
-            1005,
-        )
+        with PositionSampler(sources, port) as sampler:
+            run_stream(
+                children,
+                hosts,
+                multicast(port, 0, fc=f"{fc},g:/3"),
+                [multicast(port, i) for i in (1, 2, 3)],
+                stream_id,
+            )
         assert net.dropped(3) > 0, "the loss rule dropped nothing"
     finally:
         net.clear_loss(3)
     assert hosts[3].system_counter("NAKs sent") > naks_before[3], "the lossy receiver never NAKed"
     assert hosts[0].system_counter("Retransmits sent") > retransmits_before
+    samples = sampler.samples
+    assert len(samples) >= 20, f"only {len(samples)} samples of the stream's positions"
+    sender_lead = max(sender - lossy for sender, _, _, lossy in samples)
+    lossless_lead = max(min(first, second) - lossy for _, first, second, lossy in samples)
+    assert lossless_lead > 0, "the lossless receivers were never ahead of the lossy one: did loss happen?"
+    if fc == "min":
+        assert sender_lead <= RECEIVER_WINDOW, f"the sender ran {sender_lead} B past the lossy receiver under min"
+    else:
+        assert sender_lead > RECEIVER_WINDOW, (
+            f"under max the sender stayed within {sender_lead} B of the lossy receiver"
+        )
+        assert lossless_lead > RECEIVER_WINDOW, f"under max the lossless receivers led by at most {lossless_lead} B"
 
 
 class Publisher:
