@@ -29,8 +29,8 @@ def wrap(term_id: int) -> int:
 
 
 def system_counters() -> SystemCounters:
-    values = mmap.mmap(-1, 64 * cd.COUNTER_LENGTH)
-    metadata = mmap.mmap(-1, 64 * cd.METADATA_LENGTH)
+    values = mmap.mmap(-1, 128 * cd.COUNTER_LENGTH)
+    metadata = mmap.mmap(-1, 128 * cd.METADATA_LENGTH)
     return SystemCounters(CountersManager(memoryview(metadata), memoryview(values)))
 
 

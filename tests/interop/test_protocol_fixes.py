@@ -37,8 +37,8 @@ MTU = 1408
 def build(
     workdir: str, name: str
 ) -> tuple[NetworkPublication, Publication, LogBuffers, SystemCounters, CountersManager]:
-    values = mmap.mmap(-1, 64 * cd.COUNTER_LENGTH)
-    metadata = mmap.mmap(-1, 64 * cd.METADATA_LENGTH)
+    values = mmap.mmap(-1, 128 * cd.COUNTER_LENGTH)
+    metadata = mmap.mmap(-1, 128 * cd.METADATA_LENGTH)
     counters = CountersManager(memoryview(metadata), memoryview(values))
     system = SystemCounters(counters)
     path = os.path.join(workdir, f"{name}.pub")
@@ -247,8 +247,8 @@ class NoImages:
 
 
 def test_an_end_of_stream_heartbeat_from_an_unknown_session_elicits_no_setup() -> None:
-    values = mmap.mmap(-1, 64 * cd.COUNTER_LENGTH)
-    metadata = mmap.mmap(-1, 64 * cd.METADATA_LENGTH)
+    values = mmap.mmap(-1, 128 * cd.COUNTER_LENGTH)
+    metadata = mmap.mmap(-1, 128 * cd.METADATA_LENGTH)
     system = SystemCounters(CountersManager(memoryview(metadata), memoryview(values)))
     network = LinkNetwork()
     endpoint = ReceiveChannelEndpoint(
