@@ -27,6 +27,11 @@ cost, three ways:
 - per **wire byte**: delivered bytes per byte the publishing driver put on the wire (its "Bytes
   sent" counter: about N for multicast to N receivers, 1 for unicast and MDC).
 
+The sender's work is not all sending: it also reads every receiver's status messages (so N
+receivers mean N times the SMs, ``sender_sms_received``), and on this one-machine network the kernel
+copies a multicast datagram to each bridge port in the sending thread's system call (its system
+time, ``sender_driver_system_cpu_s``), work a switch does on a real network.
+
 Clients call ``sched_yield`` when idle (2 cores shared by 4 drivers and 4 clients). The machine's
 load average is recorded beside the figures: on a busy machine they are noisy. Writes
 perf/results/udp_fanout.json.
@@ -42,7 +47,7 @@ import sys
 import time
 from typing import Any
 
-from _common import ROOT, cpu_seconds, new_results, quiet, write_results
+from _common import ROOT, new_results, quiet, write_results
 
 STREAM_ID = 10
 END = b"END!"
@@ -64,6 +69,14 @@ BUSY_COUNTERS = {
     "conductor": "Conductor busy CPU time in ns",
     "receiver": "Receiver busy CPU time in ns",
 }
+
+
+def cpu_user_system_seconds(pid: int) -> tuple[float, float]:
+    """A process's user and system CPU seconds (``/proc/<pid>/stat``)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
 
 
 def publisher(directory: str, channels: list[str], size: int, seconds: float, finished: Any, out: Any) -> None:
@@ -183,13 +196,15 @@ def run_case(mode: str, n: int, size: int, seconds: float, port: int, net: Any, 
         pub.start()
         procs.append(pub)
         collect(q, {"connected"}, 60)
-        cpu_before, load_before = cpu_seconds(drivers[0].pid), os.getloadavg()
+        (user_before, system_before), load_before = cpu_user_system_seconds(drivers[0].pid), os.getloadavg()
         wire_before = drivers[0].system_counter("Bytes sent")
         busy_before = {role: drivers[0].system_counter(label) for role, label in BUSY_COUNTERS.items()}
         watched_before = {key: drivers[0].system_counter(label) for key, label in WATCHED.items()}
         keys = {"sent"} | {f"{k}{i}" for k in ("received", "elapsed", "completed") for i in range(1, n + 1)}
         results = collect(q, keys, seconds + 120)
-        sender_cpu = cpu_seconds(drivers[0].pid) - cpu_before
+        user_after, system_after = cpu_user_system_seconds(drivers[0].pid)
+        sender_user, sender_system = user_after - user_before, system_after - system_before
+        sender_cpu = sender_user + sender_system
         wire_bytes = drivers[0].system_counter("Bytes sent") - wire_before
         watched = {
             f"sender_{key}": drivers[0].system_counter(label) - watched_before[key] for key, label in WATCHED.items()
@@ -222,6 +237,7 @@ def run_case(mode: str, n: int, size: int, seconds: float, port: int, net: Any, 
         "sender_driver_busy_cpu_s": sum(busy_s.values()),
         "mb_per_sender_driver_busy_cpu_s": delivered_mb / sum(busy_s.values()) if sum(busy_s.values()) > 0 else None,
         "sender_driver_cpu_s": sender_cpu,
+        "sender_driver_system_cpu_s": sender_system,
         "mb_per_sender_cpu_s": delivered_mb / sender_cpu if sender_cpu > 0 else None,
         "sender_wire_mb": wire_bytes / 1e6,
         "delivered_per_wire_byte": received * size / wire_bytes if wire_bytes else None,
