@@ -2,6 +2,7 @@
 
     sudo python perf/udp_fanout.py            # ~3 s per case, 18 cases
     sudo python perf/udp_fanout.py --quick    # ~1 s per case
+    sudo python perf/udp_fanout.py --quick --rounds 3 --note "..."   # each case 3 times, median ratios
 
 A real network on this machine (:mod:`tests.support.netns`, needs root): host 0 runs the
 publishing driver, hosts 1-3 a receiving driver each. Modes:
@@ -43,6 +44,7 @@ import argparse
 import json
 import multiprocessing as mp
 import os
+import statistics
 import sys
 import time
 from typing import Any
@@ -250,7 +252,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="1 s per case")
     parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="run every case this many times, interleaved; ratios are the rounds' median",
+    )
     parser.add_argument("--only", default="", help="run only MODE:RECEIVERS:SIZE (e.g. multicast:3:32)")
+    parser.add_argument("--note", default="", help="recorded in the results (e.g. what else loads the machine)")
     args = parser.parse_args(argv)
     seconds = 1.0 if args.quick else args.seconds
     sys.path.insert(0, ROOT)
@@ -268,43 +277,57 @@ def main(argv: list[str] | None = None) -> int:
                 for i in range(4)
             ]
             port = 41000
-            for size in (32, 512):
-                for mode in ("unicast", "multicast", "mdc"):
-                    for n in (1, 2, 3):
-                        port += 10
-                        if args.only and args.only != f"{mode}:{n}:{size}":
-                            continue
-                        case = run_case(mode, n, size, seconds, port, net, hosts)
-                        if not case["complete"]:
-                            for host in hosts:
-                                print(host.report()[:6000])
-                        results["cases"].append(case)
-                        print(
-                            f"{mode:9} x{n} {size:4} B: {case['msgs_per_s'] / 1e6:6.3f} M msgs/s "
-                            f"{case['mb_per_s']:7.1f} MB/s, {case['mb_per_sender_busy_cpu_s'] or 0:7.1f} MB per sender "
-                            f"busy CPU-s ({case['mb_per_sender_cpu_s'] or 0:6.1f} per process CPU-s), "
-                            f"{case['delivered_per_wire_byte'] or 0:4.2f} delivered per byte sent, "
-                            f"complete={case['complete']} load={case['loadavg']}",
-                            flush=True,
-                        )
+            for round_ in range(1, args.rounds + 1):
+                for size in (32, 512):
+                    for mode in ("unicast", "multicast", "mdc"):
+                        for n in (1, 2, 3):
+                            port += 10
+                            if args.only and args.only != f"{mode}:{n}:{size}":
+                                continue
+                            case = {"round": round_, **run_case(mode, n, size, seconds, port, net, hosts)}
+                            if not case["complete"]:
+                                for host in hosts:
+                                    print(host.report()[:6000])
+                            results["cases"].append(case)
+                            print(
+                                f"{mode:9} x{n} {size:4} B: {case['msgs_per_s'] / 1e6:6.3f} M msgs/s "
+                                f"{case['mb_per_s']:7.1f} MB/s, {case['mb_per_sender_busy_cpu_s'] or 0:7.1f} MB per sender "
+                                f"busy CPU-s ({case['mb_per_sender_cpu_s'] or 0:6.1f} per process CPU-s), "
+                                f"{case['delivered_per_wire_byte'] or 0:4.2f} delivered per byte sent, "
+                                f"complete={case['complete']} load={case['loadavg']}",
+                                flush=True,
+                            )
     finally:
         net.close()
     if args.only:
         print(json.dumps(results["cases"], indent=1))
         return 0
-    by = {(c["mode"], c["receivers"], c["size"]): c for c in results["cases"]}
+    by = {(c["round"], c["mode"], c["receivers"], c["size"]): c for c in results["cases"]}
+    keys = (
+        "mb_per_s",
+        "mb_per_sender_busy_cpu_s",
+        "mb_per_sender_driver_busy_cpu_s",
+        "mb_per_sender_cpu_s",
+        "delivered_per_wire_byte",
+    )
+
+    def ratio(round_: int, size: int, key: str) -> float:
+        multicast, unicast = by[(round_, "multicast", 3, size)][key], by[(round_, "unicast", 1, size)][key]
+        return float(multicast or 0) / float(unicast or float("nan"))
+
+    rounds = range(1, args.rounds + 1)
     results["ratios"] = {
         f"multicast3_vs_unicast1_{size}B": {
-            "mb_per_s": by[("multicast", 3, size)]["mb_per_s"] / by[("unicast", 1, size)]["mb_per_s"],
-            **{
-                key: (by[("multicast", 3, size)][key] or 0) / (by[("unicast", 1, size)][key] or float("nan"))
-                for key in ("mb_per_sender_busy_cpu_s", "mb_per_sender_driver_busy_cpu_s", "mb_per_sender_cpu_s")
-            },
-            "delivered_per_wire_byte": (by[("multicast", 3, size)]["delivered_per_wire_byte"] or 0)
-            / (by[("unicast", 1, size)]["delivered_per_wire_byte"] or float("nan")),
+            key: {
+                "median": statistics.median(ratio(r, size, key) for r in rounds),
+                "rounds": [round(ratio(r, size, key), 3) for r in rounds],
+            }
+            for key in keys
         }
         for size in (32, 512)
     }
+    results["params"]["rounds"] = args.rounds
+    results["note"] = args.note
     print(results["ratios"])
     write_results(results)
     return 0
