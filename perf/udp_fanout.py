@@ -28,6 +28,11 @@ cost, three ways:
 - per **wire byte**: delivered bytes per byte the publishing driver put on the wire (its "Bytes
   sent" counter: about N for multicast to N receivers, 1 for unicast and MDC).
 
+``--sender-idle-strategy sleep`` runs the publishing driver with an idle strategy that parks 1 ms
+whenever a duty cycle finds nothing to do (the default yields while a stream flows), so that its
+process CPU time is mostly work too: a second, coarser check of the busy counter
+(``udp_fanout_sleep.json``).
+
 The sender's work is not all sending: it also reads every receiver's status messages (so N
 receivers mean N times the SMs, ``sender_sms_received``), and on this one-machine network the kernel
 copies a multicast datagram to each bridge port in the sending thread's system call (its system
@@ -258,22 +263,36 @@ def main(argv: list[str] | None = None) -> int:
         default=1,
         help="run every case this many times, interleaved; ratios are the rounds' median",
     )
-    parser.add_argument("--only", default="", help="run only MODE:RECEIVERS:SIZE (e.g. multicast:3:32)")
+    parser.add_argument(
+        "--only",
+        default="",
+        help="run only these MODE:RECEIVERS:SIZE, comma-separated (e.g. unicast:1:32,multicast:3:32); results are "
+        "printed, and written only if they include the ratios' cases",
+    )
+    parser.add_argument(
+        "--sender-idle-strategy",
+        default="backoff",
+        help="the publishing driver's idle strategy (e.g. sleep: it parks 1 ms whenever idle, so its process CPU "
+        "time is mostly work); results go to udp_fanout_<strategy>.json unless it is the default",
+    )
     parser.add_argument("--note", default="", help="recorded in the results (e.g. what else loads the machine)")
     args = parser.parse_args(argv)
     seconds = 1.0 if args.quick else args.seconds
+    only = set(filter(None, args.only.split(",")))
+    sender_args = [*SENDER_DRIVER_ARGS, "--idle-strategy", args.sender_idle_strategy]
     sys.path.insert(0, ROOT)
     from tests.support.driver_process import DriverSet
     from tests.support.netns import NetnsDriverProcess, NetnsNetwork
 
-    results = new_results("udp_fanout", seconds=seconds, term_length="16m", mtu=1408)
+    name = "udp_fanout" if args.sender_idle_strategy == "backoff" else f"udp_fanout_{args.sender_idle_strategy}"
+    results = new_results(
+        name, seconds=seconds, term_length="16m", mtu=1408, sender_idle_strategy=args.sender_idle_strategy
+    )
     net = NetnsNetwork(4).create()
     try:
         with DriverSet() as drivers:
             hosts = [
-                drivers.start(
-                    NetnsDriverProcess(args=SENDER_DRIVER_ARGS if i == 0 else DRIVER_ARGS, namespace=net.host(i))
-                )
+                drivers.start(NetnsDriverProcess(args=sender_args if i == 0 else DRIVER_ARGS, namespace=net.host(i)))
                 for i in range(4)
             ]
             port = 41000
@@ -282,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
                     for mode in ("unicast", "multicast", "mdc"):
                         for n in (1, 2, 3):
                             port += 10
-                            if args.only and args.only != f"{mode}:{n}:{size}":
+                            if only and f"{mode}:{n}:{size}" not in only:
                                 continue
                             case = {"round": round_, **run_case(mode, n, size, seconds, port, net, hosts)}
                             if not case["complete"]:
@@ -299,9 +318,8 @@ def main(argv: list[str] | None = None) -> int:
                             )
     finally:
         net.close()
-    if args.only:
+    if only:
         print(json.dumps(results["cases"], indent=1))
-        return 0
     by = {(c["round"], c["mode"], c["receivers"], c["size"]): c for c in results["cases"]}
     keys = (
         "mb_per_s",
@@ -316,6 +334,9 @@ def main(argv: list[str] | None = None) -> int:
         return float(multicast or 0) / float(unicast or float("nan"))
 
     rounds = range(1, args.rounds + 1)
+    sizes = [size for size in (32, 512) if not only or {f"unicast:1:{size}", f"multicast:3:{size}"} <= only]
+    if not sizes:
+        return 0
     results["ratios"] = {
         f"multicast3_vs_unicast1_{size}B": {
             key: {
@@ -324,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
             }
             for key in keys
         }
-        for size in (32, 512)
+        for size in sizes
     }
     results["params"]["rounds"] = args.rounds
     results["note"] = args.note
