@@ -38,6 +38,11 @@ receivers mean N times the SMs, ``sender_sms_received``), and on this one-machin
 copies a multicast datagram to each bridge port in the sending thread's system call (its system
 time, ``sender_driver_system_cpu_s``), work a switch does on a real network.
 
+``--steer-switch`` moves that work where a switch would have it, off the sending host's thread: RPS on
+the publisher's switch port processes its datagrams (the bridge's forwarding and copies) on the CPUs
+its driver is not pinned to (``udp_fanout_steered.json``). Both figures are the issue's "same sender
+CPU" question asked of a one-machine network; neither is a real switch.
+
 Clients call ``sched_yield`` when idle (2 cores shared by 4 drivers and 4 clients). The machine's
 load average is recorded beside the figures: on a busy machine they are noisy. Writes
 perf/results/udp_fanout.json.
@@ -275,6 +280,12 @@ def main(argv: list[str] | None = None) -> int:
         help="the publishing driver's idle strategy (e.g. sleep: it parks 1 ms whenever idle, so its process CPU "
         "time is mostly work); results go to udp_fanout_<strategy>.json unless it is the default",
     )
+    parser.add_argument(
+        "--steer-switch",
+        action="store_true",
+        help="process the publisher's datagrams in the switch on the CPUs its driver is not pinned to (RPS on "
+        "its switch port), as a real switch takes forwarding off the sending host; results go to *_steered.json",
+    )
     parser.add_argument("--note", default="", help="recorded in the results (e.g. what else loads the machine)")
     args = parser.parse_args(argv)
     seconds = 1.0 if args.quick else args.seconds
@@ -285,8 +296,15 @@ def main(argv: list[str] | None = None) -> int:
     from tests.support.netns import NetnsDriverProcess, NetnsNetwork
 
     name = "udp_fanout" if args.sender_idle_strategy == "backoff" else f"udp_fanout_{args.sender_idle_strategy}"
+    if args.steer_switch:
+        name += "_steered"
     results = new_results(
-        name, seconds=seconds, term_length="16m", mtu=1408, sender_idle_strategy=args.sender_idle_strategy
+        name,
+        seconds=seconds,
+        term_length="16m",
+        mtu=1408,
+        sender_idle_strategy=args.sender_idle_strategy,
+        steer_switch=args.steer_switch,
     )
     net = NetnsNetwork(4).create()
     try:
@@ -295,6 +313,12 @@ def main(argv: list[str] | None = None) -> int:
                 drivers.start(NetnsDriverProcess(args=sender_args if i == 0 else DRIVER_ARGS, namespace=net.host(i)))
                 for i in range(4)
             ]
+            if args.steer_switch:
+                pinned = os.sched_getaffinity(hosts[0].pid)
+                others = {c for c in range(os.cpu_count() or 1) if c not in pinned} or {0}
+                net.steer_port(0, others)
+                results["params"]["switch_port_cpus"] = sorted(others)
+                print(f"publishing driver on CPUs {sorted(pinned)}; its switch port's traffic on {sorted(others)}")
             port = 41000
             for round_ in range(1, args.rounds + 1):
                 for size in (32, 512):

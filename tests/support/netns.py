@@ -122,6 +122,23 @@ class NetnsNetwork:
         out = run("ip", "netns", "exec", self.host(index), "iptables", "-L", "INPUT", "-v", "-n", "-x").stdout
         return sum(int(line.split()[0]) for line in out.splitlines() if "h13mcast" in line)
 
+    def steer_port(self, index: int, cpus: set[int]) -> None:
+        """Process what host ``index`` sends into the switch on ``cpus`` (RPS on its switch port).
+
+        Without it the bridge forwards (and for multicast, copies to every port) in the sending thread's
+        system call, charged to the sender: on a real network a switch does that work, off the host.
+        """
+        mask = format(sum(1 << c for c in cpus), "x")
+        run(
+            "ip",
+            "netns",
+            "exec",
+            self.switch,
+            "sh",
+            "-c",
+            f"echo {mask} > /sys/class/net/p{index}/queues/rx-0/rps_cpus",
+        )
+
     def close(self) -> None:
         for name in reversed(self.namespaces):
             run("ip", "netns", "del", name, check=False)
