@@ -54,6 +54,10 @@ class Context:
     on_available_image: Callable[[Image], None] | None = None
     on_unavailable_image: Callable[[Image], None] | None = None
     use_conductor_thread: bool = True
+    driver_agent_invoker: Callable[[], int] | None = None
+    """An embedded driver's duty cycle (``MediaDriver.invoke`` of a driver launched with
+    ``invoker=True`` on this thread): called while a command waits for the driver, instead of sleeping,
+    since nothing else runs that driver."""
     group_access: bool = False
     """Trust a driver directory owned by one of this user's groups, as a driver run with
     ``--group-access`` by another member makes (also ``LOGBUF_GROUP_ACCESS=true``)."""
@@ -319,7 +323,15 @@ class ClientConductor:
         while not self.to_driver.write(msg_type_id, payload):
             if time.monotonic() > deadline:
                 raise DriverTimeoutError(f"command ring full for {self.ctx.driver_timeout_ms} ms: driver not consuming")
-            time.sleep(0.001)
+            self._idle(0.001)
+
+    def _idle(self, seconds: float) -> None:
+        """Wait for the driver: run it if it is embedded in this thread, else sleep."""
+        invoker = self.ctx.driver_agent_invoker
+        if invoker is None:
+            time.sleep(seconds)
+        elif not invoker():
+            os.sched_yield()
 
     def _await(self, correlation_id: int, msg_type_id: int, payload: bytes) -> tuple[int, Any]:
         pending = self._pending[correlation_id] = _Pending(correlation_id)
@@ -339,7 +351,7 @@ class ClientConductor:
                         f"no response from the media driver in {self.ctx.dir} within "
                         f"{self.ctx.driver_timeout_ms} ms for {cmd.COMMAND_NAMES.get(msg_type_id, msg_type_id)}"
                     )
-                time.sleep(0.0002)
+                self._idle(0.0002)
         finally:
             self._pending.pop(correlation_id, None)
         type_id, response = pending.response

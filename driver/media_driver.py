@@ -5,6 +5,12 @@ gets a :class:`~logbuf.driver.proxies.SenderProxy` and a
 :class:`~logbuf.driver.proxies.ReceiverProxy`); they share one duty cycle (Aeron's SHARED mode),
 each agent's ``do_work`` in turn. Their clocks and UDP transports come from the driver context.
 
+Embedded (Aeron's INVOKER threading mode): ``MediaDriver.launch(ctx, invoker=True)`` starts no duty
+cycle of its own; the application calls :meth:`MediaDriver.invoke` (one cycle) from its own loop,
+typically where it would idle, and gives the same callable to its client
+(``Context(driver_agent_invoker=driver.invoke)``) so the client's commands are answered while it waits.
+One thread then runs client and driver: no GIL hand-over, no second process to schedule.
+
 Start-up: refuse a directory whose CnC shows a live driver (fresh heartbeat, live pid); take
 over a stale one (remove its files). Shut-down: close agents, remove the directory if set to.
 """
@@ -117,11 +123,19 @@ class ActiveDriverError(LogbufError):
     """Another driver is alive in the directory."""
 
 
-class MediaDriver:
-    """One media driver: ``MediaDriver.launch(ctx)`` then ``run()`` (blocking) or ``start()`` (thread)."""
+class InvokerModeError(LogbufError):
+    """``run()``/``start()`` on an embedded driver, or ``invoke()`` on one that runs its own duty cycle."""
 
-    def __init__(self, ctx: DriverContext) -> None:
+
+class MediaDriver:
+    """One media driver: ``MediaDriver.launch(ctx)`` then ``run()`` (blocking) or ``start()`` (thread);
+    or ``MediaDriver.launch(ctx, invoker=True)`` and ``invoke()`` from the application's loop."""
+
+    def __init__(self, ctx: DriverContext, invoker: bool = False) -> None:
         self.ctx = ctx
+        self.invoker = invoker
+        """Embedded: the application runs the duty cycle with :meth:`invoke` (no thread, no CPU placement)."""
+        self._invoker_started = False
         self.cnc = CncFile.create(
             ctx.dir,
             to_driver_capacity=ctx.to_driver_buffer_length,
@@ -171,7 +185,7 @@ class MediaDriver:
             idle_strategy_from_name(ctx.idle_strategy, park=self._park),  # parks wake when a datagram arrives
             error_handler=self._on_agent_error,
             max_cycle_ns_recorder=self._record_cycle_time,
-            cpus=self._place(ctx.cpu_affinity),
+            cpus=None if invoker else self._place(ctx.cpu_affinity),
         )
         self._log = structlog.get_logger().bind(role="driver", dir=ctx.dir)
         self._closed = False
@@ -223,13 +237,15 @@ class MediaDriver:
             time.sleep(seconds)
 
     @classmethod
-    def launch(cls, ctx: DriverContext | None = None) -> MediaDriver:
-        """Validate settings, prepare the directory (refusing a live driver), create the CnC."""
+    def launch(cls, ctx: DriverContext | None = None, invoker: bool = False) -> MediaDriver:
+        """Validate settings, prepare the directory (refusing a live driver), create the CnC.
+        ``invoker``: embedded, the caller runs the duty cycle with :meth:`invoke`."""
         ctx = (ctx or DriverContext()).conclude()
         prepare_directory(ctx)
-        driver = cls(ctx)
+        driver = cls(ctx, invoker=invoker)
         cpus = driver.runner.cpus
-        driver._log.info("driver.started", pid=os.getpid(), cpus=sorted(cpus) if cpus else "any", **ctx.summary())
+        placement = "invoker" if invoker else sorted(cpus) if cpus else "any"
+        driver._log.info("driver.started", pid=os.getpid(), cpus=placement, **ctx.summary())
         return driver
 
     def _on_agent_error(self, error: BaseException) -> None:
@@ -242,16 +258,44 @@ class MediaDriver:
 
     def run(self) -> None:
         """Run the conductor on this thread until :meth:`request_stop` (or a signal via :func:`main`)."""
+        self._refuse_invoker("run")
         self.runner.run()
 
     def start(self) -> threading.Thread:
+        self._refuse_invoker("start")
         return self.runner.start()
+
+    def _refuse_invoker(self, method: str) -> None:
+        if self.invoker:
+            raise InvokerModeError(f"{method}(): this driver is embedded (invoker=True); call invoke() instead")
+
+    def invoke(self) -> int:
+        """One duty cycle of the conductor, sender and receiver on the caller's thread; returns the work
+        done (0: nothing to do, the caller may idle). Agent errors are counted and logged, as in
+        :meth:`run`. Embedded drivers only; the first call starts the agents, :meth:`close` closes them."""
+        if not self.invoker:
+            raise InvokerModeError("invoke(): this driver runs its own duty cycle (launch it with invoker=True)")
+        if self._closed:
+            return 0
+        if not self._invoker_started:
+            self._invoker_started = True
+            self.agents.on_start()
+        start = time.perf_counter_ns()
+        try:
+            work = self.agents.do_work()
+        except Exception as e:  # an agent error is reported and the duty cycle goes on
+            work = 1
+            self._on_agent_error(e)
+        self._record_cycle_time(time.perf_counter_ns() - start)
+        return work
 
     def close(self) -> None:
         if self._closed:
             return
         self._closed = True
         self.runner.close()
+        if self._invoker_started:
+            self.agents.on_close()  # a runner closes its agents when its loop ends; an invoker has none
         if self._cpu_claim is not None:
             self._cpu_claim.release()
         self._log.info("driver.stopped")
