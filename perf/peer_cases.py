@@ -38,6 +38,7 @@ CASES = (
     "udp-512",
     "udp-pingpong",
     "udp-pingpong-pinned",
+    "udp-pingpong-embedded",
     "ipc-32-batch",
     "udp-32-batch",
 )
@@ -45,6 +46,11 @@ BATCH = 64
 """``*-batch`` rows: logbuf offers ``BATCH`` messages per call from a numpy array (``offer_rows``) and polls
 them into numpy arrays (``poll_batch``) with a numpy consumer; pyaeron has no such API, so its figure on
 these rows is its per-message path (the same scenario as the row without ``-batch``), and pyzmq's too."""
+EMBEDDED = "udp-pingpong-embedded"
+"""Each side's driver lives in its client's process: 2 processes, not 4. logbuf's is an invoker-mode
+driver (``MediaDriver.launch(ctx, invoker=True)``) whose duty cycle the client runs where it would idle;
+pyaeron's is its C media driver (SHARED threading mode) on a thread of the client's process; pyzmq's
+figure is its TCP ping-pong, which has no driver."""
 STREAM_ID = 10
 PONG_STREAM_ID = 11
 END = b"END!"
@@ -115,9 +121,101 @@ def lb_batch_throughput(pub_dir: str, sub_dir: str, channel: str, size: int, sec
     return {**result, "batch": BATCH}
 
 
+def lb_embedded(name: str) -> tuple[Any, Any]:
+    """An invoker-mode driver and a client that runs it while its commands wait."""
+    from logbuf.client import Aeron, Context
+    from logbuf.driver.context import DriverContext
+    from logbuf.driver.media_driver import MediaDriver
+
+    directory = f"/dev/shm/logbuf-peers-{name}-{uuid.uuid4().hex[:8]}"
+    driver = MediaDriver.launch(DriverContext(dir=directory, dir_delete_on_shutdown=True), invoker=True)
+    return driver, Aeron.connect(Context(dir=directory, driver_agent_invoker=driver.invoke))
+
+
+def lb_embedded_ponger(ping: str, pong: str, count: int) -> None:
+    from logbuf.logging_config import configure_logging
+
+    configure_logging("warning")
+    driver, aeron = lb_embedded("pong")
+    invoke = driver.invoke
+    try:
+        sub = aeron.add_subscription(ping, STREAM_ID)
+        pub = aeron.add_publication(pong, PONG_STREAM_ID)
+        give_up = time.monotonic() + 30
+        while not pub.is_connected and time.monotonic() < give_up:
+            invoke()
+        echoed = 0
+
+        def echo(buffer: memoryview, header: Any) -> None:
+            nonlocal echoed
+            while pub.offer(buffer) < 0:
+                invoke()
+            echoed += 1
+
+        poll = sub.poll
+        deadline = time.monotonic() + 600
+        while echoed < count and time.monotonic() < deadline:
+            if not poll(echo, 1):
+                invoke()
+        linger = time.monotonic() + 0.5  # the last pong leaves only when this driver runs
+        while time.monotonic() < linger:
+            invoke()
+    finally:
+        aeron.close()
+        driver.close()
+
+
+def lb_embedded_latency(count: int, warmup: int) -> dict[str, Any]:
+    ping, pong = udp(free_udp_port()), udp(free_udp_port())
+    ponger = mp.get_context("spawn").Process(target=lb_embedded_ponger, args=(ping, pong, count + warmup))
+    ponger.start()
+    driver, aeron = lb_embedded("ping")
+    invoke = driver.invoke
+    try:
+        sub = aeron.add_subscription(pong, PONG_STREAM_ID)
+        pub = aeron.add_publication(ping, STREAM_ID)
+        give_up = time.monotonic() + 30
+        while not (pub.is_connected and sub.is_connected):
+            invoke()
+            if time.monotonic() > give_up:
+                raise RuntimeError("ping-pong streams never connected")
+        got = 0
+
+        def on_pong(buffer: memoryview, header: Any) -> None:
+            nonlocal got
+            got += 1
+
+        message = bytes(32)
+        rtts: list[int] = []
+        poll, offer, clock = sub.poll, pub.offer, time.perf_counter_ns
+        for i in range(count + warmup):
+            t0 = clock()
+            while offer(message) < 0:
+                invoke()
+            want = got + 1
+            give_up_ns = t0 + 10_000_000_000
+            while got < want:
+                if not poll(on_pong, 1):
+                    invoke()
+                    if clock() > give_up_ns:
+                        raise RuntimeError(f"no pong for ping {i} in 10 s")
+            if i >= warmup:
+                rtts.append(clock() - t0)
+        return percentiles(rtts)
+    finally:
+        ponger.join(30)
+        if ponger.is_alive():
+            ponger.kill()
+        aeron.close()
+        driver.close()
+
+
 def logbuf_case(case: str, seconds: float, pings: int) -> dict[str, Any]:
     import ipc_driver
     import udp_driver
+
+    if case == EMBEDDED:
+        return lb_embedded_latency(pings, min(1_000, pings // 10))
 
     size = int(case.split("-")[1]) if case.split("-")[1].isdigit() else 0
     if case.startswith("ipc") and case.endswith("batch"):
@@ -281,9 +379,20 @@ def pa_throughput(pub_dir: str, sub_dir: str, channel: str, size: int, seconds: 
     return run_throughput(pa_publisher, pa_subscriber, pub_dir, sub_dir, channel, size, seconds)
 
 
-def pa_ponger(directory: str, ping: str, pong: str, count: int, cpu: int | None) -> None:
+def pa_ponger(directory: str, ping: str, pong: str, count: int, cpu: int | None, embedded: bool = False) -> None:
     if cpu is not None:
         os.sched_setaffinity(0, {cpu})
+    import pyaeron
+
+    driver = pyaeron.MediaDriver(dir=directory, threading="shared") if embedded else None
+    try:
+        pa_pong(directory, ping, pong, count)
+    finally:
+        if driver is not None:
+            driver.close()
+
+
+def pa_pong(directory: str, ping: str, pong: str, count: int) -> None:
     import pyaeron
 
     with pyaeron.Aeron(dir=directory) as aeron:
@@ -308,17 +417,19 @@ def pa_ponger(directory: str, ping: str, pong: str, count: int, cpu: int | None)
 
 
 def pa_latency(
-    ping_dir: str, pong_dir: str, ping: str, pong: str, count: int, warmup: int, pinned: bool
+    ping_dir: str, pong_dir: str, ping: str, pong: str, count: int, warmup: int, pinned: bool, embedded: bool = False
 ) -> dict[str, float]:
+    """``embedded``: each side starts its own C media driver in its process (no driver processes)."""
     import pyaeron
 
     affinity = os.sched_getaffinity(0)
     if pinned:
         os.sched_setaffinity(0, {1})
     ponger = mp.get_context("spawn").Process(
-        target=pa_ponger, args=(pong_dir, ping, pong, count + warmup, 0 if pinned else None)
+        target=pa_ponger, args=(pong_dir, ping, pong, count + warmup, 0 if pinned else None, embedded)
     )
     ponger.start()
+    driver = pyaeron.MediaDriver(dir=ping_dir, threading="shared") if embedded else None
     try:
         with pyaeron.Aeron(dir=ping_dir) as aeron:
             pub = aeron.add_publication(ping, STREAM_ID)
@@ -352,6 +463,8 @@ def pa_latency(
         ponger.join(30)
         if ponger.is_alive():
             ponger.kill()
+        if driver is not None:
+            driver.close()
         os.sched_setaffinity(0, affinity)
 
 
@@ -369,6 +482,14 @@ def udp(port: int) -> str:
 
 def pyaeron_case(case: str, seconds: float, pings: int) -> dict[str, Any]:
     case = case.removesuffix("-batch")  # no batch API: its per-message path
+    if case == EMBEDDED:
+        dirs = [f"/dev/shm/aeron-peers-{uuid.uuid4().hex[:8]}" for _ in range(2)]
+        try:
+            ping, pong = udp(free_udp_port()), udp(free_udp_port())
+            return pa_latency(*dirs, ping, pong, pings, min(1_000, pings // 10), False, embedded=True)
+        finally:
+            for d in dirs:
+                shutil.rmtree(d, ignore_errors=True)
     pinned = case.endswith("pinned")
     drivers = PaDrivers(1 if case.startswith("ipc") else 2, (0, 1) if pinned else (None, None))
     try:
