@@ -134,21 +134,24 @@ class NetworkPublication(IpcPublication):
             while position < limit and datagrams < MAX_DATAGRAMS_PER_SEND:
                 term = self.log.terms[(position // term_length) % 3]
                 if send_frames is not None:  # the native batch: one sendmmsg
+                    batch = MAX_DATAGRAMS_PER_SEND - datagrams
                     covered, n = send_frames(
                         term,
                         position & (term_length - 1),
                         min(limit - position, term_length),
                         self.mtu_length,
-                        MAX_DATAGRAMS_PER_SEND - datagrams,
+                        batch,
                     )
                 else:
                     covered, _ = self._send_datagram(term, position & (term_length - 1), limit - position, send)
-                    n = 1
+                    n = batch = 1
                 if not covered:
                     break
                 sent += covered
                 position += covered
                 datagrams += n
+                if n < batch and position & (term_length - 1):
+                    break  # a short batch inside the term: nothing more committed (or the socket is full)
             idle_ns = now_ns - self.time_of_last_send_ns
             if datagrams:
                 self.sender_position.set_ordered(position)

@@ -248,17 +248,45 @@ class PublicationImage:
     def track_rebuild(self, now_ns: int, send: Send) -> int:
         """Advance the rebuild position, NAK gaps, send status messages; returns work done."""
         work = 0
-        position, gaps = self._scan()
-        if position != self.rebuild:
-            self.rebuild = position
-            self.counters.set_value(self.rebuild_id, position)
-            work += 1
+        if self.hwm != self.rebuild or self.nak_timers:  # else nothing to scan: the common idle cycle
+            work += self._track_gaps(now_ns, send)
         if (
             self.eos_position >= 0
             and self.rebuild >= self.eos_position
             and self.log.end_of_stream_position() > self.rebuild
         ):
             self.log.set_end_of_stream_position(self.eos_position)
+        # status messages and cleaning
+        consumed = self.min_subscriber_position()
+        if (
+            consumed - self.last_sm_position >= self.window_length // 4
+            or now_ns >= self.next_sm_ns
+            or (
+                (consumed > self.last_sm_position or self.sm_requested)
+                and now_ns >= self.last_sm_ns + PROGRESS_SM_INTERVAL_NS
+            )
+        ):
+            self._send(send, self._status_message(consumed))
+            self.system_counters.increment(SystemCounterId.STATUS_MESSAGES_SENT)
+            self.last_sm_position = consumed
+            self.last_sm_ns = now_ns
+            self.sm_requested = False
+            self.next_sm_ns = now_ns + self.sm_interval_ns
+            work += 1
+        clean_to = consumed - self.log.term_length
+        if clean_to - self.clean_position >= self.log.term_length // CLEAN_STEP_FRACTION:
+            self.log.clean(self.clean_position, clean_to)
+            self.clean_position = clean_to
+        return work
+
+    def _track_gaps(self, now_ns: int, send: Send) -> int:
+        """Advance the rebuild position towards the HWM and NAK the gaps on the way; returns work done."""
+        work = 0
+        position, gaps = self._scan()
+        if position != self.rebuild:
+            self.rebuild = position
+            self.counters.set_value(self.rebuild_id, position)
+            work += 1
         # loss: NAK every gap between rebuild and HWM, each on its own timer
         timers: dict[int, int] = {}
         generator = self.nak_delay_generator
@@ -285,27 +313,6 @@ class PublicationImage:
                 work += 1  # keep the duty cycle from parking past a NAK that is due very soon
             timers[gap_start] = due
         self.nak_timers = timers
-        # status messages and cleaning
-        consumed = self.min_subscriber_position()
-        if (
-            consumed - self.last_sm_position >= self.window_length // 4
-            or now_ns >= self.next_sm_ns
-            or (
-                (consumed > self.last_sm_position or self.sm_requested)
-                and now_ns >= self.last_sm_ns + PROGRESS_SM_INTERVAL_NS
-            )
-        ):
-            self._send(send, self._status_message(consumed))
-            self.system_counters.increment(SystemCounterId.STATUS_MESSAGES_SENT)
-            self.last_sm_position = consumed
-            self.last_sm_ns = now_ns
-            self.sm_requested = False
-            self.next_sm_ns = now_ns + self.sm_interval_ns
-            work += 1
-        clean_to = consumed - self.log.term_length
-        if clean_to - self.clean_position >= self.log.term_length // CLEAN_STEP_FRACTION:
-            self.log.clean(self.clean_position, clean_to)
-            self.clean_position = clean_to
         return work
 
     def end_of_stream_status_message(self) -> bytes:

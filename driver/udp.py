@@ -315,13 +315,14 @@ class UdpTransport:
             faults.flush(handler)
         return n
 
-    def receive_data(self, receivers: list[_udp.ImageReceiver], handler: DatagramHandler) -> int:
+    def receive_data(self, receivers: list[_udp.ImageReceiver], handler: DatagramHandler, checked: bool = False) -> int:
         """:meth:`receive` with the data path in C: DATA that one of ``receivers`` takes is inserted
         with no Python per datagram (see :func:`logbuf.driver._udp.udp_receive_data`); ``handler`` gets
-        the rest. With fault injection on, everything goes through :meth:`receive`."""
+        the rest. With fault injection on, everything goes through :meth:`receive`. ``checked``: the caller
+        has just seen :meth:`readable` true (one poll syscall per cycle, not two)."""
         if self.faults is not None:
             return self.receive(handler)
-        if not self._readable.poll(0):
+        if not checked and not self._readable.poll(0):
             return 0
         n, received_bytes = _udp.udp_receive_data(
             self.socket.fileno(), self._buffer, SLOT_LENGTH, self._lengths, self._sources, receivers
@@ -335,6 +336,10 @@ class UdpTransport:
                 if length >= 0:  # -1: taken by the native data path
                     handler(view[i * SLOT_LENGTH : i * SLOT_LENGTH + length], self._address_of(int(self._sources[i])))
         return n
+
+    def readable(self) -> bool:
+        """A datagram (or fault-injected delivery) is waiting: :meth:`receive` would do something."""
+        return self.faults is not None or bool(self._readable.poll(0))
 
     def _address_of(self, source: int) -> Address:
         address = self._addresses.get(source)
@@ -595,6 +600,7 @@ class ReceiveChannelEndpoint(ChannelEndpoint):
         super().__init__(channel, transport, system_counters, clock_ns)
         self.conductor = conductor
         self.control_address = control_address
+        self._senders: dict[Address, Callable[[Buffer], int]] = {}
         """Multicast and MDC: where SMs and NAKs go (else to each image's source)."""
         self.elicit_periodically = elicit_periodically
         """MDC (control-mode=dynamic): ask the control address for SETUPs every 100 ms while a subscribed
@@ -625,9 +631,11 @@ class ReceiveChannelEndpoint(ChannelEndpoint):
         transport = self.transport
         if not isinstance(transport, UdpTransport) or not self.images:
             return transport.receive(self.on_datagram)
+        if not transport.readable():  # the common idle cycle: no receivers to prime
+            return 0
         active = [image for image in self.images.values() if image.state is ImageState.ACTIVE]
         receivers = [image.native_receiver() for image in active]
-        n = transport.receive_data(receivers, self.on_datagram)
+        n = transport.receive_data(receivers, self.on_datagram, checked=True)
         if n:
             now = self.clock_ns()
             for image in active:
@@ -709,5 +717,10 @@ class ReceiveChannelEndpoint(ChannelEndpoint):
     def sender_to(self, address: Address) -> Callable[[Buffer], int]:
         """A ``send`` for an image's NAKs and SMs: to the control address if the channel has one, else to
         the image's source address."""
-        target = self.control_address or address
-        return lambda datagram: self.transport.send_to(datagram, target)
+        send = self._senders.get(address)
+        if send is None:  # made once per source: the receiver asks every cycle for every image
+            if len(self._senders) > 1024:
+                self._senders.clear()
+            target, transport = self.control_address or address, self.transport
+            send = self._senders[address] = lambda datagram: transport.send_to(datagram, target)
+        return send
