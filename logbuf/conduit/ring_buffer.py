@@ -135,6 +135,8 @@ class ManyToOneRingBuffer:
         buffer = self.buffer
         head = native.get_int64_volatile(buffer, self._head_offset)
         head_index = head & self._mask
+        if rd.record_length_volatile(buffer, head_index) == 0:
+            return 0  # nothing claimed at the head: the conductor's common cycle, with no state to touch
         to_end = self.capacity - head_index
         limit = self._read_limit(head, to_end)
         resyncing = head == self._resync_position
