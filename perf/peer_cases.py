@@ -39,6 +39,8 @@ CASES = (
     "udp-pingpong",
     "udp-pingpong-pinned",
     "udp-pingpong-embedded",
+    "udp-32-embedded",
+    "udp-512-embedded",
     "ipc-32-batch",
     "udp-32-batch",
 )
@@ -47,10 +49,14 @@ BATCH = 64
 them into numpy arrays (``poll_batch``) with a numpy consumer; pyaeron has no such API, so its figure on
 these rows is its per-message path (the same scenario as the row without ``-batch``), and pyzmq's too."""
 EMBEDDED = "udp-pingpong-embedded"
-"""Each side's driver lives in its client's process: 2 processes, not 4. logbuf's is an invoker-mode
-driver (``MediaDriver.launch(ctx, invoker=True)``) whose duty cycle the client runs where it would idle;
-pyaeron's is its C media driver (SHARED threading mode) on a thread of the client's process; pyzmq's
-figure is its TCP ping-pong, which has no driver."""
+"""``*-embedded`` rows: each side's driver lives in its client's process, 2 processes, not 4. logbuf's is
+an invoker-mode driver (``MediaDriver.launch(ctx, invoker=True)``) whose duty cycle the client runs
+where it would idle (and, publishing, after every ``INVOKE_EVERY`` offers); pyaeron's is its C media
+driver (SHARED threading mode) on a thread of the client's process; pyzmq's figure is its row without
+``-embedded`` (it has no driver)."""
+INVOKE_EVERY = 256
+"""An embedded publisher's driver sends only when invoked: after this many offers it runs a cycle even
+if none was back-pressured (one cycle sends up to 64 datagrams)."""
 STREAM_ID = 10
 PONG_STREAM_ID = 11
 END = b"END!"
@@ -130,6 +136,78 @@ def lb_embedded(name: str) -> tuple[Any, Any]:
     directory = f"/dev/shm/logbuf-peers-{name}-{uuid.uuid4().hex[:8]}"
     driver = MediaDriver.launch(DriverContext(dir=directory, dir_delete_on_shutdown=True), invoker=True)
     return driver, Aeron.connect(Context(dir=directory, driver_agent_invoker=driver.invoke))
+
+
+def lb_embedded_publisher(directory: str, channel: str, size: int, seconds: float, out: Any) -> None:
+    from logbuf.logging_config import configure_logging
+
+    configure_logging("warning")
+    driver, aeron = lb_embedded("pub")
+    invoke = driver.invoke
+    try:
+        pub = aeron.add_publication(channel, STREAM_ID)
+        give_up = time.monotonic() + 30
+        while not pub.is_connected and time.monotonic() < give_up:
+            invoke()
+        message, offer = bytes(size), pub.offer
+        sent = 0
+        deadline = time.perf_counter() + seconds
+        while time.perf_counter() < deadline:
+            for _ in range(1000 // INVOKE_EVERY):
+                for _ in range(INVOKE_EVERY):
+                    if offer(message) > 0:
+                        sent += 1
+                    else:
+                        invoke()
+                invoke()
+        end = END + bytes(size)
+        give_up = time.monotonic() + 30
+        while pub.offer(end) < 0 and time.monotonic() < give_up:
+            invoke()
+        out.put(("sent", sent))
+        linger = time.monotonic() + 1.0  # the sender drains only while this driver runs
+        while time.monotonic() < linger:
+            if not invoke():
+                os.sched_yield()
+    finally:
+        aeron.close()
+        driver.close()
+
+
+def lb_embedded_subscriber(directory: str, channel: str, size: int, timeout_s: float, out: Any) -> None:
+    from logbuf.client import FragmentAssembler
+    from logbuf.logging_config import configure_logging
+
+    configure_logging("warning")
+    driver, aeron = lb_embedded("sub")
+    invoke = driver.invoke
+    try:
+        sub = aeron.add_subscription(channel, STREAM_ID)
+        out.put(("ready", 0))
+        received, done, start = 0, False, 0.0
+
+        def on_message(buffer: memoryview, header: Any) -> None:
+            nonlocal received, done
+            if len(buffer) == size:
+                received += 1
+            else:
+                done = True
+
+        handler = FragmentAssembler(on_message)
+        poll = sub.poll
+        deadline = time.monotonic() + timeout_s
+        while not done:
+            if poll(handler, 4096):
+                if not start:
+                    start = time.perf_counter()
+            elif time.monotonic() > deadline:
+                break
+            invoke()  # the receiver reads the socket only when invoked
+        out.put(("received", received))
+        out.put(("elapsed", time.perf_counter() - start if start else 0.0))
+    finally:
+        aeron.close()
+        driver.close()
 
 
 def lb_embedded_ponger(ping: str, pong: str, count: int) -> None:
@@ -216,6 +294,11 @@ def logbuf_case(case: str, seconds: float, pings: int) -> dict[str, Any]:
 
     if case == EMBEDDED:
         return lb_embedded_latency(pings, min(1_000, pings // 10))
+    if case.endswith("-embedded"):
+        size = int(case.split("-")[1])
+        return run_throughput(
+            lb_embedded_publisher, lb_embedded_subscriber, "", "", udp(free_udp_port()), size, seconds
+        )
 
     size = int(case.split("-")[1]) if case.split("-")[1].isdigit() else 0
     if case.startswith("ipc") and case.endswith("batch"):
@@ -379,6 +462,26 @@ def pa_throughput(pub_dir: str, sub_dir: str, channel: str, size: int, seconds: 
     return run_throughput(pa_publisher, pa_subscriber, pub_dir, sub_dir, channel, size, seconds)
 
 
+def pa_embedded_publisher(directory: str, channel: str, size: int, seconds: float, out: Any) -> None:
+    import pyaeron
+
+    driver = pyaeron.MediaDriver(dir=directory, threading="shared")
+    try:
+        pa_publisher(directory, channel, size, seconds, out)
+    finally:
+        driver.close()
+
+
+def pa_embedded_subscriber(directory: str, channel: str, size: int, timeout_s: float, out: Any) -> None:
+    import pyaeron
+
+    driver = pyaeron.MediaDriver(dir=directory, threading="shared")
+    try:
+        pa_subscriber(directory, channel, size, timeout_s, out)
+    finally:
+        driver.close()
+
+
 def pa_ponger(directory: str, ping: str, pong: str, count: int, cpu: int | None, embedded: bool = False) -> None:
     if cpu is not None:
         os.sched_setaffinity(0, {cpu})
@@ -490,6 +593,14 @@ def pyaeron_case(case: str, seconds: float, pings: int) -> dict[str, Any]:
         finally:
             for d in dirs:
                 shutil.rmtree(d, ignore_errors=True)
+    if case.endswith("-embedded"):
+        dirs = [f"/dev/shm/aeron-peers-{uuid.uuid4().hex[:8]}" for _ in range(2)]
+        try:
+            publisher, subscriber = pa_embedded_publisher, pa_embedded_subscriber
+            return run_throughput(publisher, subscriber, *dirs, udp(free_udp_port()), int(case.split("-")[1]), seconds)
+        finally:
+            for d in dirs:
+                shutil.rmtree(d, ignore_errors=True)
     pinned = case.endswith("pinned")
     drivers = PaDrivers(1 if case.startswith("ipc") else 2, (0, 1) if pinned else (None, None))
     try:
@@ -509,7 +620,7 @@ def pyaeron_case(case: str, seconds: float, pings: int) -> dict[str, Any]:
 
 # -- pyzmq ------------------------------------------------------------------------------------------------
 def pyzmq_case(case: str, seconds: float, pings: int) -> dict[str, Any]:
-    case = case.removesuffix("-batch")
+    case = case.removesuffix("-batch").removesuffix("-embedded")
     if case == "ipc-pingpong":
         return zmq_latency(pings)
     if case.startswith("ipc"):

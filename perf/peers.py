@@ -43,7 +43,16 @@ PEER_PACKAGES = [
     "websockets",
     "zstandard",
 ]
-THROUGHPUT = {"ipc-32", "ipc-512", "udp-32", "udp-512", "ipc-32-batch", "udp-32-batch"}
+THROUGHPUT = {
+    "ipc-32",
+    "ipc-512",
+    "udp-32",
+    "udp-512",
+    "ipc-32-batch",
+    "udp-32-batch",
+    "udp-32-embedded",
+    "udp-512-embedded",
+}
 
 
 def find_python312() -> str:
