@@ -54,7 +54,7 @@ an invoker-mode driver (``MediaDriver.launch(ctx, invoker=True)``) whose duty cy
 where it would idle (and, publishing, after every ``INVOKE_EVERY`` offers); pyaeron's is its C media
 driver (SHARED threading mode) on a thread of the client's process; pyzmq's figure is its row without
 ``-embedded`` (it has no driver)."""
-INVOKE_EVERY = 256
+INVOKE_EVERY = 1000
 """An embedded publisher's driver sends only when invoked: after this many offers it runs a cycle even
 if none was back-pressured (one cycle sends up to 64 datagrams)."""
 STREAM_ID = 10
