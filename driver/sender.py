@@ -20,9 +20,16 @@ class Sender:
 
     role_name = "sender"
 
-    def __init__(self, clock_ns: Callable[[], int]) -> None:
+    def __init__(self, clock_ns: Callable[[], int], control_poll_every: int = 1) -> None:
+        if control_poll_every < 1:
+            raise ValueError(f"control_poll_every={control_poll_every} must be at least 1")
         self.clock_ns = clock_ns
         self.endpoints: list[SendChannelEndpoint] = []
+        self.control_poll_every = control_poll_every
+        """Read the endpoints' sockets (SMs, NAKs, RTT probes) every this many idle cycles: each read is
+        a system call, and a status message that waits a few cycles changes nothing while the window
+        it grants is still open. A cycle that read something reads again the next one."""
+        self._cycles_to_control_poll = 0
 
     # -- agent ------------------------------------------------------------------------------------------
     def on_start(self) -> None:
@@ -31,13 +38,20 @@ class Sender:
     def do_work(self) -> int:
         now = self.clock_ns()
         work = 0
+        poll_control = self._cycles_to_control_poll <= 0
+        received = 0
         for endpoint in self.endpoints:
             for publication in endpoint.publications.values():
                 work += publication.send(now, endpoint.send, endpoint.send_frames)
-            work += endpoint.poll()
+            if poll_control:
+                received += endpoint.poll()
             if endpoint.destinations is not None:
                 endpoint.on_idle(now)
-        return work
+        if poll_control:
+            self._cycles_to_control_poll = 0 if received else self.control_poll_every - 1
+        else:
+            self._cycles_to_control_poll -= 1
+        return work + received
 
     def on_close(self) -> None:
         for endpoint in self.endpoints:
