@@ -84,11 +84,16 @@ BUSY_CPU_TIME_COUNTERS = (
     SystemCounterId.SENDER_BUSY_CPU_TIME,
     SystemCounterId.RECEIVER_BUSY_CPU_TIME,
 )
-"""One per agent, in duty-cycle order (conductor, sender, receiver)."""
+"""One per agent, in the order they start (conductor, sender, receiver)."""
 
 
 class _DriverAgents(CompositeAgent):
     """The conductor, sender and receiver on one duty cycle; remembers when it last did work.
+
+    They start (and close in reverse) in that order, but each cycle runs the sender, the conductor,
+    then the receiver: a message a client committed since the last cycle leaves without waiting for
+    the conductor's Python, and one that arrives is in its image just before the cycle ends and the
+    client (an embedded driver's caller, or a yielding one) polls.
 
     With ``busy_cpu_time`` each agent's ``do_work`` that did work adds the duty-cycle thread's CPU time
     it took to that agent's busy CPU time counter; calls that found nothing to do (and the idle
@@ -99,13 +104,30 @@ class _DriverAgents(CompositeAgent):
 
     last_busy_ns: int = 0
 
-    def __init__(self, *agents: Agent, system_counters: SystemCounters, busy_cpu_time: bool) -> None:
-        super().__init__(*agents)
+    def __init__(
+        self,
+        conductor: DriverConductor,
+        sender: Sender,
+        receiver: Receiver,
+        *,
+        system_counters: SystemCounters,
+        busy_cpu_time: bool,
+    ) -> None:
+        super().__init__(conductor, sender, receiver)
         self._system_counters = system_counters
         self._busy_cpu_time = busy_cpu_time
+        self._cycle = (sender.do_work, conductor.do_work, receiver.do_work)
+        counters = dict(zip(self.agents, BUSY_CPU_TIME_COUNTERS, strict=True))
+        self._counted_cycle: tuple[tuple[Agent, SystemCounterId], ...] = tuple(
+            (agent, counters[agent]) for agent in (sender, conductor, receiver)
+        )
 
     def do_work(self) -> int:
-        work = self._work_counting_cpu() if self._busy_cpu_time else super().do_work()
+        if self._busy_cpu_time:
+            work = self._work_counting_cpu()
+        else:
+            send, conduct, receive = self._cycle
+            work = send() + conduct() + receive()
         if work:
             self.last_busy_ns = time.monotonic_ns()
         return work
@@ -114,7 +136,7 @@ class _DriverAgents(CompositeAgent):
         cpu_ns, increment = time.thread_time_ns, self._system_counters.increment
         work = 0
         before = cpu_ns()
-        for agent, counter_id in zip(self.agents, BUSY_CPU_TIME_COUNTERS, strict=True):
+        for agent, counter_id in self._counted_cycle:
             agent_work = agent.do_work()
             after = cpu_ns()
             if agent_work:
