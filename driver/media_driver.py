@@ -3,7 +3,8 @@
 The conductor, the sender and the receiver are built here and wired with proxies (the conductor
 gets a :class:`~logbuf.driver.proxies.SenderProxy` and a
 :class:`~logbuf.driver.proxies.ReceiverProxy`); they share one duty cycle (Aeron's SHARED mode),
-each agent's ``do_work`` in turn. Their clocks and UDP transports come from the driver context.
+each agent's ``do_work`` in turn (sender, conductor, receiver: see :class:`_DriverAgents`). Their
+clocks and UDP transports come from the driver context.
 
 Embedded (Aeron's INVOKER threading mode): ``MediaDriver.launch(ctx, invoker=True)`` starts no duty
 cycle of its own; the application calls :meth:`MediaDriver.invoke` (one cycle) from its own loop,
