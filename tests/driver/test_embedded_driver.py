@@ -65,7 +65,8 @@ def test_ipc_round_trip_on_one_thread_with_the_driver_invoked_by_the_client(embe
 
 
 def test_an_idle_embedded_driver_reports_no_work(embedded: MediaDriver) -> None:
-    with Aeron.connect(Context(dir=embedded.ctx.dir, driver_agent_invoker=embedded.invoke)) as aeron:
+    context = Context(dir=embedded.ctx.dir, driver_agent_invoker=embedded.invoke, use_conductor_thread=False)
+    with Aeron.connect(context) as aeron:  # no conductor thread: no keepalive lands between the two calls
         aeron.add_subscription("aeron:ipc", 7)
         deadline = time.monotonic() + TIMEOUT_S
         while embedded.invoke() and time.monotonic() < deadline:
