@@ -600,8 +600,8 @@ class ReceiveChannelEndpoint(ChannelEndpoint):
         super().__init__(channel, transport, system_counters, clock_ns)
         self.conductor = conductor
         self.control_address = control_address
-        self._senders: dict[Address, Callable[[Buffer], int]] = {}
         """Multicast and MDC: where SMs and NAKs go (else to each image's source)."""
+        self._senders: dict[Address, Callable[[Buffer], int]] = {}
         self.elicit_periodically = elicit_periodically
         """MDC (control-mode=dynamic): ask the control address for SETUPs every 100 ms while a subscribed
         stream has no image, which is also how the publication learns this destination."""
