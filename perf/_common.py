@@ -14,6 +14,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -63,6 +64,40 @@ def percentiles(rtts_ns: list[int]) -> dict[str, float]:
         "max_us": rtts_ns[-1] / 1e3,
         "count": n,
     }
+
+
+def ping_pong_rtts(
+    ping: Callable[[], object],
+    poll: Callable[[Callable[[Any, Any], None], int], int],
+    idle: Callable[[], object],
+    count: int,
+    warmup: int,
+) -> list[int]:
+    """Round trips over a publication/subscription pair, ns: ``count + warmup`` times, ``ping()`` until it
+    is taken (truthy), then ``poll(handler, 1)`` until the pong arrives, calling ``idle()`` after every
+    refused offer and empty poll; the first ``warmup`` are not kept. A pong 10 s late raises."""
+    got = 0
+
+    def on_pong(buffer: Any, header: Any) -> None:
+        nonlocal got
+        got += 1
+
+    rtts: list[int] = []
+    clock = time.perf_counter_ns
+    for i in range(count + warmup):
+        t0 = clock()
+        while not ping():
+            idle()
+        want = got + 1
+        give_up = t0 + 10_000_000_000
+        while got < want:
+            if not poll(on_pong, 1):
+                idle()
+                if clock() > give_up:
+                    raise RuntimeError(f"no pong for ping {i} in 10 s")
+        if i >= warmup:
+            rtts.append(clock() - t0)
+    return rtts
 
 
 def collect(q: Any, keys: int, timeout_s: float) -> dict[str, float]:

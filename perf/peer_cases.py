@@ -28,7 +28,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _common import collect, percentiles, zmq_latency, zmq_throughput  # noqa: E402
+from _common import collect, percentiles, ping_pong_rtts, zmq_latency, zmq_throughput  # noqa: E402
 
 CASES = (
     "ipc-32",
@@ -257,29 +257,8 @@ def lb_embedded_latency(count: int, warmup: int) -> dict[str, Any]:
             invoke()
             if time.monotonic() > give_up:
                 raise RuntimeError("ping-pong streams never connected")
-        got = 0
-
-        def on_pong(buffer: memoryview, header: Any) -> None:
-            nonlocal got
-            got += 1
-
-        message = bytes(32)
-        rtts: list[int] = []
-        poll, offer, clock = sub.poll, pub.offer, time.perf_counter_ns
-        for i in range(count + warmup):
-            t0 = clock()
-            while offer(message) < 0:
-                invoke()
-            want = got + 1
-            give_up_ns = t0 + 10_000_000_000
-            while got < want:
-                if not poll(on_pong, 1):
-                    invoke()
-                    if clock() > give_up_ns:
-                        raise RuntimeError(f"no pong for ping {i} in 10 s")
-            if i >= warmup:
-                rtts.append(clock() - t0)
-        return percentiles(rtts)
+        message, offer = bytes(32), pub.offer
+        return percentiles(ping_pong_rtts(lambda: offer(message) >= 0, sub.poll, invoke, count, warmup))
     finally:
         ponger.join(30)
         if ponger.is_alive():
@@ -539,28 +518,8 @@ def pa_latency(
             sub = aeron.add_subscription(pong, PONG_STREAM_ID)
             pub.await_connected(30)
             sub.await_connected(30)
-            message = bytes(32)
-            got = 0
-
-            def on_pong(buffer: Any, header: Any) -> None:
-                nonlocal got
-                got += 1
-
-            rtts: list[int] = []
-            poll, offer, clock, idle = sub.poll, pub.offer, time.perf_counter_ns, os.sched_yield
-            for i in range(count + warmup):
-                t0 = clock()
-                while not offer(message):
-                    idle()
-                want = got + 1
-                give_up = t0 + 10_000_000_000
-                while got < want:
-                    if not poll(on_pong, 1):
-                        idle()
-                        if clock() > give_up:
-                            raise RuntimeError(f"no pong for ping {i} in 10 s")
-                if i >= warmup:
-                    rtts.append(clock() - t0)
+            message, offer = bytes(32), pub.offer
+            rtts = ping_pong_rtts(lambda: offer(message), sub.poll, os.sched_yield, count, warmup)
         return percentiles(rtts)
     finally:
         ponger.join(30)

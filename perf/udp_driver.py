@@ -31,7 +31,7 @@ import time
 import uuid
 from typing import Any
 
-from _common import ROOT, cpu_seconds, new_results, percentiles, quiet, write_results, zmq_latency
+from _common import ROOT, cpu_seconds, new_results, percentiles, ping_pong_rtts, quiet, write_results, zmq_latency
 
 STREAM_ID = 10
 PING_STREAM_ID, PONG_STREAM_ID = 20, 21
@@ -269,28 +269,8 @@ def lb_latency(a: Driver, b: Driver, count: int, warmup: int, pinned: bool = Fal
                 if time.monotonic() > deadline:
                     raise RuntimeError("ping-pong streams never connected")
                 time.sleep(0.001)
-            rtts = []
-            got = 0
-
-            def on_pong(buffer: memoryview, header: Any) -> None:
-                nonlocal got
-                got += 1
-
             message = bytes(32)
-            perf, idle = time.perf_counter_ns, os.sched_yield
-            for i in range(count + warmup):
-                start = perf()
-                while pub.offer(message) < 0:
-                    idle()
-                want = got + 1
-                give_up = start + 10_000_000_000
-                while got < want:
-                    if not sub.poll(on_pong, 1):
-                        idle()
-                        if perf() > give_up:
-                            raise RuntimeError(f"no pong for ping {i} in 10 s")
-                if i >= warmup:
-                    rtts.append(perf() - start)
+            rtts = ping_pong_rtts(lambda: pub.offer(message) >= 0, sub.poll, os.sched_yield, count, warmup)
     finally:
         ponger.join(30)
         if ponger.is_alive():
