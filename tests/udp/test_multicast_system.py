@@ -67,20 +67,6 @@ def hosts(net: NetnsNetwork, request: pytest.FixtureRequest) -> Iterator[list[Dr
         ]
 
 
-@pytest.fixture
-def children() -> Iterator[Callable[..., Child]]:
-    spawned: list[Child] = []
-
-    def spawn(role: str, **args: object) -> Child:
-        child = Child(role, **args)
-        spawned.append(child)
-        return child
-
-    yield spawn
-    for child in spawned:
-        child.close()
-
-
 def multicast(port: int, host: int, **params: object) -> str:
     return f"aeron:udp?endpoint={GROUP}:{port}|interface=10.13.0.{host + 1}" + _params(params)
 

@@ -171,20 +171,6 @@ class Child:
         self._err.close()
 
 
-@pytest.fixture
-def children() -> Iterator[Callable[..., Child]]:
-    spawned: list[Child] = []
-
-    def spawn(role: str, **args: object) -> Child:
-        child = Child(role, **args)
-        spawned.append(child)
-        return child
-
-    yield spawn
-    for child in spawned:
-        child.close()
-
-
 def await_condition(
     condition: Callable[[], object],
     timeout_s: float = 10.0,
