@@ -167,17 +167,16 @@ def test_protocol_spec_time_index_table_matches_the_descriptor() -> None:
     assert ti.HEADER.size == ti.HEADER_LENGTH and ti.ENTRY.size == ti.ENTRY_LENGTH == ti.MAX_RESERVED_OFFSET + 8
 
 
-def test_a_time_index_the_recorder_cannot_write_costs_pruning_not_the_recording(
-    archive_driver: DriverProcess, tmp_path: pathlib.Path
-) -> None:
-    archive = tmp_path / "archive"
-    (archive / "0.times").mkdir(parents=True)  # in the way: every append fails
-    recorder = RecorderProcess(str(archive), archive_driver.dir, "aeron:ipc", 32).start()
+def record_until_stopped(recorder: RecorderProcess, count: int) -> list[int]:
+    """Start ``recorder``, publish ``count`` messages of 1000 B on its stream, close the publication, wait
+    for the recording to stop and stop the recorder (status 0); returns the messages' end positions."""
+    archive = pathlib.Path(recorder.archive_dir)
+    recorder.start()
     try:
-        with Aeron.connect(Context(dir=archive_driver.dir)) as aeron:
-            pub = aeron.add_publication("aeron:ipc", 32)
+        with Aeron.connect(Context(dir=recorder.driver_dir)) as aeron:
+            pub = aeron.add_publication(recorder.channel, recorder.stream_id)
             await_(lambda: pub.is_connected, 20, "the recorder to subscribe")
-            _, ends = publish(pub, [bytes(1000)] * 400)  # ~3 segments of 128 KiB
+            _, ends = publish(pub, [bytes(1000)] * count)
             pub.close()
 
             def stopped() -> bool:
@@ -189,6 +188,16 @@ def test_a_time_index_the_recorder_cannot_write_costs_pruning_not_the_recording(
             await_(stopped, 20, "the recording to stop")
     finally:
         assert recorder.stop() == 0, recorder.output()
+    return ends
+
+
+def test_a_time_index_the_recorder_cannot_write_costs_pruning_not_the_recording(
+    archive_driver: DriverProcess, tmp_path: pathlib.Path
+) -> None:
+    archive = tmp_path / "archive"
+    (archive / "0.times").mkdir(parents=True)  # in the way: every append fails
+    recorder = RecorderProcess(str(archive), archive_driver.dir, "aeron:ipc", 32)
+    ends = record_until_stopped(recorder, 400)  # ~3 segments of 128 KiB
     with Catalog.open(archive) as catalog:
         d = catalog.recording(0)
     assert not d.interrupted and d.stop_position == ends[-1]
@@ -198,21 +207,6 @@ def test_a_time_index_the_recorder_cannot_write_costs_pruning_not_the_recording(
 
 def test_record_no_time_index_writes_none(archive_driver: DriverProcess, tmp_path: pathlib.Path) -> None:
     archive = tmp_path / "archive"
-    recorder = RecorderProcess(str(archive), archive_driver.dir, "aeron:ipc", 33, ["--no-time-index"]).start()
-    try:
-        with Aeron.connect(Context(dir=archive_driver.dir)) as aeron:
-            pub = aeron.add_publication("aeron:ipc", 33)
-            await_(lambda: pub.is_connected, 20, "the recorder to subscribe")
-            _, ends = publish(pub, [bytes(1000)] * 300)
-            pub.close()
-
-            def stopped() -> bool:
-                if not (archive / "archive.catalog").exists():
-                    return False
-                with Catalog.open(archive) as catalog:
-                    return any(not d.active and d.stop_position >= ends[-1] for d in catalog.recordings())
-
-            await_(stopped, 20, "the recording to stop")
-    finally:
-        assert recorder.stop() == 0, recorder.output()
+    recorder = RecorderProcess(str(archive), archive_driver.dir, "aeron:ipc", 33, ["--no-time-index"])
+    record_until_stopped(recorder, 300)
     assert len(segment_files(archive, 0)) >= 2 and not (archive / "0.times").exists()
