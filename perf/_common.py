@@ -100,6 +100,29 @@ def ping_pong_rtts(
     return rtts
 
 
+def run_child(target: Callable[..., object], *args: Any) -> None:
+    """Process target: ``target(*args)``, an exception also reported on the queue (the last argument) as
+    ("error", text), so the parent never waits out a timeout for a dead child."""
+    try:
+        target(*args)
+    except BaseException as e:
+        args[-1].put(("error", f"{target.__name__}: {e!r}"))
+        raise
+
+
+def collect_or_raise(q: Any, keys: int | set[str], timeout_s: float) -> dict[str, Any]:
+    """Like :func:`collect`, but a child's ("error", text) report raises at once. ``keys``: how many
+    reports, or which names (others that arrive meanwhile are kept too)."""
+    results: dict[str, Any] = {}
+    deadline = time.monotonic() + timeout_s
+    while len(results) < keys if isinstance(keys, int) else not keys <= results.keys():
+        key, value = q.get(timeout=max(0.1, deadline - time.monotonic()))
+        if key == "error":
+            raise RuntimeError(value)
+        results[key] = value
+    return results
+
+
 def collect(q: Any, keys: int, timeout_s: float) -> dict[str, float]:
     """Read ``keys`` (name, value) pairs from a queue of child reports."""
     results: dict[str, float] = {}

@@ -31,7 +31,18 @@ import time
 import uuid
 from typing import Any
 
-from _common import ROOT, cpu_seconds, new_results, percentiles, ping_pong_rtts, quiet, write_results, zmq_latency
+from _common import (
+    ROOT,
+    collect_or_raise,
+    cpu_seconds,
+    new_results,
+    percentiles,
+    ping_pong_rtts,
+    quiet,
+    run_child,
+    write_results,
+    zmq_latency,
+)
 
 STREAM_ID = 10
 PING_STREAM_ID, PONG_STREAM_ID = 20, 21
@@ -86,28 +97,6 @@ class Driver:
                 self.proc.wait(5)
         shutil.rmtree(self.dir, ignore_errors=True)
         os.unlink(self.log.name)
-
-
-# -- children report failures on the queue, so the parent never waits out a timeout for a dead child ----
-def run_child(name: str, *args: Any) -> None:
-    """Process target: run the function ``name`` of this module; report an exception on the queue (last arg)."""
-    try:
-        globals()[name](*args)
-    except BaseException as e:
-        args[-1].put(("error", f"{name}: {e!r}"))
-        raise
-
-
-def collect_or_raise(q: Any, keys: int, timeout_s: float) -> dict[str, Any]:
-    """Like ``_common.collect``, but a child's ("error", text) report raises at once."""
-    results: dict[str, Any] = {}
-    deadline = time.monotonic() + timeout_s
-    while len(results) < keys:
-        key, value = q.get(timeout=max(0.1, deadline - time.monotonic()))
-        if key == "error":
-            raise RuntimeError(value)
-        results[key] = value
-    return results
 
 
 # -- logbuf throughput children ------------------------------------------------------------------------
@@ -193,10 +182,10 @@ def lb_throughput(a: Driver, b: Driver, size: int, seconds: float, mtu: int | No
     port = free_udp_port()
     ctx = mp.get_context("spawn")
     q: Any = ctx.Queue()
-    sub = ctx.Process(target=run_child, args=("lb_subscriber", b.dir, udp_channel(port), size, seconds + 60, q))
+    sub = ctx.Process(target=run_child, args=(lb_subscriber, b.dir, udp_channel(port), size, seconds + 60, q))
     sub.start()
     run_children([], q, 1, 30)  # ready
-    pub = ctx.Process(target=run_child, args=("lb_publisher", a.dir, udp_channel(port, mtu), size, seconds, q))
+    pub = ctx.Process(target=run_child, args=(lb_publisher, a.dir, udp_channel(port, mtu), size, seconds, q))
     pub.start()
     results = run_children([pub, sub], q, 4, seconds + 90)
     if results["sent"] < 0:

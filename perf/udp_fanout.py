@@ -59,7 +59,7 @@ import sys
 import time
 from typing import Any
 
-from _common import ROOT, new_results, quiet, write_results
+from _common import ROOT, collect_or_raise, new_results, quiet, run_child, write_results
 
 STREAM_ID = 10
 END = b"END!"
@@ -154,25 +154,6 @@ def subscriber(index: int, directory: str, channel: str, size: int, timeout_s: f
         out.put((f"completed{index}", done))
 
 
-def run_child(name: str, *args: Any) -> None:
-    try:
-        globals()[name](*args)
-    except BaseException as e:
-        args[-1].put(("error", f"{name}: {e!r}"))
-        raise
-
-
-def collect(q: Any, keys: set[str], timeout_s: float) -> dict[str, Any]:
-    results: dict[str, Any] = {}
-    deadline = time.monotonic() + timeout_s
-    while not keys <= results.keys():
-        key, value = q.get(timeout=max(0.1, deadline - time.monotonic()))
-        if key == "error":
-            raise RuntimeError(value)
-        results[key] = value
-    return results
-
-
 def channels(mode: str, n: int, port: int, net: Any) -> tuple[list[str], list[str]]:
     """(publisher channels, subscriber channel per receiver)."""
     if mode == "multicast":
@@ -198,22 +179,20 @@ def run_case(mode: str, n: int, size: int, seconds: float, port: int, net: Any, 
     procs = []
     try:
         for i, channel in enumerate(sub_channels, start=1):
-            p = ctx.Process(target=run_child, args=("subscriber", i, drivers[i].dir, channel, size, seconds + 90, q))
+            p = ctx.Process(target=run_child, args=(subscriber, i, drivers[i].dir, channel, size, seconds + 90, q))
             p.start()
             procs.append(p)
-        collect(q, {f"ready{i}" for i in range(1, n + 1)}, 60)
-        pub = ctx.Process(
-            target=run_child, args=("publisher", drivers[0].dir, pub_channels, size, seconds, finished, q)
-        )
+        collect_or_raise(q, {f"ready{i}" for i in range(1, n + 1)}, 60)
+        pub = ctx.Process(target=run_child, args=(publisher, drivers[0].dir, pub_channels, size, seconds, finished, q))
         pub.start()
         procs.append(pub)
-        collect(q, {"connected"}, 60)
+        collect_or_raise(q, {"connected"}, 60)
         (user_before, system_before), load_before = cpu_user_system_seconds(drivers[0].pid), os.getloadavg()
         wire_before = drivers[0].system_counter("Bytes sent")
         busy_before = {role: drivers[0].system_counter(label) for role, label in BUSY_COUNTERS.items()}
         watched_before = {key: drivers[0].system_counter(label) for key, label in WATCHED.items()}
         keys = {"sent"} | {f"{k}{i}" for k in ("received", "elapsed", "completed") for i in range(1, n + 1)}
-        results = collect(q, keys, seconds + 120)
+        results = collect_or_raise(q, keys, seconds + 120)
         user_after, system_after = cpu_user_system_seconds(drivers[0].pid)
         sender_user, sender_system = user_after - user_before, system_after - system_before
         sender_cpu = sender_user + sender_system
