@@ -359,6 +359,12 @@ class Reader:
                 self.last_us[i] = t
         return len(events)
 
+    def read_all(self, timeout_s: float) -> None:
+        """:meth:`read_ready` until every ready connection is read (one call reports at most MAX_EVENTS)."""
+        if self.read_ready(timeout_s) == MAX_EVENTS:
+            while self.read_ready(0) == MAX_EVENTS:
+                pass
+
     def staleness_us(self) -> int:
         now_us = time.time_ns() // 1000
         return max((now_us - t if t else 10**12 for t in self.last_us), default=0)
@@ -398,8 +404,7 @@ def upgrade_batch(reader: Reader, batch: list[socket.socket]) -> None:
                 ep.unregister(fd)
                 del pending[fd]
                 reader.add(s, head.split(b"\r\n\r\n", 1)[1])
-            while reader.read_ready(0) == MAX_EVENTS:  # keep the open connections drained
-                pass
+            reader.read_all(0)  # keep the open connections drained
     finally:
         ep.close()
 
@@ -434,9 +439,7 @@ def client_proc(port: int, count: int, first: int, out: Any, start_measure: Any,
         if reader.measuring and time.monotonic() >= window_end:
             break
         time.sleep(READ_PAUSE_S)  # let bytes gather: one recv takes many frames
-        if reader.read_ready(0.05) == MAX_EVENTS:
-            while reader.read_ready(0) == MAX_EVENTS:  # every ready connection, not only the first batch
-                pass
+        reader.read_all(0.05)
         if not caught_up_sent and reader.staleness_us() < CAUGHT_UP_US:
             caught_up_sent = True
             out.put(("caught_up", 0, ""))
