@@ -487,37 +487,30 @@ def run_step(kind: str, clients: int, args: argparse.Namespace) -> dict[str, Any
     start_measure = ctx.Event()
     driver: Any = None
     producer: Any = None
-    workers = args.workers if kind == "relay" else 1
-    if kind == "relay" and workers > 1:
-        from tests.support.driver_process import DriverProcess
+    servers: list[Any] = []
+    port = 0
+    if kind == "relay":
+        if args.workers > 1:
+            from tests.support.driver_process import DriverProcess
 
-        driver = DriverProcess(args=WORKER_DRIVER_ARGS, check_errors=False).start()
-        servers = []
-        port = 0
-        for _ in range(workers):  # the first binds a free port, the others join it (SO_REUSEPORT)
+            driver = DriverProcess(args=WORKER_DRIVER_ARGS, check_errors=False).start()
+        for _ in range(args.workers):  # the first binds a free port, other workers join it (SO_REUSEPORT)
             worker = ctx.Process(
                 target=relay_server,
                 args=(args.rate, args.flush_interval, args.max_events_per_ip, args.data_dir, q, stop_server),
-                kwargs={"port": port, "driver_dir": driver.dir},
+                kwargs={"port": port, "driver_dir": None if driver is None else driver.dir},
             )
             worker.start()
+            servers.append(worker)
             tag, port = q.get(timeout=60)
             assert tag == "port"
-            servers.append(worker)
-        producer = ctx.Process(target=stream_producer, args=(args.rate, driver.dir, q, stop_server))
-        producer.start()
-        tag, _ = q.get(timeout=60)
-        assert tag == "producing"
+        if driver is not None:
+            producer = ctx.Process(target=stream_producer, args=(args.rate, driver.dir, q, stop_server))
+            producer.start()
+            tag, _ = q.get(timeout=60)
+            assert tag == "producing"
     else:
-        if kind == "relay":
-            servers = [
-                ctx.Process(
-                    target=relay_server,
-                    args=(args.rate, args.flush_interval, args.max_events_per_ip, args.data_dir, q, stop_server),
-                )
-            ]
-        else:
-            servers = [ctx.Process(target=baseline_server, args=(args.rate, q, stop_server))]
+        servers.append(ctx.Process(target=baseline_server, args=(args.rate, q, stop_server)))
         servers[0].start()
         tag, port = q.get(timeout=60)
         assert tag == "port"
