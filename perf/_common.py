@@ -30,10 +30,16 @@ def quiet() -> None:
     configure_logging("warning")
 
 
-def cpu_seconds(pid: int) -> float:
+def cpu_user_system_seconds(pid: int) -> tuple[float, float]:
+    """A process's user and system CPU seconds (``/proc/<pid>/stat``)."""
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
+
+
+def cpu_seconds(pid: int) -> float:
+    return sum(cpu_user_system_seconds(pid))
 
 
 def new_results(benchmark: str, **params: Any) -> dict[str, Any]:

@@ -59,7 +59,7 @@ import sys
 import time
 from typing import Any
 
-from _common import ROOT, collect_or_raise, new_results, quiet, run_child, write_results
+from _common import ROOT, collect_or_raise, cpu_user_system_seconds, new_results, quiet, run_child, write_results
 
 STREAM_ID = 10
 END = b"END!"
@@ -81,14 +81,6 @@ BUSY_COUNTERS = {
     "conductor": "Conductor busy CPU time in ns",
     "receiver": "Receiver busy CPU time in ns",
 }
-
-
-def cpu_user_system_seconds(pid: int) -> tuple[float, float]:
-    """A process's user and system CPU seconds (``/proc/<pid>/stat``)."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    tick = os.sysconf("SC_CLK_TCK")
-    return int(fields[11]) / tick, int(fields[12]) / tick
 
 
 def publisher(directory: str, channels: list[str], size: int, seconds: float, finished: Any, out: Any) -> None:
