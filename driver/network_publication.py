@@ -32,7 +32,7 @@ from logbuf.logbuffer import data_header_descriptor as dh
 from logbuf.protocol.data import HeartbeatFrame
 from logbuf.protocol.nak import NakFrame
 from logbuf.protocol.setup import SetupFrame
-from logbuf.protocol.status import StatusMessageFrame
+from logbuf.protocol.status import END_OF_STREAM_FLAG, SEND_SETUP_FLAG, StatusMessageFrame
 
 SETUP_INTERVAL_NS = 100_000_000
 HEARTBEAT_INTERVAL_NS = 100_000_000
@@ -201,51 +201,59 @@ class NetworkPublication(IpcPublication):
 
     # -- control frames ---------------------------------------------------------------------------
     def is_plausible_status_message(self, sm: StatusMessageFrame) -> bool:
-        """Could a receiver of this stream have sent ``sm``? Its consumption offset lies within a term,
-        its window is at most half a term (Aeron's receivers and ours cap it there), and its
-        consumption position lies between 0 and snd-pos (nobody
-        consumed what was not sent). Checked before any arithmetic: a forged SM far ahead once raised
-        the sender limit past int32 and stalled the stream for good. Setup-eliciting SMs carry zeros
-        and are not checked."""
-        term_length = self.log.term_length
-        if sm.consumption_term_offset > term_length or sm.receiver_window_length > term_length // 2:
-            return False
-        position = self.log.position_of(sm.consumption_term_id, sm.consumption_term_offset)
-        sender_position: int = self.sender_position.get()
-        return 0 <= position <= sender_position
+        """Could a receiver of this stream have sent ``sm``? (See :meth:`plausible_position`.)"""
+        return self.plausible_position(sm) is not None
 
-    def on_status_message(self, sm: StatusMessageFrame, now_ns: int, source: tuple[str, int] | None = None) -> None:
+    def plausible_position(self, sm: StatusMessageFrame) -> int | None:
+        """The consumption position of ``sm``, or None if no receiver of this stream could have sent it:
+        its consumption offset lies within a term, its window is at most half a term (Aeron's receivers
+        and ours cap it there), and its consumption position lies between 0 and snd-pos (nobody consumed
+        what was not sent). Checked before any arithmetic: a forged SM far ahead once raised the sender
+        limit past int32 and stalled the stream for good. Setup-eliciting SMs carry zeros and are not
+        checked."""
+        log = self.log
+        term_length = log.term_length
+        if sm.consumption_term_offset > term_length or sm.receiver_window_length > term_length // 2:
+            return None
+        position = log.position_of(sm.consumption_term_id, sm.consumption_term_offset)
+        return position if 0 <= position <= self.sender_position.get() else None
+
+    def on_status_message(
+        self, sm: StatusMessageFrame, now_ns: int, source: tuple[str, int] | None = None, position: int | None = None
+    ) -> None:
+        """An SM for this publication; ``position``: its consumption position when the caller has it."""
         self.time_of_last_sm_ns = now_ns
-        if sm.elicits_setup:
+        if sm.flags & SEND_SETUP_FLAG:
             self.should_send_setup = True
             self.next_setup_ns = 0
             return
-        position = self.log.position_of(sm.consumption_term_id, sm.consumption_term_offset)
+        if position is None:
+            position = self.log.position_of(sm.consumption_term_id, sm.consumption_term_offset)
         flow_control = self.flow_control
+        receiver_id = sm.receiver_id
         if source is not None:
-            self.receiver_addresses[sm.receiver_id] = source
+            self.receiver_addresses[receiver_id] = source
         self._set_sender_limit(
             flow_control.on_status_message(
                 position,
                 sm.receiver_window_length,
-                sm.receiver_id,
+                receiver_id,
                 sm.group_tag,
-                sm.is_end_of_stream,
+                bool(sm.flags & END_OF_STREAM_FLAG),
                 self.sender_limit,
                 now_ns,
             )
         )
-        counter_id = self.receiver_counters.get(sm.receiver_id)
+        counter_id = self.receiver_counters.get(receiver_id)
         if counter_id is not None:
-            self.counters.set_value(counter_id, flow_control.receivers[sm.receiver_id].last_position)
-        if not flow_control.has_required_receivers():
+            self.counters.set_value(counter_id, flow_control.receivers[receiver_id].last_position)
+        if self.is_connected or not flow_control.has_required_receivers():
             return
         if not self.has_received_sm:
             self.has_received_sm = True
             self.should_send_setup = False
-        if not self.is_connected:
-            self.is_connected = True
-            self.log.set_connected(True)
+        self.is_connected = True
+        self.log.set_connected(True)
 
     def set_destination_count(self, count: int) -> None:
         if self.mdc_destinations_counter_id >= 0:

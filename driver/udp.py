@@ -286,6 +286,7 @@ class UdpTransport:
         self._lengths = np.zeros(READS_PER_POLL, dtype=np.int32)
         self._sources = np.zeros(READS_PER_POLL, dtype=np.uint64)
         self._addresses: dict[int, Address] = {}
+        self._fd = self.socket.fileno()
 
     @property
     def local_address(self) -> Address:
@@ -297,16 +298,19 @@ class UdpTransport:
             if faults is not None:
                 faults.flush(handler)
             return 0
-        n = _udp.udp_receive_batch(self.socket.fileno(), self._buffer, SLOT_LENGTH, self._lengths, self._sources)
+        n = _udp.udp_receive_batch(self._fd, self._buffer, SLOT_LENGTH, self._lengths, self._sources)
         if n:
-            lengths = self._lengths[:n].tolist()
+            lengths = self._lengths.tolist() if n == READS_PER_POLL else self._lengths[:n].tolist()
             counters = self.system_counters
             counters.increment(SystemCounterId.BYTES_RECEIVED, sum(lengths))
             counters.increment(SystemCounterId.DATAGRAMS_RECEIVED, n)
             view = self._view
-            for i, (length, source) in enumerate(zip(lengths, self._sources[:n].tolist())):
-                address = self._address_of(source)
-                datagram = view[i * SLOT_LENGTH : i * SLOT_LENGTH + length]
+            addresses = self._addresses
+            sources = self._sources
+            for i in range(n):
+                source = int(sources[i])
+                address = addresses.get(source) or self._address_of(source)
+                datagram = view[i * SLOT_LENGTH : i * SLOT_LENGTH + lengths[i]]
                 if faults is not None:
                     faults.deliver(datagram, address, handler)
                 else:
@@ -545,14 +549,18 @@ class SendChannelEndpoint(ChannelEndpoint):
             return
         if not self._from_receiver(publication, source):
             return
-        if not sm.elicits_setup and not publication.is_plausible_status_message(sm):
-            self.system_counters.increment(SystemCounterId.INVALID_PACKETS)
-            return
+        position = None
+        if not sm.flags & status_codec.SEND_SETUP_FLAG:
+            position = publication.plausible_position(sm)
+            if position is None:
+                self.system_counters.increment(SystemCounterId.INVALID_PACKETS)
+                return
+            if not publication.is_connected:
+                publication.receiver_address = source
         self.system_counters.increment(SystemCounterId.STATUS_MESSAGES_RECEIVED)
-        self._track_destination(source, sm.receiver_id, now)
-        if not publication.is_connected and not sm.elicits_setup:
-            publication.receiver_address = source
-        publication.on_status_message(sm, now, source)
+        if self.destinations is not None:
+            self._track_destination(source, sm.receiver_id, now)
+        publication.on_status_message(sm, now, source, position)
 
     def _track_destination(self, source: Address, receiver_id: int, now_ns: int) -> None:
         """MDC: an SM adds (dynamic) or refreshes its source as a destination."""
