@@ -706,6 +706,30 @@ def test_every_frame_survives_encode_then_decode(frame: Frame) -> None:
 
 
 @given(
+    st.sampled_from([36, 44, 35, 40]),
+    st.integers(0, 2),
+    u8,
+    st.sampled_from([3, 2]),
+    st.binary(min_size=40, max_size=40),
+)
+def test_the_one_unpack_sm_decode_agrees_with_the_checked_decode(
+    frame_length: int, version: int, flags: int, frame_type: int, rest: bytes
+) -> None:
+    """``status.decode`` takes a well-formed 36-byte SM with one unpack; whatever the header and fields
+    (negative offsets and windows included), it returns the same frame, or raises the same error, as
+    the full checks."""
+    wire = struct.pack("<iBBH", frame_length, version, flags, frame_type) + rest
+
+    def outcome(decoder: Callable[[bytes, int], StatusMessageFrame]) -> object:
+        try:
+            return decoder(wire, 0)
+        except MalformedFrameError as exc:
+            return str(exc)
+
+    assert outcome(status.decode) == outcome(status._decode_checked)
+
+
+@given(
     st.lists(st.binary(max_size=200), min_size=1, max_size=8),
     st.integers(0, 2**20).map(lambda k: k * 32),
     st.booleans(),
