@@ -300,13 +300,13 @@ class UdpTransport:
             return 0
         n = _udp.udp_receive_batch(self._fd, self._buffer, SLOT_LENGTH, self._lengths, self._sources)
         if n:
-            lengths = self._lengths.tolist() if n == READS_PER_POLL else self._lengths[:n].tolist()
+            lengths = self._lengths[:n].tolist()
             counters = self.system_counters
             counters.increment(SystemCounterId.BYTES_RECEIVED, sum(lengths))
             counters.increment(SystemCounterId.DATAGRAMS_RECEIVED, n)
             view = self._view
             addresses = self._addresses
-            sources = self._sources
+            sources = self._sources  # read one by one: most control reads bring one or two datagrams
             for i in range(n):
                 source = int(sources[i])
                 address = addresses.get(source) or self._address_of(source)
@@ -558,8 +558,7 @@ class SendChannelEndpoint(ChannelEndpoint):
             if not publication.is_connected:
                 publication.receiver_address = source
         self.system_counters.increment(SystemCounterId.STATUS_MESSAGES_RECEIVED)
-        if self.destinations is not None:
-            self._track_destination(source, sm.receiver_id, now)
+        self._track_destination(source, sm.receiver_id, now)
         publication.on_status_message(sm, now, source, position)
 
     def _track_destination(self, source: Address, receiver_id: int, now_ns: int) -> None:
