@@ -106,6 +106,44 @@ def ping_pong_rtts(
     return rtts
 
 
+def count_until_end(
+    poll: Callable[[Any, int], int],
+    size: int,
+    timeout_s: float,
+    idle: Callable[[], object],
+    *,
+    wrap: Callable[[Callable[[Any, Any], None]], Any] | None = None,
+    idle_when_busy: bool = False,
+) -> tuple[int, float, bool]:
+    """A throughput subscriber's loop: ``poll(handler, 4096)`` counting the messages of ``size`` until the
+    one longer message (the END marker) or ``timeout_s`` without it. Returns (messages, seconds from the
+    first fragment to the end, whether the end arrived). ``idle()`` runs after an empty poll, and after
+    every poll with ``idle_when_busy`` (an embedded driver's duty cycle, which must run for anything to
+    arrive); ``wrap`` wraps the handler (a FragmentAssembler)."""
+    received, done, start = 0, False, 0.0
+
+    def on_message(buffer: Any, header: Any) -> None:
+        nonlocal received, done
+        if len(buffer) == size:
+            received += 1
+        else:
+            done = True
+
+    handler = on_message if wrap is None else wrap(on_message)
+    deadline = time.monotonic() + timeout_s
+    while not done:
+        if poll(handler, 4096):
+            if not start:
+                start = time.perf_counter()
+            if idle_when_busy:
+                idle()
+        else:
+            idle()
+            if time.monotonic() > deadline:
+                break
+    return received, time.perf_counter() - start if start else 0.0, done
+
+
 def run_child(target: Callable[..., object], *args: Any) -> None:
     """Process target: ``target(*args)``, an exception also reported on the queue (the last argument) as
     ("error", text), so the parent never waits out a timeout for a dead child."""

@@ -28,7 +28,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _common import collect, percentiles, ping_pong_rtts, zmq_latency, zmq_throughput  # noqa: E402
+from _common import collect, count_until_end, percentiles, ping_pong_rtts, zmq_latency, zmq_throughput  # noqa: E402
 
 CASES = (
     "ipc-32",
@@ -180,31 +180,14 @@ def lb_embedded_subscriber(directory: str, channel: str, size: int, timeout_s: f
 
     configure_logging("warning")
     driver, aeron = lb_embedded("sub")
-    invoke = driver.invoke
     try:
         sub = aeron.add_subscription(channel, STREAM_ID)
         out.put(("ready", 0))
-        received, done, start = 0, False, 0.0
-
-        def on_message(buffer: memoryview, header: Any) -> None:
-            nonlocal received, done
-            if len(buffer) == size:
-                received += 1
-            else:
-                done = True
-
-        handler = FragmentAssembler(on_message)
-        poll = sub.poll
-        deadline = time.monotonic() + timeout_s
-        while not done:
-            if poll(handler, 4096):
-                if not start:
-                    start = time.perf_counter()
-            elif time.monotonic() > deadline:
-                break
-            invoke()  # the receiver reads the socket only when invoked
+        received, elapsed, _ = count_until_end(
+            sub.poll, size, timeout_s, driver.invoke, wrap=FragmentAssembler, idle_when_busy=True
+        )  # the receiver reads the socket only when invoked
         out.put(("received", received))
-        out.put(("elapsed", time.perf_counter() - start if start else 0.0))
+        out.put(("elapsed", elapsed))
     finally:
         aeron.close()
         driver.close()
@@ -389,27 +372,9 @@ def pa_subscriber(directory: str, channel: str, size: int, timeout_s: float, out
     with pyaeron.Aeron(dir=directory) as aeron:
         sub = aeron.add_subscription(channel, STREAM_ID)
         out.put(("ready", 0))
-        received, done, start = 0, False, 0.0
-
-        def on_message(buffer: Any, header: Any) -> None:
-            nonlocal received, done
-            if len(buffer) == size:
-                received += 1
-            else:
-                done = True
-
-        poll, idle = sub.poll, os.sched_yield
-        deadline = time.monotonic() + timeout_s
-        while not done:
-            if poll(on_message, 4096):
-                if not start:
-                    start = time.perf_counter()
-            else:
-                idle()
-                if time.monotonic() > deadline:
-                    break
+        received, elapsed, _ = count_until_end(sub.poll, size, timeout_s, os.sched_yield)
         out.put(("received", received))
-        out.put(("elapsed", time.perf_counter() - start if start else 0.0))
+        out.put(("elapsed", elapsed))
 
 
 def run_throughput(

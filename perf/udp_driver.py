@@ -34,6 +34,7 @@ from typing import Any
 from _common import (
     ROOT,
     collect_or_raise,
+    count_until_end,
     cpu_seconds,
     new_results,
     percentiles,
@@ -137,30 +138,9 @@ def lb_subscriber(directory: str, channel: str, size: int, timeout_s: float, out
     with Aeron.connect(Context(dir=directory)) as aeron:
         sub = aeron.add_subscription(channel, STREAM_ID)
         out.put(("ready", 0))
-        received = 0
-        done = False
-        start = 0.0
-
-        def on_message(buffer: memoryview, header: Any) -> None:
-            nonlocal received, done
-            if len(buffer) == size:
-                received += 1
-            else:
-                done = True
-
-        handler = FragmentAssembler(on_message)
-        poll, idle = sub.poll, os.sched_yield
-        deadline = time.monotonic() + timeout_s
-        while not done:
-            if poll(handler, 4096):
-                if not start:
-                    start = time.perf_counter()
-            else:
-                idle()
-                if time.monotonic() > deadline:
-                    break
+        received, elapsed, done = count_until_end(sub.poll, size, timeout_s, os.sched_yield, wrap=FragmentAssembler)
         out.put(("received", received))
-        out.put(("elapsed", time.perf_counter() - start if start else 0.0))
+        out.put(("elapsed", elapsed))
         out.put(("completed", done))
 
 
