@@ -7,6 +7,8 @@ from typing_extensions import Buffer
 
 from logbuf.native.log_view import LogView
 
+POSITION_INT_REUSED: bool
+
 class BufferClaim:
     def __init__(self) -> None: ...
     @property

@@ -26,10 +26,12 @@ trusted no further than it must be: a raw tail past the term is a trip (nothing 
 count picks a partition, and the MTU recorded in the log is checked when the core is made.
 """
 
+cimport cython
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.mem cimport PyMem_Calloc, PyMem_Free
 from cpython.object cimport PyObject
+from cpython.ref cimport Py_DECREF, Py_XDECREF
 from cpython.sequence cimport PySequence_Fast, PySequence_Fast_GET_SIZE, PySequence_Fast_ITEMS
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t
 
@@ -53,6 +55,48 @@ from logbuf.native.term cimport (
     write_fragmented,
     write_unfragmented,
 )
+
+cdef extern from "lb_position_int.h":
+    int LB_POSITION_INT_REUSE
+    object lb_position_int(PyObject **cache, int64_t value, int reuse)
+
+
+cdef bint _check_position_int() except -1:
+    """Whether offers can hand back one position int, rewritten while unshared, on this interpreter (see
+    ``lb_position_int.h``): tried once on a private cache, with what code can do with an int."""
+    if not LB_POSITION_INT_REUSE:
+        return False
+    cdef PyObject *cache = NULL
+    cdef int64_t v
+    ok = True
+    first = None
+    try:
+        for v in (1, 5, 255, 256, 4095, (1 << 30) - 1, 1 << 30, (1 << 31) + 7, (1 << 45) - 3, (1 << 60) + 12345,
+                  (1 << 62) + 1, 0x7FFFFFFFFFFFFFFF, 64):
+            x = lb_position_int(&cache, v, 1)
+            if first is None:
+                first = id(x)
+            w = int(str(v))  # a fresh int of the same value
+            ok = ok and (type(x) is int and x == w and w == x and hash(x) == hash(w) and str(x) == str(w)
+                         and x + 1 == w + 1 and x - w == 0 and -x == -w and x >> 3 == w >> 3 and x & 0xFFF == w & 0xFFF
+                         and x.bit_length() == w.bit_length() and x < w + 1 and not x > w and x > 0 and bool(x)
+                         and {w: 1}.get(x) == 1 and x.to_bytes(8, "little") == w.to_bytes(8, "little")
+                         and (x * 3) // 3 == w and float(x) == float(w) and x % 64 == w % 64)
+            kept = x  # a kept position must not change under the next one
+            y = lb_position_int(&cache, 7, 1)
+            ok = ok and kept == w and y == 7 and id(y) != id(kept)
+            del x, y, kept
+        z = lb_position_int(&cache, 99, 1)
+        ok = ok and z == 99 and id(z) == id(<object>cache)  # an unshared cache is the one reused
+    finally:
+        if cache != NULL:
+            Py_DECREF(<object>cache)
+    return ok
+
+
+cdef bint _REUSE_POSITION_INT = _check_position_int()
+POSITION_INT_REUSED = _REUSE_POSITION_INT
+"""True where offers hand back one position int object per publication, rewritten while unshared."""
 
 
 cdef class BufferClaim:
@@ -108,6 +152,7 @@ cdef class BufferClaim:
         self._frame = NULL
         self._log = None
 
+    @cython.binding(False)  # a method descriptor: one call layer less than a cyfunction
     def commit(self) -> None:
         """Publish the frame (release store of its length)."""
         if self._frame == NULL:
@@ -115,6 +160,7 @@ cdef class BufferClaim:
         lb_store_release_i32(self._frame, self._frame_length)
         self._finish()
 
+    @cython.binding(False)  # a method descriptor: one call layer less than a cyfunction
     def abort(self) -> None:
         """Turn the claimed frame into padding so readers skip it."""
         if self._frame == NULL:
@@ -172,6 +218,15 @@ cdef class PublicationCore:
     cdef int32_t _term_id
     cdef int32_t _active_index
     cdef int64_t _term_begin_position
+    cdef PyObject *_position_int  # the int offers hand back, rewritten while unshared (lb_position_int.h)
+
+    def __dealloc__(self):
+        Py_XDECREF(self._position_int)
+        self._position_int = NULL
+
+    cdef inline object _position_result(self, int64_t result):
+        """``result`` as an int: the new position in this publication's reused int, or a failure code."""
+        return lb_position_int(&self._position_int, result, _REUSE_POSITION_INT)
 
     def __cinit__(self, LogView log not None, limit_buffer, Py_ssize_t limit_offset, bint exclusive=False,
                   object limit_updater=None):
@@ -384,6 +439,7 @@ cdef class PublicationCore:
                 return result
         return ADMIN_ACTION
 
+    @cython.binding(False)  # a method descriptor: one call layer less than a cyfunction
     def offer(self, buffer, int64_t reserved_value=0) -> int:
         """Append one message. Returns the new stream position, or a negative OfferResult."""
         if self._closed:
@@ -392,7 +448,8 @@ cdef class PublicationCore:
         if PyBytes_CheckExact(buffer):  # the common case: no buffer export to take and give back
             n = PyBytes_GET_SIZE(buffer)
             if n <= self.max_payload_length:
-                return self._offer(PyBytes_AS_STRING(buffer), <int32_t>n, reserved_value, 0, NULL, NULL, 0)
+                return self._position_result(
+                    self._offer(PyBytes_AS_STRING(buffer), <int32_t>n, reserved_value, 0, NULL, NULL, 0))
         cdef Py_buffer view
         PyObject_GetBuffer(buffer, &view, PyBUF_SIMPLE)
         cdef int64_t result
@@ -403,8 +460,9 @@ cdef class PublicationCore:
             result = self._offer(<const char *>view.buf, <int32_t>view.len, reserved_value, 0, NULL, NULL, 0)
         finally:
             PyBuffer_Release(&view)
-        return result
+        return self._position_result(result)
 
+    @cython.binding(False)  # a method descriptor: one call layer less than a cyfunction
     def offer_batch(self, messages, int64_t reserved_value=0) -> int:
         """Append many small messages with one claim. All or nothing.
 
@@ -467,6 +525,7 @@ cdef class PublicationCore:
                 PyMem_Free(views)
         return result
 
+    @cython.binding(False)  # a method descriptor: one call layer less than a cyfunction
     def offer_rows(self, const uint8_t[:, ::1] rows not None, const int64_t[::1] reserved_values=None) -> int:
         """Append each row of a C-contiguous 2-D uint8 array (a numpy ``(n, size)`` array) as one message,
         with one claim: all or nothing, as :meth:`offer_batch`. ``reserved_values`` (int64, one per row)
@@ -482,6 +541,7 @@ cdef class PublicationCore:
             return self._tail_position()
         return self._offer_packed(&rows[0, 0] if size > 0 else NULL, n, size, NULL, reserved_values)
 
+    @cython.binding(False)  # a method descriptor: one call layer less than a cyfunction
     def offer_packed(self, const uint8_t[::1] data not None, const int32_t[::1] lengths not None,
                      const int64_t[::1] reserved_values=None) -> int:
         """Append messages laid back to back in ``data`` (message i is the next ``lengths[i]`` bytes), with
@@ -536,6 +596,7 @@ cdef class PublicationCore:
             return c.begin + offset
         return ADMIN_ACTION
 
+    @cython.binding(False)  # a method descriptor: one call layer less than a cyfunction
     def try_claim(self, int32_t length, BufferClaim claim not None) -> int:
         """Claim ``length`` bytes (<= max_payload_length) to fill in place; commit or abort the claim."""
         if self._closed:

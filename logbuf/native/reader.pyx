@@ -9,6 +9,7 @@ multiple of the frame alignment (a corrupted counter) is a ValueError.
 """
 
 from cpython.buffer cimport PyBuffer_Release
+cimport cython
 from cpython.object cimport PyObject
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t
 
@@ -328,6 +329,7 @@ cdef class ImageCore:
             self._views = None
             self._log = None
 
+    @cython.binding(False)  # a method descriptor: one call layer less than a cyfunction
     def poll(self, handler, int32_t fragment_limit) -> int:
         """Deliver up to ``fragment_limit`` fragments to ``handler(payload: memoryview, header)``.
 
@@ -374,6 +376,7 @@ cdef class ImageCore:
                 lb_store_release_i64(self._pos, position + (offset - term_offset))
         return fragments
 
+    @cython.binding(False)  # a method descriptor: one call layer less than a cyfunction
     def controlled_poll(self, handler, int32_t fragment_limit) -> int:
         """Like poll, but ``handler`` returns an action: ABORT (1), BREAK (2), COMMIT (3) or CONTINUE (4).
 
@@ -428,6 +431,7 @@ cdef class ImageCore:
                 lb_store_release_i64(self._pos, initial_position + (offset - initial_offset))
         return fragments
 
+    @cython.binding(False)  # a method descriptor: one call layer less than a cyfunction
     def block_poll(self, handler, int32_t block_length_limit) -> int:
         """Hand a contiguous block of whole frames (raw, headers included) to
         ``handler(block: memoryview, term_offset, session_id, term_id)``; returns the block length.
@@ -458,6 +462,7 @@ cdef class ImageCore:
                     lb_store_release_i64(self._pos, position + length)
         return length
 
+    @cython.binding(False)  # a method descriptor: one call layer less than a cyfunction
     def poll_batch(self, FragmentBatchCore batch not None, int32_t fragment_limit=0x7fffffff) -> int:
         """Fill ``batch`` with up to its capacity (and ``fragment_limit``) fragments from the subscriber
         position, skipping padding, without calling Python per fragment; returns how many.
