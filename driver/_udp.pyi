@@ -6,10 +6,19 @@ from typing_extensions import Buffer
 
 from logbuf.native.log_view import LogView
 
+UDP_GRO_SEGMENTS: int
+
 def term_send_datagrams(
-    fd: int, term_buffer: Buffer, term_offset: int, max_length: int, mtu: int, address: bytes, max_datagrams: int
-) -> tuple[int, int, int]: ...
-def udp_receive_batch(fd: int, buffer: Buffer, slot_length: int, lengths: Any, sources: Any) -> int: ...
+    fd: int,
+    term_buffer: Buffer,
+    term_offset: int,
+    max_length: int,
+    mtu: int,
+    address: bytes,
+    max_datagrams: int,
+    gso: bool = False,
+) -> tuple[int, int, int, bool]: ...
+def udp_receive_batch(fd: int, buffer: Buffer, slot_length: int, offsets: Any, lengths: Any, sources: Any) -> int: ...
 
 class ImageReceiver:
     session_id: int
@@ -24,5 +33,11 @@ class ImageReceiver:
     def __init__(self, log: LogView, session_id: int, stream_id: int, source_key: int) -> None: ...
 
 def udp_receive_data(
-    fd: int, buffer: Buffer, slot_length: int, lengths: Any, sources: Any, receivers: list[ImageReceiver]
+    fd: int,
+    buffer: Buffer,
+    slot_length: int,
+    offsets: Any,
+    lengths: Any,
+    sources: Any,
+    receivers: list[ImageReceiver],
 ) -> tuple[int, int]: ...

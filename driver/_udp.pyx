@@ -58,9 +58,30 @@ cdef extern from "<sys/socket.h>" nogil:
     cdef struct mmsghdr:
         msghdr msg_hdr
         unsigned int msg_len
+    cdef struct cmsghdr:
+        size_t cmsg_len
+        int cmsg_level
+        int cmsg_type
     int sendmmsg(int sockfd, mmsghdr *msgvec, unsigned int vlen, int flags)
     int recvmmsg(int sockfd, mmsghdr *msgvec, unsigned int vlen, int flags, void *timeout)
+    ssize_t sendmsg(int sockfd, const msghdr *msg, int flags)
+    cmsghdr *CMSG_FIRSTHDR(msghdr *msg)
+    cmsghdr *CMSG_NXTHDR(msghdr *msg, cmsghdr *cmsg)
+    unsigned char *CMSG_DATA(cmsghdr *cmsg)
+    size_t CMSG_SPACE(size_t length)
+    size_t CMSG_LEN(size_t length)
     enum: MSG_DONTWAIT
+
+cdef extern from "<netinet/in.h>" nogil:
+    enum: IPPROTO_UDP
+
+cdef extern from "<errno.h>" nogil:
+    int errno
+    enum: EAGAIN
+    enum: ENOBUFS
+    enum: EIO
+    enum: EINVAL
+    enum: EOPNOTSUPP
 
 cdef extern from "<netinet/in.h>" nogil:
     cdef struct in_addr:
@@ -71,15 +92,29 @@ cdef extern from "<netinet/in.h>" nogil:
         in_addr sin_addr
 
 cdef enum: MAX_BATCH = 64
+cdef enum: UDP_SEGMENT = 103  # linux/udp.h: the sender's GSO segment size (a cmsg or socket option)
+cdef enum: UDP_GRO = 104  # linux/udp.h: receive coalesced datagrams with their segment size (a cmsg)
+cdef enum: MAX_GRO_SEGMENTS = 64  # the kernel's UDP_GRO_CNT_MAX: datagrams in one coalesced read
+cdef enum: MAX_GSO_PAYLOAD = 65507  # one IPv4 UDP send: 65535 - 20 (IP) - 8 (UDP)
+cdef enum: CMSG_ROOM = 64  # room for the UDP_GRO cmsg (an int) of one read
+UDP_GRO_SEGMENTS = MAX_GRO_SEGMENTS
+"""The most datagrams one coalesced (UDP_GRO) read holds: receive arrays need this many entries per slot."""
 
 
 def term_send_datagrams(int fd, term_buffer, int32_t term_offset, int32_t max_length, int32_t mtu,
-                        const unsigned char[::1] address not None, int max_datagrams) -> tuple:
+                        const unsigned char[::1] address not None, int max_datagrams, bint gso=False) -> tuple:
     """The sender's hot loop: datagrams of committed whole frames from ``term_offset`` (each at most
     ``mtu``, together at most ``max_length`` of the term; a PAD frame travels as its 32-byte header)
-    sent to ``address`` (a packed ``struct sockaddr``) with one non-blocking sendmmsg, at most
-    ``max_datagrams`` (<= 64). Returns (term bytes the sent datagrams cover, datagrams sent, bytes
-    sent); a full socket buffer or a send error sends fewer (0 on error)."""
+    sent to ``address`` (a packed ``struct sockaddr``), at most ``max_datagrams`` (<= 64), non-blocking.
+
+    With ``gso``, each run of datagrams that lie back to back in the term, all as long as the first but the
+    last (no longer), goes with one ``sendmsg`` and a UDP_SEGMENT cmsg: the kernel cuts it into exactly the
+    datagrams sendmmsg would have sent (what reaches the wire, or a peer's socket, is the same), but runs
+    its send path once per run instead of once per datagram. The rest go with one sendmmsg.
+
+    Returns (term bytes the sent datagrams cover, datagrams sent, bytes sent, whether a GSO send was
+    refused by the kernel: the caller then stops asking for GSO); a full socket buffer or a send error
+    sends fewer (0 on error)."""
     cdef TermBuffer b = TermBuffer(term_buffer, False)
     check_term(b, term_offset)
     if max_datagrams > MAX_BATCH:
@@ -109,28 +144,119 @@ def term_send_datagrams(int fd, term_buffer, int32_t term_offset, int32_t max_le
         remaining -= available
         n += 1
     if n == 0:
-        return (0, 0, 0)
+        return (0, 0, 0, False)
+    cdef int done = 0, run
+    cdef bint refused = False
+    if gso:
+        while done < n - 1:
+            run = _gso_run(iovs, covers, done, n)
+            if run < 2:
+                break
+            sent = _send_gso(fd, &address[0], <socklen_t>address.shape[0], iovs, covers, done, run)
+            if sent == -1:  # the kernel cannot segment on this route: sendmmsg from here on
+                refused = True
+                break
+            if sent <= 0:  # socket buffer full, or a send error (as sendmmsg's: fewer sent, none raised)
+                return (covered, done, sent_bytes, False)
+            for i in range(done, done + run):
+                covered += covers[i]
+                sent_bytes += covers[i]
+            done += run
+    if done < n:
+        with nogil:
+            sent = sendmmsg(fd, &msgs[done], n - done, MSG_DONTWAIT)
+        if sent > 0:
+            for i in range(done, done + sent):
+                covered += covers[i]
+                sent_bytes += msgs[i].msg_len
+            done += sent
+    return (covered, done, sent_bytes, refused)
+
+
+cdef int _gso_run(iovec *iovs, const int32_t *covers, int first, int n) noexcept:
+    """How many datagrams from ``first`` one GSO send can carry: whole (not a PAD header standing for more
+    term), as long as the first but the last (no longer), together within one UDP payload."""
+    cdef int32_t segment = covers[first]
+    cdef int64_t total = 0
+    cdef int i = first
+    while i < n and i - first < MAX_GRO_SEGMENTS:
+        if <int32_t>iovs[i].iov_len != covers[i] or covers[i] > segment or total + covers[i] > MAX_GSO_PAYLOAD:
+            break
+        total += covers[i]
+        i += 1
+        if covers[i - 1] != segment:  # a shorter datagram ends the run
+            break
+    return i - first
+
+
+cdef int _send_gso(int fd, const unsigned char *name, socklen_t name_length, iovec *iovs, const int32_t *covers,
+                   int first, int run) noexcept:
+    """One sendmsg of ``run`` datagrams back to back from ``iovs[first]``, cut by the kernel at the first's
+    length: 1 when sent, 0 when the socket buffer is full, -1 when the kernel refuses to segment (no
+    checksum offload on the route's device, an old kernel), -2 on another send error."""
+    cdef iovec whole
+    cdef msghdr msg
+    cdef char control[CMSG_ROOM]
+    cdef cmsghdr *cmsg
+    cdef int64_t total = 0
+    cdef int i
+    for i in range(first, first + run):
+        total += covers[i]
+    whole.iov_base = iovs[first].iov_base
+    whole.iov_len = <size_t>total
+    memset(&msg, 0, sizeof(msghdr))
+    memset(control, 0, CMSG_ROOM)
+    msg.msg_name = <void *>name
+    msg.msg_namelen = name_length
+    msg.msg_iov = &whole
+    msg.msg_iovlen = 1
+    msg.msg_control = control
+    msg.msg_controllen = CMSG_SPACE(sizeof(uint16_t))
+    cmsg = CMSG_FIRSTHDR(&msg)
+    cmsg.cmsg_level = IPPROTO_UDP
+    cmsg.cmsg_type = UDP_SEGMENT
+    cmsg.cmsg_len = CMSG_LEN(sizeof(uint16_t))
+    (<uint16_t *>CMSG_DATA(cmsg))[0] = <uint16_t>covers[first]
+    cdef ssize_t rc
     with nogil:
-        sent = sendmmsg(fd, msgs, n, MSG_DONTWAIT)
-    if sent <= 0:
-        return (0, 0, 0)
-    for i in range(sent):
-        covered += covers[i]
-        sent_bytes += msgs[i].msg_len
-    return (covered, sent, sent_bytes)
+        rc = sendmsg(fd, &msg, MSG_DONTWAIT)
+    if rc >= 0:
+        return 1
+    if errno == EAGAIN or errno == ENOBUFS:  # EWOULDBLOCK is EAGAIN on Linux
+        return 0
+    if errno == EIO or errno == EINVAL or errno == EOPNOTSUPP:
+        return -1
+    return -2
 
 
-cdef int _receive(int fd, Py_buffer *b, int32_t slot_length, int32_t[::1] lengths, uint64_t[::1] sources) except -1:
-    """One non-blocking recvmmsg into ``b``'s slots; fills ``lengths`` and ``sources``; returns the count."""
-    cdef int count = lengths.shape[0] if lengths.shape[0] < MAX_BATCH else MAX_BATCH
+cdef int _receive(int fd, Py_buffer *b, int32_t slot_length, int32_t[::1] offsets, int32_t[::1] lengths,
+                  uint64_t[::1] sources) except -1:
+    """One non-blocking recvmmsg into ``b``'s slots. Each datagram read gets an entry: its offset in ``b``,
+    its length and its source. A coalesced read (UDP_GRO on the socket: datagrams of one flow, all of the
+    segment size its cmsg gives but the last) gets one entry per datagram in it, so callers see exactly the
+    datagrams sent. Returns the entry count.
+
+    ``lengths`` (and ``offsets``, ``sources``, at least as long) hold the entries: with at least
+    ``UDP_GRO_SEGMENTS`` entries per slot a coalesced read always fits; with fewer, only one per slot is
+    read (a socket without UDP_GRO). Slots are ``slot_length`` apart, at most 64 of them."""
+    cdef Py_ssize_t capacity = lengths.shape[0]
     if slot_length <= 0:
         raise ValueError(f"slot_length={slot_length} must be positive")
-    if sources.shape[0] < count or <Py_ssize_t>count * slot_length > b.len:
-        raise ValueError(f"buffer of {b.len} bytes or sources[{sources.shape[0]}] too small for {count} "
-                         f"datagrams of {slot_length} bytes")
+    if offsets.shape[0] < capacity or sources.shape[0] < capacity:
+        raise ValueError(f"offsets[{offsets.shape[0]}] and sources[{sources.shape[0]}] must be as long as "
+                         f"lengths[{capacity}]")
+    cdef Py_ssize_t count = min(<Py_ssize_t>MAX_BATCH, b.len // slot_length)
+    if capacity >= MAX_GRO_SEGMENTS:
+        count = min(count, capacity // MAX_GRO_SEGMENTS)
+    else:
+        count = min(count, capacity)
+    if count <= 0:
+        raise ValueError(f"buffer of {b.len} bytes or lengths[{capacity}] too small for one datagram of "
+                         f"{slot_length} bytes")
     cdef mmsghdr msgs[MAX_BATCH]
     cdef iovec iovs[MAX_BATCH]
     cdef sockaddr_in names[MAX_BATCH]
+    cdef char controls[MAX_BATCH][CMSG_ROOM]
     cdef int i, received
     for i in range(count):
         iovs[i].iov_base = <char *>b.buf + <Py_ssize_t>i * slot_length
@@ -140,24 +266,50 @@ cdef int _receive(int fd, Py_buffer *b, int32_t slot_length, int32_t[::1] length
         msgs[i].msg_hdr.msg_namelen = sizeof(sockaddr_in)
         msgs[i].msg_hdr.msg_iov = &iovs[i]
         msgs[i].msg_hdr.msg_iovlen = 1
+        msgs[i].msg_hdr.msg_control = controls[i]
+        msgs[i].msg_hdr.msg_controllen = CMSG_ROOM
     with nogil:
-        received = recvmmsg(fd, msgs, count, MSG_DONTWAIT, NULL)
+        received = recvmmsg(fd, msgs, <unsigned int>count, MSG_DONTWAIT, NULL)
     if received <= 0:
         return 0
+    cdef int entries = 0
+    cdef int32_t length, segment, offset, base
+    cdef uint64_t source
+    cdef cmsghdr *cmsg
     for i in range(received):
-        lengths[i] = <int32_t>msgs[i].msg_len
-        sources[i] = ((<uint64_t>_ntohl(names[i].sin_addr.s_addr)) << 16) | _ntohs(names[i].sin_port)
-    return received
+        length = <int32_t>msgs[i].msg_len
+        source = ((<uint64_t>_ntohl(names[i].sin_addr.s_addr)) << 16) | _ntohs(names[i].sin_port)
+        base = <int32_t>(i * slot_length)
+        segment = 0
+        cmsg = CMSG_FIRSTHDR(&msgs[i].msg_hdr)
+        while cmsg != NULL:
+            if cmsg.cmsg_level == IPPROTO_UDP and cmsg.cmsg_type == UDP_GRO and cmsg.cmsg_len >= CMSG_LEN(sizeof(int)):
+                segment = (<int *>CMSG_DATA(cmsg))[0]
+            cmsg = CMSG_NXTHDR(&msgs[i].msg_hdr, cmsg)
+        if segment <= 0 or segment >= length:
+            segment = length if length > 0 else 1
+        offset = 0
+        while True:
+            if entries >= capacity:  # more than UDP_GRO_SEGMENTS in one read: the rest is lost, as on a full socket
+                return entries
+            offsets[entries] = base + offset
+            lengths[entries] = min(segment, length - offset)
+            sources[entries] = source
+            entries += 1
+            offset += segment
+            if offset >= length:
+                break
+    return entries
 
 
-def udp_receive_batch(int fd, buffer, int32_t slot_length, int32_t[::1] lengths not None,
-                      uint64_t[::1] sources not None) -> int:
-    """Receive up to ``len(lengths)`` (<= 64) datagrams with one non-blocking recvmmsg into
-    ``buffer``, datagram i at offset ``i * slot_length``; its length goes to ``lengths[i]`` and its
-    IPv4 source to ``sources[i]`` (address << 16 | port, both in host order). Returns the count (0
-    when nothing is waiting or on an error such as a pending ICMP error)."""
+def udp_receive_batch(int fd, buffer, int32_t slot_length, int32_t[::1] offsets not None,
+                      int32_t[::1] lengths not None, uint64_t[::1] sources not None) -> int:
+    """Receive datagrams with one non-blocking recvmmsg into ``buffer``'s slots (``slot_length`` apart;
+    see ``_receive`` for how many): datagram i is ``lengths[i]`` bytes at ``offsets[i]``, from the IPv4
+    ``sources[i]`` (address << 16 | port, both in host order). Returns the count (0 when nothing is
+    waiting or on an error such as a pending ICMP error)."""
     cdef TermBuffer b = TermBuffer(buffer, True)
-    return _receive(fd, &b.view, slot_length, lengths, sources)
+    return _receive(fd, &b.view, slot_length, offsets, lengths, sources)
 
 
 cdef class ImageReceiver:
@@ -216,8 +368,8 @@ cdef class ImageReceiver:
         return True
 
 
-def udp_receive_data(int fd, buffer, int32_t slot_length, int32_t[::1] lengths not None,
-                     uint64_t[::1] sources not None, list receivers not None) -> tuple:
+def udp_receive_data(int fd, buffer, int32_t slot_length, int32_t[::1] offsets not None,
+                     int32_t[::1] lengths not None, uint64_t[::1] sources not None, list receivers not None) -> tuple:
     """:func:`udp_receive_batch`, then the data path for the batch: each DATA datagram that one of
     ``receivers`` (:class:`ImageReceiver`) takes is inserted, and its length set to -1; every other
     datagram keeps its length for the caller's dispatch. Returns (datagrams, bytes) received."""
@@ -226,7 +378,7 @@ def udp_receive_data(int fd, buffer, int32_t slot_length, int32_t[::1] lengths n
         if not isinstance(<object>PyList_GET_ITEM(receivers, k), ImageReceiver):
             raise TypeError("receivers must hold ImageReceiver objects only")
     cdef TermBuffer b = TermBuffer(buffer, True)
-    cdef int count = _receive(fd, &b.view, slot_length, lengths, sources)
+    cdef int count = _receive(fd, &b.view, slot_length, offsets, lengths, sources)
     cdef int i
     cdef int64_t total = 0
     cdef int32_t length, session_id, stream_id
@@ -238,7 +390,7 @@ def udp_receive_data(int fd, buffer, int32_t slot_length, int32_t[::1] lengths n
         total += length
         if length < HEADER_LENGTH:
             continue
-        p = <const char *>b.view.buf + <Py_ssize_t>i * slot_length
+        p = <const char *>b.view.buf + offsets[i]
         type_ = frame_type(p)
         if (<uint8_t *>(p + VERSION_OFFSET))[0] != 0 or (type_ != HDR_TYPE_DATA and type_ != HDR_TYPE_PAD):
             continue

@@ -325,7 +325,9 @@ class DriverConductor:
 
     def _socket_settings(self, uri: ChannelUri) -> SocketSettings:
         rcvbuf, sndbuf = uri.socket_buffer_lengths()
-        return SocketSettings(rcvbuf or self.ctx.socket_buffer_length, sndbuf or self.ctx.socket_buffer_length)
+        return SocketSettings(
+            rcvbuf or self.ctx.socket_buffer_length, sndbuf or self.ctx.socket_buffer_length, self.ctx.udp_gso
+        )
 
     @staticmethod
     def _interface_bind(uri: ChannelUri) -> Address:

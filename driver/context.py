@@ -197,6 +197,14 @@ class DriverContext:
         "is counted (Images rejected) and dropped. Raise it to receive from publications with longer terms.",
     )
     socket_buffer_length: int = setting(2 * 1024 * 1024, "size", "SO_RCVBUF/SO_SNDBUF of UDP sockets.")
+    udp_gso: bool = setting(
+        True,
+        "bool",
+        "Send each run of equal-length datagrams with one UDP GSO send (Linux UDP_SEGMENT) and read coalesced "
+        "datagrams (UDP_GRO): the same datagrams reach the wire and the peer, with the kernel's send and receive "
+        "paths run once per run instead of once per datagram. Packet captures on the sending host (and "
+        "netfilter rules there) see a run as one large packet. Off: one sendmmsg entry per datagram.",
+    )
     udp_drop_rate: float = setting(0.0, "float", "Fault injection: fraction of received datagrams dropped.")
     udp_duplicate_rate: float = setting(0.0, "float", "Fault injection: fraction of received datagrams duplicated.")
     udp_reorder_rate: float = setting(0.0, "float", "Fault injection: fraction of received datagrams reordered.")

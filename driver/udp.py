@@ -72,6 +72,8 @@ from logbuf.protocol.frame_header import (
 if TYPE_CHECKING:
     from logbuf.driver.proxies import ConductorCommands
 
+UDP_GRO: Final[int] = 104
+"""linux/udp.h's socket option: receive coalesced datagrams, with their segment size in a cmsg."""
 READS_PER_POLL: Final[int] = 32
 SLOT_LENGTH: Final[int] = 65536
 """Each poll reads up to 32 datagrams with one recvmmsg, each into its own 64 KiB slot."""
@@ -122,10 +124,13 @@ class FaultInjector:
 
 @dataclass(frozen=True)
 class SocketSettings:
-    """Per-channel socket parameters: ``so-rcvbuf``, ``so-sndbuf`` (else the driver's socket_buffer_length)."""
+    """Per-channel socket parameters: ``so-rcvbuf``, ``so-sndbuf`` (else the driver's socket_buffer_length),
+    and ``gso``: send runs of equal datagrams with one UDP GSO send and read coalesced (UDP_GRO) datagrams
+    (the driver's ``udp_gso``)."""
 
     rcvbuf: int
     sndbuf: int
+    gso: bool = False
 
 
 @dataclass(frozen=True)
@@ -275,6 +280,12 @@ class UdpTransport:
         except OSError:
             self.socket.close()
             raise
+        self.gso = sockets.gso
+        if self.gso:
+            try:
+                self.socket.setsockopt(socket.IPPROTO_UDP, UDP_GRO, 1)
+            except OSError:  # a kernel without UDP GRO (before 5.0): datagrams arrive one by one
+                pass
         self.socket.setblocking(False)
         self._readable = select.poll()  # an empty poll(0) is cheaper than a BlockingIOError per cycle
         self._readable.register(self.socket, select.POLLIN)
@@ -283,8 +294,10 @@ class UdpTransport:
         self.faults = faults if faults is not None and faults.active else None
         self._buffer = bytearray(READS_PER_POLL * SLOT_LENGTH)
         self._view = memoryview(self._buffer)
-        self._lengths = np.zeros(READS_PER_POLL, dtype=np.int32)
-        self._sources = np.zeros(READS_PER_POLL, dtype=np.uint64)
+        entries = READS_PER_POLL * (_udp.UDP_GRO_SEGMENTS if self.gso else 1)  # a coalesced read is many datagrams
+        self._offsets = np.zeros(entries, dtype=np.int32)
+        self._lengths = np.zeros(entries, dtype=np.int32)
+        self._sources = np.zeros(entries, dtype=np.uint64)
         self._addresses: dict[int, Address] = {}
         self._fd = self.socket.fileno()
 
@@ -298,9 +311,10 @@ class UdpTransport:
             if faults is not None:
                 faults.flush(handler)
             return 0
-        n = _udp.udp_receive_batch(self._fd, self._buffer, SLOT_LENGTH, self._lengths, self._sources)
+        n = _udp.udp_receive_batch(self._fd, self._buffer, SLOT_LENGTH, self._offsets, self._lengths, self._sources)
         if n:
             lengths = self._lengths[:n].tolist()
+            offsets = self._offsets[:n].tolist()
             counters = self.system_counters
             counters.increment(SystemCounterId.BYTES_RECEIVED, sum(lengths))
             counters.increment(SystemCounterId.DATAGRAMS_RECEIVED, n)
@@ -310,7 +324,7 @@ class UdpTransport:
             for i in range(n):
                 source = int(sources[i])
                 address = addresses.get(source) or self._address_of(source)
-                datagram = view[i * SLOT_LENGTH : i * SLOT_LENGTH + lengths[i]]
+                datagram = view[offsets[i] : offsets[i] + lengths[i]]
                 if faults is not None:
                     faults.deliver(datagram, address, handler)
                 else:
@@ -329,7 +343,7 @@ class UdpTransport:
         if not checked and not self._readable.poll(0):
             return 0
         n, received_bytes = _udp.udp_receive_data(
-            self.socket.fileno(), self._buffer, SLOT_LENGTH, self._lengths, self._sources, receivers
+            self.socket.fileno(), self._buffer, SLOT_LENGTH, self._offsets, self._lengths, self._sources, receivers
         )
         if n:
             counters = self.system_counters
@@ -338,7 +352,8 @@ class UdpTransport:
             view = self._view
             for i, length in enumerate(self._lengths[:n].tolist()):
                 if length >= 0:  # -1: taken by the native data path
-                    handler(view[i * SLOT_LENGTH : i * SLOT_LENGTH + length], self._address_of(int(self._sources[i])))
+                    offset = int(self._offsets[i])
+                    handler(view[offset : offset + length], self._address_of(int(self._sources[i])))
         return n
 
     def readable(self) -> bool:
@@ -376,9 +391,11 @@ class UdpTransport:
         def send_frames(
             term: memoryview, term_offset: int, max_length: int, mtu: int, max_datagrams: int
         ) -> tuple[int, int]:
-            covered, datagrams, sent = _udp.term_send_datagrams(
-                fd, term, term_offset, max_length, mtu, sockaddr, max_datagrams
+            covered, datagrams, sent, refused = _udp.term_send_datagrams(
+                fd, term, term_offset, max_length, mtu, sockaddr, max_datagrams, self.gso
             )
+            if refused:  # the route's device cannot segment: one datagram per sendmmsg entry from now on
+                self.gso = False
             if datagrams:
                 counters.increment(SystemCounterId.BYTES_SENT, sent)
                 counters.increment(SystemCounterId.DATAGRAMS_SENT, datagrams)

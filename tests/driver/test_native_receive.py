@@ -43,11 +43,12 @@ def key_of(sock: socket.socket) -> int:
 
 def receive_all(rx: socket.socket, count: int, receivers: list[_udp.ImageReceiver]) -> tuple[np.ndarray, bytearray]:
     buffer = bytearray(32 * SLOT)
-    lengths, sources = np.zeros(32, dtype=np.int32), np.zeros(32, dtype=np.uint64)
+    offsets, lengths, sources = np.zeros(32, np.int32), np.zeros(32, dtype=np.int32), np.zeros(32, dtype=np.uint64)
     got, deadline = 0, time.monotonic() + 5
     out = np.zeros(count, dtype=np.int32)
     while got < count and time.monotonic() < deadline:
-        n, total = _udp.udp_receive_data(rx.fileno(), buffer, SLOT, lengths, sources, receivers)
+        n, total = _udp.udp_receive_data(rx.fileno(), buffer, SLOT, offsets, lengths, sources, receivers)
+        assert offsets[:n].tolist() == [i * SLOT for i in range(n)]  # no UDP_GRO: a slot per datagram
         out[got : got + n] = lengths[:n]
         got += n
     assert got == count
@@ -120,5 +121,11 @@ def test_receivers_must_be_image_receivers() -> None:
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as rx:
         with pytest.raises(TypeError, match="ImageReceiver"):
             _udp.udp_receive_data(
-                rx.fileno(), bytearray(SLOT), SLOT, np.zeros(1, np.int32), np.zeros(1, np.uint64), [object()]
+                rx.fileno(),
+                bytearray(SLOT),
+                SLOT,
+                np.zeros(1, np.int32),
+                np.zeros(1, np.int32),
+                np.zeros(1, np.uint64),
+                [object()],
             )

@@ -581,9 +581,17 @@ def not_internet(address: bytes) -> bytes:
     st.one_of(st.just(b"address"), st.binary(max_size=32).map(not_internet)),
     st.one_of(st.sampled_from([0, 1, 64, 65]), st.integers(*C_INT_LIMITS)),
     st.sampled_from(["socket", "closed", "bad"]),
+    st.booleans(),
 )
 def fuzz_udp_term_send_datagrams(
-    term: mmap.mmap, term_offset: int, max_length: int, mtu: int, address: bytes, max_datagrams: int, fd_kind: str
+    term: mmap.mmap,
+    term_offset: int,
+    max_length: int,
+    mtu: int,
+    address: bytes,
+    max_datagrams: int,
+    fd_kind: str,
+    gso: bool,
 ) -> None:
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as rx, socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as tx:
         rx.bind(("127.0.0.1", 0))
@@ -593,8 +601,8 @@ def fuzz_udp_term_send_datagrams(
             address += bytes(8)
         fd = {"socket": tx.fileno(), "closed": 1_000_000, "bad": -1}[fd_kind]
         try:
-            covered, sent, sent_bytes = _udp.term_send_datagrams(
-                fd, term, term_offset, max_length, mtu, address, max_datagrams
+            covered, sent, sent_bytes, _ = _udp.term_send_datagrams(
+                fd, term, term_offset, max_length, mtu, address, max_datagrams, gso
             )
         except (ValueError, OSError):
             return
@@ -606,30 +614,51 @@ def fuzz_udp_term_send_datagrams(
 @given(
     st.sampled_from([0, 100, 65536, 8 * 65536]),
     st.one_of(st.sampled_from([0, 1, -1, 1500, 65536, INT32_MAX, INT32_MIN]), int32s),
-    st.integers(0, 80),
-    st.integers(0, 80),
+    st.one_of(st.integers(0, 80), st.sampled_from([64 * 8, 64 * 8 + 1])),
+    st.one_of(st.integers(0, 80), st.sampled_from([64 * 8, 64 * 8 + 1])),
+    st.one_of(st.integers(0, 80), st.sampled_from([64 * 8, 64 * 8 + 1])),
     st.integers(0, 5),
     st.sampled_from(["socket", "closed", "bad"]),
+    st.booleans(),
 )
 def fuzz_udp_receive_batch(
-    size: int, slot_length: int, lengths_length: int, sources_length: int, waiting: int, fd_kind: str
+    size: int,
+    slot_length: int,
+    lengths_length: int,
+    sources_length: int,
+    offsets_length: int,
+    waiting: int,
+    fd_kind: str,
+    gro: bool,
 ) -> None:
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as rx, socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as tx:
         rx.bind(("127.0.0.1", 0))
+        if gro:
+            rx.setsockopt(socket.IPPROTO_UDP, 104, 1)  # UDP_GRO
+            tx.setsockopt(socket.IPPROTO_UDP, 103, 100)  # UDP_SEGMENT: each send below is cut into 100-byte datagrams
         for i in range(waiting):  # loopback delivers at once: these are waiting when recvmmsg runs
             tx.sendto(bytes([i]) * (100 + 300 * i), rx.getsockname())
         mapping = mmap.mmap(-1, GUARD + size + GUARD)  # the guards must stay zero: nothing lands outside
         buffer = memoryview(mapping)[GUARD : GUARD + size]
         lengths = np.full(lengths_length, -7, dtype=np.int32)
         sources = np.zeros(sources_length, dtype=np.uint64)
+        offsets = np.zeros(offsets_length, dtype=np.int32)
         fd = {"socket": rx.fileno(), "closed": 1_000_000, "bad": -1}[fd_kind]
-        count = min(lengths_length, 64)
+        slots = min(64, lengths_length // 64 if lengths_length >= 64 else lengths_length)
         try:
-            n = _udp.udp_receive_batch(fd, buffer, slot_length, lengths, sources)
+            n = _udp.udp_receive_batch(fd, buffer, slot_length, offsets, lengths, sources)
         except (ValueError, OSError):
-            assert slot_length <= 0 or count * slot_length > size or sources_length < count
+            assert (
+                slot_length <= 0
+                or min(slots, size // slot_length) <= 0
+                or min(sources_length, offsets_length) < lengths_length
+            )
             return
         finally:
             assert mapping[:GUARD] == bytes(GUARD) and mapping[GUARD + size :] == bytes(GUARD)
-    assert 0 <= n <= min(count, waiting if fd_kind == "socket" else 0)
+    datagrams = sum(-(-(100 + 300 * i) // 100) for i in range(waiting)) if gro else waiting
+    assert 0 <= n <= min(lengths_length, datagrams if fd_kind == "socket" else 0)
     assert all(0 <= length <= slot_length for length in lengths[:n].tolist())
+    assert all(
+        0 <= offset and offset + length <= size for offset, length in zip(offsets[:n].tolist(), lengths[:n].tolist())
+    )
