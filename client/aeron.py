@@ -34,6 +34,7 @@ from logbuf.logbuffer.image import Image as _Image
 from logbuf.logbuffer.log_buffer import LogBuffers
 from logbuf.logbuffer.publication import Publication as _Publication
 from logbuf.logging_config import library_logger
+from logbuf.native import SubscriptionCore
 from logbuf.shm import ShmError
 
 __all__ = ["Aeron", "Context", "Image", "Publication", "Subscription"]
@@ -108,8 +109,11 @@ class Image(_Image):
     _log_file_name: str
 
 
-class Subscription:
-    """Receives from every image (publisher session) matching its channel and stream id."""
+class Subscription(SubscriptionCore):
+    """Receives from every image (publisher session) matching its channel and stream id. ``poll`` is
+    native (:class:`~logbuf.native.SubscriptionCore`): round-robin over the images, no Python frame."""
+
+    _images: tuple[Image, ...]
 
     def __init__(
         self,
@@ -126,7 +130,7 @@ class Subscription:
         self.stream_id = stream_id
         self.on_available_image = on_available_image
         self.on_unavailable_image = on_unavailable_image
-        self._images: tuple[Image, ...] = ()
+        self._images = ()
         self._round_robin = 0
         self._closed = False
 
@@ -152,22 +156,6 @@ class Subscription:
             if image.session_id == session_id:
                 return image
         return None
-
-    def poll(self, handler: Callable[[memoryview, Any], Any], fragment_limit: int) -> int:
-        """Poll images round-robin for up to ``fragment_limit`` fragments in all."""
-        images = self._images
-        count = len(images)
-        if count == 1:
-            return images[0].poll(handler, fragment_limit)
-        if count == 0:
-            return 0
-        start = self._round_robin = (self._round_robin + 1) % count
-        fragments = 0
-        for i in range(count):
-            fragments += images[(start + i) % count].poll(handler, fragment_limit - fragments)
-            if fragments >= fragment_limit:
-                break
-        return fragments
 
     def poll_batch(self, batch: FragmentBatch, fragment_limit: int = 0x7FFFFFFF) -> int:
         """The vectorised poll: fill ``batch`` from the next image (round-robin) that has fragments;

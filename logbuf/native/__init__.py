@@ -5,7 +5,7 @@
 - :mod:`~logbuf.native.term`: the small pure term algorithms (scan block, scan for availability, append,
   rotate, clean, gap scan, rebuild insert, datagram check, frame count and index).
 - :mod:`~logbuf.native.log_view`: a mapped log resolved to pointers (:class:`LogView`).
-- :mod:`~logbuf.native.reader`: :class:`Header`, :func:`term_read` and :class:`ImageCore` (poll).
+- :mod:`~logbuf.native.reader`: :class:`Header`, :func:`term_read` and :class:`ImageCore` (poll) and :class:`SubscriptionCore` (a subscription's poll over its images).
 - :mod:`~logbuf.native.publisher`: :class:`PublicationCore` (offer) and :class:`BufferClaim`.
 - :mod:`~logbuf.native.constants`: the shared constants (``constants.pxd``) as ``NATIVE_CONSTANTS``.
 
@@ -31,7 +31,7 @@ from logbuf.native.atomics import (  # noqa: E402
 from logbuf.native.constants import NATIVE_CONSTANTS  # noqa: E402
 from logbuf.native.log_view import LogView  # noqa: E402
 from logbuf.native.publisher import BufferClaim, PublicationCore  # noqa: E402
-from logbuf.native.reader import FragmentBatchCore, Header, ImageCore, term_read  # noqa: E402
+from logbuf.native.reader import FragmentBatchCore, Header, ImageCore, SubscriptionCore, term_read  # noqa: E402
 from logbuf.native.term import (  # noqa: E402
     check_data_datagram,
     count_frames,
@@ -52,6 +52,7 @@ __all__ = [
     "BufferClaim",
     "Header",
     "ImageCore",
+    "SubscriptionCore",
     "LogView",
     "Position",
     "PublicationCore",

@@ -339,6 +339,10 @@ cdef class ImageCore:
         The position is stored (release) after the last fragment handed to the handler, even
         when the handler raises: a fragment whose handler raised counts as delivered.
         """
+        return self._poll(handler, fragment_limit)
+
+    cdef int32_t _poll(self, object handler, int32_t fragment_limit) except -1:
+        """:meth:`poll`, callable from C (:class:`SubscriptionCore`)."""
         if self._closed:
             return 0
         self._commit_pending()
@@ -520,3 +524,34 @@ cdef class ImageCore:
         if not 0 <= partition < PARTITION_COUNT:
             raise ValueError(f"partition={partition} must be 0, 1 or 2")
         return self._views[partition]
+
+
+cdef class SubscriptionCore:
+    """The native half of a subscription: its images (a tuple, replaced, never mutated) and the poll
+    over them, round-robin, with no Python frame between the caller and the images' polls (an empty
+    poll is most of what a waiting subscriber does)."""
+
+    cdef public tuple _images
+    cdef public Py_ssize_t _round_robin
+
+    def __cinit__(self, *args, **kwargs):
+        self._images = ()
+        self._round_robin = 0
+
+    @cython.binding(False)  # a method descriptor: one call layer less than a cyfunction
+    def poll(self, handler, int32_t fragment_limit) -> int:
+        """Poll the images round-robin for up to ``fragment_limit`` fragments in all (see
+        :meth:`ImageCore.poll`)."""
+        cdef tuple images = self._images
+        cdef Py_ssize_t count = len(images), i, start
+        cdef int32_t fragments = 0
+        if count == 1:
+            return (<ImageCore?>images[0])._poll(handler, fragment_limit)
+        if count == 0:
+            return 0
+        start = self._round_robin = (self._round_robin + 1) % count
+        for i in range(count):
+            fragments += (<ImageCore?>images[(start + i) % count])._poll(handler, fragment_limit - fragments)
+            if fragments >= fragment_limit:
+                break
+        return fragments
