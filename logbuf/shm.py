@@ -40,6 +40,23 @@ def reserve(fd: int, length: int, what: str) -> None:
         raise StorageSpaceError(e.errno, f"cannot reserve {length} bytes for {what} ({available}): {e.strerror}") from e
 
 
+MADV_POPULATE_READ = getattr(mmap, "MADV_POPULATE_READ", 22)
+MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)
+"""Linux 5.14's madvise advice: fault every page of a range in now (for reading, or for writing)."""
+
+
+def populate_mapping(mm: mmap.mmap, writable: bool) -> bool:
+    """Map every page of ``mm`` into this process now, with one madvise, instead of one page fault the
+    first time each page is touched (on this machine a fault in the middle of a ping-pong cost 20-30 us:
+    every 64th 32-byte round trip through a fresh log). False on a kernel without MADV_POPULATE_*, where
+    pages keep faulting in as they are first used."""
+    try:
+        mm.madvise(MADV_POPULATE_WRITE if writable else MADV_POPULATE_READ, 0, len(mm))
+    except OSError:
+        return False
+    return True
+
+
 def check_name(name: str) -> str:
     """A segment name: 1-200 characters of letters, digits, '.', '_' or '-' (no slashes)."""
     if not isinstance(name, str) or not NAME_PATTERN.match(name):
@@ -120,8 +137,8 @@ class Segment:
         return cls(path, mm, True)
 
     @classmethod
-    def open_file(cls, path: str, *, writable: bool = True) -> Segment:
-        """Map an existing file in full."""
+    def open_file(cls, path: str, *, writable: bool = True, populate: bool = False) -> Segment:
+        """Map an existing file in full. ``populate``: map every page now (see :func:`populate`)."""
         try:
             fd = os.open(path, os.O_RDWR if writable else os.O_RDONLY)
         except FileNotFoundError as e:
@@ -131,6 +148,8 @@ class Segment:
             if size == 0:
                 raise ShmError(f"file {path!r} is empty")
             mm = mmap.mmap(fd, size, access=mmap.ACCESS_WRITE if writable else mmap.ACCESS_READ)
+            if populate:
+                populate_mapping(mm, writable)
         finally:
             os.close(fd)
         return cls(path, mm, False)

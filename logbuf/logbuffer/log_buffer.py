@@ -132,9 +132,9 @@ class LogBuffers:
         return cls(segment)
 
     @classmethod
-    def open_file(cls, path: str) -> LogBuffers:
-        """Map an existing log file."""
-        segment = Segment.open_file(path)
+    def open_file(cls, path: str, *, populate: bool = False) -> LogBuffers:
+        """Map an existing log file; ``populate``: fault every page in now (:func:`logbuf.shm.populate_mapping`)."""
+        segment = Segment.open_file(path, populate=populate)
         try:
             return cls(segment)
         except ValueError as e:
