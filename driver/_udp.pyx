@@ -96,7 +96,8 @@ cdef enum: UDP_SEGMENT = 103  # linux/udp.h: the sender's GSO segment size (a cm
 cdef enum: UDP_GRO = 104  # linux/udp.h: receive coalesced datagrams with their segment size (a cmsg)
 cdef enum: MAX_GRO_SEGMENTS = 64  # the kernel's UDP_GRO_CNT_MAX: datagrams in one coalesced read
 cdef enum: MAX_GSO_PAYLOAD = 65507  # one IPv4 UDP send: 65535 - 20 (IP) - 8 (UDP)
-cdef enum: CMSG_ROOM = 64  # room for the UDP_GRO cmsg (an int) of one read
+cdef enum: CMSG_ROOM = 64  # bytes of room for the UDP_SEGMENT or UDP_GRO cmsg of one send or read
+cdef enum: CMSG_WORDS = CMSG_ROOM // 8  # control buffers are uint64_t arrays: aligned for struct cmsghdr
 UDP_GRO_SEGMENTS = MAX_GRO_SEGMENTS
 """The most datagrams one coalesced (UDP_GRO) read holds: receive arrays need this many entries per slot."""
 
@@ -196,7 +197,7 @@ cdef int _send_gso(int fd, const unsigned char *name, socklen_t name_length, iov
     checksum offload on the route's device, an old kernel), -2 on another send error."""
     cdef iovec whole
     cdef msghdr msg
-    cdef char control[CMSG_ROOM]
+    cdef uint64_t control[CMSG_WORDS]
     cdef cmsghdr *cmsg
     cdef int64_t total = 0
     cdef int i
@@ -205,12 +206,12 @@ cdef int _send_gso(int fd, const unsigned char *name, socklen_t name_length, iov
     whole.iov_base = iovs[first].iov_base
     whole.iov_len = <size_t>total
     memset(&msg, 0, sizeof(msghdr))
-    memset(control, 0, CMSG_ROOM)
+    memset(control, 0, sizeof(control))
     msg.msg_name = <void *>name
     msg.msg_namelen = name_length
     msg.msg_iov = &whole
     msg.msg_iovlen = 1
-    msg.msg_control = control
+    msg.msg_control = <void *>control
     msg.msg_controllen = CMSG_SPACE(sizeof(uint16_t))
     cmsg = CMSG_FIRSTHDR(&msg)
     cmsg.cmsg_level = IPPROTO_UDP
@@ -256,7 +257,7 @@ cdef int _receive(int fd, Py_buffer *b, int32_t slot_length, int32_t[::1] offset
     cdef mmsghdr msgs[MAX_BATCH]
     cdef iovec iovs[MAX_BATCH]
     cdef sockaddr_in names[MAX_BATCH]
-    cdef char controls[MAX_BATCH][CMSG_ROOM]
+    cdef uint64_t controls[MAX_BATCH][CMSG_WORDS]
     cdef int i, received
     for i in range(count):
         iovs[i].iov_base = <char *>b.buf + <Py_ssize_t>i * slot_length
@@ -266,7 +267,7 @@ cdef int _receive(int fd, Py_buffer *b, int32_t slot_length, int32_t[::1] offset
         msgs[i].msg_hdr.msg_namelen = sizeof(sockaddr_in)
         msgs[i].msg_hdr.msg_iov = &iovs[i]
         msgs[i].msg_hdr.msg_iovlen = 1
-        msgs[i].msg_hdr.msg_control = controls[i]
+        msgs[i].msg_hdr.msg_control = <void *>controls[i]
         msgs[i].msg_hdr.msg_controllen = CMSG_ROOM
     with nogil:
         received = recvmmsg(fd, msgs, <unsigned int>count, MSG_DONTWAIT, NULL)
