@@ -457,7 +457,6 @@ class DriverConductor:
             log = LogBuffers.create_file(
                 path,
                 mode=self.ctx.file_mode,
-                populate=network and self.ctx.pre_touch_mapped_memory,  # the sender reads it on the data path
                 term_length=term_length,
                 mtu_length=mtu,
                 session_id=session_id,
@@ -816,7 +815,6 @@ class DriverConductor:
             log = LogBuffers.create_file(
                 path,
                 mode=self.ctx.file_mode,
-                populate=self.ctx.pre_touch_mapped_memory,  # the receiver writes it on the data path
                 term_length=setup.term_length,
                 mtu_length=setup.mtu_length,
                 session_id=setup.session_id,

@@ -197,13 +197,6 @@ class DriverContext:
         "is counted (Images rejected) and dropped. Raise it to receive from publications with longer terms.",
     )
     socket_buffer_length: int = setting(2 * 1024 * 1024, "size", "SO_RCVBUF/SO_SNDBUF of UDP sockets.")
-    pre_touch_mapped_memory: bool = setting(
-        True,
-        "bool",
-        "Map every page of a UDP publication's or image's log when it is created (the sender and receiver "
-        "touch them on the data path; IPC logs only behind it): a page fault cost 20-30 us here, on every "
-        "4 KiB of a fresh log, where mapping a 48 MiB log up front costs ~15 ms of the duty cycle once.",
-    )
     udp_gso: bool = setting(
         True,
         "bool",

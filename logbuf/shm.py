@@ -117,9 +117,8 @@ class Segment:
         return cls(name, mm, False)
 
     @classmethod
-    def create_file(cls, path: str, length: int, *, mode: int = OWNER_ONLY, populate: bool = False) -> Segment:
-        """Create a new file (normally under /dev/shm, a tmpfs) of ``length`` bytes and map it; ``populate``:
-        map every page now (see :func:`populate_mapping`)."""
+    def create_file(cls, path: str, length: int, *, mode: int = OWNER_ONLY) -> Segment:
+        """Create a new file (normally under /dev/shm, a tmpfs) of ``length`` bytes and map it."""
         if length <= 0:
             raise ShmError(f"segment length={length} must be positive")
         try:
@@ -130,8 +129,6 @@ class Segment:
             os.fchmod(fd, mode)  # not subject to the umask
             reserve(fd, length, f"file {path!r}")
             mm = mmap.mmap(fd, length)
-            if populate:
-                populate_mapping(mm, True)
         except BaseException:
             os.unlink(path)
             raise

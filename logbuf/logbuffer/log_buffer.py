@@ -124,11 +124,10 @@ class LogBuffers:
         return cls(segment)
 
     @classmethod
-    def create_file(cls, path: str, *, mode: int = OWNER_ONLY, populate: bool = False, **params: int) -> LogBuffers:
-        """Create and initialise a new log as a file (a media driver's logs, under /dev/shm); ``populate``:
-        fault every page in now (:func:`logbuf.shm.populate_mapping`)."""
+    def create_file(cls, path: str, *, mode: int = OWNER_ONLY, **params: int) -> LogBuffers:
+        """Create and initialise a new log as a file (a media driver's logs, under /dev/shm)."""
         log_params = LogParams(**params).check()
-        segment = Segment.create_file(path, log_params.log_length, mode=mode, populate=populate)
+        segment = Segment.create_file(path, log_params.log_length, mode=mode)
         log_params.initialise(segment.buffer)
         return cls(segment)
 

@@ -6,21 +6,19 @@ from __future__ import annotations
 
 import os
 import re
-import socket
-import time
 
 import pytest
 
 from logbuf.client import Aeron, Context
-from tests.support.driver_process import DriverProcess, DriverSet
+from tests.support.driver_process import DriverProcess
 
 HEADER = re.compile(r"^[0-9a-f]+-[0-9a-f]+$")
 
 
-def resident_kib(path: str, pid: int | str = "self") -> tuple[int, int]:
-    """(size, Rss) in KiB of process ``pid``'s mapping of ``path``."""
+def resident_kib(path: str) -> tuple[int, int]:
+    """(size, Rss) in KiB of this process's mapping of ``path``."""
     size = rss = -1
-    with open(f"/proc/{pid}/smaps") as smaps:
+    with open("/proc/self/smaps") as smaps:
         inside = False
         for line in smaps:
             fields = line.split()
@@ -46,27 +44,3 @@ def test_a_log_is_mapped_in_full_when_pre_touched(media_driver: DriverProcess, p
             assert rss == size
         else:
             assert rss < size // 4  # the metadata and the first pages touched
-
-
-@pytest.mark.parametrize("pre_touch", ["true", "false"], ids=["pre-touched", "on-first-use"])
-def test_the_driver_maps_its_network_logs_in_full_when_pre_touched(driver_factory: DriverSet, pre_touch: str) -> None:
-    """The driver's own mappings of a UDP publication's log (its sender reads it) and of an image's log (its
-    receiver writes it), right after the image forms, before any message."""
-    driver = driver_factory("--term-length", "1m", "--pre-touch-mapped-memory", pre_touch)
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    channel = f"aeron:udp?endpoint=127.0.0.1:{port}"
-    with Aeron.connect(Context(dir=driver.dir, driver_timeout_ms=3_000)) as aeron:
-        sub = aeron.add_subscription(channel, 12)
-        pub = aeron.add_publication(channel, 12)
-        deadline = time.monotonic() + 10
-        while not sub.images:
-            assert time.monotonic() < deadline, "no image in 10 s"
-            sub.poll(lambda buffer, header: None, 1)
-            time.sleep(0.001)
-        assert driver.proc is not None
-        for path in (pub._log_file_name, sub.images[0]._log_file_name):  # type: ignore[attr-defined]
-            size, rss = resident_kib(os.path.realpath(path), driver.proc.pid)
-            assert size >= 3 * 1024
-            assert rss == size if pre_touch == "true" else rss < size // 4, (path, size, rss)
