@@ -3,8 +3,8 @@
  *
  * ``offer`` returns the new stream position, a Python int. Positions grow past 2^30 within seconds and
  * every one is a fresh int: an allocation and a free per message (on CPython 3.12+ each one also looks
- * up the interpreter through thread-local storage), about a fifth of the cost of a 32-byte offer from
- * Python. Instead the publication keeps one int object with room for any int64 and writes the next
+ * up the interpreter through thread-local storage), about a tenth of a 32-byte offer loop from Python
+ * (measured: 135 -> 125 ns on 3.12, 119-131 -> 106 ns on 3.11). Instead the publication keeps one int object with room for any int64 and writes the next
  * position into it, but only when nobody else can see it: its reference count is 1, the publication's
  * own reference (a caller that kept a position, in a variable, a list or a closure, holds another).
  * Otherwise the publication gives that object up to whoever holds it, exactly as a fresh int would have

@@ -69,13 +69,10 @@ cdef bint _check_position_int() except -1:
     cdef PyObject *cache = NULL
     cdef int64_t v
     ok = True
-    first = None
     try:
         for v in (1, 5, 255, 256, 4095, (1 << 30) - 1, 1 << 30, (1 << 31) + 7, (1 << 45) - 3, (1 << 60) + 12345,
                   (1 << 62) + 1, 0x7FFFFFFFFFFFFFFF, 64):
             x = lb_position_int(&cache, v, 1)
-            if first is None:
-                first = id(x)
             w = int(str(v))  # a fresh int of the same value
             ok = ok and (type(x) is int and x == w and w == x and hash(x) == hash(w) and str(x) == str(w)
                          and x + 1 == w + 1 and x - w == 0 and -x == -w and x >> 3 == w >> 3 and x & 0xFFF == w & 0xFFF
