@@ -7,6 +7,8 @@ from typing_extensions import Buffer
 from logbuf.native.log_view import LogView
 
 UDP_GRO_SEGMENTS: int
+UDP_GRO_OPTION: int
+UDP_SEGMENT_OPTION: int
 
 def term_send_datagrams(
     fd: int,

@@ -72,9 +72,6 @@ cdef extern from "<sys/socket.h>" nogil:
     size_t CMSG_LEN(size_t length)
     enum: MSG_DONTWAIT
 
-cdef extern from "<netinet/in.h>" nogil:
-    enum: IPPROTO_UDP
-
 cdef extern from "<errno.h>" nogil:
     int errno
     enum: EAGAIN
@@ -84,6 +81,7 @@ cdef extern from "<errno.h>" nogil:
     enum: EOPNOTSUPP
 
 cdef extern from "<netinet/in.h>" nogil:
+    enum: IPPROTO_UDP
     cdef struct in_addr:
         uint32_t s_addr
     cdef struct sockaddr_in:
@@ -100,6 +98,10 @@ cdef enum: CMSG_ROOM = 64  # bytes of room for the UDP_SEGMENT or UDP_GRO cmsg o
 cdef enum: CMSG_WORDS = CMSG_ROOM // 8  # control buffers are uint64_t arrays: aligned for struct cmsghdr
 UDP_GRO_SEGMENTS = MAX_GRO_SEGMENTS
 """The most datagrams one coalesced (UDP_GRO) read holds: receive arrays need this many entries per slot."""
+UDP_GRO_OPTION = UDP_GRO
+"""The IPPROTO_UDP socket option that turns coalesced reads on (what :func:`udp_receive_batch` splits)."""
+UDP_SEGMENT_OPTION = UDP_SEGMENT
+"""The IPPROTO_UDP socket option (or cmsg) giving a send's GSO segment size."""
 
 
 def term_send_datagrams(int fd, term_buffer, int32_t term_offset, int32_t max_length, int32_t mtu,
@@ -147,21 +149,22 @@ def term_send_datagrams(int fd, term_buffer, int32_t term_offset, int32_t max_le
     if n == 0:
         return (0, 0, 0, False)
     cdef int done = 0, run
+    cdef int64_t run_bytes
     cdef bint refused = False
     if gso:
         while done < n - 1:
-            run = _gso_run(iovs, covers, done, n)
+            run = _gso_run(iovs, covers, done, n, &run_bytes)
             if run < 2:
                 break
-            sent = _send_gso(fd, &address[0], <socklen_t>address.shape[0], iovs, covers, done, run)
+            sent = _send_gso(fd, &address[0], <socklen_t>address.shape[0], iovs[done].iov_base, run_bytes,
+                             covers[done])
             if sent == -1:  # the kernel cannot segment on this route: sendmmsg from here on
                 refused = True
                 break
             if sent <= 0:  # socket buffer full, or a send error (as sendmmsg's: fewer sent, none raised)
                 return (covered, done, sent_bytes, False)
-            for i in range(done, done + run):
-                covered += covers[i]
-                sent_bytes += covers[i]
+            covered += run_bytes  # whole datagrams: each covers what it carries
+            sent_bytes += run_bytes
             done += run
     if done < n:
         with nogil:
@@ -174,37 +177,34 @@ def term_send_datagrams(int fd, term_buffer, int32_t term_offset, int32_t max_le
     return (covered, done, sent_bytes, refused)
 
 
-cdef int _gso_run(iovec *iovs, const int32_t *covers, int first, int n) noexcept:
+cdef int _gso_run(iovec *iovs, const int32_t *covers, int first, int n, int64_t *total) noexcept:
     """How many datagrams from ``first`` one GSO send can carry: whole (not a PAD header standing for more
-    term), as long as the first but the last (no longer), together within one UDP payload."""
+    term), as long as the first but the last (no longer), together within one UDP payload; their bytes go
+    to ``total``."""
     cdef int32_t segment = covers[first]
-    cdef int64_t total = 0
     cdef int i = first
+    total[0] = 0
     while i < n and i - first < MAX_GRO_SEGMENTS:
-        if <int32_t>iovs[i].iov_len != covers[i] or covers[i] > segment or total + covers[i] > MAX_GSO_PAYLOAD:
+        if <int32_t>iovs[i].iov_len != covers[i] or covers[i] > segment or total[0] + covers[i] > MAX_GSO_PAYLOAD:
             break
-        total += covers[i]
+        total[0] += covers[i]
         i += 1
         if covers[i - 1] != segment:  # a shorter datagram ends the run
             break
     return i - first
 
 
-cdef int _send_gso(int fd, const unsigned char *name, socklen_t name_length, iovec *iovs, const int32_t *covers,
-                   int first, int run) noexcept:
-    """One sendmsg of ``run`` datagrams back to back from ``iovs[first]``, cut by the kernel at the first's
-    length: 1 when sent, 0 when the socket buffer is full, -1 when the kernel refuses to segment (no
-    checksum offload on the route's device, an old kernel), -2 on another send error."""
+cdef int _send_gso(int fd, const unsigned char *name, socklen_t name_length, void *start, int64_t length,
+                   int32_t segment) noexcept:
+    """One sendmsg of the ``length`` bytes at ``start`` (datagrams back to back), cut by the kernel every
+    ``segment`` bytes: 1 when sent, 0 when the socket buffer is full, -1 when the kernel refuses to segment
+    (no checksum offload on the route's device, an old kernel), -2 on another send error."""
     cdef iovec whole
     cdef msghdr msg
     cdef uint64_t control[CMSG_WORDS]
     cdef cmsghdr *cmsg
-    cdef int64_t total = 0
-    cdef int i
-    for i in range(first, first + run):
-        total += covers[i]
-    whole.iov_base = iovs[first].iov_base
-    whole.iov_len = <size_t>total
+    whole.iov_base = start
+    whole.iov_len = <size_t>length
     memset(&msg, 0, sizeof(msghdr))
     memset(control, 0, sizeof(control))
     msg.msg_name = <void *>name
@@ -217,7 +217,7 @@ cdef int _send_gso(int fd, const unsigned char *name, socklen_t name_length, iov
     cmsg.cmsg_level = IPPROTO_UDP
     cmsg.cmsg_type = UDP_SEGMENT
     cmsg.cmsg_len = CMSG_LEN(sizeof(uint16_t))
-    (<uint16_t *>CMSG_DATA(cmsg))[0] = <uint16_t>covers[first]
+    (<uint16_t *>CMSG_DATA(cmsg))[0] = <uint16_t>segment
     cdef ssize_t rc
     with nogil:
         rc = sendmsg(fd, &msg, MSG_DONTWAIT)

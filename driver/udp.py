@@ -72,8 +72,6 @@ from logbuf.protocol.frame_header import (
 if TYPE_CHECKING:
     from logbuf.driver.proxies import ConductorCommands
 
-UDP_GRO: Final[int] = 104
-"""linux/udp.h's socket option: receive coalesced datagrams, with their segment size in a cmsg."""
 READS_PER_POLL: Final[int] = 32
 SLOT_LENGTH: Final[int] = 65536
 """Each poll reads up to 32 datagrams with one recvmmsg, each into its own 64 KiB slot."""
@@ -283,7 +281,7 @@ class UdpTransport:
         self.gso = sockets.gso
         if self.gso:
             try:
-                self.socket.setsockopt(socket.IPPROTO_UDP, UDP_GRO, 1)
+                self.socket.setsockopt(socket.IPPROTO_UDP, _udp.UDP_GRO_OPTION, 1)
             except OSError:  # a kernel without UDP GRO (before 5.0): datagrams arrive one by one
                 pass
         self.socket.setblocking(False)

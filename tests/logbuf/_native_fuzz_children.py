@@ -634,8 +634,8 @@ def fuzz_udp_receive_batch(
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as rx, socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as tx:
         rx.bind(("127.0.0.1", 0))
         if gro:
-            rx.setsockopt(socket.IPPROTO_UDP, 104, 1)  # UDP_GRO
-            tx.setsockopt(socket.IPPROTO_UDP, 103, 100)  # UDP_SEGMENT: each send below is cut into 100-byte datagrams
+            rx.setsockopt(socket.IPPROTO_UDP, _udp.UDP_GRO_OPTION, 1)
+            tx.setsockopt(socket.IPPROTO_UDP, _udp.UDP_SEGMENT_OPTION, 100)  # each send below: 100-byte datagrams
         for i in range(waiting):  # loopback delivers at once: these are waiting when recvmmsg runs
             tx.sendto(bytes([i]) * (100 + 300 * i), rx.getsockname())
         mapping = mmap.mmap(-1, GUARD + size + GUARD)  # the guards must stay zero: nothing lands outside

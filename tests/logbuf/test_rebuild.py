@@ -100,9 +100,6 @@ def test_send_datagrams_batches_whole_frames_up_to_the_mtu_and_pads_travel_as_he
         assert bytes(buffer[:1088]) == bytes(term[:1088]) and bytes(buffer[3 * 65536 : 3 * 65536 + 32]) == pad
 
 
-UDP_SEGMENT, UDP_GRO = 103, 104
-
-
 def send_term(term: bytearray, length: int, wire: int, gso: bool, gro: bool) -> list[tuple[int, int, bytes]]:
     """Send ``term[:length]`` (1408-byte MTU; ``wire`` bytes of datagrams) with ``term_send_datagrams`` to a
     socket reading with or without UDP_GRO; returns each datagram received as (offset in the buffer, length,
@@ -110,7 +107,7 @@ def send_term(term: bytearray, length: int, wire: int, gso: bool, gro: bool) -> 
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as rx, socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as tx:
         rx.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
         if gro:
-            rx.setsockopt(socket.IPPROTO_UDP, UDP_GRO, 1)
+            rx.setsockopt(socket.IPPROTO_UDP, _udp.UDP_GRO_OPTION, 1)
         rx.bind(("127.0.0.1", 0))
         port = rx.getsockname()[1]
         address = struct.pack("=H", socket.AF_INET) + struct.pack("!H", port) + socket.inet_aton("127.0.0.1") + bytes(8)
