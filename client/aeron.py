@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from logbuf.channel_uri import check_stream_id
 from logbuf.conduit import command_descriptor as cmd
 from logbuf.conduit import counters_descriptor as cd
 from logbuf.conduit.broadcast import CopyBroadcastReceiver
@@ -420,6 +421,7 @@ class ClientConductor:
 
     # -- publications -------------------------------------------------------------------------------------
     def add_publication(self, channel: str, stream_id: int, *, exclusive: bool) -> Publication:
+        check_stream_id(stream_id)
         with self._lock:
             self._ensure_usable()
             correlation_id = self.to_driver.next_correlation_id()
@@ -475,6 +477,7 @@ class ClientConductor:
         on_available_image: Callable[[Image], None] | None,
         on_unavailable_image: Callable[[Image], None] | None,
     ) -> Subscription:
+        check_stream_id(stream_id)
         with self._lock:
             self._ensure_usable()
             correlation_id = self.to_driver.next_correlation_id()
