@@ -61,6 +61,7 @@ from logbuf.driver.udp import (
 )
 from logbuf.errors import ErrorCode, LogbufError
 from logbuf.logbuffer.log_buffer import LogBuffers
+from logbuf.logbuffer.term_unblocker import UnblockStatus
 from logbuf.protocol.setup import GROUP_FLAG, SetupFrame
 
 RESERVED_SESSION_ID_LOW = -1
@@ -1137,7 +1138,23 @@ class DriverConductor:
                 work += self.to_driver.read(self._on_command, 64)
             publication.sample_publisher_position()
             publication.on_time_event(now_ns)
-            if publication.check_for_blocked_publisher(now_ns):
+            unblock = publication.check_for_blocked_publisher(now_ns)
+            if unblock is UnblockStatus.REFUSED:
+                self.system_counters.increment(SystemCounterId.CORRUPT_LOG_FRAMES)
+                self.error_log.record(
+                    f"corrupt log: publication registration_id={publication.registration_id} stream_id="
+                    f"{publication.stream_id} is blocked at position={publication.last_consumer_position} by a "
+                    f"frame that is no abandoned claim, not padded over: {publication.unblock_refused_reason}"
+                )
+                self._log.error(
+                    "publication.unblock_refused",
+                    registration_id=publication.registration_id,
+                    session_id=publication.session_id,
+                    stream_id=publication.stream_id,
+                    position=publication.last_consumer_position,
+                    reason=publication.unblock_refused_reason,
+                )
+            elif unblock is not UnblockStatus.NO_ACTION:
                 self.system_counters.increment(SystemCounterId.UNBLOCKED_PUBLICATIONS)
                 self._log.warning(
                     "publication.unblocked",

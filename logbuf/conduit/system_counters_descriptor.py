@@ -130,6 +130,7 @@ class SystemCounterId(IntEnum):
     CONDUCTOR_BUSY_CPU_TIME = 109
     SENDER_BUSY_CPU_TIME = 110
     RECEIVER_BUSY_CPU_TIME = 111
+    CORRUPT_LOG_FRAMES = 120  # an id apart from the next ones added above, which other work may take
 
 
 FIRST_LOGBUF_ID: Final[int] = 100
@@ -222,6 +223,9 @@ DESCRIPTORS: Final[tuple[SystemCounterDescriptor, ...]] = (
     _D(_I.CONDUCTOR_BUSY_CPU_TIME, "Conductor busy CPU time in ns"),
     _D(_I.SENDER_BUSY_CPU_TIME, "Sender busy CPU time in ns"),
     _D(_I.RECEIVER_BUSY_CPU_TIME, "Receiver busy CPU time in ns"),
+    # a frame length no publisher can write, met by a client's poll (once per image and position) or by the
+    # conductor's unblocker (which then refuses to pad over it)
+    _D(_I.CORRUPT_LOG_FRAMES, "Corrupt log frames"),
 )
 """Every system counter in slot order: ``DESCRIPTORS[slot]``."""
 
