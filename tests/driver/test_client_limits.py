@@ -12,33 +12,19 @@ import random
 import resource
 import socket
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 
 from logbuf.client import Aeron, Context, RegistrationError
 from logbuf.errors import ErrorCode
+from tests.driver.test_local_hardening import await_condition, rss_bytes
 from tests.support.driver_process import DriverProcess, DriverSet
 
 HOG_ENDPOINTS = 2_000
 RSS_GROWTH_BOUND = 128 * 1024 * 1024
 """What 2,000 UDP subscriptions may add to the driver's resident memory. Each endpoint had its own 2 MiB
 receive buffer, so 2,000 took about 4 GB (and the idle park's select() killed the driver at ~1,020)."""
-
-
-def rss_bytes(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise AssertionError(f"no VmRSS in /proc/{pid}/status")
-
-
-def await_condition(condition: Callable[[], object], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out after {timeout_s} s waiting for {what}"
-        time.sleep(0.005)
 
 
 @pytest.fixture
