@@ -172,3 +172,20 @@ def test_registrations_past_the_per_client_limit_are_refused_and_counted(
         hog.add_subscription("aeron:ipc", 2000)  # room again
     assert driver.alive
     assert driver.system_counter("Errors") == errors_before + 3
+
+
+def test_the_driver_raises_its_open_file_limit_to_the_hard_limit(driver_factory: DriverSet) -> None:
+    """At the usual soft limit of 1,024 descriptors a few clients' UDP endpoints would leave no descriptor
+    for anyone's new log; the driver takes what the hard limit allows, as servers do."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard <= 1_024:
+        pytest.fail(f"RLIMIT_NOFILE hard limit {hard}: nothing to raise to")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (1_024, hard))  # the driver inherits it
+    try:
+        driver = driver_factory()
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    with open(f"/proc/{driver.pid}/limits") as limits:
+        line = next(line for line in limits if line.startswith("Max open files"))
+    driver_soft, driver_hard = line.split()[3:5]
+    assert driver_soft == driver_hard != "1024", line
