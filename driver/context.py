@@ -196,6 +196,28 @@ class DriverContext:
         "Longest term a SETUP from the network may ask for (an image takes 3 terms of /dev/shm): longer "
         "is counted (Images rejected) and dropped. Raise it to receive from publications with longer terms.",
     )
+    max_client_endpoints: int = setting(
+        1024,
+        "int",
+        "UDP endpoints (sockets) one client's publications and subscriptions may hold open at once; a "
+        "registration that would open one more is refused with an error naming this setting. Each costs the "
+        "driver a file descriptor, up to 2 x socket_buffer_length of kernel memory and some Python state, "
+        "all shared with every other client: higher lets one client take more of it.",
+    )
+    max_client_registrations: int = setting(
+        4096,
+        "int",
+        "Publications plus subscriptions one client may hold at once; beyond it a registration is refused "
+        "with an error naming this setting. Bounds the driver memory and per-command work one runaway "
+        "client can cause; raise it for a client that really holds thousands of streams.",
+    )
+    client_counters_share: float = setting(
+        0.5,
+        "float",
+        "Fraction of the counters (counters_buffer_length / 128 of them) one client's registrations may "
+        "hold; beyond it a registration is refused with an error naming this setting, so one client cannot "
+        "leave the others no counters for new streams. 1 = no share (first come, first served).",
+    )
     socket_buffer_length: int = setting(2 * 1024 * 1024, "size", "SO_RCVBUF/SO_SNDBUF of UDP sockets.")
     udp_gso: bool = setting(
         True,
@@ -287,6 +309,13 @@ class DriverContext:
             )
         if self.max_images_per_endpoint < 1:
             raise ConfigurationError(f"max_images_per_endpoint={self.max_images_per_endpoint} must be at least 1")
+        for name in ("max_client_endpoints", "max_client_registrations"):
+            if getattr(self, name) < 1:
+                raise ConfigurationError(f"{name}={getattr(self, name)} must be at least 1")
+        if not 0.0 < self.client_counters_share <= 1.0:
+            raise ConfigurationError(
+                f"client_counters_share={self.client_counters_share} must be a fraction within (0, 1]"
+            )
         try:
             lbd.check_term_length(self.max_image_term_length)
         except lbd.LogBufferError as e:
