@@ -35,7 +35,7 @@ from logbuf.client import Aeron, Context, FragmentAssembler, OfferResult
 from logbuf.logbuffer import data_header_descriptor as dh
 from logbuf.protocol import DataFrame, HeartbeatFrame, SetupFrame, StatusMessageFrame
 from tests.driver.test_local_hardening import rss_bytes
-from tests.driver.test_nak_amplification import flood, naks_at_term_start, stepped_naks_at
+from tests.driver.test_nak_amplification import flood, naks_at_term_start, stepped_naks_at, system_counters
 from tests.driver.test_udp import BASE_ARGS, await_, counters, free_port, message, stream
 from tests.support.driver_process import DriverProcess
 
@@ -216,9 +216,9 @@ def run_nak_case(
             host, port = image.source_identity.rsplit(":", 1)
             live = LiveStream(pub, sub)
             live.run(1.0)  # warm up
-            before = counters(a)
+            before = system_counters(a)
             result["live_msgs_per_s_without"] = round(live.run(PHASE_S) / PHASE_S)
-            quiet_resent = counters(a)["Retransmitted bytes"] - before["Retransmitted bytes"]
+            quiet_resent = system_counters(a)["Retransmitted bytes"] - before["Retransmitted bytes"]
             spawn = multiprocessing.get_context("spawn")
             position, sent, stop = spawn.Value("q", image.position), spawn.Value("q", 0), spawn.Event()
             stream_fields = (pub.session_id, 50, image.initial_term_id, image.term_length)
@@ -228,11 +228,9 @@ def run_nak_case(
             child.start()
             try:
                 await_(lambda: sent.value > 0, 30, "the flood started")
-                before = counters(a)
-                naks_before = sent.value
+                before, naks_before = system_counters(a), sent.value
                 got = live.run(PHASE_S, lambda: setattr(position, "value", image.position))
-                naks = sent.value - naks_before
-                after = counters(a)
+                after, naks = system_counters(a), sent.value - naks_before
             finally:
                 stop.set()
                 child.join(10)
