@@ -186,8 +186,8 @@ class DriverContext:
     mdc_dynamic_allow: str = setting(
         "",
         "str",
-        "Sources whose status messages a control-mode=dynamic MDC publication hears: comma-separated "
-        "host[/prefix][:port] (10.0.0.0/8,192.168.1.7:40456). Empty: any source, as Aeron, which lets one "
+        "Sources whose status messages a control-mode=dynamic MDC publication hears: comma-separated hosts or "
+        "networks, each with an optional :port (10.0.0.0/8,192.168.1.7:40456). Empty: any source, as Aeron, which lets one "
         "forged SM make the publication send its stream to a victim's address; a list closes that but a "
         "receiver not on it cannot join.",
     )
