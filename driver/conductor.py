@@ -38,13 +38,14 @@ from logbuf.conduit.error_log import DistinctErrorLog
 from logbuf.conduit.loss_report import LossReport
 from logbuf.conduit.ring_buffer import ManyToOneRingBuffer, RingBufferUnblocker
 from logbuf.driver.context import DriverContext
-from logbuf.driver.destination_tracker import DestinationTracker
+from logbuf.driver.destination_tracker import AllowedSources, DestinationTracker
 from logbuf.driver.ipc_publication import IpcPublication, SubscriberPosition
 from logbuf.driver.lifecycle import ImageState, PublicationState
 from logbuf.driver.nak_delay import OptimalMulticastDelayGenerator
 from logbuf.driver.network_publication import NetworkPublication
 from logbuf.driver.proxies import DriverConductorProxy, ReceiverCommands, SenderCommands
 from logbuf.driver.publication_image import PublicationImage
+from logbuf.driver.retransmit_handler import RetransmitHandler
 from logbuf.driver.sender_flow_control import new_flow_control, parse_flow_control
 from logbuf.driver.system_counters import SystemCounterId, SystemCounters
 from logbuf.driver.udp import (
@@ -578,6 +579,9 @@ class DriverConductor:
                 flow_control=new_flow_control(fc_spec),
                 setup_flags=GROUP_FLAG if plan.group else 0,
                 setup_ttl=(uri.ttl() or 0) if plan.multicast is not None else 0,
+                retransmit_handler=RetransmitHandler(
+                    self.ctx.retransmit_linger, self.ctx.max_retransmits, self.ctx.retransmit_max_rate
+                ),
             )
             if plan.group:
                 network_publication.receivers_counter_id = self.counters.allocate(
@@ -654,7 +658,11 @@ class DriverConductor:
                 None,
                 bind,
                 None,
-                DestinationTracker(manual=mode == "manual", timeout_ns=self.ctx.mdc_destination_timeout),
+                DestinationTracker(
+                    manual=mode == "manual",
+                    timeout_ns=self.ctx.mdc_destination_timeout,
+                    allowed=AllowedSources.parse(self.ctx.mdc_dynamic_allow),
+                ),
                 True,
             )
         destination = self._resolve(uri)
