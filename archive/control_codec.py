@@ -45,6 +45,7 @@ import enum
 import struct
 import typing
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Annotated, Any, ClassVar, Final, TypeAlias
 
 SCHEMA_ID: Final = 101
@@ -802,6 +803,18 @@ class MessageLayout:
     fields: tuple[FieldLayout, ...]
     var_fields: tuple[VarFieldLayout, ...]
     block: struct.Struct  # the whole block at SCHEMA_VERSION, padding included
+    # Derived, for the fast paths: the version that added the newest fixed field, and the enum fields'
+    # positions with their members by value.
+    newest_field_version: int = dataclasses.field(init=False)
+    enums: tuple[tuple[int, dict[int, enum.IntEnum], type[enum.IntEnum]], ...] = dataclasses.field(init=False)
+
+    def __post_init__(self) -> None:
+        newest = max([f.since_version for f in self.fields] + [0])
+        object.__setattr__(self, "newest_field_version", newest)
+        enums = tuple(
+            (i, {m.value: m for m in f.enum_type}, f.enum_type) for i, f in enumerate(self.fields) if f.enum_type
+        )
+        object.__setattr__(self, "enums", enums)
 
     @property
     def name(self) -> str:
@@ -867,7 +880,7 @@ def layout_of(message_type: type[ControlMessage]) -> MessageLayout:
 
 def _fixed_value(layout: MessageLayout, field: FieldLayout, value: object) -> int:
     if field.enum_type is not None:
-        if not isinstance(value, int) or isinstance(value, bool):
+        if type(value) is not int and type(value) is not field.enum_type:  # not a bool nor another enum's member
             raise ControlCodecError(f"{layout.name}.{field.name}: {value!r} is not a {field.enum_type.__name__}")
         try:
             return int(field.enum_type(value))
@@ -901,16 +914,28 @@ def _var_value(layout: MessageLayout, field: VarFieldLayout, value: object) -> b
     return data
 
 
+def _bad_enum(entry: tuple[int, dict[int, enum.IntEnum], type[enum.IntEnum]], values: list[Any]) -> bool:
+    i, members, enum_type = entry
+    value = values[i]
+    return value not in members or (type(value) is not int and type(value) is not enum_type)
+
+
 def encode(message: ControlMessage) -> bytes:
     """The message as it goes on the wire: SBE header (at SCHEMA_VERSION), block, var-length fields."""
     layout = _BY_TYPE.get(type(message))
     if layout is None:
         raise ControlCodecError(f"not a control message: {type(message).__name__}")
-    values = [_fixed_value(layout, f, getattr(message, f.name)) for f in layout.fields]
-    parts = [
-        MESSAGE_HEADER.pack(layout.block_length, layout.template_id, SCHEMA_ID, SCHEMA_VERSION),
-        layout.block.pack(*values),
-    ]
+    values = [getattr(message, f.name) for f in layout.fields]
+    try:
+        # struct.pack takes a bool as an int, and any int for an enum field.
+        if bool in map(type, values) or (layout.enums and any(map(_bad_enum, layout.enums, repeat(values)))):
+            raise ValueError
+        block = layout.block.pack(*values)
+    except (struct.error, TypeError, ValueError) as e:
+        for field, value in zip(layout.fields, values):
+            _fixed_value(layout, field, value)  # raises, naming the field
+        raise ControlCodecError(f"{layout.name}: {e}") from e
+    parts = [MESSAGE_HEADER.pack(layout.block_length, layout.template_id, SCHEMA_ID, SCHEMA_VERSION), block]
     for var in layout.var_fields:
         data = _var_value(layout, var, getattr(message, var.name))
         parts.append(VAR_LENGTH.pack(len(data)))
@@ -921,24 +946,14 @@ def encode(message: ControlMessage) -> bytes:
 # --- Decode --------------------------------------------------------------------------------------------
 
 
-def decode(buffer: bytes | bytearray | memoryview) -> ControlMessage:
-    """The message in ``buffer`` (exactly one); :class:`ControlCodecError` names whatever is wrong."""
-    try:
-        data = memoryview(buffer).cast("B") if not isinstance(buffer, bytes) else buffer
-    except (TypeError, ValueError) as e:
-        raise ControlCodecError(f"not a contiguous bytes-like buffer: {e}") from None
-    have = len(data)
-    if have < MESSAGE_HEADER_LENGTH:
-        raise ControlCodecError(f"truncated: need {MESSAGE_HEADER_LENGTH} bytes for the message header, have {have}")
-    block_length, template_id, schema_id, version = MESSAGE_HEADER.unpack_from(data, 0)
-    if schema_id != SCHEMA_ID:
-        raise ControlCodecError(f"schema id {schema_id} is not {SCHEMA_ID} (template id {template_id})")
-    layout = LAYOUTS.get(template_id)
-    if layout is None:
-        raise ControlCodecError(f"unknown template id {template_id}")
-    name = layout.name
+def _enum_name(field: FieldLayout) -> str:
+    return field.enum_type.__name__ if field.enum_type is not None else field.wire.sbe_type
 
-    values: list[Any] = []  # typed by the layout, checked field by field below
+
+def _decode_fields(layout: MessageLayout, data: bytes | memoryview, block_length: int, version: int) -> list[Any]:
+    """The fixed fields one by one: those of the sender's version, the others null; errors name the field."""
+    name, have = layout.name, len(data)
+    values: list[Any] = []
     for field in layout.fields:
         if field.since_version > version:
             values.append(field.wire.null)
@@ -960,10 +975,42 @@ def decode(buffer: bytes | bytearray | memoryview) -> ControlMessage:
             try:
                 value = field.enum_type(value)
             except ValueError:
-                raise ControlCodecError(
-                    f"{name}: {field.schema_name} {value} is not a {field.enum_type.__name__}"
-                ) from None
+                raise ControlCodecError(f"{name}: {field.schema_name} {value} is not a {_enum_name(field)}") from None
         values.append(value)
+    return values
+
+
+def decode(buffer: bytes | bytearray | memoryview) -> ControlMessage:
+    """The message in ``buffer`` (exactly one); :class:`ControlCodecError` names whatever is wrong."""
+    try:
+        data = memoryview(buffer).cast("B") if not isinstance(buffer, bytes) else buffer
+    except (TypeError, ValueError) as e:
+        raise ControlCodecError(f"not a contiguous bytes-like buffer: {e}") from None
+    have = len(data)
+    if have < MESSAGE_HEADER_LENGTH:
+        raise ControlCodecError(f"truncated: need {MESSAGE_HEADER_LENGTH} bytes for the message header, have {have}")
+    block_length, template_id, schema_id, version = MESSAGE_HEADER.unpack_from(data, 0)
+    if schema_id != SCHEMA_ID:
+        raise ControlCodecError(f"schema id {schema_id} is not {SCHEMA_ID} (template id {template_id})")
+    layout = LAYOUTS.get(template_id)
+    if layout is None:
+        raise ControlCodecError(f"unknown template id {template_id}")
+    name = layout.name
+
+    if (
+        version >= layout.newest_field_version
+        and block_length >= layout.block_length
+        and have >= MESSAGE_HEADER_LENGTH + layout.block_length
+    ):  # every field is there: one unpack
+        values: list[Any] = list(layout.block.unpack_from(data, MESSAGE_HEADER_LENGTH))
+        for i, members, _ in layout.enums:
+            member = members.get(values[i])
+            if member is None:
+                field = layout.fields[i]
+                raise ControlCodecError(f"{name}: {field.schema_name} {values[i]} is not a {_enum_name(field)}")
+            values[i] = member
+    else:
+        values = _decode_fields(layout, data, block_length, version)
 
     position = MESSAGE_HEADER_LENGTH + block_length
     if position > have:
@@ -984,18 +1031,18 @@ def decode(buffer: bytes | bytearray | memoryview) -> ControlMessage:
                 f"{name}: var-length {var.schema_name} of {length} bytes runs past the end "
                 f"(offset {position}, {have - position} bytes left)"
             )
-        raw = bytes(data[position : position + length])
+        raw = data[position : position + length]
         position += length
         if var.wire.ascii:
             try:
-                values.append(raw.decode("ascii"))
+                values.append(str(raw, "ascii"))
             except UnicodeDecodeError as e:
                 raise ControlCodecError(
                     f"{name}: {var.schema_name} is not US-ASCII (byte 0x{raw[e.start]:02x} at offset "
                     f"{position - length + e.start})"
                 ) from None
         else:
-            values.append(raw)
+            values.append(bytes(raw))
 
     if position != have and version <= SCHEMA_VERSION:
         raise ControlCodecError(f"{name}: {have - position} trailing bytes after the message ({position} bytes)")
