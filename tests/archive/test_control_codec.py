@@ -27,7 +27,7 @@ from logbuf.archive.control_codec import (
     decode,
     encode,
 )
-from tests.support.control_messages import MESSAGES, SAMPLE_IDS, SAMPLES, mutated
+from tests.support.control_messages import SAMPLE_IDS, SAMPLES, message_strategy, mutated
 
 
 def header(block_length: int, template_id: int, version: int = 13, schema_id: int = 101) -> bytes:
@@ -396,14 +396,15 @@ def test_encode_accepts_plain_ints_for_enums_and_decode_gives_the_enum() -> None
 # --- Hypothesis: round trips and garbage ----------------------------------------------------------------
 
 
-@given(MESSAGES)
-@settings(max_examples=400)
-def test_every_message_round_trips(message: ControlMessage) -> None:
+@pytest.mark.parametrize("layout", cc.LAYOUTS.values(), ids=lambda layout: layout.name)
+@given(data=st.data())
+@settings(max_examples=20)
+def test_every_message_round_trips(layout: cc.MessageLayout, data: st.DataObject) -> None:
+    message = data.draw(message_strategy(layout))
     wire = encode(message)
     assert decode(wire) == message
-    assert len(wire) == cc.MESSAGE_HEADER_LENGTH + cc.layout_of(type(message)).block_length + sum(
-        cc.VAR_LENGTH_HEADER_LENGTH + len(getattr(message, v.name)) for v in cc.layout_of(type(message)).var_fields
-    )
+    var_length = sum(cc.VAR_LENGTH_HEADER_LENGTH + len(getattr(message, v.name)) for v in layout.var_fields)
+    assert len(wire) == cc.MESSAGE_HEADER_LENGTH + layout.block_length + var_length
 
 
 def _decode_or_codec_error(wire: bytes) -> None:
