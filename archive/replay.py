@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 
 import numpy as np
 import structlog
@@ -48,10 +49,18 @@ class ReplayError(LogbufError, ValueError):
 
 
 def replay_channel(base_channel: str, descriptor: RecordingDescriptor, position: int) -> str:
-    """``base_channel`` (an ``aeron:ipc`` channel) with the recording's log parameters at ``position``."""
-    uri = ChannelUri.parse(base_channel)
-    if uri.media != "ipc":
-        raise ReplayError(f"replay channel {base_channel!r} must be aeron:ipc (UDP replay is not supported yet)")
+    """``base_channel`` (``aeron:ipc``, or ``aeron:udp`` to a unicast endpoint or a multicast group) with the
+    recording's log parameters at ``position``."""
+    try:
+        uri = ChannelUri.parse(base_channel)
+    except ValueError as e:
+        raise ReplayError(f"replay channel {base_channel!r}: {e}") from None
+    if uri.prefix or uri.media not in ("ipc", "udp"):
+        raise ReplayError(f"replay channel {base_channel!r} must be aeron:ipc or aeron:udp")
+    if uri.media == "udp" and "endpoint" not in uri.params and "control" not in uri.params:
+        raise ReplayError(
+            f"replay channel {base_channel!r} needs an endpoint (the subscriber's address:port or a group)"
+        )
     clashing = sorted({"init-term-id", "term-id", "term-offset", "term-length", "mtu"} & set(uri.params))
     if clashing:
         raise ReplayError(
@@ -123,8 +132,11 @@ class Replay:
         length: int | None = None,
         channel: str = "aeron:ipc",
         connect_timeout_ms: int = 5_000,
+        limit_position: Callable[[], int] | None = None,
     ) -> None:
         self.archive_dir = archive_dir
+        self._limit_position = limit_position
+        """A bounded replay's limit (a position counter's value): the replay waits below it."""
         self.recording_id = recording_id
         try:
             self._catalog = Catalog.open(archive_dir)
@@ -212,6 +224,8 @@ class Replay:
         if self.position >= target and (not self._recording_active or (end is not None and self.position >= end)):
             self._finish()
             return None
+        if self._limit_position is not None:
+            target = min(target, self._limit_position())
         return target
 
     def _append(self, target: int, limit: int) -> int:
