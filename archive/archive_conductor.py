@@ -436,11 +436,7 @@ class ArchiveConductor:
 
     def _end_session(self, session: ControlSession) -> None:
         self.sessions.pop(session.control_session_id, None)
-        for replay_id, slot in tuple(self.replays.items()):
-            if slot.control_session_id == session.control_session_id:
-                slot.replay.close()
-                self._replay_ended(replay_id, slot)
-        session.close()
+        session.close()  # its replays run on: they end with their subscribers, the recording or stop-replay
         self.counters.sessions_closed.increment()
         self._log.info(
             "control_session.closed", control_session_id=session.control_session_id, reason=session.closed_reason
@@ -486,8 +482,33 @@ class ArchiveConductor:
             raise RequestError(
                 ERR.MAX_RECORDINGS, f"max concurrent recordings reached ({self.ctx.max_concurrent_recordings})"
             )
+        auto_stop = isinstance(message, cc.StartRecordingRequest2) and message.auto_stop == cc.BooleanType.TRUE
+        rs = self.start_recording_locally(
+            channel,
+            stream_id,
+            remote=message.source_location == cc.SourceLocation.REMOTE,
+            auto_stop=auto_stop,
+            control_session_id=session.control_session_id,
+            correlation_id=message.correlation_id,
+            on_registered=lambda rs: session.send_ok(message.correlation_id, rs.subscription_id),
+        )
+        del rs
+
+    def start_recording_locally(
+        self,
+        channel: str,
+        stream_id: int,
+        *,
+        remote: bool = False,
+        auto_stop: bool = False,
+        control_session_id: int = -1,
+        correlation_id: int = -1,
+        on_registered: Callable[[RecordingSubscription], None] | None = None,
+    ) -> RecordingSubscription:
+        """Subscribe to ``channel``/``stream_id`` and record each image (``serve --record`` and the request)."""
+        uri = ChannelUri.parse(channel)
         subscribe_channel = channel
-        if message.source_location == cc.SourceLocation.LOCAL and uri.media == "udp":
+        if not remote and uri.media == "udp":
             subscribe_channel = "aeron-spy:" + channel  # the local publication's log, not the network
         holder: list[RecordingSubscription] = []
         subscription = self.aeron.add_subscription(
@@ -496,24 +517,25 @@ class ArchiveConductor:
             lambda image: self._on_recorded_image(holder[0], image) if holder else None,
             lambda image: self._on_recorded_image_gone(holder[0], image) if holder else None,
         )
-        auto_stop = isinstance(message, cc.StartRecordingRequest2) and message.auto_stop == cc.BooleanType.TRUE
         rs = RecordingSubscription(
             subscription.registration_id,
             channel,
             stream_id,
             subscription,
-            session.control_session_id,
-            message.correlation_id,
+            control_session_id,
+            correlation_id,
             auto_stop,
         )
         holder.append(rs)
         self.recording_subscriptions[rs.subscription_id] = rs
-        session.send_ok(message.correlation_id, rs.subscription_id)
+        if on_registered is not None:
+            on_registered(rs)  # the OK goes before the START signals of the images below
         for image in subscription.images:  # images that arrived with the registration
             self._on_recorded_image(rs, image)
         self._log.info(
             "recording_subscription.started", subscription_id=rs.subscription_id, channel=channel, stream_id=stream_id
         )
+        return rs
 
     def _on_recorded_image(self, rs: RecordingSubscription, image: Image) -> None:
         if image.correlation_id in rs.sessions:
@@ -871,7 +893,7 @@ class ArchiveConductor:
 
     def _replay_ended(self, replay_id: int, slot: ReplaySlot) -> None:
         self.replays.pop(replay_id, None)
-        if slot.replay.error is not None:
+        if slot.replay.error is not None and not slot.replay.subscriber_left:
             self.counters.errors.increment()
             session = self.sessions.get(slot.control_session_id)
             if session is not None and session.state is SessionState.ACTIVE:

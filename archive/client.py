@@ -568,7 +568,7 @@ class ArchiveClient:
         length: int | None = None,
     ) -> tuple[Subscription, int]:
         """Subscribe to ``channel``/``stream_id`` and start a replay into it; returns the subscription and the
-        replay image's session id (``subscription.image_by_session_id``)."""
+        replay session id (:func:`replay_image_session_id` of it is the replay image's session id)."""
         subscription = self.aeron.add_subscription(channel, stream_id)
         try:
             replay_session_id = self.start_replay(
@@ -577,7 +577,7 @@ class ArchiveClient:
         except BaseException:
             subscription.close()
             raise
-        return subscription, replay_image_session_id(replay_session_id)
+        return subscription, replay_session_id
 
     def stop_replay(self, replay_session_id: int) -> None:
         sid = self.control_session_id

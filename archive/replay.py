@@ -172,6 +172,8 @@ class Replay:
         self.connect_timeout_ms = connect_timeout_ms
         self.is_done = False
         self.error: str | None = None
+        self.subscriber_left = False
+        """The replay ended because its subscribers went away (how a client stops a replay it no longer wants)."""
         self._scratch = np.empty(d.term_length // dh.HEADER_LENGTH, dtype=np.int32)
         self._scratch_lengths = np.empty_like(self._scratch)
         self._log = structlog.get_logger().bind(
@@ -202,6 +204,7 @@ class Replay:
             else:
                 return 0
         elif not publication.is_connected or publication.is_closed:
+            self.subscriber_left = True
             self._fail("the replay's subscriber went away")
             return 0
         target = self._target()
