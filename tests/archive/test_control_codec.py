@@ -10,9 +10,7 @@ independent SBE implementation reading ``control_schema.xml``.
 from __future__ import annotations
 
 import dataclasses
-import enum
 import struct
-from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -29,6 +27,7 @@ from logbuf.archive.control_codec import (
     decode,
     encode,
 )
+from tests.support.control_messages import MESSAGES, SAMPLE_IDS, SAMPLES, mutated
 
 
 def header(block_length: int, template_id: int, version: int = 13, schema_id: int = 101) -> bytes:
@@ -240,23 +239,6 @@ def test_decode_of_the_hand_written_bytes_gives_the_message(message: ControlMess
 # --- Every message: whole, one byte short, trailing bytes -------------------------------------------------
 
 
-def sample(layout: cc.MessageLayout) -> ControlMessage:
-    """A message with a distinct, non-null value in every field (var-length fields non-empty)."""
-    values: list[Any] = []
-    for i, field in enumerate(layout.fields):
-        if field.enum_type is not None:
-            values.append(list(field.enum_type)[-1])
-        else:
-            values.append(i + 2 if field.wire.size > 1 else 1)
-    for i, var in enumerate(layout.var_fields):
-        values.append(f"aeron:ipc?n={i}" if var.wire.ascii else bytes([0, 255, i]))
-    return layout.message_type(*values)
-
-
-SAMPLES = [sample(layout) for layout in cc.LAYOUTS.values()]
-SAMPLE_IDS = [type(message).__name__ for message in SAMPLES]
-
-
 def test_every_template_of_the_schema_is_implemented() -> None:
     assert sorted(cc.TEMPLATES) == [
         *range(1, 25),
@@ -408,24 +390,6 @@ def test_encode_accepts_plain_ints_for_enums_and_decode_gives_the_enum() -> None
 # --- Hypothesis: round trips and garbage ----------------------------------------------------------------
 
 
-def _strategy(layout: cc.MessageLayout) -> st.SearchStrategy[ControlMessage]:
-    parts: list[st.SearchStrategy[Any]] = []
-    for field in layout.fields:
-        enum_type: type[enum.IntEnum] | None = field.enum_type
-        if enum_type is not None:
-            parts.append(st.sampled_from(list(enum_type)))
-        else:
-            parts.append(st.integers(field.wire.low, field.wire.high))
-    for var in layout.var_fields:
-        parts.append(
-            st.text(st.characters(max_codepoint=127), max_size=40) if var.wire.ascii else st.binary(max_size=40)
-        )
-    return st.tuples(*parts).map(lambda values: layout.message_type(*values))
-
-
-MESSAGES = st.one_of([_strategy(layout) for layout in cc.LAYOUTS.values()])
-
-
 @given(MESSAGES)
 @settings(max_examples=400)
 def test_every_message_round_trips(message: ControlMessage) -> None:
@@ -464,12 +428,7 @@ def test_random_body_behind_a_valid_header_decodes_or_raises_a_codec_error(
     _decode_or_codec_error(header(block_length % 128, template_id, version=version) + body)
 
 
-@given(MESSAGES, st.data())
+@given(mutated())
 @settings(max_examples=300)
-def test_mutated_messages_decode_or_raise_a_codec_error(message: ControlMessage, data: st.DataObject) -> None:
-    wire = bytearray(encode(message))
-    for _ in range(data.draw(st.integers(1, 4))):
-        at = data.draw(st.integers(0, len(wire) - 1))
-        wire[at] = data.draw(st.integers(0, 255))
-    cut = data.draw(st.integers(0, len(wire) + 4))
-    _decode_or_codec_error(bytes(wire[:cut]) + bytes(max(0, cut - len(wire))))
+def test_mutated_messages_decode_or_raise_a_codec_error(wire: bytes) -> None:
+    _decode_or_codec_error(wire)
