@@ -271,11 +271,16 @@ class Replay:
         src = view[start:end]
         term[start + 4 : end] = src[4:]
         count = native.frame_index(src, self._scratch, self._scratch_lengths)
+        ints = self._term_ints[index]
+        session_id, stream_id = self.publication.session_id, self.stream_id
         if count:
-            ints = self._term_ints[index]
             headers = (self._scratch[:count] - dh.HEADER_LENGTH + start) // 4
-            ints[headers + dh.SESSION_ID_FIELD_OFFSET // 4] = self.publication.session_id
-            ints[headers + dh.STREAM_ID_FIELD_OFFSET // 4] = self.stream_id
+            ints[headers + dh.SESSION_ID_FIELD_OFFSET // 4] = session_id
+            ints[headers + dh.STREAM_ID_FIELD_OFFSET // 4] = stream_id
+        for pad in self._pad_offsets(src, start, end, count):
+            # padding too: a UDP receiver drops a PAD of another session, and the term would never complete
+            ints[(pad + dh.SESSION_ID_FIELD_OFFSET) // 4] = session_id
+            ints[(pad + dh.STREAM_ID_FIELD_OFFSET) // 4] = stream_id
         native.put_int32_ordered(term, start, int.from_bytes(src[:4], "little", signed=True))
         src.release()
         term_id = self.descriptor.term_id_of(position)
@@ -287,6 +292,32 @@ class Replay:
                 self._meta, lbd.TERM_TAIL_COUNTERS_OFFSET + 8 * next_index, lbd.pack_tail(term_id + 1, 0)
             )
             native.put_int32_ordered(self._meta, lbd.LOG_ACTIVE_TERM_COUNT_OFFSET, lbd._int32(term_count))
+
+    def _pad_offsets(self, src: memoryview, start: int, end: int, count: int) -> list[int]:
+        """Term offsets of the PAD frames among the whole frames ``src`` (``start``..``end`` of the term) holds:
+        the gaps between the data frames ``frame_index`` found (padding is rare: a term's end, an aborted claim)."""
+        if count:
+            headers = self._scratch[:count] - dh.HEADER_LENGTH
+            ends = headers + (
+                (self._scratch_lengths[:count] + dh.HEADER_LENGTH + dh.FRAME_ALIGNMENT - 1) & -dh.FRAME_ALIGNMENT
+            )
+            gaps = [int(e) for e in ends[:-1][ends[:-1] != headers[1:]]]
+            if headers[0] != 0:
+                gaps.insert(0, 0)
+            if ends[-1] < end - start:
+                gaps.append(int(ends[-1]))
+        else:
+            gaps = [0]
+        pads = []
+        data = {int(h) for h in headers} if count and gaps else set()
+        for offset in gaps:  # a run of pads: walk it to the next data frame
+            while offset < end - start and offset not in data:
+                length = int.from_bytes(src[offset : offset + 4], "little", signed=True)
+                if length <= 0:
+                    break
+                pads.append(start + offset)
+                offset += dh.align(length)
+        return pads
 
     # -- ending --------------------------------------------------------------------------------------------
     def _finish(self) -> None:

@@ -407,3 +407,17 @@ def test_kill_9_of_the_service_mid_replay_is_a_clear_client_error_and_a_restart_
         assert sent >= count
     finally:
         serve.stop()
+
+
+def test_a_udp_replay_crosses_terms_and_padding(archive: ArchiveClient, aeron: Aeron) -> None:
+    """Over loopback UDP, a recording of 64 KiB terms (each ends with a PAD frame): the padding travels with
+    the replay's session id, or the receiver drops it and the replay stalls at the first term's end."""
+    rid, ends, _ = record_some(archive, aeron, 3_000)  # ~290 KiB: four terms and more
+    port = 40000 + os.getpid() % 20000
+    channel = f"aeron:udp?endpoint=127.0.0.1:{port}"
+    subscription, replay_session_id = archive.replay(rid, stream_id=next(_streams), channel=channel)
+    received = Received(length=100)
+    drain(subscription, received, 3_000, replay_image_session_id(replay_session_id))
+    received.check_once_in_order(0, 2_999)
+    assert received.positions == ends
+    subscription.close()
