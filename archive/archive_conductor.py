@@ -36,7 +36,6 @@ from typing import Any
 import structlog
 
 from logbuf.archive import control_codec as cc
-from logbuf.archive.archive_counters import ArchiveCounters
 from logbuf.archive.catalog import Catalog, CatalogError, RecordingDescriptor, RecordingState, UnknownRecordingError
 from logbuf.archive.control_session import ControlSession, SessionOrigin
 from logbuf.archive.control_session_state import ControlSessionStateError, SessionEvent, SessionState
@@ -47,6 +46,7 @@ from logbuf.archive.replay import Replay, ReplayError
 from logbuf.archive.service_context import ArchiveContext
 from logbuf.channel_uri import ChannelUri
 from logbuf.client import Aeron, Image, Publication, Subscription
+from logbuf.conduit.archive_counters import ArchiveCounters
 from logbuf.errors import LogbufError
 from logbuf.logbuffer.fragment_assembler import FragmentAssembler
 from logbuf.logbuffer.publication import OfferResult

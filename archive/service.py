@@ -22,10 +22,10 @@ import time
 import structlog
 
 from logbuf.archive.archive_conductor import ArchiveConductor
-from logbuf.archive.archive_counters import ArchiveCounters
 from logbuf.archive.catalog import Catalog
 from logbuf.archive.service_context import ArchiveContext
 from logbuf.client import Aeron, Context
+from logbuf.conduit.archive_counters import ArchiveCounters
 from logbuf.directory import access_modes, resolve_dir, shares_with_group
 from logbuf.errors import ClosedError
 

@@ -4,15 +4,17 @@ authentication, a fuzzed control stream, and kill -9 of the service mid-replay."
 
 from __future__ import annotations
 
+import json
 import os
 import random
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 
 import pytest
 
 from logbuf.archive import control_codec as cc
-from logbuf.archive.archive_counters import read_counters
 from logbuf.archive.catalog import Catalog
 from logbuf.archive.client import (
     ArchiveClient,
@@ -28,6 +30,7 @@ from logbuf.archive.replay_merge import ReplayMerge
 from logbuf.archive.service import ArchiveService
 from logbuf.archive.service_context import ArchiveContext
 from logbuf.client import Aeron, Context, Subscription
+from logbuf.conduit.archive_counters import read_counters
 from tests.archive.conftest import archive_cli
 from tests.archive.service_kit import Received, SequencedPublisher, ServeProcess, await_, sequenced
 from tests.support.driver_process import DriverProcess
@@ -421,3 +424,49 @@ def test_a_udp_replay_crosses_terms_and_padding(archive: ArchiveClient, aeron: A
     received.check_once_in_order(0, 2_999)
     assert received.positions == ends
     subscription.close()
+
+
+def test_recording_events_and_the_service_counters_in_logbuf_stat(
+    archive: ArchiveClient, aeron: Aeron, service: ArchiveService
+) -> None:
+    events = aeron.add_subscription("aeron:ipc", service.ctx.events_stream_id)
+    await_(lambda: events.is_connected, TIMEOUT_S, "the events stream")
+    rid, ends, _ = record_some(archive, aeron, 500)
+    seen: list[cc.ControlMessage] = []
+
+    def stopped() -> bool:
+        events.poll(lambda b, h: seen.append(cc.decode(b)), 100)
+        return any(isinstance(m, cc.RecordingStopped) for m in seen)
+
+    await_(stopped, TIMEOUT_S, "the recording stopped event")
+    started = [m for m in seen if isinstance(m, cc.RecordingStarted)]
+    assert [(m.recording_id, m.start_position) for m in started] == [(rid, 0)]
+    progress = [m.position for m in seen if isinstance(m, cc.RecordingProgress)]
+    assert progress == sorted(progress) and all(0 < p <= ends[-1] for p in progress)
+    assert [(m.recording_id, m.stop_position) for m in seen if isinstance(m, cc.RecordingStopped)] == [(rid, ends[-1])]
+    signals = [s.signal for s in archive.signals if s.recording_id == rid]
+    assert signals == [cc.RecordingSignal.START, cc.RecordingSignal.STOP]
+    events.close()
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "logbuf.client.stat",
+            "--dir",
+            aeron.context.dir,
+            "--once",
+            "--json",
+            "--interval",
+            "0.05",
+            "--archive-dir",
+            service.ctx.archive_dir,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    (shown,) = json.loads(done.stdout)["archives"]
+    assert shown["alive"] and shown["counters"]["archive control sessions"] == 1
+    assert shown["counters"]["archive recordings started"] == 1
+    assert shown["counters"]["archive bytes recorded"] == ends[-1]
