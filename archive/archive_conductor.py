@@ -125,6 +125,7 @@ class ArchiveConductor:
         self._handlers: dict[type[Any], Callable[[ControlSession, Any], None]] = {
             cc.CloseSessionRequest: self.on_close_session,
             cc.KeepAliveRequest: self.on_keep_alive,
+            cc.Ping: self.on_keep_alive,
             cc.StartRecordingRequest: self.on_start_recording,
             cc.StartRecordingRequest2: self.on_start_recording,
             cc.StopRecordingRequest: self.on_stop_recording,
@@ -445,7 +446,7 @@ class ArchiveConductor:
     def on_close_session(self, session: ControlSession, message: cc.CloseSessionRequest) -> None:
         session.on_event(SessionEvent.CLOSE, "closed by the client")
 
-    def on_keep_alive(self, session: ControlSession, message: cc.KeepAliveRequest) -> None:
+    def on_keep_alive(self, session: ControlSession, message: cc.KeepAliveRequest | cc.Ping) -> None:
         pass  # the deadline moved already
 
     def on_archive_id(self, session: ControlSession, message: cc.ArchiveIdRequest) -> None:
@@ -722,8 +723,10 @@ class ArchiveConductor:
     ) -> None:
         if session.pending is not None:
             raise RequestError(ERR.ACTIVE_LISTING, "a listing is already in progress on this session")
-        if message.record_count <= 0:
-            raise RequestError(ERR.GENERIC, f"record count {message.record_count} must be positive")
+        if message.record_count < 0:
+            raise RequestError(ERR.GENERIC, f"record count {message.record_count} must not be negative")
+        if message.record_count == 0:
+            return  # Aeron's: a count of 0 sends nothing at all
         if message.from_recording_id < 0:
             raise RequestError(ERR.GENERIC, f"from recording id {message.from_recording_id} must not be negative")
         count = min(message.record_count, self.ctx.max_list_count)
@@ -814,9 +817,7 @@ class ArchiveConductor:
                 )
             )
         if len(chosen) < message.subscription_count:
-            session.send_response(
-                message.correlation_id, cc.ControlResponseCode.SUBSCRIPTION_UNKNOWN, start + len(chosen)
-            )
+            session.send_response(message.correlation_id, cc.ControlResponseCode.SUBSCRIPTION_UNKNOWN, 0)
 
     def on_position_request(self, session: ControlSession, message: Any) -> None:
         d = self._descriptor(message.recording_id)
