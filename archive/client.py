@@ -524,37 +524,22 @@ class ArchiveClient:
     ) -> int:
         """Start a replay (``position`` None: from the start; ``length`` None: follow the recording until it
         stops); returns the replay session id, whose low 32 bits are the replay image's session id."""
-        sid = self.control_session_id
-        pos = NULL_POSITION if position is None else position
-        replay_length = NULL_LENGTH if length is None else length
+        fields: dict[str, Any] = {
+            "control_session_id": self.control_session_id,
+            "recording_id": recording_id,
+            "position": NULL_POSITION if position is None else position,
+            "length": NULL_LENGTH if length is None else length,
+            "replay_stream_id": stream_id,
+            "file_io_max_length": cc.NULL_INT32,
+            "replay_token": cc.NULL_INT64,
+            "replay_channel": channel,
+        }
         if limit_counter_id is None:
             return self._request(
-                lambda c: cc.ReplayRequest(
-                    control_session_id=sid,
-                    correlation_id=c,
-                    recording_id=recording_id,
-                    position=pos,
-                    length=replay_length,
-                    replay_stream_id=stream_id,
-                    file_io_max_length=cc.NULL_INT32,
-                    replay_token=cc.NULL_INT64,
-                    replay_channel=channel,
-                ),
-                f"replay of recording {recording_id}",
+                lambda c: cc.ReplayRequest(correlation_id=c, **fields), f"replay of recording {recording_id}"
             )
         return self._request(
-            lambda c: cc.BoundedReplayRequest(
-                control_session_id=sid,
-                correlation_id=c,
-                recording_id=recording_id,
-                position=pos,
-                length=replay_length,
-                limit_counter_id=limit_counter_id,
-                replay_stream_id=stream_id,
-                file_io_max_length=cc.NULL_INT32,
-                replay_token=cc.NULL_INT64,
-                replay_channel=channel,
-            ),
+            lambda c: cc.BoundedReplayRequest(correlation_id=c, limit_counter_id=limit_counter_id, **fields),
             f"bounded replay of recording {recording_id}",
         )
 

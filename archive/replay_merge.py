@@ -118,8 +118,9 @@ class ReplayMerge:
         self._live_deadline_ms = 0
         self._live_subscription: Subscription | None = None
         self._live_image: Image | None = None
-        self._handler: Callable[[memoryview, Any], Any] | None = None
-        self._assembler = FragmentAssembler(self._deliver)
+        self._skip_until = -1
+        self._assembler = FragmentAssembler(_no_handler)
+        """Its delegate is the caller's handler: an unfragmented message costs one Python call, the caller's."""
         self._log = structlog.get_logger().bind(role="replay-merge", recording_id=recording_id)
         self._replay_subscription, self._replay_session_id = archive.replay(
             recording_id, stream_id=replay_stream_id, channel=replay_channel, position=start, length=None
@@ -149,10 +150,6 @@ class ReplayMerge:
         return max(image._log_buffers.tail_position(), image.position)  # an IPC log's tail; a UDP image's may lag
 
     # -- polling -----------------------------------------------------------------------------------------------
-    def _deliver(self, payload: memoryview, header: Any) -> None:
-        assert self._handler is not None
-        self._handler(payload, header)
-
     def _on_replay_fragment(self, payload: memoryview, header: Any) -> ControlledPollAction:
         if self.live_join_position >= 0 and header.position > self.live_join_position:
             return ControlledPollAction.ABORT
@@ -160,19 +157,21 @@ class ReplayMerge:
         self.position = header.position
         return ControlledPollAction.CONTINUE
 
-    def _on_live_fragment(self, payload: memoryview, header: Any) -> None:
-        self._assembler(payload, header)
-        self.position = header.position
-
     def poll(self, handler: Callable[[memoryview, Any], Any], fragment_limit: int = 100) -> int:
         """Deliver up to ``fragment_limit`` fragments' worth of whole messages; returns fragments read."""
-        self._handler = handler
+        self._assembler.delegate = handler
         if self.state is ReplayMergeState.MERGED:
             image = self._live_image
             assert image is not None
             if image.is_closed:
                 raise ReplayMergeError(f"the live stream {self.live_channel} stream {self.live_stream_id} went away")
-            return image.poll(self._on_live_fragment, fragment_limit)
+            if image.position < self._skip_until:  # the live image joined behind what the replay delivered
+                skip_until, assembler = self._skip_until, self._assembler
+                work = image.poll(lambda p, h: assembler(p, h) if h.position > skip_until else None, fragment_limit)
+            else:
+                work = image.poll(self._assembler, fragment_limit)
+            self.position = max(self.position, image.position)
+            return work
         if self.state is ReplayMergeState.FAILED:
             raise ReplayMergeError("this catch-up failed earlier")
         try:
@@ -184,6 +183,10 @@ class ReplayMerge:
 
     def _poll_replay(self, fragment_limit: int) -> int:
         now_ms = time.monotonic_ns() // 1_000_000
+        if self.state is ReplayMergeState.LIVE_ADDED:
+            self._find_live_image(now_ms)  # the replay waits meanwhile, so J is known before it goes on
+            if self.state is ReplayMergeState.LIVE_ADDED:
+                return 0
         image = self._replay_image
         if image is None:
             image = self._replay_subscription.image_by_session_id(self._replay_image_session)
@@ -191,7 +194,11 @@ class ReplayMerge:
                 self._housekeeping(now_ms)
                 return 0
             self._replay_image = image
-        work = image.controlled_poll(self._on_replay_fragment, fragment_limit)
+        if self.state is ReplayMergeState.CATCHING_UP:  # fragment by fragment, to stop exactly at J
+            work = image.controlled_poll(self._on_replay_fragment, fragment_limit)
+        else:  # nothing to stop at yet: the plain poll, the position read after it
+            work = image.poll(self._assembler, fragment_limit)
+            self.position = image.position
         if not work:
             if image.is_closed or image.is_end_of_stream:
                 raise ReplayMergeError(
@@ -201,8 +208,6 @@ class ReplayMerge:
             self._housekeeping(now_ms)
         if self.state is ReplayMergeState.REPLAY and self.recorded_position - self.position <= self.threshold:
             self._add_live(now_ms)
-        if self.state is ReplayMergeState.LIVE_ADDED:
-            self._find_live_image(now_ms)
         if self.state is ReplayMergeState.CATCHING_UP and self.position >= self.live_join_position:
             self._merge()
         return work
@@ -235,12 +240,8 @@ class ReplayMerge:
                 )
             return
         self._live_image = image
-        self.live_join_position = image.position
-        if self.live_join_position < self.position:
-            raise ReplayMergeError(
-                f"the live image joined at {self.live_join_position}, behind the replay's {self.position}"
-            )
-        self.state = ReplayMergeState.CATCHING_UP
+        self.live_join_position = image.position  # below the replay's position if this host's image lags:
+        self.state = ReplayMergeState.CATCHING_UP  # then the merge skips what the replay delivered already
         self._log.info("replay_merge.live_joined", join_position=self.live_join_position, position=self.position)
 
     def _merge(self) -> None:
@@ -248,6 +249,7 @@ class ReplayMerge:
         assert image is not None
         replay_session = self._replay_image.session_id if self._replay_image is not None else 0
         self._assembler.move_session(replay_session, image.session_id)
+        self._skip_until = self.position
         self._close_replay()
         self.state = ReplayMergeState.MERGED
         self._log.info("replay_merge.merged", position=self.position, replayed=self.position - self.start_position)
@@ -273,6 +275,10 @@ class ReplayMerge:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _no_handler(payload: memoryview, header: Any) -> None:
+    raise ReplayMergeError("ReplayMerge.poll sets the handler")
 
 
 def position_at_time(archive_dir: str | os.PathLike[str], recording_id: int, time_value: int) -> int:

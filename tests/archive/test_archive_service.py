@@ -26,12 +26,12 @@ from logbuf.archive.client import (
     RecordingUnknownError,
     replay_image_session_id,
 )
-from logbuf.archive.replay_merge import ReplayMerge
+from logbuf.archive.replay_merge import ReplayMerge, position_at_time
 from logbuf.archive.service import ArchiveService
 from logbuf.archive.service_context import ArchiveContext
 from logbuf.client import Aeron, Context, Subscription
 from logbuf.conduit.archive_counters import read_counters
-from tests.archive.conftest import archive_cli
+from tests.archive.conftest import archive_cli, publish
 from tests.archive.service_kit import Received, SequencedPublisher, ServeProcess, await_, sequenced
 from tests.support.driver_process import DriverProcess
 
@@ -470,3 +470,21 @@ def test_recording_events_and_the_service_counters_in_logbuf_stat(
     assert shown["alive"] and shown["counters"]["archive control sessions"] == 1
     assert shown["counters"]["archive recordings started"] == 1
     assert shown["counters"]["archive bytes recorded"] == ends[-1]
+
+
+def test_a_catch_up_can_start_from_a_time_through_the_time_index(
+    archive: ArchiveClient, aeron: Aeron, service: ArchiveService
+) -> None:
+    stream_id = next(_streams)
+    archive.start_recording("aeron:ipc", stream_id)
+    publication = aeron.add_publication("aeron:ipc", stream_id)
+    await_(lambda: publication.is_connected, TIMEOUT_S, "the recording to subscribe")
+    stamps, ends = publish(publication, [sequenced(i, 200) for i in range(3_000)])  # ~700 KiB: 5 segments
+    rid = next(d.recording_id for d in archive.list_recordings() if d.stream_id == stream_id)
+    await_(lambda: archive.max_recorded_position(rid) >= ends[-1], TIMEOUT_S, "the recording")
+    archive.stop_recording("aeron:ipc", stream_id)
+    starts = [0, *ends[:-1]]
+    for k in (0, 1_234, 2_999):
+        first = next(j for j, stamp in enumerate(stamps) if stamp >= stamps[k])
+        assert position_at_time(service.ctx.archive_dir, rid, stamps[k]) == starts[first]
+    assert position_at_time(service.ctx.archive_dir, rid, stamps[-1] + 1) == ends[-1]
