@@ -19,7 +19,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from logbuf.archive.client import ArchiveClient, ArchiveClientContext, replay_image_session_id
+from logbuf.archive import control_codec as cc
+from logbuf.archive.client import ArchiveClient, ArchiveClientContext, ArchiveTimeoutError, replay_image_session_id
 from logbuf.archive.replay_merge import ReplayMerge
 from logbuf.archive.service import ArchiveService
 from logbuf.archive.service_context import ArchiveContext
@@ -192,3 +193,41 @@ def test_a_late_joiner_on_b_catches_up_from_a_onto_the_live_stream(hosts: Hosts)
             )
         received.check_once_in_order(0, len(received.seqs) - 1)
         assert received.positions == hosts.publisher.positions[: len(received.seqs)]
+
+
+def test_remote_connects_outside_the_allow_list_or_answered_elsewhere_are_dropped(
+    hosts: Hosts, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """A response channel that is not the requester's own address (the service would send at a third host)
+    and a requester outside ``allowed_clients`` get no session: counted and dropped, the client times out."""
+    assert hosts.service.counters is not None
+    before = hosts.service.counters.requests_dropped.get()
+    control = hosts.aeron_b.add_exclusive_publication(CONTROL, 10)
+    await_(lambda: control.is_connected, TIMEOUT_S, "B's control publication")
+    reflect = cc.ConnectRequest(  # from B, naming A's address: the service would send at a host that did not ask
+        correlation_id=1, response_stream_id=20, version=0, response_channel=f"aeron:udp?endpoint={A}:8030"
+    )
+    while control.offer(cc.encode(reflect)) < 0:
+        time.sleep(0.001)
+    await_(lambda: hosts.service.counters.requests_dropped.get() > before, TIMEOUT_S, "the connect to be dropped")
+    assert hosts.service.conductor is not None
+    assert not [s for s in hosts.service.conductor.sessions.values() if s.response_channel.endswith(":8030")]
+    control.close()
+    ctx = ArchiveContext(
+        archive_dir=str(tmp_path_factory.mktemp("archive-a-only")),
+        driver_dir=hosts.a.dir,
+        local_control_channel="",
+        control_channel=f"aeron:udp?endpoint={A}:8011",
+        allowed_clients=[f"{A}/32"],
+    )
+    with ArchiveService.launch(ctx) as only_a:
+        refused = ArchiveClientContext(
+            aeron=hosts.aeron_b,
+            control_channel=f"aeron:udp?endpoint={A}:8011",
+            response_channel=f"aeron:udp?endpoint={B}:8031",
+            message_timeout_ms=1_500,
+        )
+        with pytest.raises(ArchiveTimeoutError):
+            ArchiveClient.connect(refused)
+        assert only_a.counters is not None and only_a.counters.requests_dropped.get() >= 1
+        assert only_a.conductor is not None and not only_a.conductor.sessions
