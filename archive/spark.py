@@ -99,6 +99,18 @@ from logbuf.archive.spark_frames import (
     problem_batch,
     select_rows,
 )
+from logbuf.archive.spark_offsets import (
+    EARLIEST,
+    LATEST,
+    OffsetsError,
+    OffsetSpec,
+    cut_bytes,
+    cut_rows,
+    fair_shares,
+    frame_boundary_at_or_before,
+    parse_offsets,
+    parse_size,
+)
 from logbuf.archive.storage import (
     ArchiveLocation,
     StorageError,
@@ -182,6 +194,9 @@ _OPTIONS: Final[tuple[str, ...]] = (
     "batchBytes",
     "filterPushdown",
     "startingPositions",
+    "startingOffsets",
+    "endingOffsets",
+    "failOnDataLoss",
     "maxBytesPerTrigger",
     "maxRecordsPerTrigger",
 )
@@ -222,7 +237,11 @@ class ReadOptions:
     timestamp_unit: str | None = None
     mode: Mode = Mode.PERMISSIVE
     corrupt_column: str = DEFAULT_CORRUPT_COLUMN
-    starting: str = "earliest"
+    starting: OffsetSpec = field(default_factory=lambda: OffsetSpec(EARLIEST))
+    """``startingOffsets`` (``startingPositions`` is the same with only earliest or latest)."""
+    ending: OffsetSpec = field(default_factory=lambda: OffsetSpec(LATEST))
+    """``endingOffsets``."""
+    fail_on_data_loss: bool = True
     batch_bytes: int = DEFAULT_BATCH_BYTES
     filter_pushdown: bool = True
     max_bytes_per_trigger: int | None = None
@@ -295,9 +314,20 @@ class ReadOptions:
         unit = (get("timestampUnit") or "us").lower()
         if unit not in TIMESTAMP_UNITS_US:
             raise LogbufSourceError(f"timestampUnit={unit!r} must be one of {', '.join(TIMESTAMP_UNITS_US)}")
-        starting = (get("startingPositions") or "earliest").lower()
-        if starting not in ("earliest", "latest"):
-            raise LogbufSourceError(f"startingPositions={starting!r} must be 'earliest' or 'latest'")
+        old_starting = get("startingPositions")
+        if old_starting is not None and old_starting.lower() not in ("earliest", "latest"):
+            raise LogbufSourceError(f"startingPositions={old_starting!r} must be 'earliest' or 'latest'")
+        if old_starting is not None and get("startingOffsets") is not None:
+            raise LogbufSourceError("startingPositions and startingOffsets: give one of them (startingOffsets)")
+        fail_on_loss = (get("failOnDataLoss") or "true").lower()
+        if fail_on_loss not in ("true", "false"):
+            raise LogbufSourceError(f"failOnDataLoss={fail_on_loss!r} must be 'true' or 'false'")
+        try:
+            starting = parse_offsets("startingOffsets", get("startingOffsets") or old_starting, EARLIEST)
+            ending = parse_offsets("endingOffsets", get("endingOffsets"), LATEST)
+            max_bytes = _size_option(get, "maxBytesPerTrigger")
+        except OffsetsError as e:
+            raise LogbufSourceError(str(e)) from None
         corrupt_column = get("columnNameOfCorruptRecord") or DEFAULT_CORRUPT_COLUMN
         if corrupt_column in [name for name, _ in _COLUMNS]:
             raise LogbufSourceError(f"columnNameOfCorruptRecord={corrupt_column!r} is already a column")
@@ -311,7 +341,6 @@ class ReadOptions:
         pushdown = (get("filterPushdown") or "true").lower()
         if pushdown not in ("true", "false"):
             raise LogbufSourceError(f"filterPushdown={pushdown!r} must be 'true' or 'false'")
-        max_bytes = _positive_option(get, "maxBytesPerTrigger")
         max_records = _positive_option(get, "maxRecordsPerTrigger")
         if max_bytes is not None and max_records is not None:
             raise LogbufSourceError(
@@ -328,6 +357,8 @@ class ReadOptions:
             mode=mode,
             corrupt_column=corrupt_column,
             starting=starting,
+            ending=ending,
+            fail_on_data_loss=fail_on_loss == "true",
             batch_bytes=batch_bytes,
             filter_pushdown=pushdown == "true",
             max_bytes_per_trigger=max_bytes,
@@ -394,6 +425,11 @@ def _int_option(get: Any, name: str, default: int) -> int:
         return int(text)
     except ValueError:
         raise LogbufSourceError(f"{name}={text!r} is not an integer") from None
+
+
+def _size_option(get: Any, name: str) -> int | None:
+    text = get(name)
+    return None if text is None else parse_size(name, text)
 
 
 def _positive_option(get: Any, name: str) -> int | None:
@@ -574,6 +610,55 @@ def _may_hold(chosen: frozenset[int] | None, ids: IntRange | None, first: int, l
     if ids.values is not None:
         return any(first <= r <= last and ids.contains(r) for r in ids.values)
     return (ids.lo is None or ids.lo <= last) and (ids.hi is None or ids.hi >= first)
+
+
+def _resolve_offset(o: ReadOptions, d: RecordingDescriptor, name: str, value: int) -> int:
+    """A ``startingOffsets`` / ``endingOffsets`` value for ``d`` as a position, checked against the catalog:
+    before the recording's start is data loss (retention removed it), past the end of a stopped recording
+    an error."""
+    if value == EARLIEST:
+        return d.start_position
+    if value == LATEST:
+        return d.stop_position
+    if value < d.start_position:
+        on_data_loss(o, d.recording_id, value, d.start_position, f"{name} asks for position {value}")
+        return d.start_position
+    if value > d.stop_position and not d.active:
+        raise LogbufSourceError(
+            f"{name}: recording {d.recording_id} stopped at position {d.stop_position}; position {value} is past its end"
+        )
+    return value
+
+
+def on_data_loss(o: ReadOptions, recording_id: int, lost_from: int, lost_to: int, why: str) -> None:
+    """Positions ``lost_from..lost_to`` of a recording were removed before they were read: the query fails
+    (``failOnDataLoss``, the default) naming them, or they are skipped with a warning."""
+    text = (
+        f"recording {recording_id}: positions {lost_from} to {lost_to} are no longer in the archive "
+        f"(removed by retention or deletion) and were not read; {why}"
+    )
+    if o.fail_on_data_loss:
+        raise LogbufSourceError(
+            f"data loss: {text}. Set failOnDataLoss=false to skip them (the query then goes on from {lost_to})"
+        )
+    library_logger(role="spark-source").warning(
+        "stream.data_lost", recording_id=recording_id, lost_from=lost_from, lost_to=lost_to, reason=why
+    )
+
+
+def _check_named_recordings(o: ReadOptions, planned: Sequence[_Planned]) -> None:
+    """Recording ids in ``startingOffsets`` / ``endingOffsets`` must be recordings the read can see."""
+    named = set(o.starting.positions) | set(o.ending.positions)
+    if not named:
+        return
+    known = {item.recording.recording_id for item in planned}
+    unknown = sorted(named - known)
+    if unknown:
+        raise LogbufSourceError(
+            f"startingOffsets/endingOffsets name recording{'s' if len(unknown) > 1 else ''} "
+            f"{', '.join(map(str, unknown))}, not among the recordings read "
+            f"({', '.join(map(str, sorted(known))) or 'none'})"
+        )
 
 
 def _check_schema(options: ReadOptions, schema: StructType) -> None:
@@ -797,6 +882,8 @@ class LogbufReader(DataSourceReader):
         if times is not None and o.timestamp_unit is None:
             return []  # every timestamp is null (timestampFrom=none): no comparison keeps a row
         planned, problems = _catalog_view(o, pushed.ranges.get("recording_id"))
+        if "recording_id" not in pushed.ranges:
+            _check_named_recordings(o, planned)
         partitions: list[InputPartition] = list(problems)
         for item in planned:
             d = item.recording
@@ -805,9 +892,11 @@ class LogbufReader(DataSourceReader):
                 and pushed.range_of("session_id").contains(d.session_id)
             ):
                 continue
-            planned_here = plan_partitions(
-                o, d, from_position, to_position, from_is_frame_start=False, archive=item.archive
+            first = max(
+                from_position, _resolve_offset(o, d, "startingOffsets", o.starting.for_recording(d.recording_id))
             )
+            last = min(to_position, _resolve_offset(o, d, "endingOffsets", o.ending.for_recording(d.recording_id)))
+            planned_here = plan_partitions(o, d, first, last, from_is_frame_start=False, archive=item.archive)
             if times is not None and planned_here:
                 planned_here = _in_time_range(planned_here, times, o)
             partitions.extend(planned_here)
@@ -838,19 +927,44 @@ class LogbufStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.options = options
         self.location = parse_location(options.archive_dir)
         self._target: dict[str, int] | None = None
+        self._latest: dict[str, int] | None = None
 
     def _current(self) -> dict[str, int]:
-        """Each wanted recording's stop position; 0 for a damaged entry, so its problem is read once."""
+        """Each wanted recording's end now: its stop position, or ``endingOffsets`` / ``stopPosition`` if
+        that comes first (at a frame boundary); 0 for a damaged entry, so its problem is read once."""
         planned, problems = _catalog_view(self.options, locations=[self.location])
-        current = {str(item.recording.recording_id): item.recording.stop_position for item in planned}
+        current = {str(item.recording.recording_id): self._last(item.recording) for item in planned}
         for problem in problems:
             current.setdefault(str(problem.recording_id), 0)
         return current
 
+    def _first(self, d: RecordingDescriptor) -> int:
+        """Where a recording the offsets do not hold yet starts: ``startingOffsets`` (a recording that
+        appears after the query started is read from its start) and ``startPosition``, at a frame boundary."""
+        o = self.options
+        given = o.starting.positions.get(d.recording_id, EARLIEST)
+        first = max(_resolve_offset(o, d, "startingOffsets", given), o.start_position)
+        return min(frame_boundary_at_or_before(self.location, d, first), self._last(d))
+
+    def _last(self, d: RecordingDescriptor) -> int:
+        o = self.options
+        last = min(_resolve_offset(o, d, "endingOffsets", o.ending.for_recording(d.recording_id)), o.stop_position)
+        if last >= d.stop_position:
+            return d.stop_position
+        return frame_boundary_at_or_before(self.location, d, max(last, d.start_position))
+
     def initialOffset(self) -> dict[str, int]:
-        if self.options.starting == "latest":
-            return self._current()
-        return {}
+        """Each recording's start: ``startingOffsets`` (``latest``: what is recorded now is skipped)."""
+        o = self.options
+        planned, _ = _catalog_view(o, locations=[self.location])
+        _check_named_recordings(o, planned)
+        offsets: dict[str, int] = {}
+        for d in (item.recording for item in planned):
+            if o.starting.for_recording(d.recording_id) == LATEST:
+                offsets[str(d.recording_id)] = self._last(d)
+            else:
+                offsets[str(d.recording_id)] = self._first(d)
+        return offsets
 
     def prepareForTriggerAvailableNow(self) -> None:
         self._target = self._current()
@@ -864,11 +978,12 @@ class LogbufStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadAllAvailable()
 
     def latestOffset(self, start: dict[str, int] | None = None, limit: Any = None) -> dict[str, int]:
-        """Each wanted recording's stop position now (or when availableNow started), as far as ``limit``
-        (from ``maxBytesPerTrigger`` / ``maxRecordsPerTrigger``) allows. Spark before 4.2 passes no
-        arguments (and so no limit)."""
+        """Each wanted recording's end now (or when availableNow started), as far as ``limit`` (from
+        ``maxBytesPerTrigger`` / ``maxRecordsPerTrigger``) allows. Spark before 4.2 passes no arguments
+        (and so no limit)."""
         start = dict(start or {})
         current = self._current() if self._target is None else self._target
+        self._latest = current
         latest = dict(start)
         for key, position in current.items():
             latest[key] = max(position, int(latest.get(key, -1)))
@@ -878,6 +993,11 @@ class LogbufStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return self._limit_rows(start, latest, limit.max_rows)
         return latest
 
+    def reportLatestOffset(self) -> dict[str, int] | None:
+        """What is available (each recording's end), for the progress report's ``latestOffset``: the lag
+        is its distance from ``endOffset``."""
+        return dict(self._latest) if self._latest is not None else None
+
     def _descriptors(self, keys: Iterable[str]) -> dict[int, RecordingDescriptor]:
         with open_catalog(self.location) as catalog:
             found = {}
@@ -886,81 +1006,91 @@ class LogbufStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     found[int(key)] = catalog.recording(int(key))
             return found
 
-    def _limit_bytes(self, start: dict[str, int], latest: dict[str, int], budget: int) -> dict[str, int]:
-        """Recordings in id order take whole terms until ``budget`` bytes are used; a term boundary is
-        always a frame boundary, and at least one term is read so that the query moves."""
-        limited = dict(start)
-        moving = sorted(int(k) for k, v in latest.items() if v > int(start.get(k, -1)))
-        descriptors = self._descriptors(str(k) for k in moving)
-        for rid in moving:
-            key = str(rid)
-            d = descriptors.get(rid)
+    def _moving(
+        self, start: dict[str, int], latest: dict[str, int]
+    ) -> tuple[dict[str, int], dict[str, tuple[RecordingDescriptor, int, int]]]:
+        """(offsets of recordings with nothing to count, {key: (descriptor, begin, end)} of the others)."""
+        fixed = dict(start)
+        moving: dict[str, tuple[RecordingDescriptor, int, int]] = {}
+        keys = [k for k, v in latest.items() if v > int(start.get(k, -1))]
+        descriptors = self._descriptors(keys)
+        for key in keys:
+            d = descriptors.get(int(key))
             if d is None or descriptor_problem(d) is not None:
-                limited[key] = latest[key]  # a problem row (or nothing): no bytes to count
+                fixed[key] = latest[key]  # a problem row (or nothing): no bytes or rows to count
                 continue
-            begin = max(int(start.get(key, d.start_position)), d.start_position)
-            end = latest[key]
-            if budget <= 0:
-                break
-            if end - begin <= budget:
-                limited[key], budget = end, budget - (end - begin)
-                continue
-            cut = begin + budget
-            cut -= cut & (d.term_length - 1)
-            if cut <= begin:  # less than the rest of this term: take the rest of the term
-                cut = min(end, begin - (begin & (d.term_length - 1)) + d.term_length)
-            limited[key], budget = cut, 0
+            begin = max(int(start[key]), d.start_position) if key in start else self._first(d)
+            moving[key] = (d, begin, latest[key])
+        return fixed, moving
+
+    def _limit_bytes(self, start: dict[str, int], latest: dict[str, int], budget: int) -> dict[str, int]:
+        """The budget shared fairly across the recordings with data (:func:`fair_shares`), each share cut at
+        a frame boundary from the headers; every recording with a share moves at least one frame."""
+        limited, moving = self._moving(start, latest)
+        shares = fair_shares({k: end - begin for k, (_, begin, end) in moving.items()}, budget)
+        for key, (d, begin, end) in moving.items():
+            if shares[key] > 0:
+                limited[key] = cut_bytes(self.location, d, begin, end, shares[key])
+            elif key in start:
+                limited[key] = int(start[key])
         return limited
 
     def _limit_rows(self, start: dict[str, int], latest: dict[str, int], budget: int) -> dict[str, int]:
-        """Recordings in id order take rows until ``budget`` rows: the rows are read here, as a
-        micro-batch would read them, to find the position after the last one."""
-        limited = dict(start)
-        moving = sorted(int(k) for k, v in latest.items() if v > int(start.get(k, -1)))
-        descriptors = self._descriptors(str(k) for k in moving)
-        for rid in moving:
-            if budget <= 0:
-                break
-            key = str(rid)
-            d = descriptors.get(rid)
-            if d is None or descriptor_problem(d) is not None:
-                limited[key] = latest[key]
-                budget -= 1
-                continue
-            from_position = int(start[key]) if key in start else d.start_position
-            limited[key], budget = self._position_after_rows(d, from_position, latest[key], budget)
-        return limited
-
-    def _position_after_rows(
-        self, d: RecordingDescriptor, from_position: int, to_position: int, budget: int
-    ) -> tuple[int, int]:
-        """(the offset after at most ``budget`` rows of ``d`` in ``(from, to]``, the budget left)."""
-        o = self.options
-        for partition in plan_partitions(o, d, from_position, to_position, from_is_frame_start=True):
-            for batch in _read_unfiltered(partition, o):
-                if batch.num_rows < budget:
-                    budget -= batch.num_rows
+        """The budget shared fairly across the recordings with rows: rounds of equal shares, each counted
+        from the frame headers (:func:`cut_rows`), until the budget is used or every recording is drained."""
+        limited, moving = self._moving(start, latest)
+        position = {k: begin for k, (_, begin, _) in moving.items()}
+        hungry = sorted(moving, key=int)
+        while budget > 0 and hungry:
+            each, extra = divmod(budget, len(hungry))
+            still = []
+            for i, key in enumerate(hungry):
+                share = each + (1 if i < extra else 0)
+                if share == 0:
+                    still.append(key)
                     continue
-                position = int(batch.column("position")[budget - 1].as_py())
-                good = o.mode is not Mode.PERMISSIVE or batch.column(o.corrupt_column)[budget - 1].as_py() is None
-                if not good:  # a corrupt region: it ends at its term's end (a frame boundary)
-                    position = min(to_position, position - (position & (d.term_length - 1)) + d.term_length)
-                return position, 0
-        return to_position, budget
+                d, _, end = moving[key]
+                position[key], got = cut_rows(self.location, d, position[key], end, share, self.options.per_message)
+                budget -= got
+                if position[key] < end and got == share:
+                    still.append(key)
+            if len(still) == len(hungry) and each == 0:
+                break
+            hungry = still
+        for key, (_, begin, _) in moving.items():
+            if position[key] > begin or key not in start:
+                limited[key] = position[key]
+        return limited
 
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> Sequence[InputPartition]:
         changed = {int(k): int(v) for k, v in end.items() if int(v) > int(start.get(k, -1))}
+        self._check_loss(start)
         if not changed:
             return []
         planned, problems = _catalog_view(self.options, IntRange(values=frozenset(changed)), [self.location])
         partitions: list[InputPartition] = [p for p in problems if p.recording_id in changed]
         for d in (item.recording for item in planned):
             key = str(d.recording_id)
-            from_position = int(start[key]) if key in start else d.start_position
+            from_position = max(int(start[key]), d.start_position) if key in start else self._first(d)
             partitions.extend(
                 plan_partitions(self.options, d, from_position, changed[d.recording_id], from_is_frame_start=True)
             )
         return partitions
+
+    def _check_loss(self, start: dict[str, int]) -> None:
+        """A recording read up to ``start[key]`` whose positions after it are gone: retention moved its
+        start past the offset, or the recording was deleted."""
+        keys = [k for k, v in start.items() if int(v) > 0]
+        for rid, d in sorted(self._descriptors(keys).items()):
+            read_to = int(start[str(rid)])
+            if descriptor_problem(d) is not None:
+                continue
+            if d.state != RecordingState.VALID and read_to < d.stop_position:
+                on_data_loss(self.options, rid, read_to, d.stop_position, f"the recording is {d.state.name}")
+            elif read_to < d.start_position:
+                on_data_loss(
+                    self.options, rid, read_to, d.start_position, f"the recording now starts at {d.start_position}"
+                )
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if isinstance(partition, (SegmentPartition, ProblemPartition)):  # Spark reads a placeholder when there are none
