@@ -118,10 +118,11 @@ from logbuf.archive.storage import (
     has_glob,
     open_catalog,
     parse_location,
+    read_append_times,
     read_segment,
     read_time_index,
 )
-from logbuf.archive.time_index import segment_may_match
+from logbuf.archive.time_index import AppendTimes, segment_may_match
 from logbuf.archive.verify import descriptor_problem
 from logbuf.errors import LogbufError
 from logbuf.logbuffer import data_header_descriptor as dh
@@ -201,6 +202,8 @@ _OPTIONS: Final[tuple[str, ...]] = (
     "maxRecordsPerTrigger",
 )
 """Every option the source reads; any other is an error (a misspelt ``streamIds`` must not read all)."""
+TIMESTAMP_SOURCES: Final[tuple[str, ...]] = ("append_time", "reserved_value", "none")
+"""``timestampFrom``: the recorder's append time (default), the publisher's reserved value, or null."""
 _TABLE_KEYS: Final[frozenset[str]] = frozenset({"location", "owner", "provider", "comment", "external"})
 """Keys Spark adds when ``CREATE TABLE ... USING logbuf`` asks for the schema (not options)."""
 _TABLE_OPTIONS_METADATA: Final[str] = "logbuf.options"
@@ -235,6 +238,8 @@ class ReadOptions:
     stop_position: int = _MAX_POSITION
     per_message: bool = True
     timestamp_unit: str | None = None
+    append_time: bool = True
+    """``timestampFrom=append_time`` (the default): the recorder's append time."""
     mode: Mode = Mode.PERMISSIVE
     corrupt_column: str = DEFAULT_CORRUPT_COLUMN
     starting: OffsetSpec = field(default_factory=lambda: OffsetSpec(EARLIEST))
@@ -308,9 +313,9 @@ class ReadOptions:
         rows_per = (get("rowsPer") or "message").lower()
         if rows_per not in ("message", "frame"):
             raise LogbufSourceError(f"rowsPer={rows_per!r} must be 'message' or 'frame'")
-        timestamp_from = (get("timestampFrom") or "none").lower()
-        if timestamp_from not in ("none", "reserved_value"):
-            raise LogbufSourceError(f"timestampFrom={timestamp_from!r} must be 'none' or 'reserved_value'")
+        timestamp_from = (get("timestampFrom") or "append_time").lower()
+        if timestamp_from not in TIMESTAMP_SOURCES:
+            raise LogbufSourceError(f"timestampFrom={timestamp_from!r} must be one of {', '.join(TIMESTAMP_SOURCES)}")
         unit = (get("timestampUnit") or "us").lower()
         if unit not in TIMESTAMP_UNITS_US:
             raise LogbufSourceError(f"timestampUnit={unit!r} must be one of {', '.join(TIMESTAMP_UNITS_US)}")
@@ -354,6 +359,7 @@ class ReadOptions:
             stop_position=stop,
             per_message=rows_per == "message",
             timestamp_unit=unit if timestamp_from == "reserved_value" else None,
+            append_time=timestamp_from == "append_time",
             mode=mode,
             corrupt_column=corrupt_column,
             starting=starting,
@@ -369,7 +375,7 @@ class ReadOptions:
 
     @property
     def row_spec(self) -> RowSpec:
-        return RowSpec(per_message=self.per_message, timestamp_unit=self.timestamp_unit)
+        return RowSpec(self.per_message, self.timestamp_unit, self.append_time)
 
     @property
     def corrupt_column_or_none(self) -> str | None:
@@ -542,6 +548,24 @@ def plan_partitions(
     return partitions
 
 
+def _append_time_positions(
+    location: ArchiveLocation, d: RecordingDescriptor, times: IntRange
+) -> tuple[int, int] | None:
+    """The rows of ``d`` whose append time may lie in ``times`` (epoch µs), as a range of positions
+    (rows with ``from < position <= to``); None when none can (no append-time index: every timestamp is
+    null). Append times never go back, so the entries in the range are contiguous."""
+    appends = read_append_times(location, d.recording_id)
+    if appends is None or not len(appends.position):
+        return None
+    n = len(appends.position)
+    low, high = times.low, times.high
+    a = 0 if low is None else int(np.searchsorted(appends.time_us, low, side="left"))
+    b = n if high is None else int(np.searchsorted(appends.time_us, high, side="right"))
+    if a >= b:
+        return None
+    return int(appends.position[a]), _MAX_POSITION if b == n else int(appends.position[b])
+
+
 def _in_time_range(partitions: list[SegmentPartition], times: IntRange, options: ReadOptions) -> list[SegmentPartition]:
     """The partitions whose segment may hold a row with a timestamp in ``times`` (epoch µs), by the
     recording's time index; a segment the index does not cover is kept."""
@@ -675,8 +699,11 @@ def read_partition(
     partition: SegmentPartition | ProblemPartition, options: ReadOptions, pushed: PushedFilters | None = None
 ) -> Iterator[pa.RecordBatch]:
     """The Arrow batches of one partition (a generator, as Spark requires), filtered by ``pushed``."""
+    warned = False
     for batch in _read_unfiltered(partition, options):
         _check_timestamps(batch, options)
+        if not warned and isinstance(partition, SegmentPartition):
+            warned = _warn_if_1970(batch, options, partition.recording)
         if options.several:
             batch = _with_archive(batch, partition.archive_dir)
         if pushed is not None:
@@ -721,8 +748,32 @@ def _read_unfiltered(partition: SegmentPartition | ProblemPartition, options: Re
             if batch is not None:
                 yield batch
             return
-        yield from _read_segment(segment, base + offset, partition, options, schema, spec)
+        appends = read_append_times(partition.location, d.recording_id) if options.append_time else None
+        yield from _read_segment(segment, base + offset, partition, options, schema, spec, appends)
         del segment  # so that the mapping closes now
+
+
+_RECENT_US: Final[int] = 315_532_800_000_000
+"""1980-01-01 in epoch µs: a reserved-value timestamp before it, in a recording made after it, is a
+wrong ``timestampUnit`` (epoch microseconds read as nanoseconds give January 1970)."""
+
+
+def _warn_if_1970(batch: pa.RecordBatch, options: ReadOptions, d: RecordingDescriptor) -> bool:
+    """Warn (once per partition: returns True) when ``timestampUnit`` turns recent data into dates in 1970."""
+    if options.timestamp_unit is None or batch.num_rows == 0 or d.start_time_ms * 1000 < _RECENT_US:
+        return False
+    latest = pc.max(batch.column("timestamp")).as_py()
+    if latest is None or latest.timestamp() * 1_000_000 >= _RECENT_US:
+        return False
+    library_logger(role="spark-source").warning(
+        "timestamps.implausible",
+        recording_id=d.recording_id,
+        timestamp_unit=options.timestamp_unit,
+        latest=latest.isoformat(),
+        recorded_from_ms=d.start_time_ms,
+        hint="the reserved values give dates before 1980 for a recording made later: is timestampUnit right?",
+    )
+    return True
 
 
 def _check_timestamps(batch: pa.RecordBatch, options: ReadOptions) -> None:
@@ -755,6 +806,7 @@ def _read_segment(
     options: ReadOptions,
     schema: pa.Schema,
     spec: RowSpec,
+    appends: AppendTimes | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Rows of ``p`` from ``segment``, the segment file's bytes from position ``base`` on."""
     d = p.recording
@@ -802,10 +854,10 @@ def _read_segment(
                 )
         position = bad.resume_position if bad is not None else chunk_end
         if pending >= options.batch_bytes or corrupt:
-            yield build_batch(schema, d, parts, spec, corrupt)
+            yield build_batch(schema, d, parts, spec, corrupt, appends)
             parts, corrupt, pending = [], [], 0
     if parts or corrupt:
-        yield build_batch(schema, d, parts, spec, corrupt)
+        yield build_batch(schema, d, parts, spec, corrupt, appends)
 
 
 def _is_continuation(segment: npt.NDArray[np.uint8], offset: int) -> bool:
@@ -879,7 +931,7 @@ class LogbufReader(DataSourceReader):
         from_position = o.start_position if low is None else max(o.start_position, low - 1)
         to_position = o.stop_position if high is None else min(o.stop_position, high)
         times = pushed.ranges.get(TIMESTAMP_COLUMN)
-        if times is not None and o.timestamp_unit is None:
+        if times is not None and o.timestamp_unit is None and not o.append_time:
             return []  # every timestamp is null (timestampFrom=none): no comparison keeps a row
         planned, problems = _catalog_view(o, pushed.ranges.get("recording_id"))
         if "recording_id" not in pushed.ranges:
@@ -896,8 +948,13 @@ class LogbufReader(DataSourceReader):
                 from_position, _resolve_offset(o, d, "startingOffsets", o.starting.for_recording(d.recording_id))
             )
             last = min(to_position, _resolve_offset(o, d, "endingOffsets", o.ending.for_recording(d.recording_id)))
+            if times is not None and o.append_time:
+                appended = _append_time_positions(ArchiveLocation(item.archive), d, times)
+                if appended is None:
+                    continue
+                first, last = max(first, appended[0]), min(last, appended[1])
             planned_here = plan_partitions(o, d, first, last, from_is_frame_start=False, archive=item.archive)
-            if times is not None and planned_here:
+            if times is not None and planned_here and not o.append_time:
                 planned_here = _in_time_range(planned_here, times, o)
             partitions.extend(planned_here)
         return partitions
