@@ -56,6 +56,7 @@ recordings take their share in recording id order.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import difflib
 import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -100,6 +101,7 @@ from logbuf.archive.spark_frames import (
     select_rows,
 )
 from logbuf.archive.spark_offsets import (
+    BY_TIME,
     EARLIEST,
     LATEST,
     OffsetsError,
@@ -197,6 +199,8 @@ _OPTIONS: Final[tuple[str, ...]] = (
     "startingPositions",
     "startingOffsets",
     "endingOffsets",
+    "startingTimestamp",
+    "endingTimestamp",
     "failOnDataLoss",
     "maxBytesPerTrigger",
     "maxRecordsPerTrigger",
@@ -330,6 +334,8 @@ class ReadOptions:
         try:
             starting = parse_offsets("startingOffsets", get("startingOffsets") or old_starting, EARLIEST)
             ending = parse_offsets("endingOffsets", get("endingOffsets"), LATEST)
+            starting = dataclasses.replace(starting, timestamp_ms=_time_ms_option(get, "startingTimestamp"))
+            ending = dataclasses.replace(ending, timestamp_ms=_time_ms_option(get, "endingTimestamp"))
             max_bytes = _size_option(get, "maxBytesPerTrigger")
         except OffsetsError as e:
             raise LogbufSourceError(str(e)) from None
@@ -431,6 +437,16 @@ def _int_option(get: Any, name: str, default: int) -> int:
         return int(text)
     except ValueError:
         raise LogbufSourceError(f"{name}={text!r} is not an integer") from None
+
+
+def _time_ms_option(get: Any, name: str) -> int | None:
+    text = get(name)
+    if text is None:
+        return None
+    value = _int_option(get, name, 0)
+    if value < 0:
+        raise LogbufSourceError(f"{name}={value} must be epoch milliseconds (>= 0)")
+    return value
 
 
 def _size_option(get: Any, name: str) -> int | None:
@@ -636,10 +652,23 @@ def _may_hold(chosen: frozenset[int] | None, ids: IntRange | None, first: int, l
     return (ids.lo is None or ids.lo <= last) and (ids.hi is None or ids.hi >= first)
 
 
-def _resolve_offset(o: ReadOptions, d: RecordingDescriptor, name: str, value: int) -> int:
+def _resolve_offset(o: ReadOptions, d: RecordingDescriptor, name: str, value: int, location: ArchiveLocation) -> int:
     """A ``startingOffsets`` / ``endingOffsets`` value for ``d`` as a position, checked against the catalog:
     before the recording's start is data loss (retention removed it), past the end of a stopped recording
-    an error."""
+    an error. A time (``startingTimestamp`` / ``endingTimestamp``) is the first position appended at or
+    after it (the recording's end if none is)."""
+    if value == BY_TIME:
+        spec = o.starting if name == "startingOffsets" else o.ending
+        assert spec.timestamp_ms is not None
+        appends = read_append_times(location, d.recording_id)
+        if appends is None:
+            raise LogbufSourceError(
+                f"{'startingTimestamp' if spec is o.starting else 'endingTimestamp'}: recording {d.recording_id} "
+                "has no append-time index (recorded before it existed, or with --no-time-index); "
+                "give its position in startingOffsets/endingOffsets instead"
+            )
+        found = appends.first_position_at_or_after(spec.timestamp_ms * 1000)
+        return d.stop_position if found is None else max(d.start_position, min(found, d.stop_position))
     if value == EARLIEST:
         return d.start_position
     if value == LATEST:
@@ -939,17 +968,22 @@ class LogbufReader(DataSourceReader):
         partitions: list[InputPartition] = list(problems)
         for item in planned:
             d = item.recording
+            location = ArchiveLocation(item.archive)
             if not (
                 pushed.range_of("stream_id").contains(d.stream_id)
                 and pushed.range_of("session_id").contains(d.session_id)
             ):
                 continue
             first = max(
-                from_position, _resolve_offset(o, d, "startingOffsets", o.starting.for_recording(d.recording_id))
+                from_position,
+                _resolve_offset(o, d, "startingOffsets", o.starting.for_recording(d.recording_id), location),
             )
-            last = min(to_position, _resolve_offset(o, d, "endingOffsets", o.ending.for_recording(d.recording_id)))
+            last = min(
+                to_position,
+                _resolve_offset(o, d, "endingOffsets", o.ending.for_recording(d.recording_id), location),
+            )
             if times is not None and o.append_time:
-                appended = _append_time_positions(ArchiveLocation(item.archive), d, times)
+                appended = _append_time_positions(location, d, times)
                 if appended is None:
                     continue
                 first, last = max(first, appended[0]), min(last, appended[1])
@@ -999,13 +1033,18 @@ class LogbufStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Where a recording the offsets do not hold yet starts: ``startingOffsets`` (a recording that
         appears after the query started is read from its start) and ``startPosition``, at a frame boundary."""
         o = self.options
-        given = o.starting.positions.get(d.recording_id, EARLIEST)
-        first = max(_resolve_offset(o, d, "startingOffsets", given), o.start_position)
+        given = o.starting.for_recording(d.recording_id)
+        if given == LATEST:  # a recording that appeared after the query started: read whole
+            given = EARLIEST
+        first = max(_resolve_offset(o, d, "startingOffsets", given, self.location), o.start_position)
         return min(frame_boundary_at_or_before(self.location, d, first), self._last(d))
 
     def _last(self, d: RecordingDescriptor) -> int:
         o = self.options
-        last = min(_resolve_offset(o, d, "endingOffsets", o.ending.for_recording(d.recording_id)), o.stop_position)
+        last = min(
+            _resolve_offset(o, d, "endingOffsets", o.ending.for_recording(d.recording_id), self.location),
+            o.stop_position,
+        )
         if last >= d.stop_position:
             return d.stop_position
         return frame_boundary_at_or_before(self.location, d, max(last, d.start_position))

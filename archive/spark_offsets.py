@@ -43,6 +43,7 @@ from logbuf.errors import LogbufError
 from logbuf.logbuffer import data_header_descriptor as dh
 
 __all__ = [
+    "BY_TIME",
     "EARLIEST",
     "LATEST",
     "OffsetSpec",
@@ -61,6 +62,8 @@ EARLIEST: Final[int] = -2
 """In an offsets JSON: the recording's start position (Kafka's -2)."""
 LATEST: Final[int] = -1
 """In an offsets JSON: the recording's recorded position when the query starts (Kafka's -1)."""
+BY_TIME: Final[int] = -3
+"""Not in a JSON: the position of ``startingTimestamp`` / ``endingTimestamp`` in the append-time index."""
 
 _SIZE_UNITS: Final[dict[str, int]] = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
@@ -94,8 +97,13 @@ class OffsetSpec:
 
     default: int
     positions: Mapping[int, int] = field(default_factory=dict)
+    timestamp_ms: int | None = None
+    """``startingTimestamp`` / ``endingTimestamp``: for the recordings the JSON does not name, the first
+    position appended at or after this time (epoch ms), by the append-time index."""
 
     def for_recording(self, recording_id: int) -> int:
+        if recording_id not in self.positions and self.timestamp_ms is not None:
+            return BY_TIME
         return self.positions.get(recording_id, self.default)
 
 

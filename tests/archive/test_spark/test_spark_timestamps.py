@@ -121,3 +121,24 @@ def test_spark_filters_a_default_read_by_append_time(spark: SparkSession, record
     assert bounds is not None and bounds.lo is not None
     assert df.filter(df.timestamp >= bounds.lo).count() == len(recorded.published.payloads)
     assert df.filter(df.timestamp > bounds.hi).count() == 0
+
+
+def test_starting_and_ending_timestamps_are_positions_in_the_append_time_index(recorded: RecordedArchive) -> None:
+    archive = pathlib.Path(recorded.archive_dir)
+    everything = read_all(reader_for(archive))
+    micros = pc.cast(everything.column("timestamp"), "int64").to_numpy()
+    positions = everything.column("position").to_numpy()
+    ms = int(np.median(micros)) // 1000
+    after = read_all(reader_for(archive, startingTimestamp=str(ms)))
+    assert sorted(after.column("position").to_pylist()) == sorted(positions[micros >= ms * 1000].tolist())
+    before = read_all(reader_for(archive, endingTimestamp=str(ms)))
+    assert sorted(before.column("position").to_pylist()) == sorted(positions[micros < ms * 1000].tolist())
+    assert 0 < before.num_rows < everything.num_rows
+
+
+def test_a_starting_timestamp_without_an_append_time_index_is_an_error_naming_the_recording(
+    tmp_path: pathlib.Path,
+) -> None:
+    build_archive(tmp_path, [recording(0, 10, 5, seed=72)])
+    with pytest.raises(ValueError, match="startingTimestamp: recording 0 has no append-time index"):
+        reader_for(tmp_path, startingTimestamp="1700000000000").partitions()
