@@ -59,6 +59,8 @@ import contextlib
 import dataclasses
 import difflib
 import json
+import os
+import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
@@ -202,6 +204,7 @@ _OPTIONS: Final[tuple[str, ...]] = (
     "startingTimestamp",
     "endingTimestamp",
     "failOnDataLoss",
+    "minPartitions",
     "maxBytesPerTrigger",
     "maxRecordsPerTrigger",
 )
@@ -251,6 +254,11 @@ class ReadOptions:
     ending: OffsetSpec = field(default_factory=lambda: OffsetSpec(LATEST))
     """``endingOffsets``."""
     fail_on_data_loss: bool = True
+    min_partitions: int | None = None
+    """``minPartitions``: split the largest segments at term boundaries until there are this many."""
+    columns: tuple[str, ...] | None = None
+    """The columns of a user schema that is part of the source's (``.schema(...)``), None for all: a
+    schema without ``payload`` reads no payload bytes."""
     batch_bytes: int = DEFAULT_BATCH_BYTES
     filter_pushdown: bool = True
     max_bytes_per_trigger: int | None = None
@@ -371,6 +379,7 @@ class ReadOptions:
             starting=starting,
             ending=ending,
             fail_on_data_loss=fail_on_loss == "true",
+            min_partitions=_positive_option(get, "minPartitions"),
             batch_bytes=batch_bytes,
             filter_pushdown=pushdown == "true",
             max_bytes_per_trigger=max_bytes,
@@ -381,7 +390,8 @@ class ReadOptions:
 
     @property
     def row_spec(self) -> RowSpec:
-        return RowSpec(self.per_message, self.timestamp_unit, self.append_time)
+        payload = self.columns is None or "payload" in self.columns
+        return RowSpec(self.per_message, self.timestamp_unit, payload, self.append_time)
 
     @property
     def corrupt_column_or_none(self) -> str | None:
@@ -393,7 +403,8 @@ class ReadOptions:
             fields.insert(0, StructField(ARCHIVE_COLUMN, StringType()))
         if self.table_options:  # CREATE TABLE: the table keeps its options in its schema
             first = fields[0]
-            metadata = {_TABLE_OPTIONS_METADATA: json.dumps(dict(self.table_options))}
+            shown = ", ".join(f"{k}={v}" for k, v in self.table_options)
+            metadata = {_TABLE_OPTIONS_METADATA: json.dumps(dict(self.table_options)), "comment": f"logbuf: {shown}"}
             fields[0] = StructField(first.name, first.dataType, first.nullable, metadata)
         if self.mode is Mode.PERMISSIVE:
             fields.append(StructField(self.corrupt_column, StringType()))
@@ -405,6 +416,22 @@ class ReadOptions:
             and (self.recording_ids is None or d.recording_id in self.recording_ids)
             and (self.stream_ids is None or d.stream_id in self.stream_ids)
         )
+
+
+_PLANNER_FILE: Final[str] = os.path.join("worker", "plan_data_source_read.py")
+
+
+def _planner_allows_pushdown() -> bool:
+    """False when the reader is being made by Spark's planner for a session with
+    ``spark.sql.python.filterPushdown.enabled`` false, which refuses a reader that takes filters
+    (``DATA_SOURCE_PUSHDOWN_DISABLED``). Spark (4.3) does not tell the data source; its planner holds the
+    setting in a local variable (``enable_pushdown``) of the frame that calls ``reader()``."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_filename.endswith(_PLANNER_FILE) and "enable_pushdown" in frame.f_locals:
+            return bool(frame.f_locals["enable_pushdown"])
+        frame = frame.f_back  # type: ignore[assignment]
+    return True
 
 
 def _options_for(options: Mapping[str, str], schema: StructType | None) -> Mapping[str, str]:
@@ -564,6 +591,39 @@ def plan_partitions(
     return partitions
 
 
+def split_partitions(partitions: list[InputPartition], min_partitions: int | None) -> list[InputPartition]:
+    """Split the largest segment partitions at term boundaries (a term starts with a frame and no message
+    crosses one, so each row falls in exactly one half) until there are ``min_partitions`` or no partition
+    holds more than one term."""
+    if min_partitions is None or len(partitions) >= min_partitions:
+        return partitions
+    result = list(partitions)
+    while len(result) < min_partitions:
+        sizes = [
+            (p.parse_stop - p.parse_start, i)
+            for i, p in enumerate(result)
+            if isinstance(p, SegmentPartition) and _term_after(p) < p.parse_stop
+        ]
+        if not sizes:
+            break
+        _, i = max(sizes)
+        p = result[i]
+        assert isinstance(p, SegmentPartition)
+        mask = p.recording.term_length - 1
+        middle = p.parse_start + (p.parse_stop - p.parse_start) // 2
+        cut = max(_term_after(p), middle - (middle & mask))
+        result[i : i + 1] = [
+            dataclasses.replace(p, parse_stop=cut, to_position=min(p.to_position, cut)),
+            dataclasses.replace(p, parse_start=cut, from_position=max(p.from_position, cut), check_mid_message=False),
+        ]
+    return result
+
+
+def _term_after(p: SegmentPartition) -> int:
+    """The first term boundary after ``p``'s parse start."""
+    return p.parse_start - (p.parse_start & (p.recording.term_length - 1)) + p.recording.term_length
+
+
 def _append_time_positions(
     location: ArchiveLocation, d: RecordingDescriptor, times: IntRange
 ) -> tuple[int, int] | None:
@@ -714,13 +774,22 @@ def _check_named_recordings(o: ReadOptions, planned: Sequence[_Planned]) -> None
         )
 
 
-def _check_schema(options: ReadOptions, schema: StructType) -> None:
+def _with_schema(options: ReadOptions, schema: StructType) -> ReadOptions:
+    """``options`` for reading ``schema``: the source's schema, or some of its columns in its order (a
+    user schema: the columns left out are not read, so one without ``payload`` copies no payload byte)."""
     expected = options.schema()
-    if [(f.name, f.dataType) for f in schema.fields] != [(f.name, f.dataType) for f in expected.fields]:
-        raise LogbufSourceError(
-            f"the logbuf source has a fixed schema for mode {options.mode.value}: {expected.simpleString()}; "
-            f"got {schema.simpleString()} (select or cast columns after loading instead)"
-        )
+    given = [(f.name, f.dataType) for f in schema.fields]
+    full = [(f.name, f.dataType) for f in expected.fields]
+    if given == full:
+        return options
+    it = iter(full)
+    if given and all(any(column == candidate for candidate in it) for column in given):
+        return dataclasses.replace(options, columns=tuple(name for name, _ in given))
+    raise LogbufSourceError(
+        f"the logbuf source's schema for mode {options.mode.value} is {expected.simpleString()}; "
+        f"got {schema.simpleString()}: a user schema may leave columns out but not rename, retype or "
+        "reorder them (select or cast columns after loading instead)"
+    )
 
 
 # -- reading a partition (executors) ----------------------------------------------------------------
@@ -737,6 +806,8 @@ def read_partition(
             batch = _with_archive(batch, partition.archive_dir)
         if pushed is not None:
             batch = pushed.keep(batch)
+        if options.columns is not None:
+            batch = batch.select(list(options.columns))
         if batch.num_rows:
             yield batch
 
@@ -934,13 +1005,19 @@ class LogbufDataSource(DataSource):
         return ReadOptions.parse(self.options).schema()
 
     def reader(self, schema: StructType) -> LogbufReader:
-        options = ReadOptions.parse(_options_for(self.options, schema))
-        _check_schema(options, schema)
+        options = _with_schema(ReadOptions.parse(_options_for(self.options, schema)), schema)
+        if options.filter_pushdown and not _planner_allows_pushdown():
+            library_logger(role="spark-source").warning(
+                "filter_pushdown.disabled",
+                hint="spark.sql.python.filterPushdown.enabled is false in this session: reading without filter "
+                "pushdown (every segment is read and Spark applies the filters); set it to true, or "
+                "filterPushdown=false to say so",
+            )
+            return LogbufReader(options)
         return LogbufFilteringReader(options) if options.filter_pushdown else LogbufReader(options)
 
     def streamReader(self, schema: StructType) -> LogbufStreamReader:
-        options = ReadOptions.parse(_options_for(self.options, schema))
-        _check_schema(options, schema)
+        options = _with_schema(ReadOptions.parse(_options_for(self.options, schema)), schema)
         return LogbufStreamReader(options)
 
 
@@ -991,7 +1068,7 @@ class LogbufReader(DataSourceReader):
             if times is not None and planned_here and not o.append_time:
                 planned_here = _in_time_range(planned_here, times, o)
             partitions.extend(planned_here)
-        return partitions
+        return split_partitions(partitions, o.min_partitions)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if isinstance(partition, (SegmentPartition, ProblemPartition)):  # Spark reads a placeholder when there are none
@@ -1171,7 +1248,7 @@ class LogbufStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             partitions.extend(
                 plan_partitions(self.options, d, from_position, changed[d.recording_id], from_is_frame_start=True)
             )
-        return partitions
+        return split_partitions(partitions, self.options.min_partitions)
 
     def _check_loss(self, start: dict[str, int]) -> None:
         """A recording read up to ``start[key]`` whose positions after it are gone: retention moved its

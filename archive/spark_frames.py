@@ -153,6 +153,8 @@ class RowSpec:
     per_message: bool = True
     timestamp_unit: str | None = None
     """Unit of epoch time in ``reserved_value`` (s, ms, us, ns), or None for no timestamp from it."""
+    payload: bool = True
+    """Gather the payload bytes (False: the ``payload`` column is not read, so none is copied)."""
     from_append_time: bool = False
     """The timestamp is the recorder's append time (the append-time index); else from the reserved value,
     or null."""
@@ -390,7 +392,9 @@ def select_rows(
     positions = lo + row_slot * _SLOT
     offsets = np.zeros(len(row_lengths) + 1, dtype=np.int64)
     np.cumsum(row_lengths, out=offsets[1:])
-    if offsets[-1] >= 1 << 31:
+    if not spec.payload:
+        offsets[:] = 0
+    elif offsets[-1] >= 1 << 31:
         raise ValueError(f"a chunk of {offsets[-1]} payload bytes is too large for one Arrow binary column")
     return Rows(
         term_id=ints[row_slot, _TERM_ID_INT].astype(np.int32),
@@ -399,7 +403,9 @@ def select_rows(
         flags=row_flags.astype(np.int32),
         reserved_value=reserved[row_reserved_slot, _RESERVED_INT // 2].astype(np.int64),
         payload_offsets=offsets.astype(np.int32),
-        payload_values=_gather(region, payload_slot * _SLOT + dh.HEADER_LENGTH, payload_length),
+        payload_values=_gather(region, payload_slot * _SLOT + dh.HEADER_LENGTH, payload_length)
+        if spec.payload
+        else np.zeros(0, np.uint8),
     )
 
 

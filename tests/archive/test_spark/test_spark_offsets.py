@@ -273,3 +273,46 @@ def test_a_row_budget_is_shared_by_every_recording_each_trigger_and_exact(
         per_recording = [sum(1 for rid, _ in batch if rid == r.recording_id) for r in recs]
         assert per_recording == [20, 20, 20]
     assert sorted(r for b in batches for r in b) == sorted(p for r in recs for p in positions(r))
+
+
+# -- column pruning by schema, minPartitions ---------------------------------------------------------------
+def test_a_schema_without_payload_reads_no_payload_bytes(
+    three: tuple[pathlib.Path, list[SyntheticRecording]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pyspark.sql.types import LongType, StructField, StructType
+
+    from logbuf.archive import spark_frames
+    from logbuf.archive.spark import LogbufDataSource
+
+    archive, recs = three
+    source = LogbufDataSource({"path": str(archive)})
+    narrow = StructType([StructField("recording_id", LongType()), StructField("position", LongType())])
+
+    def no_gather(*args: object) -> None:
+        raise AssertionError("payload bytes were gathered")
+
+    monkeypatch.setattr(spark_frames, "_gather", no_gather)
+    reader = source.reader(narrow)
+    batches = [b for p in reader.partitions() for b in reader.read(p)]
+    assert {tuple(b.schema.names) for b in batches} == {("recording_id", "position")}
+    got = [row for b in batches for row in zip(b.column(0).to_pylist(), b.column(1).to_pylist())]
+    assert sorted(got) == sorted(p for r in recs for p in positions(r))
+    with pytest.raises(AssertionError, match="gathered"):
+        full = source.reader(source.schema())
+        [b for p in full.partitions() for b in full.read(p)]
+    swapped = StructType([StructField("position", LongType()), StructField("recording_id", LongType())])
+    with pytest.raises(LogbufSourceError, match="may leave columns out but not rename, retype or reorder them"):
+        source.reader(swapped)
+
+
+def test_min_partitions_splits_segments_at_term_boundaries_and_every_row_comes_once(
+    long_recording: tuple[pathlib.Path, SyntheticRecording],
+) -> None:
+    archive, rec = long_recording
+    plain = reader_for(archive).partitions()
+    split = reader_for(archive, minPartitions=str(2 * len(plain))).partitions()
+    assert len(split) == -(-rec.position // TERM) > len(plain)  # one 64 KiB term each
+    assert all(p.parse_stop - p.parse_start <= TERM for p in split)  # type: ignore[attr-defined]
+    assert len(reader_for(archive, minPartitions="1000").partitions()) == len(split)  # a term is the least
+    table = read_all(reader_for(archive, minPartitions="7"))
+    assert table.column("position").to_pylist() == [p for _, p in positions(rec)]
