@@ -45,12 +45,14 @@ and refuses a reader that has it otherwise: :func:`register` sets it, and ``filt
 gives a reader without it.
 
 Streaming offsets are ``{"<recording id>": position}``: per recording, the recorded position read
-so far. A micro-batch ends at each recording's stop position as the catalog holds it at that moment
-(every byte before it is written, so never a half-written frame); new recordings join from their
-start position; a restarted query goes on from its checkpointed offsets, so nothing is read twice.
-``maxBytesPerTrigger`` caps a micro-batch at whole terms of recorded bytes (at least one term, so it
-always moves), ``maxRecordsPerTrigger`` at a number of rows (found by reading the rows on the driver);
-recordings take their share in recording id order.
+so far, always a frame boundary. A micro-batch ends at each recording's stop position as the catalog
+holds it at that moment (every byte before it is written, so never a half-written frame); new
+recordings join from their start position; a restarted query goes on from its checkpointed offsets,
+so nothing is read twice. ``startingOffsets`` / ``endingOffsets`` (and the timestamps) pin the range
+per recording, in batch and streaming (:mod:`archive.spark_offsets`). Positions removed by retention
+or deletion before the query read them fail it (``failOnDataLoss``), naming them. The read limits
+share each trigger's budget across the recordings and cut it at frame boundaries from the headers.
+``timestamp`` is the recorder's append time by default (the append-time index).
 """
 
 from __future__ import annotations
@@ -137,6 +139,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "LogbufDataSource",
+    "check_executor_python",
     "LogbufFilteringReader",
     "LogbufReader",
     "LogbufSourceError",
@@ -175,12 +178,71 @@ class LogbufSourceError(LogbufError, ValueError):
     """A bad option, or a corrupt frame in FAILFAST mode (the message names the value or position)."""
 
 
-def register(spark: SparkSession) -> None:
+def register(spark: SparkSession, *, check_executors: bool = True) -> None:
     """Make ``format("logbuf")`` available in this session (batch and streaming), with filter pushdown
-    enabled (``spark.sql.python.filterPushdown.enabled``; without it Spark refuses a reader that takes
-    filters, and ``filterPushdown=false`` is the way to read)."""
+    enabled (``spark.sql.python.filterPushdown.enabled``; a session without it reads without pushdown).
+
+    ``check_executors``: first run one small task to check that the executors' Python can import the
+    source (:func:`check_executor_python`), so that a cluster without logbuf fails here, naming the
+    cause, rather than in the first query with an import error about one of its dependencies."""
+    if check_executors and not _is_connect(spark):
+        check_executor_python(spark)
     spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
     spark.dataSource.register(LogbufDataSource)
+
+
+_EXECUTOR_MODULES: Final[tuple[str, ...]] = ("pyarrow", "numpy", "logbuf.archive.spark")
+
+
+_PROBE_SOURCE: Final[str] = """
+def probe(names):
+    import importlib
+    import sys
+
+    problem = ""
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except Exception as e:
+            problem = "import %s: %s: %s" % (name, type(e).__name__, e)
+            break
+    yield sys.executable, problem
+"""
+"""The task that imports the source's modules on an executor. Compiled from text, so that Spark pickles
+the function itself rather than a reference to this module, which an executor without logbuf cannot
+import (the failure would then name cloudpickle's import, not the cause)."""
+
+
+def _probe() -> Any:
+    namespace: dict[str, Any] = {}
+    exec(compile(_PROBE_SOURCE, "<logbuf executor check>", "exec"), namespace)  # noqa: S102 - our own text
+    return namespace["probe"]
+
+
+def check_executor_python(spark: SparkSession) -> None:
+    """Import the source's modules in one task on the executors; LogbufSourceError saying that logbuf is
+    not installed in the executors' Python (``spark.pyspark.python``), with the import that failed."""
+    context = spark.sparkContext
+    names = list(_EXECUTOR_MODULES)
+    try:
+        found = context.parallelize([names], 1).flatMap(_probe()).collect()
+    except Exception as e:  # noqa: BLE001 - the executors' Python could not run a task at all
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        found = [("?", f"a Python task failed on the executors: {first}")]
+    for executable, problem in found:
+        if problem:
+            configured = context.getConf().get("spark.pyspark.python") or os.environ.get("PYSPARK_PYTHON")
+            raise LogbufSourceError(
+                f"logbuf is not installed in the executors' Python ({executable}; spark.pyspark.python="
+                f"{configured or 'unset'}): {problem}. Install logbuf there, point spark.pyspark.python "
+                "(and PYSPARK_PYTHON for spark-sql) at a Python that has it, or ship one with --archives "
+                "(README: Spark on a cluster)"
+            )
+
+
+def _is_connect(spark: SparkSession) -> bool:
+    """A Spark Connect session (no SparkContext: its server's executors are checked by its first query)."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
 
 
 # -- options --------------------------------------------------------------------------------------
@@ -227,14 +289,15 @@ class ReadOptions:
     ``path``: the archive directory (or ``.load(dir)``; a ``file:`` URI too). ``recordingId`` /
     ``streamId``: one id or a comma-separated list. ``startPosition`` / ``stopPosition``: rows with
     ``startPosition < position <= stopPosition``. ``rowsPer``: ``message`` (default, fragments
-    reassembled) or ``frame``. ``timestampFrom``: ``none`` (default, a null ``timestamp``) or
-    ``reserved_value`` with ``timestampUnit`` ``s``, ``ms``, ``us`` (default: the jetstream relay
-    stamps epoch microseconds) or ``ns``; a reserved value of 0 gives null. ``mode``:
-    PERMISSIVE (default), DROPMALFORMED, FAILFAST; ``columnNameOfCorruptRecord``.
-    ``filterPushdown``: ``true`` (default) or ``false``. Streaming only: ``startingPositions``:
-    ``earliest`` (default: recordings from their start) or ``latest`` (what is recorded when the query
-    starts is skipped; recordings that appear later are read whole); ``maxBytesPerTrigger`` or
-    ``maxRecordsPerTrigger``. Any other option is an error.
+    reassembled) or ``frame``. ``timestampFrom``: ``append_time`` (default: when the recorder appended
+    the row's last frame), ``none`` (null) or ``reserved_value`` with ``timestampUnit`` ``s``, ``ms``,
+    ``us`` (default: the jetstream relay stamps epoch microseconds) or ``ns``; a reserved value of 0
+    gives null. ``mode``: PERMISSIVE (default), DROPMALFORMED, FAILFAST; ``columnNameOfCorruptRecord``.
+    ``filterPushdown``: ``true`` (default) or ``false``. ``startingOffsets``, ``endingOffsets``,
+    ``startingTimestamp``, ``endingTimestamp``, ``failOnDataLoss``, ``minPartitions``: see
+    :mod:`archive.spark_offsets` and protocol_spec/spark-source.md. Streaming only:
+    ``maxBytesPerTrigger`` (a size such as ``4m``) or ``maxRecordsPerTrigger``. Any other option is an
+    error.
     """
 
     archive_dir: str

@@ -54,7 +54,8 @@ def test_describe_shows_the_tables_options(spark: SparkSession, tmp_path: pathli
     finally:
         spark.sql("DROP TABLE IF EXISTS logbuf_described")
     first = next(r for r in rows if r.col_name == "recording_id")
-    assert first.comment == f"logbuf: path={tmp_path}, streamId=20"
+    assert first.comment.startswith("logbuf: ")  # Spark hands the options over lower-cased, the path as a URI
+    assert f"{tmp_path}," in first.comment and "streamid=20" in first.comment.lower()
 
 
 def test_a_session_without_filter_pushdown_reads_without_it(spark: SparkSession, tmp_path: pathlib.Path) -> None:
