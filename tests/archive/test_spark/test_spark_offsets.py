@@ -316,3 +316,19 @@ def test_min_partitions_splits_segments_at_term_boundaries_and_every_row_comes_o
     assert len(reader_for(archive, minPartitions="1000").partitions()) == len(split)  # a term is the least
     table = read_all(reader_for(archive, minPartitions="7"))
     assert table.column("position").to_pylist() == [p for _, p in positions(rec)]
+
+
+def test_the_spec_lists_every_option_and_the_append_time_layout() -> None:
+    import re
+
+    from logbuf.archive import spark, time_index
+
+    text = (pathlib.Path(__file__).resolve().parents[3] / "protocol_spec" / "spark-source.md").read_text()
+    table = text.split("| Option | Default | Meaning |")[1].split("\n\n")[0]
+    documented = set(re.findall(r"`(\w+)`", "\n".join(line.split("|")[1] for line in table.splitlines()[2:])))
+    assert set(spark._OPTIONS) <= documented
+    layout = text.split("## Timestamps: the recorder's append time")[1]
+    assert f"`{time_index.APPEND_MAGIC:#010X}`".replace("0X", "0x") in layout
+    assert f"| version (int32) | {time_index.APPEND_VERSION} |" in layout
+    assert f"| entry length (int32) | {time_index.APPEND_ENTRY_LENGTH} |" in layout
+    assert f"| header length (int32) | {time_index.HEADER_LENGTH} |" in layout
