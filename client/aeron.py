@@ -18,8 +18,9 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from logbuf.conduit import command_descriptor as cmd
@@ -38,11 +39,15 @@ from logbuf.native import SubscriptionCore
 from logbuf.shm import ShmError
 
 if TYPE_CHECKING:
+    from logbuf.client.aio import AsyncIdle
     from logbuf.client.topics import TopicDirectory, TopicPublication, TopicSubscription
 
 __all__ = ["Aeron", "Context", "Image", "Publication", "Subscription"]
 
 GROUP_ACCESS_ENV = ENV_PREFIX + "GROUP_ACCESS"
+ASYNC_YIELD_EVERY = 64
+"""An awaited offer or poll that finds work does not wait; every this many in a row, one yields to the event
+loop once, so a busy stream cannot starve the loop's other tasks (the conductor's keepalives among them)."""
 RESOURCE_LINGER_NS = 3_000_000_000
 """Closed images and logs stay mapped this long: a poll still running on another thread is safe."""
 
@@ -82,8 +87,17 @@ class Context:
         return self
 
 
+def _aio() -> ModuleType:
+    """The asyncio module, imported when first awaited (a plain client never loads asyncio)."""
+    from logbuf.client import aio
+
+    return aio
+
+
 class Publication(_Publication):
     """A publication registered with the media driver (concurrent or exclusive)."""
+
+    _async_calls = 0
 
     channel: str
     registration_id: int
@@ -96,6 +110,23 @@ class Publication(_Publication):
             return
         super().close()
         self._conductor.release_publication(self)
+
+    async def offer_async(self, buffer: Any, idle: AsyncIdle | None = None) -> int:
+        """Offer ``buffer``, awaiting (not spinning) while the stream is back-pressured or not connected:
+        the new position. Raises :class:`ClosedError` once closed and
+        :class:`~logbuf.client.aio.MaxPositionExceededError` at the stream's end. An offer that succeeds at
+        once costs one native call (see :mod:`logbuf.client.aio`)."""
+        result = self.offer(buffer)
+        if result > 0:
+            calls = self._async_calls + 1
+            if calls < ASYNC_YIELD_EVERY:
+                self._async_calls = calls
+                return result
+            self._async_calls = 0
+            await _aio().yield_to_loop()
+            return result
+        self._async_calls = 0
+        return int(await _aio().offer_when_ready(self, buffer, result, idle))
 
     def add_destination(self, endpoint_channel: str) -> None:
         """Send to one more receiver (``aeron:udp?endpoint=host:port``): a ``control-mode=manual``
@@ -122,6 +153,7 @@ class Subscription(SubscriptionCore):
     native (:class:`~logbuf.native.SubscriptionCore`): round-robin over the images, no Python frame."""
 
     _images: tuple[Image, ...]
+    _async_calls = 0
 
     def __init__(
         self,
@@ -198,6 +230,29 @@ class Subscription(SubscriptionCore):
         for image in self._images:
             consumed += image.block_poll(handler, block_length_limit)
         return consumed
+
+    async def poll_async(
+        self, handler: Callable[[memoryview, Any], Any], fragment_limit: int = 256, idle: AsyncIdle | None = None
+    ) -> int:
+        """:meth:`poll`, awaiting (backing off, not spinning) until at least one fragment is delivered: the
+        number delivered. Raises :class:`ClosedError` once the subscription is closed."""
+        count = self.poll(handler, fragment_limit)
+        if count:
+            calls = self._async_calls + 1
+            if calls < ASYNC_YIELD_EVERY:
+                self._async_calls = calls
+                return count
+            self._async_calls = 0
+            await _aio().yield_to_loop()
+            return count
+        self._async_calls = 0
+        return int(await _aio().poll_when_ready(self, handler, fragment_limit, idle))
+
+    def messages(self, fragment_limit: int = 256, idle: AsyncIdle | None = None) -> AsyncIterator[bytes]:
+        """``async for message in subscription.messages()``: every whole message as ``bytes`` (fragments
+        reassembled), in order per publisher, awaiting when there are none; ends when the subscription closes."""
+        iterator: AsyncIterator[bytes] = _aio().messages(self, fragment_limit, idle)
+        return iterator
 
     def _add_image(self, image: Image) -> None:
         self._images = self._images + (image,)
@@ -290,6 +345,14 @@ class ClientConductor:
                     self._send(cmd.CLIENT_KEEPALIVE, cmd.CorrelatedCommand(self.client_id, 0).encode())
                 self._close_lingering(now_ns)
             return work
+
+    def try_do_work(self) -> int:
+        if not self._lock.acquire(blocking=False):
+            return 0
+        try:
+            return self.do_work()
+        finally:
+            self._lock.release()
 
     def _check_driver(self) -> None:
         if self._driver_error is not None:
@@ -726,6 +789,12 @@ class Aeron:
     def do_work(self) -> int:
         """Run one client-conductor duty cycle (when ``use_conductor_thread`` is off)."""
         return self._conductor.do_work()
+
+    def try_do_work(self) -> int:
+        """:meth:`do_work`, unless another thread holds the conductor (a command waiting for the driver,
+        which runs the duty cycle itself meanwhile): then nothing, at once. For an event loop that must not
+        block (:class:`logbuf.client.aio.AsyncAeron`)."""
+        return self._conductor.try_do_work()
 
     def close(self) -> None:
         self._conductor.close()
