@@ -784,6 +784,7 @@ class Aeron:
             channel, stream_id, on_available_image, on_unavailable_image, factory
         )
         assert isinstance(subscription, TopicSubscription)
+        subscription._publish_patterns()
         return subscription
 
     def do_work(self) -> int:

@@ -628,6 +628,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="print the loss report (loss-report.dat, logbuf's or Aeron's) as Aeron's LossStat does, and exit",
     )
     parser.add_argument(
+        "--topics",
+        action="store_true",
+        help="per-topic message rates and each topic subscription's patterns and lag (logbuf.client.topic_stat)",
+    )
+    parser.add_argument(
         "--alive-timeout-ms",
         type=int,
         default=DEFAULT_ALIVE_TIMEOUT_MS,
@@ -651,6 +656,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     directory = resolve_dir(args.dir)
     if args.loss:
         return print_loss_report(directory, as_json=args.json)
+    if args.topics:
+        from logbuf.client.topic_stat import run_topics
+
+        return run_topics(directory, args)
     try:
         reader = StatReader(directory, alive_timeout_ms=args.alive_timeout_ms)
     except CncError as e:

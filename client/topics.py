@@ -17,6 +17,8 @@ frames are consumed without reaching the handler. Adding or removing a pattern c
 
 from __future__ import annotations
 
+import json
+import os
 import threading
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
@@ -158,6 +160,39 @@ class TopicSubscription(Subscription, TopicSubscriptionCore):
         self._directory = directory
         self._patterns = TopicPatterns(patterns)
         self._filter = TopicFilter(self._resolve, self._on_definition)
+        self.skipped_bytes = 0
+        """Bytes :meth:`skip_to_tail` jumped over."""
+
+    def _publish_patterns(self) -> None:
+        """Leave this subscription's patterns where ``logbuf-stat --topics`` finds them (replaced atomically)."""
+        from logbuf.client.topic_stat import TOPIC_SUBSCRIPTIONS_DIR, subscription_file
+
+        directory = self._conductor.ctx.dir
+        path = subscription_file(directory, os.getpid(), self.registration_id)
+        record = {
+            "pid": os.getpid(),
+            "registration_id": self.registration_id,
+            "channel": self.channel,
+            "stream_id": self.stream_id,
+            "patterns": self.patterns,
+        }
+        try:
+            os.makedirs(os.path.join(directory, TOPIC_SUBSCRIPTIONS_DIR), mode=0o700, exist_ok=True)
+            with open(path + ".tmp", "w") as f:
+                json.dump(record, f)
+            os.replace(path + ".tmp", path)
+        except OSError:
+            pass  # telemetry only: a subscription works without it
+
+    def close(self) -> None:
+        from logbuf.client.topic_stat import subscription_file
+
+        if not self.is_closed:
+            try:
+                os.unlink(subscription_file(self._conductor.ctx.dir, os.getpid(), self.registration_id))
+            except OSError:
+                pass
+        super().close()
 
     # -- the filter's Python half: once per topic id, never per message -------------------------------------
     def _resolve(self, topic_id: int) -> bool | None:
@@ -178,17 +213,42 @@ class TopicSubscription(Subscription, TopicSubscriptionCore):
         """Add a pattern (TopicNameError if it is not one); later messages of its topics are delivered."""
         if self._patterns.add(pattern):
             self._filter.reset()
+            self._publish_patterns()
 
     def unsubscribe(self, pattern: str) -> bool:
         """Remove a pattern; False if it was not one of this subscription's."""
         if self._patterns.remove(pattern):
             self._filter.reset()
+            self._publish_patterns()
             return True
         return False
 
     def topic_name(self, topic_id: int) -> str | None:
         """The name of a topic id (a header's ``reserved_value``), or None if no one here has named it."""
         return self._directory.name_of(topic_id)
+
+    def lag(self) -> int:
+        """Bytes this subscription is behind the publishers on its slowest image: the log's tail minus the image's
+        position (the tail an IPC publisher keeps; for an image received over UDP see ``logbuf-stat --topics``).
+        A subscription more than a term window behind holds its publishers back, as any subscriber does."""
+        behind = 0
+        for image in self._images:
+            if not image.is_closed:
+                behind = max(behind, image._log_buffers.tail_position() - image.position)
+        return behind
+
+    def skip_to_tail(self) -> int:
+        """Jump every image to its log's tail (a lagging subscriber that chooses to skip rather than hold its
+        publishers back); returns the bytes skipped, also added to :attr:`skipped_bytes`."""
+        skipped = 0
+        for image in self._images:
+            if not image.is_closed:
+                tail = image._log_buffers.tail_position()
+                if tail > image.position:
+                    skipped += tail - image.position
+                    image.position = tail
+        self.skipped_bytes += skipped
+        return skipped
 
     @property
     def topic_filter(self) -> TopicFilter:

@@ -5,6 +5,7 @@ per publisher, no other one."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -207,3 +208,40 @@ def test_one_hundred_thousand_distinct_topics_on_one_stream(aeron: Aeron, media_
     with TopicRegistry.open(media_driver.dir, writable=False) as registry:
         registry.poll()
         assert set(registry.names.values()) == set(names)
+
+
+def test_topic_stat_shows_rates_per_topic_and_each_subscriptions_patterns_and_lag(
+    aeron: Aeron, media_driver: DriverProcess, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from logbuf.client.stat import main as stat_main
+    from logbuf.client.topic_stat import TopicStatReader
+
+    sub = aeron.add_topic_subscription(CHANNEL, 26, ["s.*"])
+    pub = aeron.add_topic_publication(CHANNEL, 26)
+    _connect([sub], [pub])
+    reader = TopicStatReader(media_driver.dir)
+    try:
+        reader.sample(0.0)
+        for i in range(30):
+            _offer(pub, "s.a" if i % 3 else "s.b", str(i))
+        snapshot = reader.sample(1.0)
+    finally:
+        reader.close()
+    assert {(r.name, round(r.msgs_per_s)) for r in snapshot.topics} == {("s.a", 20), ("s.b", 10)}
+    (mine,) = [s for s in snapshot.subscriptions if s.registration_id == sub.registration_id]
+    # 30 messages and 2 definitions, 64 bytes each, not yet read:
+    assert mine.patterns == ["s.*"] and mine.lag == 32 * 64 == sub.lag()
+    assert sub.skip_to_tail() == 32 * 64 and sub.lag() == 0 and sub.skipped_bytes == 32 * 64
+    _offer(pub, "s.b", "after")
+    collector = Collector(sub)
+    collector.drain()
+    assert [m[1:] for m in collector.got] == [("s.b", "after")]  # the skipped ones are gone, the next is not
+    assert stat_main(["--dir", media_driver.dir, "--topics", "--once", "--json", "--interval", "0.05"]) == 0
+    printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert any(s["patterns"] == ["s.*"] for s in printed["subscriptions"])
+    sub.close()
+    reader = TopicStatReader(media_driver.dir)
+    try:
+        assert all(s.registration_id != sub.registration_id for s in reader.sample(0.0).subscriptions)
+    finally:
+        reader.close()
