@@ -156,6 +156,12 @@ class DriverContext:
         "loss-report.dat length (rounded up to 4 KiB); one entry (64-192 bytes) per image that saw loss, "
         "and images that find it full stop reporting (Aeron's aeron.loss.report.buffer.length).",
     )
+    topic_registry_length: int = setting(
+        16 * 1024 * 1024,
+        "size",
+        "topics.dat length (a multiple of 4 KiB): one 8-byte aligned record of 16 bytes + the name per topic "
+        "published or learnt on this host (~400,000 topics of 24-byte names); a full registry refuses new topics.",
+    )
     group_access: bool = setting(False, "bool", "Create files group-readable/writable (0660) instead of owner-only.")
     dir_delete_on_shutdown: bool = setting(True, "bool", "Remove the driver directory on clean shutdown.")
     image_liveness_timeout: int = setting(
@@ -366,6 +372,10 @@ class DriverContext:
         if self.loss_report_buffer_length < 4096:
             raise ConfigurationError(
                 f"loss_report_buffer_length={self.loss_report_buffer_length} must be at least 4096"
+            )
+        if self.topic_registry_length < 4096 or self.topic_registry_length % 4096:
+            raise ConfigurationError(
+                f"topic_registry_length={self.topic_registry_length} must be a multiple of 4096, at least 4096"
             )
         if self.error_buffer_length < 4096:
             raise ConfigurationError(f"error_buffer_length={self.error_buffer_length} must be at least 4096")
