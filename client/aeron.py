@@ -18,15 +18,18 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
+from logbuf.channel_uri import check_stream_id
 from logbuf.conduit import command_descriptor as cmd
 from logbuf.conduit import counters_descriptor as cd
 from logbuf.conduit.broadcast import CopyBroadcastReceiver
 from logbuf.conduit.cnc import ClientLivenessLock, CncFile, cnc_driver_heartbeat_ms
 from logbuf.conduit.ring_buffer import ManyToOneRingBuffer
+from logbuf.conduit.system_counters_descriptor import SLOTS, SystemCounterId
 from logbuf.directory import ENV_PREFIX, DirectoryPermissionError, check_directory, resolve_dir
 from logbuf.errors import ClosedError, ConfigurationError, DriverTimeoutError, ErrorCode, RegistrationError
 from logbuf.logbuffer.image import FragmentBatch
@@ -37,9 +40,16 @@ from logbuf.logging_config import library_logger
 from logbuf.native import SubscriptionCore
 from logbuf.shm import ShmError
 
+if TYPE_CHECKING:
+    from logbuf.client.aio import AsyncIdle
+    from logbuf.client.topics import TopicDirectory, TopicPublication, TopicSubscription
+
 __all__ = ["Aeron", "Context", "Image", "Publication", "Subscription"]
 
 GROUP_ACCESS_ENV = ENV_PREFIX + "GROUP_ACCESS"
+ASYNC_YIELD_EVERY = 64
+"""An awaited offer or poll that finds work does not wait; every this many in a row, one yields to the event
+loop once, so a busy stream cannot starve the loop's other tasks (the conductor's keepalives among them)."""
 RESOURCE_LINGER_NS = 3_000_000_000
 """Closed images and logs stay mapped this long: a poll still running on another thread is safe."""
 
@@ -79,8 +89,17 @@ class Context:
         return self
 
 
+def _aio() -> ModuleType:
+    """The asyncio module, imported when first awaited (a plain client never loads asyncio)."""
+    from logbuf.client import aio
+
+    return aio
+
+
 class Publication(_Publication):
     """A publication registered with the media driver (concurrent or exclusive)."""
+
+    _async_calls = 0
 
     channel: str
     registration_id: int
@@ -93,6 +112,23 @@ class Publication(_Publication):
             return
         super().close()
         self._conductor.release_publication(self)
+
+    async def offer_async(self, buffer: Any, idle: AsyncIdle | None = None) -> int:
+        """Offer ``buffer``, awaiting (not spinning) while the stream is back-pressured or not connected:
+        the new position. Raises :class:`ClosedError` once closed and
+        :class:`~logbuf.client.aio.MaxPositionExceededError` at the stream's end. An offer that succeeds at
+        once costs one native call (see :mod:`logbuf.client.aio`)."""
+        result = self.offer(buffer)
+        if result > 0:
+            calls = self._async_calls + 1
+            if calls < ASYNC_YIELD_EVERY:
+                self._async_calls = calls
+                return result
+            self._async_calls = 0
+            await _aio().yield_to_loop()
+            return result
+        self._async_calls = 0
+        return int(await _aio().offer_when_ready(self, buffer, result, idle))
 
     def add_destination(self, endpoint_channel: str) -> None:
         """Send to one more receiver (``aeron:udp?endpoint=host:port``): a ``control-mode=manual``
@@ -119,6 +155,7 @@ class Subscription(SubscriptionCore):
     native (:class:`~logbuf.native.SubscriptionCore`): round-robin over the images, no Python frame."""
 
     _images: tuple[Image, ...]
+    _async_calls = 0
 
     def __init__(
         self,
@@ -196,6 +233,29 @@ class Subscription(SubscriptionCore):
             consumed += image.block_poll(handler, block_length_limit)
         return consumed
 
+    async def poll_async(
+        self, handler: Callable[[memoryview, Any], Any], fragment_limit: int = 256, idle: AsyncIdle | None = None
+    ) -> int:
+        """:meth:`poll`, awaiting (backing off, not spinning) until at least one fragment is delivered: the
+        number delivered. Raises :class:`ClosedError` once the subscription is closed."""
+        count = self.poll(handler, fragment_limit)
+        if count:
+            calls = self._async_calls + 1
+            if calls < ASYNC_YIELD_EVERY:
+                self._async_calls = calls
+                return count
+            self._async_calls = 0
+            await _aio().yield_to_loop()
+            return count
+        self._async_calls = 0
+        return int(await _aio().poll_when_ready(self, handler, fragment_limit, idle))
+
+    def messages(self, fragment_limit: int = 256, idle: AsyncIdle | None = None) -> AsyncIterator[bytes]:
+        """``async for message in subscription.messages()``: every whole message as ``bytes`` (fragments
+        reassembled), in order per publisher, awaiting when there are none; ends when the subscription closes."""
+        iterator: AsyncIterator[bytes] = _aio().messages(self, fragment_limit, idle)
+        return iterator
+
     def _add_image(self, image: Image) -> None:
         self._images = self._images + (image,)
 
@@ -255,6 +315,7 @@ class ClientConductor:
         self._logs: dict[str, _MappedLog] = {}
         self._lingering: list[tuple[int, Any]] = []
         self._closed = False
+        self._topic_directory: TopicDirectory | None = None
         self._driver_error: DriverTimeoutError | None = None
         self._next_keepalive_ns = 0
         self._log = library_logger(role="client", client_id=self.client_id)
@@ -286,6 +347,14 @@ class ClientConductor:
                     self._send(cmd.CLIENT_KEEPALIVE, cmd.CorrelatedCommand(self.client_id, 0).encode())
                 self._close_lingering(now_ns)
             return work
+
+    def try_do_work(self) -> int:
+        if not self._lock.acquire(blocking=False):
+            return 0
+        try:
+            return self.do_work()
+        finally:
+            self._lock.release()
 
     def _check_driver(self) -> None:
         if self._driver_error is not None:
@@ -419,6 +488,7 @@ class ClientConductor:
 
     # -- publications -------------------------------------------------------------------------------------
     def add_publication(self, channel: str, stream_id: int, *, exclusive: bool) -> Publication:
+        check_stream_id(stream_id)
         with self._lock:
             self._ensure_usable()
             correlation_id = self.to_driver.next_correlation_id()
@@ -466,6 +536,17 @@ class ClientConductor:
             command = cmd.DestinationCommand(self.client_id, correlation_id, publication.registration_id, channel)
             self._await(correlation_id, cmd.ADD_DESTINATION if add else cmd.REMOVE_DESTINATION, command.encode())
 
+    # -- topics -------------------------------------------------------------------------------------------
+    def topic_directory(self) -> TopicDirectory:
+        """This client's view of the driver's topic registry, mapped on first use."""
+        with self._lock:
+            self._ensure_usable()
+            if self._topic_directory is None:
+                from logbuf.client.topics import TopicDirectory
+
+                self._topic_directory = TopicDirectory(self.ctx.dir)
+            return self._topic_directory
+
     # -- subscriptions ------------------------------------------------------------------------------------
     def add_subscription(
         self,
@@ -473,11 +554,14 @@ class ClientConductor:
         stream_id: int,
         on_available_image: Callable[[Image], None] | None,
         on_unavailable_image: Callable[[Image], None] | None,
+        factory: Callable[..., Subscription] | None = None,
     ) -> Subscription:
+        """``factory``: makes the subscription object (a TopicSubscription) from the arguments Subscription takes."""
+        check_stream_id(stream_id)
         with self._lock:
             self._ensure_usable()
             correlation_id = self.to_driver.next_correlation_id()
-            subscription = Subscription(
+            subscription = (factory or Subscription)(
                 self,
                 correlation_id,
                 channel,
@@ -520,6 +604,9 @@ class ClientConductor:
         image.correlation_id = event.correlation_id
         image.subscription = subscription
         image.source_identity = event.source_identity
+        image.channel = subscription.channel
+        # the poll counts a corrupt frame it meets in the driver's system counter, as well as raising
+        image.set_fault_counter(self.cnc.counters_values, cd.values_offset(SLOTS[SystemCounterId.CORRUPT_LOG_FRAMES]))
         image._log_buffers = log
         image._log_file_name = event.log_file_name
         subscription._add_image(image)
@@ -585,6 +672,8 @@ class ClientConductor:
             except BufferError:
                 pass
         self._logs.clear()
+        if self._topic_directory is not None:
+            self._topic_directory.close()
         try:
             self.cnc.close()
         except BufferError:  # a view handed to user code is still alive: the mapping goes with the process
@@ -662,9 +751,58 @@ class Aeron:
     ) -> Subscription:
         return self._conductor.add_subscription(channel, stream_id, on_available_image, on_unavailable_image)
 
+    def add_topic_publication(self, channel: str, stream_id: int, *, exclusive: bool = False) -> TopicPublication:
+        """A publication whose messages carry topic names: ``offer(topic, payload)`` or ``topic(name).offer(payload)``
+        (see :mod:`logbuf.client.topics`). Any number of topics share the stream."""
+        from logbuf.client.topics import TopicPublication
+
+        directory = self._conductor.topic_directory()
+        return TopicPublication(self._conductor.add_publication(channel, stream_id, exclusive=exclusive), directory)
+
+    def add_topic_subscription(
+        self,
+        channel: str,
+        stream_id: int,
+        patterns: Iterable[str],
+        on_available_image: Callable[[Image], None] | None = None,
+        on_unavailable_image: Callable[[Image], None] | None = None,
+    ) -> TopicSubscription:
+        """A subscription that delivers only the messages whose topic matches one of ``patterns`` (exact names,
+        ``*`` for one token, ``>`` for the rest), filtered inside the native poll."""
+        from logbuf.client.topics import TopicSubscription
+        from logbuf.topic_names import check_pattern
+
+        patterns = [check_pattern(p) for p in patterns]
+        directory = self._conductor.topic_directory()
+
+        def factory(
+            conductor: ClientConductor,
+            registration_id: int,
+            channel_: str,
+            stream_id_: int,
+            on_available: Callable[[Image], None] | None,
+            on_unavailable: Callable[[Image], None] | None,
+        ) -> TopicSubscription:
+            return TopicSubscription(
+                conductor, registration_id, channel_, stream_id_, on_available, on_unavailable, patterns, directory
+            )
+
+        subscription = self._conductor.add_subscription(
+            channel, stream_id, on_available_image, on_unavailable_image, factory
+        )
+        assert isinstance(subscription, TopicSubscription)
+        subscription._publish_patterns()
+        return subscription
+
     def do_work(self) -> int:
         """Run one client-conductor duty cycle (when ``use_conductor_thread`` is off)."""
         return self._conductor.do_work()
+
+    def try_do_work(self) -> int:
+        """:meth:`do_work`, unless another thread holds the conductor (a command waiting for the driver,
+        which runs the duty cycle itself meanwhile): then nothing, at once. For an event loop that must not
+        block (:class:`logbuf.client.aio.AsyncAeron`)."""
+        return self._conductor.try_do_work()
 
     def close(self) -> None:
         self._conductor.close()

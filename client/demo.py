@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing as mp
+import queue
 import shutil
 import signal
 import struct
@@ -52,6 +53,7 @@ def _publisher(directory: str, size: int, batch: int, stop: Any, out: Any) -> No
         pub = aeron.add_publication(CHANNEL, STREAM_ID)
         while not pub.is_connected and not stop.is_set():
             time.sleep(0.001)
+        out.put("connected")  # the demo's clock starts here, not when this process was spawned
         started = time.monotonic()
         start_position = pub.position
         seq = 0
@@ -92,6 +94,26 @@ def _subscriber(directory: str, stop: Any, out: Any) -> None:
             elif stop.is_set() and time.monotonic() - idle_since > 0.5:
                 break
         out.put((expected, out_of_order))
+
+
+def _wait_for_connected(pub_out: Any, interrupt: threading.Event, timeout_s: float = 60.0) -> None:
+    """Wait until the publisher is connected (on a loaded machine its process takes seconds to start and map
+    the log), so that ``--seconds`` counts publishing time, not start-up."""
+    deadline = time.monotonic() + timeout_s
+    while not interrupt.is_set():
+        try:
+            if pub_out.get(timeout=0.1) == "connected":
+                return
+        except queue.Empty:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the publisher was not connected within {timeout_s:.0f} s") from None
+
+
+def _publisher_result(pub_out: Any) -> tuple[int, float, int]:
+    """The publisher's (published, seconds, log bytes); a "connected" it sent after an interrupt is passed over."""
+    while (item := pub_out.get(timeout=30)) == "connected":
+        pass
+    return item  # type: ignore[no-any-return]
 
 
 def _show_live_view(directory: str, seconds: float, interrupt: threading.Event) -> None:
@@ -161,12 +183,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         if sub_out.get(timeout=30) != "ready":
             raise RuntimeError("subscriber failed to start")
         start_child(_publisher, directory, args.size, args.batch, stop, pub_out)
+        _wait_for_connected(pub_out, interrupt)
         if not interrupt.is_set():
             _show_live_view(directory, args.seconds, interrupt)
         if interrupt.is_set():
             log.info("demo.interrupted")
         stop.set()
-        published, elapsed_s, log_bytes = pub_out.get(timeout=30)
+        published, elapsed_s, log_bytes = _publisher_result(pub_out)
         received, out_of_order = sub_out.get(timeout=30)
     finally:
         stop.set()

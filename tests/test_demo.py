@@ -106,3 +106,19 @@ def test_the_summary_says_what_its_rates_count() -> None:
     assert summary["log_mb_per_s"] == pytest.approx(2 * summary["payload_mb_per_s"], rel=0.01)
     view = " ".join(proc.stdout.split())  # the live view wraps at the console's width
     assert "count log bytes: frames with their 32-byte headers" in view  # its legend
+
+
+def test_the_clock_starts_when_the_publisher_is_connected() -> None:
+    """A run shorter than the publisher's start-up still publishes: ``--seconds`` counts from the connection
+    (the clock once started at spawn, and on a loaded machine a 2 s run published nothing)."""
+    directory = f"/dev/shm/logbuf-test-demo-{uuid.uuid4().hex[:12]}"
+    proc = subprocess.run(
+        [sys.executable, "-m", "logbuf.client.demo", "--seconds", "0.05", "--dir", directory],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert summary["published"] > 0 and summary["received"] == summary["published"]

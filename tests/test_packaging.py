@@ -1,11 +1,15 @@
 """The wheel installs one import package, ``logbuf``: everything importable lives under ``logbuf/``, the
-console scripts point into it, and the build warns about no package it left out."""
+console scripts point into it, and the build warns about no package it left out. Repaired by auditwheel into
+a manylinux wheel, it installs into a fresh virtual environment with ``--only-binary :all:`` (no compiler, no
+source build of anything) and runs the demo from there: a driver, a publisher, a subscriber and logbuf-stat."""
 
 from __future__ import annotations
 
 import configparser
 import csv
 import io
+import json
+import os
 import pathlib
 import re
 import shutil
@@ -91,6 +95,7 @@ def test_everything_importable_is_under_logbuf(wheel: Wheel) -> None:
         "logbuf/driver/main.py",
         "logbuf/client/demo.py",
         "logbuf/archive/catalog.py",
+        "logbuf/archive/control_schema.xml",  # read by the control protocol tests from the installed package
         "logbuf/jetstream/main.py",
         "logbuf/jetstream/data/jetstream-zstd.dict",
     ):
@@ -119,3 +124,70 @@ def test_the_warning_pattern_matches_what_setuptools_prints() -> None:
     ]
     assert all(LEFT_OUT.search(line) for line in printed)
     assert not LEFT_OUT.search("adding 'logbuf/jetstream/data/jetstream-zstd.dict'")
+
+
+@pytest.fixture(scope="module")
+def repaired_wheel(wheel: Wheel, tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+    """The wheel as released: ``auditwheel repair`` checks it against the manylinux policies and tags it."""
+    out = tmp_path_factory.mktemp("wheelhouse")
+    done = subprocess.run(
+        [sys.executable, "-m", "auditwheel", "repair", "-w", str(out), str(wheel.path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    [path] = out.glob("logbuf-*.whl")
+    return path
+
+
+def test_the_repaired_wheel_is_manylinux(repaired_wheel: pathlib.Path) -> None:
+    tags = repaired_wheel.name.removesuffix(".whl").split("-")[-1].split(".")
+    assert tags and all(
+        re.fullmatch(r"manylinux_\d+_\d+_(x86_64|aarch64)|manylinux\d+_(x86_64|aarch64)", t) for t in tags
+    )
+
+
+def test_the_wheel_installs_without_a_compiler_and_runs_the_demo(
+    repaired_wheel: pathlib.Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    venv = tmp_path_factory.mktemp("venv") / "v"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    python = str(venv / "bin" / "python")
+    # Binary wheels only, for logbuf and every dependency: nothing may need a compiler or the Python headers.
+    done = subprocess.run(
+        [python, "-m", "pip", "install", "-q", "--only-binary", ":all:", str(repaired_wheel)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    elsewhere = tmp_path_factory.mktemp("cwd")  # not the repository: nothing may be imported from the source tree
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "LOGBUF_DIR")}
+    env["LOGBUF_IPC_TERM_LENGTH"] = "1m"
+    where = subprocess.run(
+        [python, "-c", "import logbuf.native.reader as r, logbuf.driver._udp as u; print(r.__file__, u.__file__)"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=elsewhere,
+        env=env,
+    )
+    assert where.returncode == 0 and str(venv) in where.stdout and str(ROOT) not in where.stdout, where
+    for script in ("mediadriver", "logbuf-stat", "logbuf-archive"):
+        helped = subprocess.run([str(venv / "bin" / script), "--help"], capture_output=True, timeout=60, env=env)
+        assert helped.returncode == 0, (script, helped.stderr)
+    directory = f"/dev/shm/logbuf-wheel-smoke-{os.getpid()}"
+    demo = subprocess.run(
+        [str(venv / "bin" / "logbuf-demo"), "--seconds", "1", "--dir", directory],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=elsewhere,
+        env=env,
+    )
+    shutil.rmtree(directory, ignore_errors=True)
+    assert demo.returncode == 0, demo.stdout + demo.stderr
+    summary = json.loads(demo.stdout.strip().splitlines()[-1])
+    assert summary["published"] > 0 and summary["received"] == summary["published"]
+    assert "aeron:ipc" in demo.stdout  # logbuf-stat's view of the stream
