@@ -28,8 +28,8 @@ and live clients keep receiving at the flush interval; the flooders are closed b
 
 Errors follow jetstream: bad query → plain-text 400 before the upgrade; a bad client message →
 close 1007 (not JSON / bad payload JSON) or 1008 (fails validation, reason cut to 123 bytes); a
-message over ``max_client_message_length`` → 1009; over the message rate → 1008; shutdown → 1001. Connections over the per-IP limit get 429, over the
-total limit 503. Everything is counted (:mod:`jetstream.metrics`); only lifecycle is logged.
+message over ``max_client_message_length`` → 1009; over the message rate → 1008; shutdown → 1001.
+Connections over the per-IP limit get 429, over the total limit 503. Everything is counted (:mod:`jetstream.metrics`); only lifecycle is logged.
 """
 
 from __future__ import annotations

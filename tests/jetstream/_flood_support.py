@@ -18,14 +18,17 @@ Every wait has a timeout; the child processes are killed in ``finally``.
 
 from __future__ import annotations
 
+import importlib
 import json
 import multiprocessing as mp
 import os
 import random
+import resource
 import selectors
 import socket
 import string
 import struct
+import sys
 import threading
 import time
 from collections import Counter
@@ -45,12 +48,20 @@ UPGRADE = (
 _MASK = b"\x9a\x1f\x77\x03"
 
 
-def rss_bytes(pid: int) -> int:
+def rss_bytes(pid: int, field: str = "VmRSS") -> int:
+    """A process's resident memory now (``VmHWM``: its peak so far)."""
     with open(f"/proc/{pid}/status") as status:
         for line in status:
-            if line.startswith("VmRSS:"):
+            if line.startswith(f"{field}:"):
                 return int(line.split()[1]) * 1024
-    raise AssertionError(f"no VmRSS for pid {pid}")
+    raise AssertionError(f"no {field} for pid {pid}")
+
+
+def raise_nofile(want: int) -> None:
+    """Raise this process's open-files soft limit towards ``want`` (up to the hard limit)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < want:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(want, hard), hard))
 
 
 def options_update(dids: int, seed: int = 1) -> bytes:
@@ -78,15 +89,20 @@ def masked_text_frame(payload: bytes) -> bytes:
 # -- the relay ----------------------------------------------------------------------------------------------
 
 
-def _serve(conn: Connection, data_dir: str, rate: float, overrides: dict[str, Any]) -> None:
-    from logbuf.jetstream.events import parse_event
-    from logbuf.jetstream.generator import EventGenerator
-    from logbuf.jetstream.server import RelayConfig, RelayServer
+def _serve(conn: Connection, data_dir: str, rate: float, overrides: dict[str, Any], package: str, path: str) -> None:
+    if path:
+        sys.path.insert(0, path)
     from logbuf.logging_config import configure_logging
 
+    events = importlib.import_module(f"{package}.events")
+    generator_module = importlib.import_module(f"{package}.generator")
+    server_module = importlib.import_module(f"{package}.server")
     configure_logging("warning")
-    config = RelayConfig(data_dir=data_dir, host="127.0.0.1", port=0, metrics_port=0, **overrides)
-    server = RelayServer(config)
+    raise_nofile(65536)
+    config = server_module.RelayConfig(data_dir=data_dir, host="127.0.0.1", port=0, metrics_port=0, **overrides)
+    server = server_module.RelayServer(config)
+    parse_event = events.parse_event
+    EventGenerator = generator_module.EventGenerator  # noqa: N806 - a class
     generator = EventGenerator(11)
     interval_ns = int(1e9 / rate)
     due = [time.monotonic_ns(), 0]  # next event due (monotonic), last time_us
@@ -138,10 +154,14 @@ class RelayProcess:
 
 
 @contextmanager
-def relay_process(data_dir: str, rate: float = 200.0, **overrides: Any) -> Iterator[RelayProcess]:
+def relay_process(
+    data_dir: str, rate: float = 200.0, *, package: str = "logbuf.jetstream", path: str = "", **overrides: Any
+) -> Iterator[RelayProcess]:
+    """A relay in a child process producing ``rate`` events/s. ``package`` / ``path``: the relay code to run
+    (another copy of the jetstream package, importable from ``path``: perf/relay_flood.py's baseline)."""
     ctx = mp.get_context("spawn")
     parent, child = ctx.Pipe()
-    proc = ctx.Process(target=_serve, args=(child, data_dir, rate, overrides), daemon=True)
+    proc = ctx.Process(target=_serve, args=(child, data_dir, rate, overrides, package, path), daemon=True)
     proc.start()
     try:
         assert parent.poll(WAIT_S), "relay process did not start"
@@ -196,10 +216,7 @@ def _close_label(data: bytes) -> str | None:
 def _flood(
     conn: Connection, address: tuple[str, int], connections: int, per_address: int, dids: int, seconds: float
 ) -> None:
-    import resource
-
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, connections + 256)), hard))
+    raise_nofile(connections + 256)
     frame = masked_text_frame(options_update(dids))
     report = FloodReport()
     socks: list[socket.socket] = []
@@ -332,8 +349,12 @@ class LagMeter:
         except BaseException as exc:  # noqa: BLE001 - reported by the test
             self.error = exc
 
+    def lags_s(self, since: float) -> list[float]:
+        """The lag samples taken since ``since`` (monotonic), in seconds, sorted."""
+        return sorted(lag / 1e6 for t, lag in self.samples if t >= since)
+
     def max_lag_s(self, since: float) -> float:
-        return max((lag for t, lag in self.samples if t >= since), default=float("inf")) / 1e6
+        return max(self.lags_s(since), default=float("inf"))
 
     def close(self) -> None:
         self._stop.set()
