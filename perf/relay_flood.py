@@ -33,7 +33,15 @@ from typing import Any
 
 from _common import ROOT, cpu_seconds, new_results, quiet, write_results
 
-from tests.jetstream._flood_support import FloodReport, LagMeter, flood, relay_process, rss_bytes, wait_until
+from tests.jetstream._flood_support import (
+    FloodReport,
+    LagMeter,
+    flood,
+    relay_process,
+    rss_bytes,
+    scrape_during,
+    wait_until,
+)
 
 BASELINE_PACKAGE = "jetstream_baseline"
 
@@ -61,7 +69,6 @@ def run_case(label: str, args: argparse.Namespace, package: str, path: str) -> d
                 wait_until(lambda: honest.events >= 20 or honest.error is not None, what="the first events")
                 rss_before = rss_bytes(relay.pid)
                 cpu_before = cpu_seconds(relay.pid)
-                scrapes: list[float] = []
                 with flood(
                     relay, args.flooders, per_address=args.per_address, dids=args.dids, seconds=args.seconds
                 ) as flooders:
@@ -69,15 +76,7 @@ def run_case(label: str, args: argparse.Namespace, package: str, path: str) -> d
                         raise RuntimeError("flooders did not connect")
                     assert flooders.recv() == "flooding"
                     started = time.monotonic()
-                    while not flooders.poll(0.5):
-                        t0 = time.monotonic()
-                        try:
-                            relay.metrics(timeout_s=2.0)
-                        except (OSError, AssertionError):
-                            scrapes.append(float("inf"))
-                        else:
-                            scrapes.append(time.monotonic() - t0)
-                    flood_s = time.monotonic() - started
+                    scrapes, flood_s = scrape_during(relay, flooders)
                     report = flooders.recv()
                 assert isinstance(report, FloodReport)
                 lags = honest.lags_s(since=started)

@@ -319,6 +319,22 @@ def flood(
             proc.join(WAIT_S)
 
 
+def scrape_during(relay: RelayProcess, flooders: Connection, timeout_s: float = 2.0) -> tuple[list[float], float]:
+    """Scrape ``/metrics`` every 0.5 s until the flooders report (read the report next): each scrape's
+    seconds (``inf``: no 200 answer within ``timeout_s``), and how long the flood lasted."""
+    started = time.monotonic()
+    scrapes: list[float] = []
+    while not flooders.poll(0.5):
+        t0 = time.monotonic()
+        try:
+            relay.metrics(timeout_s=timeout_s)
+        except (OSError, AssertionError):
+            scrapes.append(float("inf"))
+        else:
+            scrapes.append(time.monotonic() - t0)
+    return scrapes, time.monotonic() - started
+
+
 # -- the honest client -------------------------------------------------------------------------------------
 
 

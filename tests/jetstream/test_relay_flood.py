@@ -8,7 +8,15 @@ import re
 import time
 from pathlib import Path
 
-from tests.jetstream._flood_support import FloodReport, LagMeter, flood, relay_process, rss_bytes, wait_until
+from tests.jetstream._flood_support import (
+    FloodReport,
+    LagMeter,
+    flood,
+    relay_process,
+    rss_bytes,
+    scrape_during,
+    wait_until,
+)
 
 FLOODERS = 200
 PER_ADDRESS = 10  # 20 addresses, under the per-address connection cap (100)
@@ -42,16 +50,8 @@ def test_an_options_update_flood_leaves_an_honest_client_under_2_s_of_lag(tmp_pa
                 assert flooders.poll(60), "flooders did not connect"
                 assert flooders.recv() == "flooding"
                 started = time.monotonic()
-                scrapes = []
-                while not flooders.poll(0.5):  # until every flooder is closed, or FLOOD_S
-                    t0 = time.monotonic()
-                    try:
-                        relay.metrics(timeout_s=LAG_BOUND_S)  # /metrics answers during the flood
-                    except OSError:
-                        scrapes.append(float("inf"))
-                    else:
-                        scrapes.append(time.monotonic() - t0)
-                flood_s = time.monotonic() - started
+                # until every flooder is closed (or FLOOD_S); /metrics must answer meanwhile
+                scrapes, flood_s = scrape_during(relay, flooders, timeout_s=LAG_BOUND_S)
                 report = flooders.recv()
             assert isinstance(report, FloodReport)
             rss_peak = rss_bytes(relay.pid, "VmHWM")
