@@ -14,7 +14,9 @@ checksums (``RecorderContext.checksum``) each block is copied and every DATA fra
 field is replaced by its payload's CRC-32 before the write (:mod:`archive.checksum`). The reserved
 values of each segment's DATA frames are bounded as the blocks go by, and when a segment is complete
 its bounds are appended to the recording's time index (:mod:`archive.time_index`), which lets a reader
-skip segments outside a time range.
+skip segments outside a time range. The time each block is appended (this process's clock, at most one
+entry per millisecond) goes to the append-time index before the stop position moves past the block:
+the Spark source's default ``timestamp``, as Kafka's log-append time; the frames stay as they were.
 
 Keeping up: the recorder's subscriber position is an ordinary ``sub-pos`` counter, so a recorder
 that falls a term window behind back-pressures the publishers; nothing is dropped.
@@ -50,7 +52,13 @@ from logbuf.archive.segments import (
     segment_base_position,
     segment_file_name,
 )
-from logbuf.archive.time_index import BoundsBuilder, append_entry, time_index_file_name
+from logbuf.archive.time_index import (
+    AppendTimesWriter,
+    BoundsBuilder,
+    append_entry,
+    append_times_file_name,
+    time_index_file_name,
+)
 from logbuf.channel_uri import ChannelUri
 from logbuf.client import Aeron, Context, Image, Subscription
 from logbuf.directory import access_modes, resolve_dir, shares_with_group
@@ -153,6 +161,13 @@ class RecordingSession:
         self._fd = -1
         self._times: BoundsBuilder | None = BoundsBuilder() if time_index else None
         self._times_fd = -1
+        self._appends: AppendTimesWriter | None = (
+            AppendTimesWriter(
+                self.archive_dir / append_times_file_name(self.recording_id), self.recording_id, catalog.file_mode
+            )
+            if time_index
+            else None
+        )
         self._segment_base = -1
         self._segment_end = -1
         self._next_heartbeat_ms = 0
@@ -200,6 +215,8 @@ class RecordingSession:
             )
         if position >= self._segment_end:
             self._open_segment(position)
+        if self._appends is not None:
+            self._note_append_time(position)
         length = len(block)
         file_offset = position - self._segment_base
         if block[dh.TYPE_FIELD_OFFSET] == dh.HDR_TYPE_PAD and block[dh.TYPE_FIELD_OFFSET + 1] == 0:
@@ -212,6 +229,17 @@ class RecordingSession:
         _pwrite_all(self._fd, written[:_FIRST_WORD], file_offset)
         self.position = position + length
         self._writer.set_position(self.position)
+
+    def _note_append_time(self, position: int) -> None:
+        """The append-time entry for a block, before the stop position moves past it. A failure costs the
+        recording its append times from here (readers give null timestamps there), not its frames."""
+        assert self._appends is not None
+        try:
+            self._appends.on_block(position, time.time_ns() // 1000)
+        except OSError as e:
+            self._log.warning("recording.append_times_failed", position=position, error=str(e))
+            self._appends.close()
+            self._appends = None
 
     def _open_segment(self, position: int) -> None:
         if self._fd >= 0:
@@ -248,6 +276,8 @@ class RecordingSession:
         if self._times_fd >= 0:
             os.close(self._times_fd)
             self._times_fd = -1
+        if self._appends is not None:
+            self._appends.close()
 
     def _close_segment(self) -> None:
         if self._fd >= 0:

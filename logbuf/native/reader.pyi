@@ -6,6 +6,7 @@ from typing import Any
 from typing_extensions import Buffer
 
 from logbuf.native.log_view import LogView
+from logbuf.native.topic_filter import TopicFilter
 
 PAYLOAD_VIEW_REUSED: bool
 
@@ -83,9 +84,21 @@ class ImageCore:
     def controlled_poll(self, handler: Callable[[memoryview, Header], Any], fragment_limit: int) -> int: ...
     def block_poll(self, handler: Callable[[memoryview, int, int, int], Any], block_length_limit: int) -> int: ...
     def poll_batch(self, batch: FragmentBatchCore, fragment_limit: int = ...) -> int: ...
+    def poll_filtered(
+        self, topic_filter: TopicFilter, handler: Callable[[memoryview, Header], Any], fragment_limit: int
+    ) -> int: ...
+    def controlled_poll_filtered(
+        self, topic_filter: TopicFilter, handler: Callable[[memoryview, Header], Any], fragment_limit: int
+    ) -> int: ...
+    def poll_batch_filtered(
+        self, topic_filter: TopicFilter, batch: FragmentBatchCore, fragment_limit: int = ...
+    ) -> int: ...
     def term_view(self, partition: int) -> memoryview: ...
 
 class SubscriptionCore:
     _images: tuple[Any, ...]
     _round_robin: int
     def poll(self, handler: Callable[[memoryview, Header], Any], fragment_limit: int) -> int: ...
+
+class TopicSubscriptionCore(SubscriptionCore):
+    _filter: TopicFilter

@@ -27,6 +27,7 @@ from logbuf.native.atomics cimport (
 )
 from logbuf.native.constants cimport *
 from logbuf.native.log_view cimport LogView
+from logbuf.native.topic_filter cimport TopicFilter
 from logbuf.native.term cimport (
     TermBuffer,
     align_fitting_length,
@@ -613,6 +614,159 @@ cdef class ImageCore:
             self._pending = position + (offset - term_offset)
         return n
 
+    # -- topic-filtered polls: the loops above with one TopicFilter.accept per data frame (skipped frames are
+    # consumed without reaching the handler and do not count towards the fragment limit) ------------------
+
+    @cython.binding(False)  # a method descriptor: one call layer less than a cyfunction
+    def poll_filtered(self, TopicFilter topic_filter not None, handler, int32_t fragment_limit) -> int:
+        """:meth:`poll` that hands ``handler`` only the fragments ``topic_filter`` accepts; the rest (other
+        topics, definitions) are consumed unseen. Returns the fragments delivered."""
+        return self._poll_filtered(topic_filter, handler, fragment_limit)
+
+    cdef int32_t _poll_filtered(self, TopicFilter topic_filter, object handler, int32_t fragment_limit) except -1:
+        if self._closed:
+            return 0
+        self._commit_pending()
+        cdef int64_t position = _read_position(self._pos)
+        cdef int32_t term_offset = <int32_t>(position & self._mask)
+        cdef int32_t index = partition_index(position >> self._shift)
+        cdef const char *term = self._log.terms[index]
+        cdef object view = self._views[index]
+        cdef Header header = self._header
+        cdef int32_t offset = term_offset, fragments = 0, frame_length, frame_offset
+        cdef int32_t term_length = self.term_length
+        cdef const char *frame
+        header._term = term
+        try:
+            while fragments < fragment_limit and offset < term_length:
+                frame_length = lb_load_acquire_i32(term + offset)
+                if frame_length <= 0 or frame_length > term_length - offset:
+                    break
+                frame_offset = offset
+                offset += align_fitting_length(frame_length)
+                frame = term + frame_offset
+                if frame_type(frame) == HDR_TYPE_PAD:
+                    continue
+                if not topic_filter.accept((<int64_t *>(frame + RESERVED_VALUE_OFFSET))[0], frame + HEADER_LENGTH,
+                                           frame_length - HEADER_LENGTH):
+                    continue
+                fragments += 1
+                header.frame_offset = frame_offset
+                handler(self._payload_at(view, term, frame_offset, frame_length), header)
+        finally:
+            header._term = NULL
+            if offset != term_offset and self._pos != NULL:
+                lb_store_release_i64(self._pos, position + (offset - term_offset))
+        return fragments
+
+    @cython.binding(False)  # a method descriptor: one call layer less than a cyfunction
+    def controlled_poll_filtered(self, TopicFilter topic_filter not None, handler, int32_t fragment_limit) -> int:
+        """:meth:`controlled_poll` over the fragments ``topic_filter`` accepts (ABORT rewinds only the
+        fragment it was returned for; skipped frames before it stay consumed)."""
+        if self._closed:
+            return 0
+        self._commit_pending()
+        cdef int64_t initial_position = _read_position(self._pos)
+        cdef int32_t initial_offset = <int32_t>(initial_position & self._mask)
+        cdef int32_t index = partition_index(initial_position >> self._shift)
+        cdef const char *term = self._log.terms[index]
+        cdef object view = self._views[index]
+        cdef Header header = self._header
+        cdef int32_t offset = initial_offset, fragments = 0, frame_length, frame_offset
+        cdef int32_t aligned
+        cdef int32_t term_length = self.term_length
+        cdef const char *frame
+        cdef object action
+        cdef int act
+        header._term = term
+        try:
+            while fragments < fragment_limit and offset < term_length:
+                frame_length = lb_load_acquire_i32(term + offset)
+                if frame_length <= 0 or frame_length > term_length - offset:
+                    break
+                aligned = align_fitting_length(frame_length)
+                frame_offset = offset
+                offset += aligned
+                frame = term + frame_offset
+                if frame_type(frame) == HDR_TYPE_PAD:
+                    continue
+                if not topic_filter.accept((<int64_t *>(frame + RESERVED_VALUE_OFFSET))[0], frame + HEADER_LENGTH,
+                                           frame_length - HEADER_LENGTH):
+                    continue
+                fragments += 1
+                header.frame_offset = frame_offset
+                action = handler(self._payload_at(view, term, frame_offset, frame_length), header)
+                act = ACTION_CONTINUE if action is None else <int>action
+                if act == ACTION_ABORT:
+                    fragments -= 1
+                    offset -= aligned
+                    break
+                elif act == ACTION_BREAK:
+                    break
+                elif act == ACTION_COMMIT:
+                    initial_position += offset - initial_offset
+                    initial_offset = offset
+                    if self._pos != NULL:
+                        lb_store_release_i64(self._pos, initial_position)
+                elif act != ACTION_CONTINUE:
+                    raise ValueError(f"controlled poll handler returned {action!r}; expected ABORT, BREAK, COMMIT or CONTINUE")
+        finally:
+            header._term = NULL
+            if offset != initial_offset and self._pos != NULL:
+                lb_store_release_i64(self._pos, initial_position + (offset - initial_offset))
+        return fragments
+
+    @cython.binding(False)  # a method descriptor: one call layer less than a cyfunction
+    def poll_batch_filtered(self, TopicFilter topic_filter not None, FragmentBatchCore batch not None,
+                            int32_t fragment_limit=0x7fffffff) -> int:
+        """:meth:`poll_batch` of the fragments ``topic_filter`` accepts (``reserved_values`` hold their topic
+        ids). A batch with no fragment may still have consumed skipped frames."""
+        if self._closed:
+            return 0
+        self._commit_pending()
+        cdef int64_t position = _read_position(self._pos)
+        cdef int32_t term_offset = <int32_t>(position & self._mask)
+        cdef int32_t index = partition_index(position >> self._shift)
+        cdef const char *term = self._log.terms[index]
+        cdef int32_t offset = term_offset, n = 0, frame_length, frame_offset
+        cdef int32_t term_length = self.term_length
+        cdef int32_t limit = batch.capacity if batch.capacity < fragment_limit else fragment_limit
+        cdef int64_t term_begin = position - term_offset
+        cdef int32_t *offsets = &batch._offsets[0]
+        cdef int32_t *lengths = &batch._lengths[0]
+        cdef int32_t *session_ids = &batch._session_ids[0]
+        cdef uint8_t *flags = &batch._flags[0]
+        cdef int64_t *positions = &batch._positions[0]
+        cdef int64_t *reserved_values = &batch._reserved_values[0]
+        cdef const char *frame
+        cdef int64_t value
+        try:
+            while n < limit and offset < term_length:
+                frame_length = lb_load_acquire_i32(term + offset)
+                if frame_length <= 0 or frame_length > term_length - offset:
+                    break
+                frame_offset = offset
+                offset += align_fitting_length(frame_length)
+                frame = term + frame_offset
+                if frame_type(frame) == HDR_TYPE_PAD:
+                    continue
+                value = (<int64_t *>(frame + RESERVED_VALUE_OFFSET))[0]
+                if not topic_filter.accept(value, frame + HEADER_LENGTH, frame_length - HEADER_LENGTH):
+                    continue
+                offsets[n] = frame_offset + HEADER_LENGTH
+                lengths[n] = frame_length - HEADER_LENGTH
+                session_ids[n] = (<int32_t *>(frame + SESSION_ID_OFFSET))[0]
+                flags[n] = (<uint8_t *>(frame + FLAGS_OFFSET))[0]
+                positions[n] = term_begin + offset
+                reserved_values[n] = value
+                n += 1
+        finally:  # a resolver that raised: what was scanned stays consumed, as a poll's handler error
+            batch.count = n
+            batch.partition = index
+            if offset != term_offset:
+                self._pending = position + (offset - term_offset)
+        return n
+
     def term_view(self, int partition) -> memoryview:
         """Read-only view of term ``partition`` (0-2), for reading a batch's payloads in place."""
         if self._closed:
@@ -648,6 +802,34 @@ cdef class SubscriptionCore:
         start = self._round_robin = (self._round_robin + 1) % count
         for i in range(count):
             fragments += (<ImageCore?>images[(start + i) % count])._poll(handler, fragment_limit - fragments)
+            if fragments >= fragment_limit:
+                break
+        return fragments
+
+
+cdef class TopicSubscriptionCore(SubscriptionCore):
+    """A subscription's poll over its images through one :class:`~logbuf.native.topic_filter.TopicFilter`
+    (round-robin, the fragment limit shared, as :class:`SubscriptionCore`)."""
+
+    cdef public TopicFilter _filter
+
+    @cython.binding(False)  # a method descriptor: one call layer less than a cyfunction
+    def poll(self, handler, int32_t fragment_limit) -> int:
+        """Deliver up to ``fragment_limit`` fragments of matching topics (see :meth:`ImageCore.poll_filtered`)."""
+        cdef tuple images = self._images
+        cdef Py_ssize_t count = len(images), i, start
+        cdef int32_t fragments = 0
+        cdef TopicFilter topic_filter = self._filter
+        if topic_filter is None:
+            raise ValueError("this topic subscription has no TopicFilter")
+        if count == 1:
+            return (<ImageCore?>images[0])._poll_filtered(topic_filter, handler, fragment_limit)
+        if count == 0:
+            return 0
+        start = self._round_robin = (self._round_robin + 1) % count
+        for i in range(count):
+            fragments += (<ImageCore?>images[(start + i) % count])._poll_filtered(topic_filter, handler,
+                                                                                  fragment_limit - fragments)
             if fragments >= fragment_limit:
                 break
         return fragments
