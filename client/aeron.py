@@ -117,12 +117,19 @@ class Publication(_Publication):
         super().close()
         self._conductor.release_publication(self)
 
-    async def offer_async(self, buffer: Any, idle: AsyncIdle | None = None) -> int:
+    async def offer_async(
+        self,
+        buffer: Any,
+        reserved_value: int = 0,
+        *,
+        idle: AsyncIdle | None = None,
+        on_refused: Callable[[int], object] | None = None,
+    ) -> int:
         """Offer ``buffer``, awaiting (not spinning) while the stream is back-pressured or not connected:
-        the new position. Raises :class:`ClosedError` once closed and
-        :class:`~logbuf.client.aio.MaxPositionExceededError` at the stream's end. An offer that succeeds at
-        once costs one native call (see :mod:`logbuf.client.aio`)."""
-        result = self.offer(buffer)
+        the new position. ``on_refused(result)`` hears of each refusal that made it wait (a metric's hook).
+        Raises :class:`ClosedError` once closed and :class:`~logbuf.client.aio.MaxPositionExceededError` at
+        the stream's end. An offer that succeeds at once costs one native call (see :mod:`logbuf.client.aio`)."""
+        result = self.offer(buffer, reserved_value)
         if result > 0:
             calls = self._async_calls + 1
             if calls < ASYNC_YIELD_EVERY:
@@ -132,7 +139,7 @@ class Publication(_Publication):
             await _aio().yield_to_loop()
             return result
         self._async_calls = 0
-        return int(await _aio().offer_when_ready(self, buffer, result, idle))
+        return int(await _aio().offer_when_ready(self, buffer, reserved_value, result, idle, on_refused))
 
     def add_destination(self, endpoint_channel: str) -> None:
         """Send to one more receiver (``aeron:udp?endpoint=host:port``): a ``control-mode=manual``
