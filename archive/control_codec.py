@@ -27,8 +27,8 @@ and is not read from the buffer. Bytes after the last var-length field are an er
 our version or older (a fragment holds exactly one message) and ignored from a newer one (it may
 have appended var-length fields).
 
-Each message is a frozen dataclass whose fields are the schema's, in schema order, snake_case; the
-annotation of a field says its wire type (``Int64``, ``Int32``, ``Int8``, ``Time``, ``Version``, an
+Each message is a frozen dataclass (in :mod:`logbuf.archive.control_messages`, re-exported here)
+whose fields are the schema's, in schema order, snake_case; the annotation of a field says its wire type (``Int64``, ``Int32``, ``Int8``, ``Time``, ``Version``, an
 ``IntEnum``, ``Ascii``, ``Data``) and, through ``Since``/``At``, the version that added it and a fixed
 offset. :data:`LAYOUTS` is derived from those annotations once, at import, so the offsets live in one
 place; ``protocol_spec/archive-control.md`` and ``control_schema.xml`` (our SBE description of the
@@ -45,7 +45,36 @@ import enum
 import struct
 import typing
 from dataclasses import dataclass
-from typing import Annotated, Any, ClassVar, Final, TypeAlias
+from itertools import repeat
+from typing import Annotated, Any, Final
+
+from logbuf.archive.control_messages import *  # noqa: F403 (the messages are part of this module's interface)
+from logbuf.archive.control_messages import INT32_TYPE, At, ControlMessage, Primitive, Since, VarData
+from logbuf.archive.control_messages import __all__ as _MESSAGE_NAMES
+
+__all__ = [
+    *_MESSAGE_NAMES,
+    "SCHEMA_ID",
+    "SCHEMA_VERSION",
+    "SEMANTIC_VERSION",
+    "MESSAGE_HEADER",
+    "MESSAGE_HEADER_LENGTH",
+    "VAR_LENGTH",
+    "VAR_LENGTH_HEADER_LENGTH",
+    "VAR_DATA_MAX_LENGTH",
+    "semantic_version",
+    "PROTOCOL_SEMANTIC_VERSION",
+    "ControlCodecError",
+    "FieldLayout",
+    "VarFieldLayout",
+    "MessageLayout",
+    "schema_name",
+    "LAYOUTS",
+    "TEMPLATES",
+    "layout_of",
+    "encode",
+    "decode",
+]
 
 SCHEMA_ID: Final = 101
 """Aeron Archive's SBE schema id."""
@@ -60,11 +89,6 @@ VAR_LENGTH: Final = struct.Struct("<I")
 VAR_LENGTH_HEADER_LENGTH: Final = VAR_LENGTH.size  # 4: the u32 length before each var-length field
 VAR_DATA_MAX_LENGTH: Final = 1 << 30  # the schema's maxValue of a var-length field's length (1 GiB)
 
-NULL_INT8: Final = -(1 << 7)
-NULL_INT32: Final = -(1 << 31)
-NULL_INT64: Final = -(1 << 63)
-NULL_VERSION: Final = 0  # version_t is optional with nullValue 0
-
 
 def semantic_version(major: int, minor: int, patch: int) -> int:
     """Aeron's ``SemanticVersion.compose``: one byte each for major, minor and patch."""
@@ -78,695 +102,6 @@ PROTOCOL_SEMANTIC_VERSION: Final = semantic_version(1, 12, 0)
 class ControlCodecError(ValueError):
     """A control message that cannot be encoded or decoded; the message names the problem."""
 
-
-# --- Enums (Aeron's names and values; every one is encoded as an int32) ----------------------------------
-
-
-class ControlResponseCode(enum.IntEnum):
-    OK = 0
-    ERROR = 1
-    RECORDING_UNKNOWN = 2  # also ends a list of descriptors: see protocol_spec/archive-control.md
-    SUBSCRIPTION_UNKNOWN = 3  # also ends a list of recording subscriptions
-
-
-class SourceLocation(enum.IntEnum):
-    LOCAL = 0  # the recorded stream is on the archive's own driver (IPC or spied)
-    REMOTE = 1
-
-
-class BooleanType(enum.IntEnum):
-    FALSE = 0
-    TRUE = 1
-
-
-class RecordingSignal(enum.IntEnum):
-    START = 0
-    STOP = 1
-    EXTEND = 2
-    REPLICATE = 3
-    MERGE = 4
-    SYNC = 5
-    DELETE = 6
-    REPLICATE_END = 7
-
-
-class RecordingState(enum.IntEnum):
-    """State of a recording in Aeron's catalog (RecordingDescriptorHeader)."""
-
-    INVALID = 0
-    VALID = 1
-    DELETED = 2  # since schema version 10
-
-
-class ArchiveErrorCode(enum.IntEnum):
-    """Aeron's ``ArchiveException`` codes, sent as the relevantId of a ControlResponse with code ERROR."""
-
-    GENERIC = 0
-    ACTIVE_LISTING = 1
-    ACTIVE_RECORDING = 2
-    ACTIVE_SUBSCRIPTION = 3
-    UNKNOWN_SUBSCRIPTION = 4
-    UNKNOWN_RECORDING = 5
-    UNKNOWN_REPLAY = 6
-    MAX_REPLAYS = 7
-    MAX_RECORDINGS = 8
-    INVALID_EXTENSION = 9
-    AUTHENTICATION_REJECTED = 10
-    STORAGE_SPACE = 11
-    UNKNOWN_REPLICATION = 12
-    UNAUTHORISED_ACTION = 13
-    REPLICATION_CONNECTION_FAILURE = 14
-    EMPTY_RECORDING = 15
-    INVALID_POSITION = 16
-
-
-# --- Wire types, as annotations -------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Primitive:
-    """A fixed-size wire type: its SBE type name, struct format, size, null value and range."""
-
-    sbe_type: str
-    fmt: str
-    size: int
-    null: int
-    low: int
-    high: int
-
-
-@dataclass(frozen=True, slots=True)
-class VarData:
-    """A var-length wire type: a u32 length, then US-ASCII text (``ascii``) or opaque bytes."""
-
-    sbe_type: str
-    ascii: bool
-
-
-@dataclass(frozen=True, slots=True)
-class Since:
-    """The schema version that added a field (or a message)."""
-
-    version: int
-
-
-@dataclass(frozen=True, slots=True)
-class At:
-    """A fixed offset in the block for a field that does not follow the previous one."""
-
-    offset: int
-
-
-INT8_TYPE: Final = Primitive("int8", "b", 1, NULL_INT8, -(1 << 7), (1 << 7) - 1)
-INT32_TYPE: Final = Primitive("int32", "i", 4, NULL_INT32, -(1 << 31), (1 << 31) - 1)
-INT64_TYPE: Final = Primitive("int64", "q", 8, NULL_INT64, -(1 << 63), (1 << 63) - 1)
-TIME_TYPE: Final = Primitive("time_t", "q", 8, NULL_INT64, -(1 << 63), (1 << 63) - 1)  # epoch ms
-VERSION_TYPE: Final = Primitive("version_t", "i", 4, NULL_VERSION, -(1 << 31), (1 << 31) - 1)
-ASCII_TYPE: Final = VarData("varAsciiEncoding", ascii=True)
-DATA_TYPE: Final = VarData("varDataEncoding", ascii=False)
-
-Int8: TypeAlias = Annotated[int, INT8_TYPE]
-Int32: TypeAlias = Annotated[int, INT32_TYPE]
-Int64: TypeAlias = Annotated[int, INT64_TYPE]
-Time: TypeAlias = Annotated[int, TIME_TYPE]
-Version: TypeAlias = Annotated[int, VERSION_TYPE]
-Ascii: TypeAlias = Annotated[str, ASCII_TYPE]
-Data: TypeAlias = Annotated[bytes, DATA_TYPE]
-
-
-# --- Messages, in template id order -------------------------------------------------------------------
-# Control responses and descriptors go from the archive to a client's response channel; requests from a
-# client to the control channel; RecordingStarted/Progress/Stopped on the recording events channel;
-# CatalogHeader and RecordingDescriptorHeader are Aeron's catalog file records (no SBE header there).
-
-
-@dataclass(frozen=True, slots=True)
-class ControlResponse:
-    """The archive's answer to a request; ``relevant_id`` is an id, or an ArchiveErrorCode with ERROR."""
-
-    TEMPLATE_ID: ClassVar[int] = 1
-    control_session_id: Int64
-    correlation_id: Int64
-    relevant_id: Int64
-    code: ControlResponseCode
-    version: Annotated[Version, Since(4)]
-    error_message: Ascii
-
-
-@dataclass(frozen=True, slots=True)
-class ConnectRequest:
-    """Open a control session (Aeron 1.52 clients send AuthConnectRequest; removed after version 13)."""
-
-    TEMPLATE_ID: ClassVar[int] = 2
-    correlation_id: Int64
-    response_stream_id: Int32
-    version: Annotated[Version, Since(2)]
-    response_channel: Ascii
-
-
-@dataclass(frozen=True, slots=True)
-class CloseSessionRequest:
-    TEMPLATE_ID: ClassVar[int] = 3
-    control_session_id: Int64
-
-
-@dataclass(frozen=True, slots=True)
-class StartRecordingRequest:
-    TEMPLATE_ID: ClassVar[int] = 4
-    control_session_id: Int64
-    correlation_id: Int64
-    stream_id: Int32
-    source_location: SourceLocation
-    channel: Ascii
-
-
-@dataclass(frozen=True, slots=True)
-class StopRecordingRequest:
-    TEMPLATE_ID: ClassVar[int] = 5
-    control_session_id: Int64
-    correlation_id: Int64
-    stream_id: Int32
-    channel: Ascii
-
-
-@dataclass(frozen=True, slots=True)
-class ReplayRequest:
-    """Replay ``length`` bytes (``-1`` or more than recorded: follow a live recording) from ``position``."""
-
-    TEMPLATE_ID: ClassVar[int] = 6
-    control_session_id: Int64
-    correlation_id: Int64
-    recording_id: Int64
-    position: Int64
-    length: Int64
-    replay_stream_id: Int32
-    file_io_max_length: Annotated[Int32, Since(7)]
-    replay_token: Annotated[Int64, Since(10)]
-    replay_channel: Ascii
-
-
-@dataclass(frozen=True, slots=True)
-class StopReplayRequest:
-    TEMPLATE_ID: ClassVar[int] = 7
-    control_session_id: Int64
-    correlation_id: Int64
-    replay_session_id: Int64
-
-
-@dataclass(frozen=True, slots=True)
-class ListRecordingsRequest:
-    TEMPLATE_ID: ClassVar[int] = 8
-    control_session_id: Int64
-    correlation_id: Int64
-    from_recording_id: Int64
-    record_count: Int32
-
-
-@dataclass(frozen=True, slots=True)
-class ListRecordingsForUriRequest:
-    TEMPLATE_ID: ClassVar[int] = 9
-    control_session_id: Int64
-    correlation_id: Int64
-    from_recording_id: Int64
-    record_count: Int32
-    stream_id: Int32
-    channel: Ascii
-
-
-@dataclass(frozen=True, slots=True)
-class ListRecordingRequest:
-    TEMPLATE_ID: ClassVar[int] = 10
-    control_session_id: Int64
-    correlation_id: Int64
-    recording_id: Int64
-
-
-@dataclass(frozen=True, slots=True)
-class ExtendRecordingRequest:
-    TEMPLATE_ID: ClassVar[int] = 11
-    control_session_id: Int64
-    correlation_id: Int64
-    recording_id: Int64
-    stream_id: Int32
-    source_location: SourceLocation
-    channel: Ascii
-
-
-@dataclass(frozen=True, slots=True)
-class RecordingPositionRequest:
-    TEMPLATE_ID: ClassVar[int] = 12
-    control_session_id: Int64
-    correlation_id: Int64
-    recording_id: Int64
-
-
-@dataclass(frozen=True, slots=True)
-class TruncateRecordingRequest:
-    TEMPLATE_ID: ClassVar[int] = 13
-    control_session_id: Int64
-    correlation_id: Int64
-    recording_id: Int64
-    position: Int64
-
-
-@dataclass(frozen=True, slots=True)
-class StopRecordingSubscriptionRequest:
-    TEMPLATE_ID: ClassVar[int] = 14
-    control_session_id: Int64
-    correlation_id: Int64
-    subscription_id: Int64
-
-
-@dataclass(frozen=True, slots=True)
-class StopPositionRequest:
-    TEMPLATE_ID: ClassVar[int] = 15
-    control_session_id: Int64
-    correlation_id: Int64
-    recording_id: Int64
-
-
-@dataclass(frozen=True, slots=True)
-class FindLastMatchingRecordingRequest:
-    TEMPLATE_ID: ClassVar[int] = 16
-    control_session_id: Int64
-    correlation_id: Int64
-    min_recording_id: Int64
-    session_id: Int32
-    stream_id: Int32
-    channel: Ascii
-
-
-@dataclass(frozen=True, slots=True)
-class ListRecordingSubscriptionsRequest:
-    TEMPLATE_ID: ClassVar[int] = 17
-    control_session_id: Int64
-    correlation_id: Int64
-    pseudo_index: Int32
-    subscription_count: Int32
-    apply_stream_id: BooleanType
-    stream_id: Int32
-    channel: Ascii
-
-
-@dataclass(frozen=True, slots=True)
-class BoundedReplayRequest:
-    """A replay that never passes the value of counter ``limit_counter_id`` (for a growing recording)."""
-
-    TEMPLATE_ID: ClassVar[int] = 18
-    control_session_id: Int64
-    correlation_id: Int64
-    recording_id: Int64
-    position: Int64
-    length: Int64
-    limit_counter_id: Int32
-    replay_stream_id: Int32
-    file_io_max_length: Annotated[Int32, Since(7)]
-    replay_token: Annotated[Int64, Since(10)]
-    replay_channel: Ascii
-
-
-@dataclass(frozen=True, slots=True)
-class StopAllReplaysRequest:
-    """Stop every replay of ``recording_id`` (``NULL_INT64``: of every recording)."""
-
-    TEMPLATE_ID: ClassVar[int] = 19
-    control_session_id: Int64
-    correlation_id: Int64
-    recording_id: Int64
-
-
-@dataclass(frozen=True, slots=True)
-class CatalogHeader:
-    """First record of Aeron's catalog file (32 bytes; ``reserved`` pads it)."""
-
-    TEMPLATE_ID: ClassVar[int] = 20
-    version: Int32
-    length: Int32
-    next_recording_id: Int64
-    alignment: Int32
-    reserved: Annotated[Int8, At(31)]
-
-
-@dataclass(frozen=True, slots=True)
-class RecordingDescriptorHeader:
-    """Header of each entry of Aeron's catalog file (32 bytes; ``reserved`` pads it)."""
-
-    TEMPLATE_ID: ClassVar[int] = 21
-    length: Int32
-    state: RecordingState
-    checksum: Int32
-    reserved: Annotated[Int8, At(31)]
-
-
-@dataclass(frozen=True, slots=True)
-class RecordingDescriptor:
-    """One recording, answering a list request (see the list-end convention in the spec)."""
-
-    TEMPLATE_ID: ClassVar[int] = 22
-    control_session_id: Int64
-    correlation_id: Int64
-    recording_id: Int64
-    start_timestamp: Time
-    stop_timestamp: Time
-    start_position: Int64
-    stop_position: Int64
-    initial_term_id: Int32
-    segment_file_length: Int32
-    term_buffer_length: Int32
-    mtu_length: Int32
-    session_id: Int32
-    stream_id: Int32
-    stripped_channel: Ascii
-    original_channel: Ascii
-    source_identity: Ascii
-
-
-@dataclass(frozen=True, slots=True)
-class RecordingSubscriptionDescriptor:
-    TEMPLATE_ID: ClassVar[int] = 23
-    control_session_id: Int64
-    correlation_id: Int64
-    subscription_id: Int64
-    stream_id: Int32
-    stripped_channel: Ascii
-
-
-@dataclass(frozen=True, slots=True)
-class RecordingSignalEvent:
-    TEMPLATE_ID: ClassVar[int] = 24
-    control_session_id: Int64
-    correlation_id: Int64
-    recording_id: Int64
-    subscription_id: Int64
-    position: Int64
-    signal: RecordingSignal
-
-
-@dataclass(frozen=True, slots=True)
-class ReplicateRequest:
-    TEMPLATE_ID: ClassVar[int] = 50
-    control_session_id: Int64
-    correlation_id: Int64
-    src_recording_id: Int64
-    dst_recording_id: Int64
-    src_control_stream_id: Int32
-    src_control_channel: Ascii
-    live_destination: Ascii
-
-
-@dataclass(frozen=True, slots=True)
-class StopReplicationRequest:
-    TEMPLATE_ID: ClassVar[int] = 51
-    control_session_id: Int64
-    correlation_id: Int64
-    replication_id: Int64
-
-
-@dataclass(frozen=True, slots=True)
-class StartPositionRequest:
-    TEMPLATE_ID: ClassVar[int] = 52
-    control_session_id: Int64
-    correlation_id: Int64
-    recording_id: Int64
-
-
-@dataclass(frozen=True, slots=True)
-class DetachSegmentsRequest:
-    TEMPLATE_ID: ClassVar[int] = 53
-    control_session_id: Int64
-    correlation_id: Int64
-    recording_id: Int64
-    new_start_position: Int64
-
-
-@dataclass(frozen=True, slots=True)
-class DeleteDetachedSegmentsRequest:
-    TEMPLATE_ID: ClassVar[int] = 54
-    control_session_id: Int64
-    correlation_id: Int64
-    recording_id: Int64
-
-
-@dataclass(frozen=True, slots=True)
-class PurgeSegmentsRequest:
-    TEMPLATE_ID: ClassVar[int] = 55
-    control_session_id: Int64
-    correlation_id: Int64
-    recording_id: Int64
-    new_start_position: Int64
-
-
-@dataclass(frozen=True, slots=True)
-class AttachSegmentsRequest:
-    TEMPLATE_ID: ClassVar[int] = 56
-    control_session_id: Int64
-    correlation_id: Int64
-    recording_id: Int64
-
-
-@dataclass(frozen=True, slots=True)
-class MigrateSegmentsRequest:
-    TEMPLATE_ID: ClassVar[int] = 57
-    control_session_id: Int64
-    correlation_id: Int64
-    src_recording_id: Int64
-    dst_recording_id: Int64
-
-
-@dataclass(frozen=True, slots=True)
-class AuthConnectRequest:
-    """Open a control session, with credentials (the connect request Aeron's clients send)."""
-
-    TEMPLATE_ID: ClassVar[int] = 58
-    correlation_id: Int64
-    response_stream_id: Int32
-    version: Version
-    response_channel: Ascii
-    encoded_credentials: Data
-    client_info: Annotated[Ascii, Since(12)]
-
-
-@dataclass(frozen=True, slots=True)
-class Challenge:
-    TEMPLATE_ID: ClassVar[int] = 59
-    control_session_id: Int64
-    correlation_id: Int64
-    version: Version
-    encoded_challenge: Data
-
-
-@dataclass(frozen=True, slots=True)
-class ChallengeResponse:
-    TEMPLATE_ID: ClassVar[int] = 60
-    control_session_id: Int64
-    correlation_id: Int64
-    encoded_credentials: Data
-
-
-@dataclass(frozen=True, slots=True)
-class KeepAliveRequest:
-    TEMPLATE_ID: ClassVar[int] = 61
-    control_session_id: Int64
-    correlation_id: Int64
-
-
-@dataclass(frozen=True, slots=True)
-class TaggedReplicateRequest:
-    TEMPLATE_ID: ClassVar[int] = 62
-    control_session_id: Int64
-    correlation_id: Int64
-    src_recording_id: Int64
-    dst_recording_id: Int64
-    channel_tag_id: Int64
-    subscription_tag_id: Int64
-    src_control_stream_id: Int32
-    src_control_channel: Ascii
-    live_destination: Ascii
-
-
-@dataclass(frozen=True, slots=True)
-class StartRecordingRequest2:
-    TEMPLATE_ID: ClassVar[int] = 63
-    control_session_id: Int64
-    correlation_id: Int64
-    stream_id: Int32
-    source_location: SourceLocation
-    auto_stop: BooleanType
-    channel: Ascii
-
-
-@dataclass(frozen=True, slots=True)
-class ExtendRecordingRequest2:
-    TEMPLATE_ID: ClassVar[int] = 64
-    control_session_id: Int64
-    correlation_id: Int64
-    recording_id: Int64
-    stream_id: Int32
-    source_location: SourceLocation
-    auto_stop: BooleanType
-    channel: Ascii
-
-
-@dataclass(frozen=True, slots=True)
-class StopRecordingByIdentityRequest:
-    TEMPLATE_ID: ClassVar[int] = 65
-    control_session_id: Int64
-    correlation_id: Int64
-    recording_id: Int64
-
-
-@dataclass(frozen=True, slots=True)
-class ReplicateRequest2:
-    TEMPLATE_ID: ClassVar[int] = 66
-    SINCE_VERSION: ClassVar[int] = 6
-    control_session_id: Int64
-    correlation_id: Int64
-    src_recording_id: Int64
-    dst_recording_id: Int64
-    stop_position: Int64
-    channel_tag_id: Int64
-    subscription_tag_id: Int64
-    src_control_stream_id: Int32
-    file_io_max_length: Annotated[Int32, Since(7)]
-    replication_session_id: Annotated[Int32, Since(8)]
-    src_control_channel: Ascii
-    live_destination: Ascii
-    replication_channel: Ascii
-    encoded_credentials: Annotated[Data, Since(8)]
-    src_response_channel: Annotated[Ascii, Since(10)]
-
-
-@dataclass(frozen=True, slots=True)
-class MaxRecordedPositionRequest:
-    TEMPLATE_ID: ClassVar[int] = 67
-    SINCE_VERSION: ClassVar[int] = 9
-    control_session_id: Int64
-    correlation_id: Int64
-    recording_id: Int64
-
-
-@dataclass(frozen=True, slots=True)
-class ArchiveIdRequest:
-    TEMPLATE_ID: ClassVar[int] = 68
-    SINCE_VERSION: ClassVar[int] = 9
-    control_session_id: Int64
-    correlation_id: Int64
-
-
-@dataclass(frozen=True, slots=True)
-class RecordingStarted:
-    TEMPLATE_ID: ClassVar[int] = 101
-    recording_id: Int64
-    start_position: Int64
-    session_id: Int32
-    stream_id: Int32
-    channel: Ascii
-    source_identity: Ascii
-
-
-@dataclass(frozen=True, slots=True)
-class RecordingProgress:
-    TEMPLATE_ID: ClassVar[int] = 102
-    recording_id: Int64
-    start_position: Int64
-    position: Int64
-
-
-@dataclass(frozen=True, slots=True)
-class RecordingStopped:
-    TEMPLATE_ID: ClassVar[int] = 103
-    recording_id: Int64
-    start_position: Int64
-    stop_position: Int64
-
-
-@dataclass(frozen=True, slots=True)
-class PurgeRecordingRequest:
-    TEMPLATE_ID: ClassVar[int] = 104
-    SINCE_VERSION: ClassVar[int] = 5
-    control_session_id: Int64
-    correlation_id: Int64
-    recording_id: Int64
-
-
-@dataclass(frozen=True, slots=True)
-class ReplayTokenRequest:
-    TEMPLATE_ID: ClassVar[int] = 105
-    SINCE_VERSION: ClassVar[int] = 10
-    control_session_id: Int64
-    correlation_id: Int64
-    recording_id: Int64
-
-
-@dataclass(frozen=True, slots=True)
-class Ping:
-    TEMPLATE_ID: ClassVar[int] = 106
-    SINCE_VERSION: ClassVar[int] = 11
-    control_session_id: Int64
-
-
-@dataclass(frozen=True, slots=True)
-class UpdateChannelRequest:
-    TEMPLATE_ID: ClassVar[int] = 107
-    SINCE_VERSION: ClassVar[int] = 13
-    control_session_id: Int64
-    correlation_id: Int64
-    recording_id: Int64
-    channel: Ascii
-
-
-ControlMessage: TypeAlias = (
-    ControlResponse
-    | ConnectRequest
-    | CloseSessionRequest
-    | StartRecordingRequest
-    | StopRecordingRequest
-    | ReplayRequest
-    | StopReplayRequest
-    | ListRecordingsRequest
-    | ListRecordingsForUriRequest
-    | ListRecordingRequest
-    | ExtendRecordingRequest
-    | RecordingPositionRequest
-    | TruncateRecordingRequest
-    | StopRecordingSubscriptionRequest
-    | StopPositionRequest
-    | FindLastMatchingRecordingRequest
-    | ListRecordingSubscriptionsRequest
-    | BoundedReplayRequest
-    | StopAllReplaysRequest
-    | CatalogHeader
-    | RecordingDescriptorHeader
-    | RecordingDescriptor
-    | RecordingSubscriptionDescriptor
-    | RecordingSignalEvent
-    | ReplicateRequest
-    | StopReplicationRequest
-    | StartPositionRequest
-    | DetachSegmentsRequest
-    | DeleteDetachedSegmentsRequest
-    | PurgeSegmentsRequest
-    | AttachSegmentsRequest
-    | MigrateSegmentsRequest
-    | AuthConnectRequest
-    | Challenge
-    | ChallengeResponse
-    | KeepAliveRequest
-    | TaggedReplicateRequest
-    | StartRecordingRequest2
-    | ExtendRecordingRequest2
-    | StopRecordingByIdentityRequest
-    | ReplicateRequest2
-    | MaxRecordedPositionRequest
-    | ArchiveIdRequest
-    | RecordingStarted
-    | RecordingProgress
-    | RecordingStopped
-    | PurgeRecordingRequest
-    | ReplayTokenRequest
-    | Ping
-    | UpdateChannelRequest
-)
 
 # --- Layouts, derived from the annotations ------------------------------------------------------------
 
@@ -802,6 +137,18 @@ class MessageLayout:
     fields: tuple[FieldLayout, ...]
     var_fields: tuple[VarFieldLayout, ...]
     block: struct.Struct  # the whole block at SCHEMA_VERSION, padding included
+    # Derived, for the fast paths: the version that added the newest fixed field, and the enum fields'
+    # positions with their members by value.
+    newest_field_version: int = dataclasses.field(init=False)
+    enums: tuple[tuple[int, dict[int, enum.IntEnum], type[enum.IntEnum]], ...] = dataclasses.field(init=False)
+
+    def __post_init__(self) -> None:
+        newest = max([f.since_version for f in self.fields] + [0])
+        object.__setattr__(self, "newest_field_version", newest)
+        enums = tuple(
+            (i, {m.value: m for m in f.enum_type}, f.enum_type) for i, f in enumerate(self.fields) if f.enum_type
+        )
+        object.__setattr__(self, "enums", enums)
 
     @property
     def name(self) -> str:
@@ -867,7 +214,7 @@ def layout_of(message_type: type[ControlMessage]) -> MessageLayout:
 
 def _fixed_value(layout: MessageLayout, field: FieldLayout, value: object) -> int:
     if field.enum_type is not None:
-        if not isinstance(value, int) or isinstance(value, bool):
+        if type(value) is not int and type(value) is not field.enum_type:  # not a bool nor another enum's member
             raise ControlCodecError(f"{layout.name}.{field.name}: {value!r} is not a {field.enum_type.__name__}")
         try:
             return int(field.enum_type(value))
@@ -901,16 +248,28 @@ def _var_value(layout: MessageLayout, field: VarFieldLayout, value: object) -> b
     return data
 
 
+def _bad_enum(entry: tuple[int, dict[int, enum.IntEnum], type[enum.IntEnum]], values: list[Any]) -> bool:
+    i, members, enum_type = entry
+    value = values[i]
+    return value not in members or (type(value) is not int and type(value) is not enum_type)
+
+
 def encode(message: ControlMessage) -> bytes:
     """The message as it goes on the wire: SBE header (at SCHEMA_VERSION), block, var-length fields."""
     layout = _BY_TYPE.get(type(message))
     if layout is None:
         raise ControlCodecError(f"not a control message: {type(message).__name__}")
-    values = [_fixed_value(layout, f, getattr(message, f.name)) for f in layout.fields]
-    parts = [
-        MESSAGE_HEADER.pack(layout.block_length, layout.template_id, SCHEMA_ID, SCHEMA_VERSION),
-        layout.block.pack(*values),
-    ]
+    values = [getattr(message, f.name) for f in layout.fields]
+    try:
+        # struct.pack takes a bool as an int, and any int for an enum field.
+        if bool in map(type, values) or (layout.enums and any(map(_bad_enum, layout.enums, repeat(values)))):
+            raise ValueError
+        block = layout.block.pack(*values)
+    except (struct.error, TypeError, ValueError) as e:
+        for field, value in zip(layout.fields, values):
+            _fixed_value(layout, field, value)  # raises, naming the field
+        raise ControlCodecError(f"{layout.name}: {e}") from e
+    parts = [MESSAGE_HEADER.pack(layout.block_length, layout.template_id, SCHEMA_ID, SCHEMA_VERSION), block]
     for var in layout.var_fields:
         data = _var_value(layout, var, getattr(message, var.name))
         parts.append(VAR_LENGTH.pack(len(data)))
@@ -921,24 +280,14 @@ def encode(message: ControlMessage) -> bytes:
 # --- Decode --------------------------------------------------------------------------------------------
 
 
-def decode(buffer: bytes | bytearray | memoryview) -> ControlMessage:
-    """The message in ``buffer`` (exactly one); :class:`ControlCodecError` names whatever is wrong."""
-    try:
-        data = memoryview(buffer).cast("B") if not isinstance(buffer, bytes) else buffer
-    except (TypeError, ValueError) as e:
-        raise ControlCodecError(f"not a contiguous bytes-like buffer: {e}") from None
-    have = len(data)
-    if have < MESSAGE_HEADER_LENGTH:
-        raise ControlCodecError(f"truncated: need {MESSAGE_HEADER_LENGTH} bytes for the message header, have {have}")
-    block_length, template_id, schema_id, version = MESSAGE_HEADER.unpack_from(data, 0)
-    if schema_id != SCHEMA_ID:
-        raise ControlCodecError(f"schema id {schema_id} is not {SCHEMA_ID} (template id {template_id})")
-    layout = LAYOUTS.get(template_id)
-    if layout is None:
-        raise ControlCodecError(f"unknown template id {template_id}")
-    name = layout.name
+def _enum_name(field: FieldLayout) -> str:
+    return field.enum_type.__name__ if field.enum_type is not None else field.wire.sbe_type
 
-    values: list[Any] = []  # typed by the layout, checked field by field below
+
+def _decode_fields(layout: MessageLayout, data: bytes | memoryview, block_length: int, version: int) -> list[Any]:
+    """The fixed fields one by one: those of the sender's version, the others null; errors name the field."""
+    name, have = layout.name, len(data)
+    values: list[Any] = []
     for field in layout.fields:
         if field.since_version > version:
             values.append(field.wire.null)
@@ -960,10 +309,42 @@ def decode(buffer: bytes | bytearray | memoryview) -> ControlMessage:
             try:
                 value = field.enum_type(value)
             except ValueError:
-                raise ControlCodecError(
-                    f"{name}: {field.schema_name} {value} is not a {field.enum_type.__name__}"
-                ) from None
+                raise ControlCodecError(f"{name}: {field.schema_name} {value} is not a {_enum_name(field)}") from None
         values.append(value)
+    return values
+
+
+def decode(buffer: bytes | bytearray | memoryview) -> ControlMessage:
+    """The message in ``buffer`` (exactly one); :class:`ControlCodecError` names whatever is wrong."""
+    try:
+        data = memoryview(buffer).cast("B") if not isinstance(buffer, bytes) else buffer
+    except (TypeError, ValueError) as e:
+        raise ControlCodecError(f"not a contiguous bytes-like buffer: {e}") from None
+    have = len(data)
+    if have < MESSAGE_HEADER_LENGTH:
+        raise ControlCodecError(f"truncated: need {MESSAGE_HEADER_LENGTH} bytes for the message header, have {have}")
+    block_length, template_id, schema_id, version = MESSAGE_HEADER.unpack_from(data, 0)
+    if schema_id != SCHEMA_ID:
+        raise ControlCodecError(f"schema id {schema_id} is not {SCHEMA_ID} (template id {template_id})")
+    layout = LAYOUTS.get(template_id)
+    if layout is None:
+        raise ControlCodecError(f"unknown template id {template_id}")
+    name = layout.name
+
+    if (
+        version >= layout.newest_field_version
+        and block_length >= layout.block_length
+        and have >= MESSAGE_HEADER_LENGTH + layout.block_length
+    ):  # every field is there: one unpack
+        values: list[Any] = list(layout.block.unpack_from(data, MESSAGE_HEADER_LENGTH))
+        for i, members, _ in layout.enums:
+            member = members.get(values[i])
+            if member is None:
+                field = layout.fields[i]
+                raise ControlCodecError(f"{name}: {field.schema_name} {values[i]} is not a {_enum_name(field)}")
+            values[i] = member
+    else:
+        values = _decode_fields(layout, data, block_length, version)
 
     position = MESSAGE_HEADER_LENGTH + block_length
     if position > have:
@@ -984,18 +365,18 @@ def decode(buffer: bytes | bytearray | memoryview) -> ControlMessage:
                 f"{name}: var-length {var.schema_name} of {length} bytes runs past the end "
                 f"(offset {position}, {have - position} bytes left)"
             )
-        raw = bytes(data[position : position + length])
+        raw = data[position : position + length]
         position += length
         if var.wire.ascii:
             try:
-                values.append(raw.decode("ascii"))
+                values.append(str(raw, "ascii"))
             except UnicodeDecodeError as e:
                 raise ControlCodecError(
                     f"{name}: {var.schema_name} is not US-ASCII (byte 0x{raw[e.start]:02x} at offset "
                     f"{position - length + e.start})"
                 ) from None
         else:
-            values.append(raw)
+            values.append(bytes(raw))
 
     if position != have and version <= SCHEMA_VERSION:
         raise ControlCodecError(f"{name}: {have - position} trailing bytes after the message ({position} bytes)")

@@ -9,13 +9,13 @@ import structlog
 
 from logbuf.archive.catalog import Catalog, CatalogError, RecordingState
 from logbuf.archive.segments import segment_files
-from logbuf.archive.time_index import time_index_file_name
+from logbuf.archive.time_index import append_times_file_name, time_index_file_name
 
 __all__ = ["delete_recording", "purge_segments", "truncate_recording"]
 
 
 def delete_recording(catalog: Catalog, recording_id: int) -> list[pathlib.Path]:
-    """Mark the recording DELETED, then remove its segment files (and its time index); returns the
+    """Mark the recording DELETED, then remove its segment files (and its time indexes); returns the
     segment files removed.
 
     A recording that a live recorder is still writing cannot be deleted (stop the recorder first).
@@ -29,6 +29,7 @@ def delete_recording(catalog: Catalog, recording_id: int) -> list[pathlib.Path]:
         path.unlink(missing_ok=True)
         removed.append(path)
     (pathlib.Path(catalog.archive_dir) / time_index_file_name(recording_id)).unlink(missing_ok=True)
+    (pathlib.Path(catalog.archive_dir) / append_times_file_name(recording_id)).unlink(missing_ok=True)
     structlog.get_logger().info("recording.deleted", recording_id=recording_id, segments_removed=len(removed))
     return removed
 

@@ -662,6 +662,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="also show the counters of the archive service serving DIR (repeatable)",
     )
     parser.add_argument(
+        "--topics",
+        action="store_true",
+        help="per-topic message rates and each topic subscription's patterns and lag (logbuf.client.topic_stat)",
+    )
+    parser.add_argument(
         "--alive-timeout-ms",
         type=int,
         default=DEFAULT_ALIVE_TIMEOUT_MS,
@@ -685,6 +690,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     directory = resolve_dir(args.dir)
     if args.loss:
         return print_loss_report(directory, as_json=args.json)
+    if args.topics:
+        from logbuf.client.topic_stat import run_topics
+
+        return run_topics(directory, args)
     try:
         reader = StatReader(directory, alive_timeout_ms=args.alive_timeout_ms)
     except CncError as e:

@@ -5,6 +5,8 @@ SBE header (block length, template id, schema id 101, version), then one little-
 helper call, then each var-length field as a u32 length and its bytes. They check the layouts
 independently of the codec's own tables; ``test_control_schema.py`` checks the same messages with an
 independent SBE implementation reading ``control_schema.xml``.
+
+Hypothesis runs with no deadline: tests hold no wall-clock limits (the machine is shared and loaded).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from logbuf.archive.control_codec import (
     decode,
     encode,
 )
-from tests.support.control_messages import MESSAGES, SAMPLE_IDS, SAMPLES, mutated
+from tests.support.control_messages import SAMPLE_IDS, SAMPLES, message_strategy, mutated
 
 
 def header(block_length: int, template_id: int, version: int = 13, schema_id: int = 101) -> bytes:
@@ -374,6 +376,12 @@ def test_decode_of_something_not_bytes_is_a_codec_error() -> None:
         (cc.StartRecordingRequest(1, 2, 3, 7, "x"), "source_location: 7 is not a SourceLocation"),  # type: ignore[arg-type]
         (cc.ChallengeResponse(1, 2, "text"), "encoded_credentials: 'text' is not bytes"),  # type: ignore[arg-type]
         (cc.KeepAliveRequest(1, True), "correlation_id: True is not an int"),
+        (cc.KeepAliveRequest(1, 2.0), "correlation_id: 2.0 is not an int"),  # type: ignore[arg-type]
+        (
+            cc.StartRecordingRequest(1, 2, 3, BooleanType.TRUE, "x"),  # type: ignore[arg-type]
+            "source_location: <BooleanType.TRUE: 1> is not a SourceLocation",
+        ),
+        (cc.StartRecordingRequest(1, 2, 3, True, "x"), "source_location: True is not a SourceLocation"),  # type: ignore[arg-type]
     ],
 )
 def test_encode_of_a_bad_value_names_the_field(message: ControlMessage, match: str) -> None:
@@ -390,14 +398,15 @@ def test_encode_accepts_plain_ints_for_enums_and_decode_gives_the_enum() -> None
 # --- Hypothesis: round trips and garbage ----------------------------------------------------------------
 
 
-@given(MESSAGES)
-@settings(max_examples=400)
-def test_every_message_round_trips(message: ControlMessage) -> None:
+@pytest.mark.parametrize("layout", cc.LAYOUTS.values(), ids=lambda layout: layout.name)
+@given(data=st.data())
+@settings(max_examples=20, deadline=None)
+def test_every_message_round_trips(layout: cc.MessageLayout, data: st.DataObject) -> None:
+    message = data.draw(message_strategy(layout))
     wire = encode(message)
     assert decode(wire) == message
-    assert len(wire) == cc.MESSAGE_HEADER_LENGTH + cc.layout_of(type(message)).block_length + sum(
-        cc.VAR_LENGTH_HEADER_LENGTH + len(getattr(message, v.name)) for v in cc.layout_of(type(message)).var_fields
-    )
+    var_length = sum(cc.VAR_LENGTH_HEADER_LENGTH + len(getattr(message, v.name)) for v in layout.var_fields)
+    assert len(wire) == cc.MESSAGE_HEADER_LENGTH + layout.block_length + var_length
 
 
 def _decode_or_codec_error(wire: bytes) -> None:
@@ -410,25 +419,25 @@ def _decode_or_codec_error(wire: bytes) -> None:
 
 
 @given(st.binary(max_size=96))
-@settings(max_examples=300)
+@settings(max_examples=300, deadline=None)
 def test_random_bytes_decode_or_raise_a_codec_error(wire: bytes) -> None:
     _decode_or_codec_error(wire)
 
 
 @given(
     st.sampled_from(list(cc.LAYOUTS)),
-    st.integers(0, 0xFFFF),
+    st.integers(0, 96) | st.integers(0, 0xFFFF),
+    st.sampled_from([0, 2, 4, 6, 7, 8, 9, 10, 11, 12, 13, 14, 0xFFFF]),
     st.binary(max_size=120),
 )
-@settings(max_examples=300)
+@settings(max_examples=300, deadline=None)
 def test_random_body_behind_a_valid_header_decodes_or_raises_a_codec_error(
-    template_id: int, block_length: int, body: bytes
+    template_id: int, block_length: int, version: int, body: bytes
 ) -> None:
-    version = 13 if block_length % 3 else block_length % 16
-    _decode_or_codec_error(header(block_length % 128, template_id, version=version) + body)
+    _decode_or_codec_error(header(block_length, template_id, version=version) + body)
 
 
 @given(mutated())
-@settings(max_examples=300)
+@settings(max_examples=300, deadline=None)
 def test_mutated_messages_decode_or_raise_a_codec_error(wire: bytes) -> None:
     _decode_or_codec_error(wire)
