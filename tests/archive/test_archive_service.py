@@ -490,6 +490,24 @@ def test_a_catch_up_can_start_from_a_time_through_the_time_index(
         first = next(j for j, stamp in enumerate(stamps) if stamp >= stamps[k])
         assert position_at_time(service.ctx.archive_dir, rid, stamps[k]) == starts[first]
     assert position_at_time(service.ctx.archive_dir, rid, stamps[-1] + 1) == ends[-1]
+    first = next(j for j, stamp in enumerate(stamps) if stamp >= stamps[1_234])
+    merge = ReplayMerge(
+        archive,
+        rid,
+        live_channel="aeron:ipc",
+        live_stream_id=stream_id,
+        replay_channel="aeron:ipc",
+        replay_stream_id=next(_streams),
+        start_time=stamps[1_234],
+        archive_dir=service.ctx.archive_dir,
+    )
+    assert merge.start_position == starts[first]
+    received = Received(length=200)
+    await_(
+        lambda: len(received.seqs) >= 100, TIMEOUT_S, "the replay from that time", lambda: merge.poll(received.handler)
+    )
+    assert received.seqs[:100] == list(range(first, first + 100))
+    merge.close()
 
 
 def test_a_bounded_replay_stops_at_its_limit_counter_and_goes_on_when_it_grows(
