@@ -121,11 +121,12 @@ scenario reports both."""
 def stepped_naks_at(
     session_id: int, stream_id: int, initial_term_id: int, term_length: int, position: int
 ) -> list[bytes]:
-    """The attack's NAKs for a receiver at ``position``: offsets stepped by 32 over the 8 KiB below it
-    (defeating a linger keyed on the exact offset) and over the start of its term, each asking for 1 MiB."""
+    """The attack's NAKs for a receiver at ``position``: offsets stepped by 32 from 4 KiB below it to
+    16 KiB above it, where what it has not yet reported consumed lies (defeating a linger keyed on the
+    exact offset), and over the start of its term, each asking for 1 MiB."""
     term_id = initial_term_id + position // term_length
     offset = position % term_length
-    offsets = list(range(max(0, offset - 8192), offset + 32, 32)) + list(range(0, 2048, 32))
+    offsets = list(range(max(0, offset - 4096), min(term_length, offset + 16384), 32)) + list(range(0, 2048, 32))
     return [NakFrame(session_id, stream_id, term_id, o, 1 << 20).encode() for o in offsets]
 
 
