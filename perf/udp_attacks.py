@@ -21,6 +21,7 @@ loaded machine: compare ratios measured in one run, not absolute rates across ru
 from __future__ import annotations
 
 import argparse
+import functools
 import multiprocessing
 import os
 import random
@@ -191,8 +192,12 @@ class LiveStream:
         return len(self.received) - before
 
     @property
-    def in_order(self) -> bool:
-        return self.received == list(range(len(self.received)))
+    def in_order(self) -> bool | str:
+        """True, or where the sequence first goes wrong."""
+        for i, seq in enumerate(self.received):
+            if seq != i:
+                return f"message {i} is {seq} (of {len(self.received)} received, {self.sent} sent)"
+        return True
 
 
 def run_nak_case(
@@ -306,57 +311,29 @@ def run_mdc_victim_case(name: str, allow: list[str]) -> dict[str, Any]:
     return result
 
 
-NAK_CASES: dict[str, Callable[[], dict[str, Any]]] = {
-    "forged NAKs from the receiver's address, offset 0, 100/s": lambda: run_nak_case(
-        "forged NAKs from the receiver's address, offset 0, 100/s",
-        mdc=False,
-        source="receiver",
-        rate=100,
-        pattern=naks_at_term_start,
-    ),
-    "forged NAKs from the receiver's address, stepped offsets, 100/s": lambda: run_nak_case(
-        "forged NAKs from the receiver's address, stepped offsets, 100/s",
-        mdc=False,
-        source="receiver",
-        rate=100,
-        pattern=stepped_naks_at,
-    ),
-    "forged NAKs from the receiver's address, stepped offsets, 3,000/s": lambda: run_nak_case(
-        "forged NAKs from the receiver's address, stepped offsets, 3,000/s",
-        mdc=False,
-        source="receiver",
-        rate=3_000,
-        pattern=stepped_naks_at,
-    ),
-    "unicast, NAKs from a non-member (127.0.0.2), stepped, 3,000/s": lambda: run_nak_case(
-        "unicast, NAKs from a non-member (127.0.0.2), stepped, 3,000/s",
-        mdc=False,
-        source="non-member",
-        rate=3_000,
-        pattern=stepped_naks_at,
-    ),
-    "MDC dynamic, NAKs from a non-member (127.0.0.2), offset 0, 100/s": lambda: run_nak_case(
-        "MDC dynamic, NAKs from a non-member (127.0.0.2), offset 0, 100/s",
-        mdc=True,
-        source="non-member",
-        rate=100,
-        pattern=naks_at_term_start,
-    ),
-    "MDC dynamic, NAKs from a non-member (127.0.0.2), stepped, 3,000/s": lambda: run_nak_case(
-        "MDC dynamic, NAKs from a non-member (127.0.0.2), stepped, 3,000/s",
-        mdc=True,
-        source="non-member",
-        rate=3_000,
-        pattern=stepped_naks_at,
-    ),
-    "MDC dynamic, 6 SMs from a victim's address (default settings)": lambda: run_mdc_victim_case(
-        "MDC dynamic, 6 SMs from a victim's address (default settings)", []
-    ),
-    "MDC dynamic, 6 SMs from a victim's address (--mdc-dynamic-allow 127.0.0.1)": lambda: run_mdc_victim_case(
+NAK_FLOODS: tuple[tuple[str, bool, str, int, Callable[..., list[bytes]]], ...] = (
+    # (case, MDC dynamic?, NAK source, NAKs per second, pattern)
+    ("forged NAKs from the receiver's address, offset 0, 100/s", False, "receiver", 100, naks_at_term_start),
+    ("forged NAKs from the receiver's address, stepped offsets, 100/s", False, "receiver", 100, stepped_naks_at),
+    ("forged NAKs from the receiver's address, stepped offsets, 3,000/s", False, "receiver", 3_000, stepped_naks_at),
+    ("unicast, NAKs from a non-member (127.0.0.2), stepped, 3,000/s", False, "non-member", 3_000, stepped_naks_at),
+    ("MDC dynamic, NAKs from a non-member (127.0.0.2), offset 0, 100/s", True, "non-member", 100, naks_at_term_start),
+    ("MDC dynamic, NAKs from a non-member (127.0.0.2), stepped, 3,000/s", True, "non-member", 3_000, stepped_naks_at),
+)
+MDC_VICTIM_CASES: tuple[tuple[str, list[str]], ...] = (
+    ("MDC dynamic, 6 SMs from a victim's address (default settings)", []),
+    (
         "MDC dynamic, 6 SMs from a victim's address (--mdc-dynamic-allow 127.0.0.1)",
         ["--mdc-dynamic-allow", "127.0.0.1"],
     ),
-}
+)
+NAK_CASES: list[Callable[[], dict[str, Any]]] = [
+    *(
+        functools.partial(run_nak_case, name, mdc=mdc, source=source, rate=rate, pattern=pattern)
+        for name, mdc, source, rate, pattern in NAK_FLOODS
+    ),
+    *(functools.partial(run_mdc_victim_case, name, allow) for name, allow in MDC_VICTIM_CASES),
+]
 
 
 def main() -> None:
@@ -373,7 +350,7 @@ def main() -> None:
             if not wanted or i in wanted:
                 results["cases"].append(run_case(name, attack))
     else:
-        for i, run in enumerate(NAK_CASES.values()):
+        for i, run in enumerate(NAK_CASES):
             if not wanted or i in wanted:
                 results["cases"].append(run())
     results["load_after"] = os.getloadavg()
