@@ -78,22 +78,30 @@ class AsyncIdle:
 DEFAULT_IDLE = AsyncIdle()
 
 
-async def offer_when_ready(publication: Publication, buffer: Any, result: int, idle: AsyncIdle | None) -> int:
+async def offer_when_ready(
+    publication: Publication,
+    buffer: Any,
+    reserved_value: int,
+    result: int,
+    idle: AsyncIdle | None,
+    on_refused: Callable[[int], object] | None,
+) -> int:
     """``Publication.offer_async`` after its first offer returned ``result``: the position once offered."""
     idle = idle or DEFAULT_IDLE
     step = 0
-    while True:
-        if result > 0:
-            return result
+    while result <= 0:
         if result == OfferResult.CLOSED:
             raise ClosedError(f"publication {publication.channel} stream {publication.stream_id} is closed")
         if result == OfferResult.MAX_POSITION_EXCEEDED:
             raise MaxPositionExceededError(
                 f"publication {publication.channel} stream {publication.stream_id} reached its maximum position"
             )
+        if on_refused is not None:
+            on_refused(result)
         if result != OfferResult.ADMIN_ACTION:  # a rotation is retried at once, as Aeron advises
             step = await idle.idle(step)
-        result = publication.offer(buffer)
+        result = publication.offer(buffer, reserved_value)
+    return result
 
 
 async def poll_when_ready(

@@ -37,14 +37,16 @@ from logbuf.conduit.counters import CountersManager
 from logbuf.conduit.error_log import DistinctErrorLog
 from logbuf.conduit.loss_report import LossReport
 from logbuf.conduit.ring_buffer import ManyToOneRingBuffer, RingBufferUnblocker
+from logbuf.conduit.system_counters_descriptor import SYSTEM_COUNTER_OWNER_ID
 from logbuf.driver.context import DriverContext
-from logbuf.driver.destination_tracker import DestinationTracker
+from logbuf.driver.destination_tracker import AllowedSources, DestinationTracker
 from logbuf.driver.ipc_publication import IpcPublication, SubscriberPosition
 from logbuf.driver.lifecycle import ImageState, PublicationState
 from logbuf.driver.nak_delay import OptimalMulticastDelayGenerator
 from logbuf.driver.network_publication import NetworkPublication
 from logbuf.driver.proxies import DriverConductorProxy, ReceiverCommands, SenderCommands
 from logbuf.driver.publication_image import PublicationImage
+from logbuf.driver.retransmit_handler import RetransmitHandler
 from logbuf.driver.sender_flow_control import new_flow_control, parse_flow_control
 from logbuf.driver.system_counters import SystemCounterId, SystemCounters
 from logbuf.driver.udp import (
@@ -61,6 +63,7 @@ from logbuf.driver.udp import (
 )
 from logbuf.errors import ErrorCode, LogbufError
 from logbuf.logbuffer.log_buffer import LogBuffers
+from logbuf.logbuffer.term_unblocker import UnblockStatus
 from logbuf.protocol.setup import GROUP_FLAG, SetupFrame
 
 RESERVED_SESSION_ID_LOW = -1
@@ -577,6 +580,9 @@ class DriverConductor:
                 flow_control=new_flow_control(fc_spec),
                 setup_flags=GROUP_FLAG if plan.group else 0,
                 setup_ttl=(uri.ttl() or 0) if plan.multicast is not None else 0,
+                retransmit_handler=RetransmitHandler(
+                    self.ctx.retransmit_linger, self.ctx.max_retransmits, self.ctx.retransmit_max_rate
+                ),
             )
             if plan.group:
                 network_publication.receivers_counter_id = self.counters.allocate(
@@ -653,7 +659,11 @@ class DriverConductor:
                 None,
                 bind,
                 None,
-                DestinationTracker(manual=mode == "manual", timeout_ns=self.ctx.mdc_destination_timeout),
+                DestinationTracker(
+                    manual=mode == "manual",
+                    timeout_ns=self.ctx.mdc_destination_timeout,
+                    allowed=AllowedSources.parse(self.ctx.mdc_dynamic_allow),
+                ),
                 True,
             )
         destination = self._resolve(uri)
@@ -1080,13 +1090,17 @@ class DriverConductor:
         """Refuse a registration that would take the client past its share of the counters
         (``client_counters_share``), so the counters left are there for the other clients' streams."""
         share = self.ctx.client_counters_share
-        limit = int(share * self.counters.capacity)
+        if share >= 1.0 or not self.counters.has_room(count):
+            return  # no share (first come, first served), or all full: the counters-full check refuses it
+        for_clients = self.counters.capacity - self.counters.owned_by(SYSTEM_COUNTER_OWNER_ID)
+        limit = int(share * for_clients)
         owned = self.counters.owned_by(session.client_id)
         if count and owned + count > limit:
             raise CommandError(
                 ErrorCode.RESOURCE_TEMPORARILY_UNAVAILABLE,
-                f"{what} needs {count} counters and client {session.client_id} holds {owned}: one"
-                f" client may hold {limit} of the {self.counters.capacity} counters (client_counters_share={share})",
+                f"{what} needs {count} counters and client {session.client_id} holds {owned}: one client may hold"
+                f" {limit} of the {for_clients} counters left beside the system counters"
+                f" (client_counters_share={share})",
             )
 
     def _on_remove_subscription(self, buffer: memoryview) -> None:
@@ -1209,7 +1223,23 @@ class DriverConductor:
                 work += self.to_driver.read(self._on_command, 64)
             publication.sample_publisher_position()
             publication.on_time_event(now_ns)
-            if publication.check_for_blocked_publisher(now_ns):
+            unblock = publication.check_for_blocked_publisher(now_ns)
+            if unblock is UnblockStatus.REFUSED:
+                self.system_counters.increment(SystemCounterId.CORRUPT_LOG_FRAMES)
+                self.error_log.record(
+                    f"corrupt log: publication registration_id={publication.registration_id} stream_id="
+                    f"{publication.stream_id} is blocked at position={publication.last_consumer_position} by a "
+                    f"frame that is no abandoned claim, not padded over: {publication.unblock_refused_reason}"
+                )
+                self._log.error(
+                    "publication.unblock_refused",
+                    registration_id=publication.registration_id,
+                    session_id=publication.session_id,
+                    stream_id=publication.stream_id,
+                    position=publication.last_consumer_position,
+                    reason=publication.unblock_refused_reason,
+                )
+            elif unblock is not UnblockStatus.NO_ACTION:
                 self.system_counters.increment(SystemCounterId.UNBLOCKED_PUBLICATIONS)
                 self._log.warning(
                     "publication.unblocked",

@@ -44,6 +44,7 @@ from logbuf.conduit.error_log import DistinctErrorLog
 from logbuf.conduit.loss_report import LossReport, LossReportFile
 from logbuf.conduit.ring_buffer import ManyToOneRingBuffer
 from logbuf.conduit.system_counters_descriptor import CYCLE_TIME_THRESHOLD_NS
+from logbuf.conduit.topic_registry import TopicRegistry
 from logbuf.directory import DirectoryPermissionError, check_directory
 from logbuf.driver import _udp
 from logbuf.driver.conductor import DriverConductor
@@ -165,6 +166,8 @@ class MediaDriver:
         self.invoker = invoker
         """Embedded: the application runs the duty cycle with :meth:`invoke` (no thread, no CPU placement)."""
         self._invoker_started = False
+        # Before the CnC: a client that finds the CnC finds the registry.
+        self.topic_registry = TopicRegistry.create(ctx.dir, ctx.topic_registry_length, mode=ctx.file_mode)
         self.cnc = CncFile.create(
             ctx.dir,
             to_driver_capacity=ctx.to_driver_buffer_length,
@@ -183,7 +186,8 @@ class MediaDriver:
         self._max_cycle_ns = 0
         self.loss_report_file = LossReportFile.create(ctx.dir, ctx.loss_report_buffer_length, mode=ctx.file_mode)
         self.system_counters.set(
-            SystemCounterId.BYTES_CURRENTLY_MAPPED, os.path.getsize(self.cnc.path) + len(self.loss_report_file.buffer)
+            SystemCounterId.BYTES_CURRENTLY_MAPPED,
+            os.path.getsize(self.cnc.path) + len(self.loss_report_file.buffer) + len(self.topic_registry.buffer),
         )
         self._cpu_claim: CpuClaim | None = None
         self.error_log = DistinctErrorLog(self.cnc.error_log, clock_ms=ctx.epoch_clock_ms)
@@ -336,6 +340,7 @@ class MediaDriver:
         self._park_epoll.close()
         self.cnc.close()
         self.loss_report_file.close()
+        self.topic_registry.close()
         if self.ctx.dir_delete_on_shutdown:
             shutil.rmtree(self.ctx.dir, ignore_errors=True)
 

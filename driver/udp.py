@@ -583,6 +583,9 @@ class SendChannelEndpoint(ChannelEndpoint):
 
     def _on_status_message(self, datagram: memoryview, source: Address) -> None:
         sm = decode_exact(status_codec.decode, datagram)
+        if self.destinations is not None and not self.destinations.admits(source):
+            self.system_counters.increment(SystemCounterId.STATUS_MESSAGES_REJECTED)
+            return
         now = self.clock_ns()
         publication = self.publications.get((sm.session_id, sm.stream_id))
         if publication is None:
@@ -614,11 +617,19 @@ class SendChannelEndpoint(ChannelEndpoint):
             self._count_destinations()
 
     def _on_nak(self, datagram: memoryview, source: Address) -> None:
-        nak = decode_exact(nak_codec.decode, datagram)
+        """A NAK from a receiver of the publication gets what that receiver can lack (the publication
+        decides); from anyone else, nothing. MDC: only the destinations are receivers."""
+        try:
+            nak = decode_exact(nak_codec.decode, datagram)
+        except ValueError:  # an unaligned offset or length, say: counted here and (by the caller) as invalid
+            self.system_counters.increment(SystemCounterId.NAKS_MALFORMED)
+            raise
         publication = self.publications.get((nak.session_id, nak.stream_id))
-        if publication is not None and self._from_receiver(publication, source):
-            self.system_counters.increment(SystemCounterId.NAK_MESSAGES_RECEIVED)
-            publication.on_nak(nak, self.clock_ns(), self.send)
+        if publication is None or not self._from_receiver(publication, source):
+            return
+        self.system_counters.increment(SystemCounterId.NAK_MESSAGES_RECEIVED)
+        member = self.destinations is None or self.destinations.holds(source)
+        publication.on_nak(nak, self.clock_ns(), self.send, source, member)
 
     def _on_rtt_measurement(self, datagram: memoryview, source: Address) -> None:
         # Our static congestion control never measures RTT, but a receiver that does (Aeron's cubic)

@@ -96,11 +96,24 @@ class Image(native.ImageCore):
         per fragment; returns how many. The fragments stay valid (the position is stored past them)
         until this image's next poll of any kind."""
         n: int = native.ImageCore.poll_batch(self, batch.core, fragment_limit)
+        self._bind_term(batch)
+        return n
+
+    def poll_batch_filtered(  # type: ignore[override]
+        self, topic_filter: native.TopicFilter, batch: FragmentBatch, fragment_limit: int = 0x7FFFFFFF
+    ) -> int:
+        """:meth:`poll_batch` of the fragments whose topics ``topic_filter`` accepts (``reserved_values``
+        hold their topic ids); skipped frames are consumed too."""
+        try:
+            return native.ImageCore.poll_batch_filtered(self, topic_filter, batch.core, fragment_limit)
+        finally:
+            self._bind_term(batch)
+
+    def _bind_term(self, batch: FragmentBatch) -> None:
         arrays = self._term_arrays
         if arrays is None:
             arrays = self._term_arrays = [np.frombuffer(self.term_view(i), dtype=np.uint8) for i in range(3)]
         batch.term = arrays[batch.core.partition]
-        return n
 
     def close(self) -> None:
         self._term_arrays = None  # their exports of the log's views would keep it mapped
