@@ -4,7 +4,7 @@ driver's datagram syscalls (``driver/_udp.pyx`` → ``logbuf.driver._udp``); eve
 from Cython.Build import cythonize
 from setuptools import Extension, setup
 
-NATIVE_MODULES = ["constants", "atomics", "term", "log_view", "reader", "publisher"]
+NATIVE_MODULES = ["constants", "atomics", "term", "log_view", "topic_filter", "reader", "publisher"]
 
 extensions = [
     Extension(

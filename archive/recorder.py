@@ -25,6 +25,10 @@ Lifecycle: an image that goes away (publication closed and drained, or a UDP ima
 drained and its recording stopped. If the driver dies, every image is drained (the logs stay
 mapped), the recordings are stopped, and the recorder reconnects when a driver is back, starting
 new recordings for the new images. ``stop()`` (SIGTERM/SIGINT in the CLI) stops all recordings.
+A recording that cannot start (the catalog cannot take its entry: a full filesystem) is logged at
+error level (``recording.start_failed``, naming the catalog and the space) and its image is drained
+and discarded, as a recording that failed to write is, so its publisher is not held back; the other
+recordings go on.
 Everything runs on one thread: the client conductor is driven from this loop
 (``use_conductor_thread=False``), so image callbacks and polls never race.
 """
@@ -39,7 +43,7 @@ from dataclasses import dataclass
 
 import structlog
 
-from logbuf.archive.catalog import Catalog, ChecksumType, RecordingPositionWriter
+from logbuf.archive.catalog import Catalog, CatalogError, ChecksumType, RecordingPositionWriter
 from logbuf.archive.catalog_descriptor import RECORDER_HEARTBEAT_INTERVAL_MS
 from logbuf.archive.checksum import stamp_block
 from logbuf.archive.segments import (
@@ -342,6 +346,8 @@ class Recorder:
         self.catalog = Catalog.open_writable(ctx.archive_dir, file_mode=file_mode, dir_mode=dir_mode)
         self.sessions: dict[int, RecordingSession] = {}
         """Active sessions by image correlation id."""
+        self.refused: dict[int, Image] = {}
+        """Images whose recording could not start (by correlation id): drained and discarded."""
         self.finished: list[int] = []
         self._on_started = on_recording_started
         self._stop = threading.Event()
@@ -353,20 +359,32 @@ class Recorder:
     def _on_available_image(self, image: Image) -> None:
         checksum = self.ctx.checksum_type
         assert checksum is not None  # conclude() checked it
-        session = RecordingSession(
-            self.catalog,
-            image,
-            self.ctx.channel,
-            self.ctx.segment_length,
-            self.ctx.block_length,
-            checksum,
-            time_index=self.ctx.time_index,
-        )
+        try:
+            session = RecordingSession(
+                self.catalog,
+                image,
+                self.ctx.channel,
+                self.ctx.segment_length,
+                self.ctx.block_length,
+                checksum,
+                time_index=self.ctx.time_index,
+            )
+        except CatalogError as e:  # no room for its entry: this recording fails, the others go on
+            self.refused[image.correlation_id] = image
+            self._log.error(
+                "recording.start_failed",
+                session_id=image.session_id,
+                source_identity=image.source_identity,
+                position=image.position,
+                error=str(e),
+            )
+            return
         self.sessions[image.correlation_id] = session
         if self._on_started is not None:
             self._on_started(session)
 
     def _on_unavailable_image(self, image: Image) -> None:
+        self.refused.pop(image.correlation_id, None)
         session = self.sessions.pop(image.correlation_id, None)
         if session is not None:
             session.stop("image unavailable")
@@ -389,6 +407,9 @@ class Recorder:
         work = 0
         for session in tuple(self.sessions.values()):
             work += session.do_work()
+        for image in tuple(self.refused.values()):
+            if not image.is_closed:
+                work += image.block_poll(_discard, self.ctx.block_length)
         aeron = self._aeron
         if aeron is not None:
             aeron.do_work()
@@ -405,6 +426,7 @@ class Recorder:
         self._close_client()
 
     def _stop_sessions(self, reason: str) -> None:
+        self.refused.clear()
         for key, session in list(self.sessions.items()):
             session.stop(reason)
             self.finished.append(session.recording_id)

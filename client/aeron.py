@@ -16,18 +16,21 @@ calls on the mapped log and the position counters in the CnC.
 from __future__ import annotations
 
 import os
+import struct
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from logbuf.channel_uri import check_stream_id
 from logbuf.conduit import command_descriptor as cmd
 from logbuf.conduit import counters_descriptor as cd
 from logbuf.conduit.broadcast import CopyBroadcastReceiver
 from logbuf.conduit.cnc import ClientLivenessLock, CncFile, cnc_driver_heartbeat_ms
 from logbuf.conduit.ring_buffer import ManyToOneRingBuffer
+from logbuf.conduit.system_counters_descriptor import SLOTS, SystemCounterId
 from logbuf.directory import ENV_PREFIX, DirectoryPermissionError, check_directory, resolve_dir
 from logbuf.errors import ClosedError, ConfigurationError, DriverTimeoutError, ErrorCode, RegistrationError
 from logbuf.logbuffer.image import FragmentBatch
@@ -38,8 +41,12 @@ from logbuf.logging_config import library_logger
 from logbuf.native import SubscriptionCore
 from logbuf.shm import ShmError
 
+_INT32 = struct.Struct("<i")
+_INT64 = struct.Struct("<q")
+
 if TYPE_CHECKING:
     from logbuf.client.aio import AsyncIdle
+    from logbuf.client.topics import TopicDirectory, TopicPublication, TopicSubscription
 
 __all__ = ["Aeron", "Context", "Image", "Publication", "Subscription"]
 
@@ -110,12 +117,19 @@ class Publication(_Publication):
         super().close()
         self._conductor.release_publication(self)
 
-    async def offer_async(self, buffer: Any, idle: AsyncIdle | None = None) -> int:
+    async def offer_async(
+        self,
+        buffer: Any,
+        reserved_value: int = 0,
+        *,
+        idle: AsyncIdle | None = None,
+        on_refused: Callable[[int], object] | None = None,
+    ) -> int:
         """Offer ``buffer``, awaiting (not spinning) while the stream is back-pressured or not connected:
-        the new position. Raises :class:`ClosedError` once closed and
-        :class:`~logbuf.client.aio.MaxPositionExceededError` at the stream's end. An offer that succeeds at
-        once costs one native call (see :mod:`logbuf.client.aio`)."""
-        result = self.offer(buffer)
+        the new position. ``on_refused(result)`` hears of each refusal that made it wait (a metric's hook).
+        Raises :class:`ClosedError` once closed and :class:`~logbuf.client.aio.MaxPositionExceededError` at
+        the stream's end. An offer that succeeds at once costs one native call (see :mod:`logbuf.client.aio`)."""
+        result = self.offer(buffer, reserved_value)
         if result > 0:
             calls = self._async_calls + 1
             if calls < ASYNC_YIELD_EVERY:
@@ -125,7 +139,7 @@ class Publication(_Publication):
             await _aio().yield_to_loop()
             return result
         self._async_calls = 0
-        return int(await _aio().offer_when_ready(self, buffer, result, idle))
+        return int(await _aio().offer_when_ready(self, buffer, reserved_value, result, idle, on_refused))
 
     def add_destination(self, endpoint_channel: str) -> None:
         """Send to one more receiver (``aeron:udp?endpoint=host:port``): a ``control-mode=manual``
@@ -312,6 +326,7 @@ class ClientConductor:
         self._logs: dict[str, _MappedLog] = {}
         self._lingering: list[tuple[int, Any]] = []
         self._closed = False
+        self._topic_directory: TopicDirectory | None = None
         self._driver_error: DriverTimeoutError | None = None
         self._next_keepalive_ns = 0
         self._log = library_logger(role="client", client_id=self.client_id)
@@ -484,6 +499,7 @@ class ClientConductor:
 
     # -- publications -------------------------------------------------------------------------------------
     def add_publication(self, channel: str, stream_id: int, *, exclusive: bool) -> Publication:
+        check_stream_id(stream_id)
         with self._lock:
             self._ensure_usable()
             correlation_id = self.to_driver.next_correlation_id()
@@ -531,6 +547,17 @@ class ClientConductor:
             command = cmd.DestinationCommand(self.client_id, correlation_id, publication.registration_id, channel)
             self._await(correlation_id, cmd.ADD_DESTINATION if add else cmd.REMOVE_DESTINATION, command.encode())
 
+    # -- topics -------------------------------------------------------------------------------------------
+    def topic_directory(self) -> TopicDirectory:
+        """This client's view of the driver's topic registry, mapped on first use."""
+        with self._lock:
+            self._ensure_usable()
+            if self._topic_directory is None:
+                from logbuf.client.topics import TopicDirectory
+
+                self._topic_directory = TopicDirectory(self.ctx.dir)
+            return self._topic_directory
+
     # -- subscriptions ------------------------------------------------------------------------------------
     def add_subscription(
         self,
@@ -538,11 +565,14 @@ class ClientConductor:
         stream_id: int,
         on_available_image: Callable[[Image], None] | None,
         on_unavailable_image: Callable[[Image], None] | None,
+        factory: Callable[..., Subscription] | None = None,
     ) -> Subscription:
+        """``factory``: makes the subscription object (a TopicSubscription) from the arguments Subscription takes."""
+        check_stream_id(stream_id)
         with self._lock:
             self._ensure_usable()
             correlation_id = self.to_driver.next_correlation_id()
-            subscription = Subscription(
+            subscription = (factory or Subscription)(
                 self,
                 correlation_id,
                 channel,
@@ -576,6 +606,19 @@ class ClientConductor:
             command = cmd.RemoveCommand(self.client_id, correlation_id, subscription.registration_id)
             self._await(correlation_id, cmd.REMOVE_SUBSCRIPTION, command.encode())
 
+    def _corrupt_log_frames_offset(self) -> int | None:
+        """Offset of the driver's "Corrupt log frames" counter in the CnC's counter values, if the record in its
+        slot is that system counter (a driver of another version may have another counter there)."""
+        slot = SLOTS[SystemCounterId.CORRUPT_LOG_FRAMES]
+        values, metadata = self.cnc.counters_values, self.cnc.counters_metadata
+        if cd.metadata_offset(slot + 1) > len(metadata) or cd.values_offset(slot + 1) > len(values):
+            return None
+        (type_id,) = _INT32.unpack_from(metadata, cd.metadata_offset(slot) + cd.TYPE_ID_OFFSET)
+        (registration_id,) = _INT64.unpack_from(values, cd.values_offset(slot) + cd.REGISTRATION_ID_OFFSET)
+        if type_id != cd.LOGBUF_SYSTEM_COUNTER_TYPE_ID or registration_id != SystemCounterId.CORRUPT_LOG_FRAMES:
+            return None
+        return cd.values_offset(slot)
+
     def _on_available_image(self, event: cmd.ImageReady) -> None:
         subscription = self._subscriptions.get(event.subscription_registration_id)
         if subscription is None or subscription.is_closed:
@@ -585,6 +628,10 @@ class ClientConductor:
         image.correlation_id = event.correlation_id
         image.subscription = subscription
         image.source_identity = event.source_identity
+        image.channel = subscription.channel
+        fault_counter = self._corrupt_log_frames_offset()
+        if fault_counter is not None:  # the poll counts a corrupt frame it meets there, as well as raising
+            image.set_fault_counter(self.cnc.counters_values, fault_counter)
         image._log_buffers = log
         image._log_file_name = event.log_file_name
         subscription._add_image(image)
@@ -650,6 +697,8 @@ class ClientConductor:
             except BufferError:
                 pass
         self._logs.clear()
+        if self._topic_directory is not None:
+            self._topic_directory.close()
         try:
             self.cnc.close()
         except BufferError:  # a view handed to user code is still alive: the mapping goes with the process
@@ -726,6 +775,49 @@ class Aeron:
         on_unavailable_image: Callable[[Image], None] | None = None,
     ) -> Subscription:
         return self._conductor.add_subscription(channel, stream_id, on_available_image, on_unavailable_image)
+
+    def add_topic_publication(self, channel: str, stream_id: int, *, exclusive: bool = False) -> TopicPublication:
+        """A publication whose messages carry topic names: ``offer(topic, payload)`` or ``topic(name).offer(payload)``
+        (see :mod:`logbuf.client.topics`). Any number of topics share the stream."""
+        from logbuf.client.topics import TopicPublication
+
+        directory = self._conductor.topic_directory()
+        return TopicPublication(self._conductor.add_publication(channel, stream_id, exclusive=exclusive), directory)
+
+    def add_topic_subscription(
+        self,
+        channel: str,
+        stream_id: int,
+        patterns: Iterable[str],
+        on_available_image: Callable[[Image], None] | None = None,
+        on_unavailable_image: Callable[[Image], None] | None = None,
+    ) -> TopicSubscription:
+        """A subscription that delivers only the messages whose topic matches one of ``patterns`` (exact names,
+        ``*`` for one token, ``>`` for the rest), filtered inside the native poll."""
+        from logbuf.client.topics import TopicSubscription
+        from logbuf.topic_names import check_pattern
+
+        patterns = [check_pattern(p) for p in patterns]
+        directory = self._conductor.topic_directory()
+
+        def factory(
+            conductor: ClientConductor,
+            registration_id: int,
+            channel_: str,
+            stream_id_: int,
+            on_available: Callable[[Image], None] | None,
+            on_unavailable: Callable[[Image], None] | None,
+        ) -> TopicSubscription:
+            return TopicSubscription(
+                conductor, registration_id, channel_, stream_id_, on_available, on_unavailable, patterns, directory
+            )
+
+        subscription = self._conductor.add_subscription(
+            channel, stream_id, on_available_image, on_unavailable_image, factory
+        )
+        assert isinstance(subscription, TopicSubscription)
+        subscription._publish_patterns()
+        return subscription
 
     def do_work(self) -> int:
         """Run one client-conductor duty cycle (when ``use_conductor_thread`` is off)."""

@@ -87,6 +87,11 @@ class Image(native.ImageCore):
     ``poll(handler, fragment_limit)`` calls ``handler(payload: memoryview, header: Header)`` for
     each message fragment; both are valid only during the call (copy with ``bytes(payload)``
     or ``header.snapshot()`` to keep them).
+
+    A frame length no publisher can write (a log damaged by something that maps it) stops every poll
+    there: the fragments before it are delivered, then the poll raises
+    :class:`~logbuf.errors.CorruptLogError` naming the position and the value (``corrupt_frame_count``
+    counts them, once per position).
     """
 
     _term_arrays: list[npt.NDArray[np.uint8]] | None = None
@@ -96,11 +101,24 @@ class Image(native.ImageCore):
         per fragment; returns how many. The fragments stay valid (the position is stored past them)
         until this image's next poll of any kind."""
         n: int = native.ImageCore.poll_batch(self, batch.core, fragment_limit)
+        self._bind_term(batch)
+        return n
+
+    def poll_batch_filtered(  # type: ignore[override]
+        self, topic_filter: native.TopicFilter, batch: FragmentBatch, fragment_limit: int = 0x7FFFFFFF
+    ) -> int:
+        """:meth:`poll_batch` of the fragments whose topics ``topic_filter`` accepts (``reserved_values``
+        hold their topic ids); skipped frames are consumed too."""
+        try:
+            return native.ImageCore.poll_batch_filtered(self, topic_filter, batch.core, fragment_limit)
+        finally:
+            self._bind_term(batch)
+
+    def _bind_term(self, batch: FragmentBatch) -> None:
         arrays = self._term_arrays
         if arrays is None:
             arrays = self._term_arrays = [np.frombuffer(self.term_view(i), dtype=np.uint8) for i in range(3)]
         batch.term = arrays[batch.core.partition]
-        return n
 
     def close(self) -> None:
         self._term_arrays = None  # their exports of the log's views would keep it mapped

@@ -6,7 +6,10 @@
   rotate, clean, gap scan, rebuild insert, datagram check, frame count and index).
 - :mod:`~logbuf.native.log_view`: a mapped log resolved to pointers (:class:`LogView`).
 - :mod:`~logbuf.native.reader`: :class:`Header`, :func:`term_read` and :class:`ImageCore` (poll) and :class:`SubscriptionCore` (a subscription's poll over its images).
-- :mod:`~logbuf.native.publisher`: :class:`PublicationCore` (offer) and :class:`BufferClaim`.
+- :mod:`~logbuf.native.publisher`: :class:`PublicationCore` (offer), :class:`BufferClaim` and :class:`TopicHandle`
+  (offers to one topic).
+- :mod:`~logbuf.native.topic_filter`: :class:`TopicFilter`, a subscriber's cached topic-id decisions, read per
+  frame by the filtered polls (``ImageCore.poll_filtered`` ...) and :class:`TopicSubscriptionCore`.
 - :mod:`~logbuf.native.constants`: the shared constants (``constants.pxd``) as ``NATIVE_CONSTANTS``.
 
 The driver's datagram syscalls live in the driver's own native module, :mod:`logbuf.driver._udp`.
@@ -30,8 +33,15 @@ from logbuf.native.atomics import (  # noqa: E402
 )
 from logbuf.native.constants import NATIVE_CONSTANTS  # noqa: E402
 from logbuf.native.log_view import LogView  # noqa: E402
-from logbuf.native.publisher import BufferClaim, PublicationCore  # noqa: E402
-from logbuf.native.reader import FragmentBatchCore, Header, ImageCore, SubscriptionCore, term_read  # noqa: E402
+from logbuf.native.publisher import BufferClaim, PublicationCore, TopicHandle  # noqa: E402
+from logbuf.native.reader import (  # noqa: E402
+    FragmentBatchCore,
+    Header,
+    ImageCore,
+    SubscriptionCore,
+    TopicSubscriptionCore,
+    term_read,
+)
 from logbuf.native.term import (  # noqa: E402
     check_data_datagram,
     count_frames,
@@ -45,6 +55,7 @@ from logbuf.native.term import (  # noqa: E402
     term_scan_block,
     term_scan_for_availability,
 )
+from logbuf.native.topic_filter import TopicFilter  # noqa: E402
 
 __all__ = [
     "FragmentBatchCore",
@@ -53,6 +64,9 @@ __all__ = [
     "Header",
     "ImageCore",
     "SubscriptionCore",
+    "TopicFilter",
+    "TopicHandle",
+    "TopicSubscriptionCore",
     "LogView",
     "Position",
     "PublicationCore",

@@ -1,0 +1,136 @@
+"""Topics over UDP between two network-namespace hosts, each with its own driver: the names travel in the
+stream's definition frames, the receiving host's subscribers learn them (and write them into that host's
+registry, where a later subscriber there finds them), exact and wildcard subscriptions get every matching
+message once and in order, a wildcard picks up a topic first published after it subscribed."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from logbuf.client import Aeron, Context
+from logbuf.client.topics import TopicPublication, TopicSubscription
+from logbuf.conduit.topic_registry import TopicRegistry
+from logbuf.topic_names import TopicPatterns
+from tests.support.driver_process import DriverProcess, DriverSet
+from tests.support.netns import NetnsDriverProcess, NetnsNetwork, make_network
+
+pytestmark = pytest.mark.skipif(
+    os.environ.get("CI") != "true" and os.geteuid() != 0, reason="network namespaces need root (run in CI)"
+)
+
+DRIVER_ARGS = [
+    *("--dir-delete-on-shutdown", "false", "--driver-timeout", "5s", "--client-liveness-timeout", "5s"),
+    *("--term-length", "1m", "--publication-linger-timeout", "1s"),
+]
+PORT = 24_777
+
+
+@pytest.fixture(scope="module")
+def net() -> Iterator[NetnsNetwork]:
+    network = make_network(2)
+    try:
+        yield network
+    finally:
+        network.close()
+
+
+@pytest.fixture(scope="module")
+def hosts(net: NetnsNetwork, request: pytest.FixtureRequest) -> Iterator[list[DriverProcess]]:
+    with DriverSet(request) as drivers:
+        yield [drivers.start(NetnsDriverProcess(args=list(DRIVER_ARGS), namespace=net.host(i))) for i in range(2)]
+
+
+@pytest.fixture
+def clients(hosts: list[DriverProcess]) -> Iterator[list[Aeron]]:
+    a = Aeron.connect(Context(dir=hosts[0].dir, driver_timeout_ms=5_000))
+    b = Aeron.connect(Context(dir=hosts[1].dir, driver_timeout_ms=5_000))
+    try:
+        yield [a, b]
+    finally:
+        a.close()
+        b.close()
+
+
+def _channel(port: int) -> str:
+    return f"aeron:udp?endpoint=10.13.0.2:{port}"  # host 1 receives
+
+
+def _wait(condition: Any, what: str, timeout_s: float = 15) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.002)
+
+
+def _offer(pub: TopicPublication, topic: str, payload: str) -> None:
+    deadline = time.monotonic() + 10
+    while pub.offer(topic, payload.encode()) < 0:
+        assert time.monotonic() < deadline, f"offer of {topic} refused for 10 s"
+        time.sleep(0.0005)
+
+
+def _drain(sub: TopicSubscription, got: list[tuple[str, str]], want: int, timeout_s: float = 20) -> None:
+    def handler(buffer: memoryview, header: Any) -> None:
+        name = sub.topic_name(header.reserved_value)
+        assert name is not None
+        got.append((name, bytes(buffer).decode()))
+
+    deadline = time.monotonic() + timeout_s
+    while len(got) < want:
+        assert time.monotonic() < deadline, f"{len(got)} of {want} messages in {timeout_s} s"
+        if not sub.poll(handler, 256):
+            time.sleep(0.0005)
+    quiet_until = time.monotonic() + 0.2  # and nothing more
+    while time.monotonic() < quiet_until:
+        sub.poll(handler, 256)
+    assert len(got) == want, got[want:]
+
+
+TOPICS = [f"md.{sector}.{sym}" for sector in ("eq", "fx", "rates") for sym in ("A", "B", "C")]
+
+
+def test_exact_and_wildcard_subscribers_on_another_host_get_every_match_once_in_order(
+    clients: list[Aeron], hosts: list[DriverProcess]
+) -> None:
+    a, b = clients
+    pattern_sets = [["md.fx.B"], ["md.eq.*"], [">"]]
+    subs = [b.add_topic_subscription(_channel(PORT), 30, p) for p in pattern_sets]
+    pub = a.add_topic_publication(_channel(PORT), 30)
+    _wait(lambda: pub.is_connected and all(s.image_count == 1 for s in subs), "UDP stream not connected")
+    sent = []
+    for i in range(2000):
+        topic = TOPICS[i % len(TOPICS)]
+        _offer(pub, topic, str(i))
+        sent.append((topic, str(i)))
+    _offer(pub, "md.eq.LATE", "late")  # first published after every subscription was made
+    sent.append(("md.eq.LATE", "late"))
+    for sub, patterns in zip(subs, pattern_sets, strict=True):
+        match = TopicPatterns(patterns)
+        expected = [m for m in sent if match.matches(m[0])]
+        got: list[tuple[str, str]] = []
+        _drain(sub, got, len(expected))
+        assert got == expected, patterns
+        assert sub.topic_filter.unresolved == 0 and sub.topic_filter.definitions == len(TOPICS) + 1
+    with TopicRegistry.open(hosts[1].dir, writable=False) as registry:  # the receiving host learnt the names
+        registry.poll()
+        assert set(registry.names.values()) == {*TOPICS, "md.eq.LATE"}
+
+
+def test_a_later_subscriber_on_the_receiving_host_names_topics_from_its_registry(clients: list[Aeron]) -> None:
+    a, b = clients
+    first = b.add_topic_subscription(_channel(PORT + 1), 31, [">"])
+    pub = a.add_topic_publication(_channel(PORT + 1), 31)
+    _wait(lambda: pub.is_connected and first.image_count == 1, "UDP stream not connected")
+    _offer(pub, "x.one", "1")  # its definition is seen by `first` only
+    _drain(first, [], 1)
+    later = b.add_topic_subscription(_channel(PORT + 1), 31, ["x.*"])
+    _wait(lambda: later.image_count == 1, "no image for the later subscription")
+    _offer(pub, "x.one", "2")
+    got: list[tuple[str, str]] = []
+    _drain(later, got, 1)
+    assert got == [("x.one", "2")] and later.topic_filter.definitions == 0
