@@ -316,8 +316,16 @@ def goals(spark: Any, archive_dir: str, facts: dict[str, Any], runs: int, label:
         results["schema_projection_seconds"] = None
         print(f"schema(recording_id, position): refused ({str(e).splitlines()[0][:100]})")
     with tempfile.TemporaryDirectory() as tmp:
-        unlimited, _ = drain_stream(spark, archive_dir, tmp)
-        limited, batches = drain_stream(spark, archive_dir, tmp, maxBytesPerTrigger=str(4 << 20))
+        try:
+            unlimited, _ = drain_stream(spark, archive_dir, tmp)
+            limited, batches = drain_stream(spark, archive_dir, tmp, maxBytesPerTrigger=str(4 << 20))
+            rows_limited, _ = drain_stream(spark, archive_dir, tmp, maxRecordsPerTrigger="20000")
+        except Exception as e:  # noqa: BLE001 - e.g. a Python worker that did not connect back under load
+            results["stream_error"] = str(e).splitlines()[0][:300]
+            print(f"streaming cases failed: {results['stream_error']}")
+            return results
+    results["stream_20000_rows_seconds"] = rows_limited
+    print(f"stream, maxRecordsPerTrigger=20000: {rows_limited:6.2f} s  {total / rows_limited / 1e6:7.1f} MB/s")
     full = batches[:-1]  # the last one takes what is left
     within = [abs(b - (4 << 20)) <= 0.1 * (4 << 20) for b in full]
     results["stream_unlimited_seconds"] = unlimited
