@@ -279,6 +279,38 @@ def drain_stream(spark: Any, archive_dir: str, tmp: str, **options: str) -> tupl
     return seconds, batches
 
 
+def plan_limits(archive_dir: str) -> dict[str, Any]:
+    """The driver's side of admission control without Spark: every trigger's end offset of a whole drain
+    (``latestOffset`` with each limit), its time per trigger, the micro-batch sizes and the first
+    trigger's share per recording."""
+    from pyspark.sql.streaming.datasource import ReadMaxBytes, ReadMaxRows
+
+    from logbuf.archive.spark import LogbufStreamReader, ReadOptions
+
+    found: dict[str, Any] = {}
+    for name, limit in (("rows_20000", ReadMaxRows(20000)), ("bytes_4m", ReadMaxBytes(4 << 20))):
+        reader = LogbufStreamReader(ReadOptions.parse({"path": archive_dir}))
+        start = reader.initialOffset()
+        moved: list[dict[str, int]] = []
+        t0 = time.perf_counter()
+        while (end := reader.latestOffset(start, limit)) != start:
+            moved.append({k: end[k] - int(start.get(k, 0)) for k in end if end[k] != int(start.get(k, 0))})
+            start = end
+        seconds = time.perf_counter() - t0
+        sizes = [sum(m.values()) for m in moved]
+        found[name] = {
+            "triggers": len(moved),
+            "ms_per_trigger": 1000 * seconds / max(1, len(moved)),
+            "batch_bytes": sizes,
+            "first_trigger_per_recording": moved[0] if moved else {},
+        }
+        print(
+            f"plan {name}: {len(moved)} triggers, {found[name]['ms_per_trigger']:.0f} ms per trigger, "
+            f"first trigger per recording {found[name]['first_trigger_per_recording']}"
+        )
+    return found
+
+
 def goals(spark: Any, archive_dir: str, facts: dict[str, Any], runs: int, label: str) -> dict[str, Any]:
     """The source's targets: count(), a payload-free projection, maxBytesPerTrigger=4m vs no limit."""
     import tempfile
@@ -286,6 +318,7 @@ def goals(spark: Any, archive_dir: str, facts: dict[str, Any], runs: int, label:
     results = new_results("spark_ingest_goals", label=label, runs=runs, **facts)
     results["load_avg_at_start"] = os.getloadavg()
     total = facts["recorded_bytes"]
+    results["planning"] = plan_limits(archive_dir)
 
     def best_of(name: str, run: Any) -> float:
         best = float("inf")
