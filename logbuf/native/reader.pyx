@@ -537,7 +537,7 @@ cdef class ImageCore:
         cdef const char *term = self._log.terms[index]
         cdef object view = self._views[index]
         cdef Header header = self._header
-        cdef int32_t offset = term_offset, fragments = 0, frame_length, frame_offset
+        cdef int32_t offset = term_offset, fragments = 0, frame_length, frame_offset, aligned
         cdef int32_t term_length = self.term_length
         cdef const char *frame
         header._term = term
@@ -546,14 +546,19 @@ cdef class ImageCore:
                 frame_length = lb_load_acquire_i32(term + offset)
                 if frame_length <= 0 or frame_length > term_length - offset:
                     break
+                aligned = align_fitting_length(frame_length)
                 frame_offset = offset
-                offset += align_fitting_length(frame_length)
                 frame = term + frame_offset
                 if frame_type(frame) == HDR_TYPE_PAD:
+                    offset += aligned
                     continue
+                # The position moves past a frame only once the filter has decided it: a resolver that raises
+                # leaves its frame to the next poll, so no frame is lost unseen.
                 if not topic_filter.accept((<int64_t *>(frame + RESERVED_VALUE_OFFSET))[0], frame + HEADER_LENGTH,
                                            frame_length - HEADER_LENGTH):
+                    offset += aligned
                     continue
+                offset += aligned
                 fragments += 1
                 header.frame_offset = frame_offset
                 handler(self._payload_at(view, term, frame_offset, frame_length), header)
@@ -590,13 +595,15 @@ cdef class ImageCore:
                     break
                 aligned = align_fitting_length(frame_length)
                 frame_offset = offset
-                offset += aligned
                 frame = term + frame_offset
                 if frame_type(frame) == HDR_TYPE_PAD:
+                    offset += aligned
                     continue
                 if not topic_filter.accept((<int64_t *>(frame + RESERVED_VALUE_OFFSET))[0], frame + HEADER_LENGTH,
                                            frame_length - HEADER_LENGTH):
+                    offset += aligned  # after the decision: a resolver that raises leaves the frame to the next poll
                     continue
+                offset += aligned
                 fragments += 1
                 header.frame_offset = frame_offset
                 action = handler(self._payload_at(view, term, frame_offset, frame_length), header)
@@ -650,13 +657,15 @@ cdef class ImageCore:
                 if frame_length <= 0 or frame_length > term_length - offset:
                     break
                 frame_offset = offset
-                offset += align_fitting_length(frame_length)
                 frame = term + frame_offset
                 if frame_type(frame) == HDR_TYPE_PAD:
+                    offset += align_fitting_length(frame_length)
                     continue
                 value = (<int64_t *>(frame + RESERVED_VALUE_OFFSET))[0]
                 if not topic_filter.accept(value, frame + HEADER_LENGTH, frame_length - HEADER_LENGTH):
+                    offset += align_fitting_length(frame_length)  # after the decision (see poll_filtered)
                     continue
+                offset += align_fitting_length(frame_length)
                 offsets[n] = frame_offset + HEADER_LENGTH
                 lengths[n] = frame_length - HEADER_LENGTH
                 session_ids[n] = (<int32_t *>(frame + SESSION_ID_OFFSET))[0]
