@@ -7,6 +7,13 @@ the catalog; several writers may share a directory (adding an entry takes an exc
 on the file). Opening writable also recovers interrupted recordings: an entry still marked
 ACTIVE whose recorder is gone gets its stop position moved to the end of the valid prefix found
 by walking the segment frames from the stored stop position, and is marked INTERRUPTED.
+
+The file is memory-mapped, so every page of it is allocated (``posix_fallocate``, as the logs are) before
+anything is written there: a write to a page of a sparse file that a full filesystem cannot back would be a
+SIGBUS, not an error. A new file is allocated whole; an entry's page is allocated before the entry is
+written (in a catalog made sparse by an earlier version too), and a catalog that must grow allocates its
+new length first. If the filesystem is full, :meth:`Catalog.add_recording` raises a :class:`CatalogError`
+naming the catalog and the space, and nothing of the catalog has changed.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ from logbuf.archive.verify import scan_valid_prefix
 from logbuf.directory import OWNER_ONLY_DIR_MODE, OWNER_ONLY_FILE_MODE
 from logbuf.errors import LogbufError
 from logbuf.process import pid_alive
+from logbuf.shm import StorageSpaceError, reserve
 
 __all__ = [
     "Catalog",
@@ -134,7 +142,11 @@ class Catalog:
                 if os.fstat(fd).st_size == 0:
                     os.fchmod(fd, file_mode)
                     length = max(capacity, cat.HEADER_LENGTH + cat.ENTRY_LENGTH)
-                    os.ftruncate(fd, length)
+                    try:
+                        reserve(fd, length, f"archive catalog {path}")
+                    except StorageSpaceError as e:
+                        os.ftruncate(fd, 0)  # no half-made catalog: the next open tries again
+                        raise CatalogError(str(e)) from None
                     header = cat.HEADER.pack(cat.MAGIC, cat.VERSION, cat.HEADER_LENGTH, cat.ENTRY_LENGTH)
                     os.pwrite(fd, header, 0)
             finally:
@@ -389,8 +401,7 @@ class Catalog:
             self._ensure_mapped(0)
             recording_id = cat.next_recording_id_volatile(self._buffer)
             entry = cat.entry_offset(recording_id)
-            if entry + cat.ENTRY_LENGTH > os.fstat(self._fd).st_size:
-                os.ftruncate(self._fd, max(2 * os.fstat(self._fd).st_size, entry + cat.ENTRY_LENGTH))
+            self._allocate_entry(recording_id, entry)
             buffer = self._ensure_mapped(entry + cat.ENTRY_LENGTH)
             buffer[entry : entry + cat.ENTRY_LENGTH] = bytes(cat.ENTRY_LENGTH)  # an INVALID leftover of a crash
             cat.INT32.pack_into(buffer, entry + cat.RECORDER_PID_OFFSET, os.getpid() if pid is None else pid)
@@ -429,6 +440,26 @@ class Catalog:
             start_position=start_position,
         )
         return recording_id
+
+    def _allocate_entry(self, recording_id: int, entry: int) -> None:
+        """Allocate the file's blocks under entry ``recording_id`` (growing the file to twice its size, or
+        just enough if that does not fit), so that writing it through the mapping cannot fault; a
+        CatalogError naming the catalog and the space if the filesystem cannot give them."""
+        end = entry + cat.ENTRY_LENGTH
+        size = os.fstat(self._fd).st_size
+        try:
+            if end <= size:
+                os.posix_fallocate(self._fd, entry, cat.ENTRY_LENGTH)  # a no-op where already allocated
+                return
+            try:
+                reserve(self._fd, max(2 * size, end), f"archive catalog {self.path}")
+            except StorageSpaceError:
+                reserve(self._fd, end, f"archive catalog {self.path}")
+        except OSError as e:
+            raise CatalogError(
+                f"cannot add recording {recording_id} to catalog {self.path}: {e.strerror or e} (the catalog "
+                f"needs {cat.ENTRY_LENGTH} more bytes at offset {entry}; it is unchanged)"
+            ) from None
 
     def position_writer(self, recording_id: int) -> RecordingPositionWriter:
         """The recorder's handle on one entry's hot fields (stop position, heartbeat)."""

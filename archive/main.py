@@ -29,6 +29,15 @@ from logbuf.archive.catalog import Catalog, CatalogError, CatalogProblem, Record
 from logbuf.archive.dump import iter_frames
 from logbuf.archive.maintenance import delete_recording, purge_segments
 from logbuf.archive.recorder import Recorder, RecorderContext
+from logbuf.archive.remote_cli import (
+    REMOTE_COMMANDS,
+    ArchiveError,
+    add_control_arguments,
+    add_serve_arguments,
+    cmd_serve,
+    list_line,
+    remote_stop,
+)
 from logbuf.archive.segments import DEFAULT_SEGMENT_LENGTH, SegmentError, segment_files
 from logbuf.archive.verify import verify_recording
 from logbuf.errors import ConfigurationError, LogbufError
@@ -116,11 +125,22 @@ def build_parser() -> argparse.ArgumentParser:
     def command(name: str, help: str) -> argparse.ArgumentParser:  # every command also takes -d
         return sub.add_parser(name, help=help, parents=[common])
 
+    p = command("serve", "run the archive service: control requests from local and remote clients")
+    add_serve_arguments(p)
+
+    p = command("stop", "stop a recording on an archive service (--control)")
+    add_control_arguments(p, required=True)
+    p.add_argument("--channel", help="the recorded channel (with --stream-id)")
+    p.add_argument("--stream-id", type=int)
+    p.add_argument("--subscription-id", type=int, help="the recording subscription id that record printed")
+
     p = command("list", "one line per recording")
+    add_control_arguments(p)
     p.add_argument("--json", action="store_true", help="JSON lines (every descriptor field)")
     p.add_argument("--all", action="store_true", help="include DELETED recordings")
 
     p = command("describe", "every field of one recording, and its segment files")
+    add_control_arguments(p)
     p.add_argument("recording_id", type=_non_negative)
     p.add_argument("--json", action="store_true")
 
@@ -159,7 +179,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="repeat every INTERVAL (e.g. 10s) until SIGINT/SIGTERM, uploading each segment as it completes",
     )
 
-    p = command("record", "record every image of a channel and stream until SIGINT/SIGTERM")
+    p = command("record", "record every image of a channel and stream until SIGINT/SIGTERM (or on a service)")
+    add_control_arguments(p, driver_dir=False)
+    p.add_argument("--remote-source", action="store_true", help="with --control: the stream comes from another host")
     p.add_argument("--channel", required=True, help="e.g. aeron:ipc or aeron:udp?endpoint=localhost:40123")
     p.add_argument("--stream-id", type=int, required=True)
     p.add_argument("--driver-dir", default="", help="the media driver's directory (default $LOGBUF_DIR)")
@@ -183,10 +205,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="do not bound each segment's reserved values in <id>.times (timestamp filters then read every segment)",
     )
 
-    p = command("replay", "replay a recording into an aeron:ipc publication")
+    p = command("replay", "replay a recording into a publication (IPC, or UDP to a subscriber's host)")
+    add_control_arguments(p, driver_dir=False)
     p.add_argument("recording_id", type=_non_negative)
     p.add_argument("--stream-id", type=int, required=True, help="the replay publication's stream id")
-    p.add_argument("--channel", default="aeron:ipc", help="replay channel (aeron:ipc, maybe with more parameters)")
+    p.add_argument(
+        "--channel", default="aeron:ipc", help="replay channel: aeron:ipc, or aeron:udp?endpoint=SUBSCRIBER:PORT"
+    )
     p.add_argument("--position", type=_non_negative, help="default: the start position")
     p.add_argument("--length", type=_non_negative, help="bytes to replay (default: to the end, following a live one)")
     p.add_argument("--driver-dir", default="", help="the media driver's directory (default $LOGBUF_DIR)")
@@ -235,8 +260,16 @@ def _cmd_list(archive_dir: str, args: argparse.Namespace) -> int:
         else:
             status = "active" if d.active else ("interrupted" if d.interrupted else "stopped")
             print(
-                f"{d.recording_id:>4} {d.state.name:<7} {status:<11} stream={d.stream_id} session={d.session_id} "
-                f"start={d.start_position} stop={d.stop_position} bytes={d.recorded_length} {d.channel}"
+                list_line(
+                    d.recording_id,
+                    d.state.name,
+                    status,
+                    d.stream_id,
+                    d.session_id,
+                    d.start_position,
+                    d.stop_position,
+                    d.channel,
+                )
             )
     return _report_problems(problems, args.json)
 
@@ -470,6 +503,8 @@ def _cmd_replay(archive_dir: str, args: argparse.Namespace) -> int:
 
 
 COMMANDS = {
+    "serve": cmd_serve,
+    "stop": remote_stop,
     "list": _cmd_list,
     "describe": _cmd_describe,
     "verify": _cmd_verify,
@@ -489,6 +524,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging(args.log_level)
     log = structlog.get_logger().bind(role="archive-cli", command=args.command)
     archive_dir = args.sub_archive_dir or args.archive_dir
+    remote = REMOTE_COMMANDS.get(args.command) if getattr(args, "control", None) else None
+    if remote is not None:
+        try:
+            return remote(args)
+        except (ArchiveError, LogbufError, ValueError, OSError) as e:
+            log.debug("archive.command_failed", error=str(e))
+            print(f"logbuf-archive {args.command}: {e}", file=sys.stderr)
+            return 2
     if not archive_dir:
         print(f"logbuf-archive: no archive directory: give -d/--archive-dir or set {ENV_ARCHIVE_DIR}", file=sys.stderr)
         return 2

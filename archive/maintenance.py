@@ -9,13 +9,13 @@ import structlog
 
 from logbuf.archive.catalog import Catalog, CatalogError, RecordingState
 from logbuf.archive.segments import segment_files
-from logbuf.archive.time_index import time_index_file_name
+from logbuf.archive.time_index import append_times_file_name, time_index_file_name
 
-__all__ = ["delete_recording", "purge_segments"]
+__all__ = ["delete_recording", "purge_segments", "truncate_recording"]
 
 
 def delete_recording(catalog: Catalog, recording_id: int) -> list[pathlib.Path]:
-    """Mark the recording DELETED, then remove its segment files (and its time index); returns the
+    """Mark the recording DELETED, then remove its segment files (and its time indexes); returns the
     segment files removed.
 
     A recording that a live recorder is still writing cannot be deleted (stop the recorder first).
@@ -29,6 +29,7 @@ def delete_recording(catalog: Catalog, recording_id: int) -> list[pathlib.Path]:
         path.unlink(missing_ok=True)
         removed.append(path)
     (pathlib.Path(catalog.archive_dir) / time_index_file_name(recording_id)).unlink(missing_ok=True)
+    (pathlib.Path(catalog.archive_dir) / append_times_file_name(recording_id)).unlink(missing_ok=True)
     structlog.get_logger().info("recording.deleted", recording_id=recording_id, segments_removed=len(removed))
     return removed
 
@@ -70,3 +71,49 @@ def purge_segments(
         "recording.segments_purged", recording_id=recording_id, segments_removed=len(dropped), start_position=new_start
     )
     return dropped
+
+
+def truncate_recording(catalog: Catalog, recording_id: int, position: int) -> list[pathlib.Path]:
+    """Cut a stopped recording at ``position`` (a frame start in ``start..stop``, or the start: empty).
+
+    The catalog's stop position moves first (readers never see bytes past it), then the bytes from
+    ``position`` to the end of its segment are zeroed (so a later prefix scan cannot find old frames) and
+    every later segment file is removed, as is the time index (its entries may cover the cut bytes; readers
+    then read every segment, and ``logbuf-archive index`` rebuilds it). Returns the files removed.
+    """
+    from logbuf.archive.segments import segment_base_position
+    from logbuf.archive.verify import _walk
+
+    d = catalog.recording(recording_id)
+    if d.state != RecordingState.VALID:
+        raise CatalogError(f"recording {recording_id} is {d.state.name}: nothing to truncate")
+    if d.active:
+        raise CatalogError(f"recording {recording_id} is still being recorded; stop it first")
+    if not d.start_position <= position <= d.stop_position:
+        raise CatalogError(
+            f"truncate position {position} is outside recording {recording_id}'s {d.start_position}..{d.stop_position}"
+        )
+    if position % 32:
+        raise CatalogError(f"truncate position {position} is not a multiple of 32")
+    if d.start_position < position < d.stop_position:
+        term_begin = max(d.start_position, position - (position & (d.term_length - 1)))  # a term starts with a frame
+        if _walk(catalog.archive_dir, d, term_begin, position).end_position != position:
+            raise CatalogError(f"truncate position {position} is not the start of a frame in recording {recording_id}")
+    catalog.stop_recording(recording_id, position, stop_time_ms=d.stop_time_ms)
+    removed = []
+    cut_base = segment_base_position(d.start_position, position, d.term_length, d.segment_length)
+    for base, path in segment_files(catalog.archive_dir, recording_id):
+        if base > cut_base or (base == cut_base and position == base and position > d.start_position):
+            path.unlink(missing_ok=True)
+            removed.append(path)
+        elif base == cut_base:
+            with open(path, "r+b") as f:
+                size = os.fstat(f.fileno()).st_size
+                offset = position - base
+                if offset < size:
+                    os.pwrite(f.fileno(), bytes(size - offset), offset)
+    (pathlib.Path(catalog.archive_dir) / time_index_file_name(recording_id)).unlink(missing_ok=True)
+    structlog.get_logger().info(
+        "recording.truncated", recording_id=recording_id, stop_position=position, segments_removed=len(removed)
+    )
+    return removed

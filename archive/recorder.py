@@ -14,7 +14,9 @@ checksums (``RecorderContext.checksum``) each block is copied and every DATA fra
 field is replaced by its payload's CRC-32 before the write (:mod:`archive.checksum`). The reserved
 values of each segment's DATA frames are bounded as the blocks go by, and when a segment is complete
 its bounds are appended to the recording's time index (:mod:`archive.time_index`), which lets a reader
-skip segments outside a time range.
+skip segments outside a time range. The time each block is appended (this process's clock, at most one
+entry per millisecond) goes to the append-time index before the stop position moves past the block:
+the Spark source's default ``timestamp``, as Kafka's log-append time; the frames stay as they were.
 
 Keeping up: the recorder's subscriber position is an ordinary ``sub-pos`` counter, so a recorder
 that falls a term window behind back-pressures the publishers; nothing is dropped.
@@ -23,6 +25,10 @@ Lifecycle: an image that goes away (publication closed and drained, or a UDP ima
 drained and its recording stopped. If the driver dies, every image is drained (the logs stay
 mapped), the recordings are stopped, and the recorder reconnects when a driver is back, starting
 new recordings for the new images. ``stop()`` (SIGTERM/SIGINT in the CLI) stops all recordings.
+A recording that cannot start (the catalog cannot take its entry: a full filesystem) is logged at
+error level (``recording.start_failed``, naming the catalog and the space) and its image is drained
+and discarded, as a recording that failed to write is, so its publisher is not held back; the other
+recordings go on.
 Everything runs on one thread: the client conductor is driven from this loop
 (``use_conductor_thread=False``), so image callbacks and polls never race.
 """
@@ -37,7 +43,7 @@ from dataclasses import dataclass
 
 import structlog
 
-from logbuf.archive.catalog import Catalog, ChecksumType, RecordingPositionWriter
+from logbuf.archive.catalog import Catalog, CatalogError, ChecksumType, RecordingPositionWriter
 from logbuf.archive.catalog_descriptor import RECORDER_HEARTBEAT_INTERVAL_MS
 from logbuf.archive.checksum import stamp_block
 from logbuf.archive.segments import (
@@ -46,7 +52,13 @@ from logbuf.archive.segments import (
     segment_base_position,
     segment_file_name,
 )
-from logbuf.archive.time_index import BoundsBuilder, append_entry, time_index_file_name
+from logbuf.archive.time_index import (
+    AppendTimesWriter,
+    BoundsBuilder,
+    append_entry,
+    append_times_file_name,
+    time_index_file_name,
+)
 from logbuf.channel_uri import ChannelUri
 from logbuf.client import Aeron, Context, Image, Subscription
 from logbuf.directory import access_modes, resolve_dir, shares_with_group
@@ -149,6 +161,13 @@ class RecordingSession:
         self._fd = -1
         self._times: BoundsBuilder | None = BoundsBuilder() if time_index else None
         self._times_fd = -1
+        self._appends: AppendTimesWriter | None = (
+            AppendTimesWriter(
+                self.archive_dir / append_times_file_name(self.recording_id), self.recording_id, catalog.file_mode
+            )
+            if time_index
+            else None
+        )
         self._segment_base = -1
         self._segment_end = -1
         self._next_heartbeat_ms = 0
@@ -196,6 +215,8 @@ class RecordingSession:
             )
         if position >= self._segment_end:
             self._open_segment(position)
+        if self._appends is not None:
+            self._note_append_time(position)
         length = len(block)
         file_offset = position - self._segment_base
         if block[dh.TYPE_FIELD_OFFSET] == dh.HDR_TYPE_PAD and block[dh.TYPE_FIELD_OFFSET + 1] == 0:
@@ -208,6 +229,17 @@ class RecordingSession:
         _pwrite_all(self._fd, written[:_FIRST_WORD], file_offset)
         self.position = position + length
         self._writer.set_position(self.position)
+
+    def _note_append_time(self, position: int) -> None:
+        """The append-time entry for a block, before the stop position moves past it. A failure costs the
+        recording its append times from here (readers give null timestamps there), not its frames."""
+        assert self._appends is not None
+        try:
+            self._appends.on_block(position, time.time_ns() // 1000)
+        except OSError as e:
+            self._log.warning("recording.append_times_failed", position=position, error=str(e))
+            self._appends.close()
+            self._appends = None
 
     def _open_segment(self, position: int) -> None:
         if self._fd >= 0:
@@ -244,6 +276,8 @@ class RecordingSession:
         if self._times_fd >= 0:
             os.close(self._times_fd)
             self._times_fd = -1
+        if self._appends is not None:
+            self._appends.close()
 
     def _close_segment(self) -> None:
         if self._fd >= 0:
@@ -312,6 +346,8 @@ class Recorder:
         self.catalog = Catalog.open_writable(ctx.archive_dir, file_mode=file_mode, dir_mode=dir_mode)
         self.sessions: dict[int, RecordingSession] = {}
         """Active sessions by image correlation id."""
+        self.refused: dict[int, Image] = {}
+        """Images whose recording could not start (by correlation id): drained and discarded."""
         self.finished: list[int] = []
         self._on_started = on_recording_started
         self._stop = threading.Event()
@@ -323,20 +359,32 @@ class Recorder:
     def _on_available_image(self, image: Image) -> None:
         checksum = self.ctx.checksum_type
         assert checksum is not None  # conclude() checked it
-        session = RecordingSession(
-            self.catalog,
-            image,
-            self.ctx.channel,
-            self.ctx.segment_length,
-            self.ctx.block_length,
-            checksum,
-            time_index=self.ctx.time_index,
-        )
+        try:
+            session = RecordingSession(
+                self.catalog,
+                image,
+                self.ctx.channel,
+                self.ctx.segment_length,
+                self.ctx.block_length,
+                checksum,
+                time_index=self.ctx.time_index,
+            )
+        except CatalogError as e:  # no room for its entry: this recording fails, the others go on
+            self.refused[image.correlation_id] = image
+            self._log.error(
+                "recording.start_failed",
+                session_id=image.session_id,
+                source_identity=image.source_identity,
+                position=image.position,
+                error=str(e),
+            )
+            return
         self.sessions[image.correlation_id] = session
         if self._on_started is not None:
             self._on_started(session)
 
     def _on_unavailable_image(self, image: Image) -> None:
+        self.refused.pop(image.correlation_id, None)
         session = self.sessions.pop(image.correlation_id, None)
         if session is not None:
             session.stop("image unavailable")
@@ -359,6 +407,9 @@ class Recorder:
         work = 0
         for session in tuple(self.sessions.values()):
             work += session.do_work()
+        for image in tuple(self.refused.values()):
+            if not image.is_closed:
+                work += image.block_poll(_discard, self.ctx.block_length)
         aeron = self._aeron
         if aeron is not None:
             aeron.do_work()
@@ -375,6 +426,7 @@ class Recorder:
         self._close_client()
 
     def _stop_sessions(self, reason: str) -> None:
+        self.refused.clear()
         for key, session in list(self.sessions.items()):
             session.stop(reason)
             self.finished.append(session.recording_id)

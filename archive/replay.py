@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 
 import numpy as np
 import structlog
@@ -48,10 +49,18 @@ class ReplayError(LogbufError, ValueError):
 
 
 def replay_channel(base_channel: str, descriptor: RecordingDescriptor, position: int) -> str:
-    """``base_channel`` (an ``aeron:ipc`` channel) with the recording's log parameters at ``position``."""
-    uri = ChannelUri.parse(base_channel)
-    if uri.media != "ipc":
-        raise ReplayError(f"replay channel {base_channel!r} must be aeron:ipc (UDP replay is not supported yet)")
+    """``base_channel`` (``aeron:ipc``, or ``aeron:udp`` to a unicast endpoint or a multicast group) with the
+    recording's log parameters at ``position``."""
+    try:
+        uri = ChannelUri.parse(base_channel)
+    except ValueError as e:
+        raise ReplayError(f"replay channel {base_channel!r}: {e}") from None
+    if uri.prefix or uri.media not in ("ipc", "udp"):
+        raise ReplayError(f"replay channel {base_channel!r} must be aeron:ipc or aeron:udp")
+    if uri.media == "udp" and "endpoint" not in uri.params and "control" not in uri.params:
+        raise ReplayError(
+            f"replay channel {base_channel!r} needs an endpoint (the subscriber's address:port or a group)"
+        )
     clashing = sorted({"init-term-id", "term-id", "term-offset", "term-length", "mtu"} & set(uri.params))
     if clashing:
         raise ReplayError(
@@ -123,8 +132,11 @@ class Replay:
         length: int | None = None,
         channel: str = "aeron:ipc",
         connect_timeout_ms: int = 5_000,
+        limit_position: Callable[[], int] | None = None,
     ) -> None:
         self.archive_dir = archive_dir
+        self._limit_position = limit_position
+        """A bounded replay's limit (a position counter's value): the replay waits below it."""
         self.recording_id = recording_id
         try:
             self._catalog = Catalog.open(archive_dir)
@@ -160,6 +172,8 @@ class Replay:
         self.connect_timeout_ms = connect_timeout_ms
         self.is_done = False
         self.error: str | None = None
+        self.subscriber_left = False
+        """The replay ended because its subscribers went away (how a client stops a replay it no longer wants)."""
         self._scratch = np.empty(d.term_length // dh.HEADER_LENGTH, dtype=np.int32)
         self._scratch_lengths = np.empty_like(self._scratch)
         self._log = structlog.get_logger().bind(
@@ -190,6 +204,7 @@ class Replay:
             else:
                 return 0
         elif not publication.is_connected or publication.is_closed:
+            self.subscriber_left = True
             self._fail("the replay's subscriber went away")
             return 0
         target = self._target()
@@ -212,6 +227,8 @@ class Replay:
         if self.position >= target and (not self._recording_active or (end is not None and self.position >= end)):
             self._finish()
             return None
+        if self._limit_position is not None:
+            target = min(target, self._limit_position())
         return target
 
     def _append(self, target: int, limit: int) -> int:
@@ -254,11 +271,16 @@ class Replay:
         src = view[start:end]
         term[start + 4 : end] = src[4:]
         count = native.frame_index(src, self._scratch, self._scratch_lengths)
+        ints = self._term_ints[index]
+        session_id, stream_id = self.publication.session_id, self.stream_id
         if count:
-            ints = self._term_ints[index]
             headers = (self._scratch[:count] - dh.HEADER_LENGTH + start) // 4
-            ints[headers + dh.SESSION_ID_FIELD_OFFSET // 4] = self.publication.session_id
-            ints[headers + dh.STREAM_ID_FIELD_OFFSET // 4] = self.stream_id
+            ints[headers + dh.SESSION_ID_FIELD_OFFSET // 4] = session_id
+            ints[headers + dh.STREAM_ID_FIELD_OFFSET // 4] = stream_id
+        for pad in self._pad_offsets(src, start, end, count):
+            # padding too: a UDP receiver drops a PAD of another session, and the term would never complete
+            ints[(pad + dh.SESSION_ID_FIELD_OFFSET) // 4] = session_id
+            ints[(pad + dh.STREAM_ID_FIELD_OFFSET) // 4] = stream_id
         native.put_int32_ordered(term, start, int.from_bytes(src[:4], "little", signed=True))
         src.release()
         term_id = self.descriptor.term_id_of(position)
@@ -270,6 +292,32 @@ class Replay:
                 self._meta, lbd.TERM_TAIL_COUNTERS_OFFSET + 8 * next_index, lbd.pack_tail(term_id + 1, 0)
             )
             native.put_int32_ordered(self._meta, lbd.LOG_ACTIVE_TERM_COUNT_OFFSET, lbd._int32(term_count))
+
+    def _pad_offsets(self, src: memoryview, start: int, end: int, count: int) -> list[int]:
+        """Term offsets of the PAD frames among the whole frames ``src`` (``start``..``end`` of the term) holds:
+        the gaps between the data frames ``frame_index`` found (padding is rare: a term's end, an aborted claim)."""
+        if count:
+            headers = self._scratch[:count] - dh.HEADER_LENGTH
+            ends = headers + (
+                (self._scratch_lengths[:count] + dh.HEADER_LENGTH + dh.FRAME_ALIGNMENT - 1) & -dh.FRAME_ALIGNMENT
+            )
+            gaps = [int(e) for e in ends[:-1][ends[:-1] != headers[1:]]]
+            if headers[0] != 0:
+                gaps.insert(0, 0)
+            if ends[-1] < end - start:
+                gaps.append(int(ends[-1]))
+        else:
+            gaps = [0]
+        pads = []
+        data = {int(h) for h in headers} if count and gaps else set()
+        for offset in gaps:  # a run of pads: walk it to the next data frame
+            while offset < end - start and offset not in data:
+                length = int.from_bytes(src[offset : offset + 4], "little", signed=True)
+                if length <= 0:
+                    break
+                pads.append(start + offset)
+                offset += dh.align(length)
+        return pads
 
     # -- ending --------------------------------------------------------------------------------------------
     def _finish(self) -> None:

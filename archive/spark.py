@@ -45,19 +45,24 @@ and refuses a reader that has it otherwise: :func:`register` sets it, and ``filt
 gives a reader without it.
 
 Streaming offsets are ``{"<recording id>": position}``: per recording, the recorded position read
-so far. A micro-batch ends at each recording's stop position as the catalog holds it at that moment
-(every byte before it is written, so never a half-written frame); new recordings join from their
-start position; a restarted query goes on from its checkpointed offsets, so nothing is read twice.
-``maxBytesPerTrigger`` caps a micro-batch at whole terms of recorded bytes (at least one term, so it
-always moves), ``maxRecordsPerTrigger`` at a number of rows (found by reading the rows on the driver);
-recordings take their share in recording id order.
+so far, always a frame boundary. A micro-batch ends at each recording's stop position as the catalog
+holds it at that moment (every byte before it is written, so never a half-written frame); new
+recordings join from their start position; a restarted query goes on from its checkpointed offsets,
+so nothing is read twice. ``startingOffsets`` / ``endingOffsets`` (and the timestamps) pin the range
+per recording, in batch and streaming (:mod:`archive.spark_offsets`). Positions removed by retention
+or deletion before the query read them fail it (``failOnDataLoss``), naming them. The read limits
+share each trigger's budget across the recordings and cut it at frame boundaries from the headers.
+``timestamp`` is the recorder's append time by default (the append-time index).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import difflib
 import json
+import os
+import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
@@ -99,6 +104,19 @@ from logbuf.archive.spark_frames import (
     problem_batch,
     select_rows,
 )
+from logbuf.archive.spark_offsets import (
+    BY_TIME,
+    EARLIEST,
+    LATEST,
+    OffsetsError,
+    OffsetSpec,
+    cut_bytes,
+    cut_rows,
+    fair_shares,
+    frame_boundary_at_or_before,
+    parse_offsets,
+    parse_size,
+)
 from logbuf.archive.storage import (
     ArchiveLocation,
     StorageError,
@@ -106,10 +124,11 @@ from logbuf.archive.storage import (
     has_glob,
     open_catalog,
     parse_location,
+    read_append_times,
     read_segment,
     read_time_index,
 )
-from logbuf.archive.time_index import segment_may_match
+from logbuf.archive.time_index import AppendTimes, segment_may_match
 from logbuf.archive.verify import descriptor_problem
 from logbuf.errors import LogbufError
 from logbuf.logbuffer import data_header_descriptor as dh
@@ -120,6 +139,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "LogbufDataSource",
+    "check_executor_python",
     "LogbufFilteringReader",
     "LogbufReader",
     "LogbufSourceError",
@@ -158,12 +178,71 @@ class LogbufSourceError(LogbufError, ValueError):
     """A bad option, or a corrupt frame in FAILFAST mode (the message names the value or position)."""
 
 
-def register(spark: SparkSession) -> None:
+def register(spark: SparkSession, *, check_executors: bool = True) -> None:
     """Make ``format("logbuf")`` available in this session (batch and streaming), with filter pushdown
-    enabled (``spark.sql.python.filterPushdown.enabled``; without it Spark refuses a reader that takes
-    filters, and ``filterPushdown=false`` is the way to read)."""
+    enabled (``spark.sql.python.filterPushdown.enabled``; a session without it reads without pushdown).
+
+    ``check_executors``: first run one small task to check that the executors' Python can import the
+    source (:func:`check_executor_python`), so that a cluster without logbuf fails here, naming the
+    cause, rather than in the first query with an import error about one of its dependencies."""
+    if check_executors and not _is_connect(spark):
+        check_executor_python(spark)
     spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
     spark.dataSource.register(LogbufDataSource)
+
+
+_EXECUTOR_MODULES: Final[tuple[str, ...]] = ("pyarrow", "numpy", "logbuf.archive.spark")
+
+
+_PROBE_SOURCE: Final[str] = """
+def probe(names):
+    import importlib
+    import sys
+
+    problem = ""
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except Exception as e:
+            problem = "import %s: %s: %s" % (name, type(e).__name__, e)
+            break
+    yield sys.executable, problem
+"""
+"""The task that imports the source's modules on an executor. Compiled from text, so that Spark pickles
+the function itself rather than a reference to this module, which an executor without logbuf cannot
+import (the failure would then name cloudpickle's import, not the cause)."""
+
+
+def _probe() -> Any:
+    namespace: dict[str, Any] = {}
+    exec(compile(_PROBE_SOURCE, "<logbuf executor check>", "exec"), namespace)  # noqa: S102 - our own text
+    return namespace["probe"]
+
+
+def check_executor_python(spark: SparkSession) -> None:
+    """Import the source's modules in one task on the executors; LogbufSourceError saying that logbuf is
+    not installed in the executors' Python (``spark.pyspark.python``), with the import that failed."""
+    context = spark.sparkContext
+    names = list(_EXECUTOR_MODULES)
+    try:
+        found = context.parallelize([names], 1).flatMap(_probe()).collect()
+    except Exception as e:  # noqa: BLE001 - the executors' Python could not run a task at all
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        found = [("?", f"a Python task failed on the executors: {first}")]
+    for executable, problem in found:
+        if problem:
+            configured = context.getConf().get("spark.pyspark.python") or os.environ.get("PYSPARK_PYTHON")
+            raise LogbufSourceError(
+                f"logbuf is not installed in the executors' Python ({executable}; spark.pyspark.python="
+                f"{configured or 'unset'}): {problem}. Install logbuf there, point spark.pyspark.python "
+                "(and PYSPARK_PYTHON for spark-sql) at a Python that has it, or ship one with --archives "
+                "(README: Spark on a cluster)"
+            )
+
+
+def _is_connect(spark: SparkSession) -> bool:
+    """A Spark Connect session (no SparkContext: its server's executors are checked by its first query)."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
 
 
 # -- options --------------------------------------------------------------------------------------
@@ -182,10 +261,18 @@ _OPTIONS: Final[tuple[str, ...]] = (
     "batchBytes",
     "filterPushdown",
     "startingPositions",
+    "startingOffsets",
+    "endingOffsets",
+    "startingTimestamp",
+    "endingTimestamp",
+    "failOnDataLoss",
+    "minPartitions",
     "maxBytesPerTrigger",
     "maxRecordsPerTrigger",
 )
 """Every option the source reads; any other is an error (a misspelt ``streamIds`` must not read all)."""
+TIMESTAMP_SOURCES: Final[tuple[str, ...]] = ("append_time", "reserved_value", "none")
+"""``timestampFrom``: the recorder's append time (default), the publisher's reserved value, or null."""
 _TABLE_KEYS: Final[frozenset[str]] = frozenset({"location", "owner", "provider", "comment", "external"})
 """Keys Spark adds when ``CREATE TABLE ... USING logbuf`` asks for the schema (not options)."""
 _TABLE_OPTIONS_METADATA: Final[str] = "logbuf.options"
@@ -202,14 +289,15 @@ class ReadOptions:
     ``path``: the archive directory (or ``.load(dir)``; a ``file:`` URI too). ``recordingId`` /
     ``streamId``: one id or a comma-separated list. ``startPosition`` / ``stopPosition``: rows with
     ``startPosition < position <= stopPosition``. ``rowsPer``: ``message`` (default, fragments
-    reassembled) or ``frame``. ``timestampFrom``: ``none`` (default, a null ``timestamp``) or
-    ``reserved_value`` with ``timestampUnit`` ``s``, ``ms``, ``us`` (default: the jetstream relay
-    stamps epoch microseconds) or ``ns``; a reserved value of 0 gives null. ``mode``:
-    PERMISSIVE (default), DROPMALFORMED, FAILFAST; ``columnNameOfCorruptRecord``.
-    ``filterPushdown``: ``true`` (default) or ``false``. Streaming only: ``startingPositions``:
-    ``earliest`` (default: recordings from their start) or ``latest`` (what is recorded when the query
-    starts is skipped; recordings that appear later are read whole); ``maxBytesPerTrigger`` or
-    ``maxRecordsPerTrigger``. Any other option is an error.
+    reassembled) or ``frame``. ``timestampFrom``: ``append_time`` (default: when the recorder appended
+    the row's last frame), ``none`` (null) or ``reserved_value`` with ``timestampUnit`` ``s``, ``ms``,
+    ``us`` (default: the jetstream relay stamps epoch microseconds) or ``ns``; a reserved value of 0
+    gives null. ``mode``: PERMISSIVE (default), DROPMALFORMED, FAILFAST; ``columnNameOfCorruptRecord``.
+    ``filterPushdown``: ``true`` (default) or ``false``. ``startingOffsets``, ``endingOffsets``,
+    ``startingTimestamp``, ``endingTimestamp``, ``failOnDataLoss``, ``minPartitions``: see
+    :mod:`archive.spark_offsets` and protocol_spec/spark-source.md. Streaming only:
+    ``maxBytesPerTrigger`` (a size such as ``4m``) or ``maxRecordsPerTrigger``. Any other option is an
+    error.
     """
 
     archive_dir: str
@@ -220,9 +308,20 @@ class ReadOptions:
     stop_position: int = _MAX_POSITION
     per_message: bool = True
     timestamp_unit: str | None = None
+    append_time: bool = True
+    """``timestampFrom=append_time`` (the default): the recorder's append time."""
     mode: Mode = Mode.PERMISSIVE
     corrupt_column: str = DEFAULT_CORRUPT_COLUMN
-    starting: str = "earliest"
+    starting: OffsetSpec = field(default_factory=lambda: OffsetSpec(EARLIEST))
+    """``startingOffsets`` (``startingPositions`` is the same with only earliest or latest)."""
+    ending: OffsetSpec = field(default_factory=lambda: OffsetSpec(LATEST))
+    """``endingOffsets``."""
+    fail_on_data_loss: bool = True
+    min_partitions: int | None = None
+    """``minPartitions``: split the largest segments at term boundaries until there are this many."""
+    columns: tuple[str, ...] | None = None
+    """The columns of a user schema that is part of the source's (``.schema(...)``), None for all: a
+    schema without ``payload`` reads no payload bytes."""
     batch_bytes: int = DEFAULT_BATCH_BYTES
     filter_pushdown: bool = True
     max_bytes_per_trigger: int | None = None
@@ -289,15 +388,28 @@ class ReadOptions:
         rows_per = (get("rowsPer") or "message").lower()
         if rows_per not in ("message", "frame"):
             raise LogbufSourceError(f"rowsPer={rows_per!r} must be 'message' or 'frame'")
-        timestamp_from = (get("timestampFrom") or "none").lower()
-        if timestamp_from not in ("none", "reserved_value"):
-            raise LogbufSourceError(f"timestampFrom={timestamp_from!r} must be 'none' or 'reserved_value'")
+        timestamp_from = (get("timestampFrom") or "append_time").lower()
+        if timestamp_from not in TIMESTAMP_SOURCES:
+            raise LogbufSourceError(f"timestampFrom={timestamp_from!r} must be one of {', '.join(TIMESTAMP_SOURCES)}")
         unit = (get("timestampUnit") or "us").lower()
         if unit not in TIMESTAMP_UNITS_US:
             raise LogbufSourceError(f"timestampUnit={unit!r} must be one of {', '.join(TIMESTAMP_UNITS_US)}")
-        starting = (get("startingPositions") or "earliest").lower()
-        if starting not in ("earliest", "latest"):
-            raise LogbufSourceError(f"startingPositions={starting!r} must be 'earliest' or 'latest'")
+        old_starting = get("startingPositions")
+        if old_starting is not None and old_starting.lower() not in ("earliest", "latest"):
+            raise LogbufSourceError(f"startingPositions={old_starting!r} must be 'earliest' or 'latest'")
+        if old_starting is not None and get("startingOffsets") is not None:
+            raise LogbufSourceError("startingPositions and startingOffsets: give one of them (startingOffsets)")
+        fail_on_loss = (get("failOnDataLoss") or "true").lower()
+        if fail_on_loss not in ("true", "false"):
+            raise LogbufSourceError(f"failOnDataLoss={fail_on_loss!r} must be 'true' or 'false'")
+        try:
+            starting = parse_offsets("startingOffsets", get("startingOffsets") or old_starting, EARLIEST)
+            ending = parse_offsets("endingOffsets", get("endingOffsets"), LATEST)
+            starting = dataclasses.replace(starting, timestamp_ms=_time_ms_option(get, "startingTimestamp"))
+            ending = dataclasses.replace(ending, timestamp_ms=_time_ms_option(get, "endingTimestamp"))
+            max_bytes = _size_option(get, "maxBytesPerTrigger")
+        except OffsetsError as e:
+            raise LogbufSourceError(str(e)) from None
         corrupt_column = get("columnNameOfCorruptRecord") or DEFAULT_CORRUPT_COLUMN
         if corrupt_column in [name for name, _ in _COLUMNS]:
             raise LogbufSourceError(f"columnNameOfCorruptRecord={corrupt_column!r} is already a column")
@@ -311,7 +423,6 @@ class ReadOptions:
         pushdown = (get("filterPushdown") or "true").lower()
         if pushdown not in ("true", "false"):
             raise LogbufSourceError(f"filterPushdown={pushdown!r} must be 'true' or 'false'")
-        max_bytes = _positive_option(get, "maxBytesPerTrigger")
         max_records = _positive_option(get, "maxRecordsPerTrigger")
         if max_bytes is not None and max_records is not None:
             raise LogbufSourceError(
@@ -325,9 +436,13 @@ class ReadOptions:
             stop_position=stop,
             per_message=rows_per == "message",
             timestamp_unit=unit if timestamp_from == "reserved_value" else None,
+            append_time=timestamp_from == "append_time",
             mode=mode,
             corrupt_column=corrupt_column,
             starting=starting,
+            ending=ending,
+            fail_on_data_loss=fail_on_loss == "true",
+            min_partitions=_positive_option(get, "minPartitions"),
             batch_bytes=batch_bytes,
             filter_pushdown=pushdown == "true",
             max_bytes_per_trigger=max_bytes,
@@ -338,7 +453,8 @@ class ReadOptions:
 
     @property
     def row_spec(self) -> RowSpec:
-        return RowSpec(per_message=self.per_message, timestamp_unit=self.timestamp_unit)
+        payload = self.columns is None or "payload" in self.columns
+        return RowSpec(self.per_message, self.timestamp_unit, payload, self.append_time)
 
     @property
     def corrupt_column_or_none(self) -> str | None:
@@ -350,7 +466,8 @@ class ReadOptions:
             fields.insert(0, StructField(ARCHIVE_COLUMN, StringType()))
         if self.table_options:  # CREATE TABLE: the table keeps its options in its schema
             first = fields[0]
-            metadata = {_TABLE_OPTIONS_METADATA: json.dumps(dict(self.table_options))}
+            shown = ", ".join(f"{k}={v}" for k, v in self.table_options)
+            metadata = {_TABLE_OPTIONS_METADATA: json.dumps(dict(self.table_options)), "comment": f"logbuf: {shown}"}
             fields[0] = StructField(first.name, first.dataType, first.nullable, metadata)
         if self.mode is Mode.PERMISSIVE:
             fields.append(StructField(self.corrupt_column, StringType()))
@@ -362,6 +479,22 @@ class ReadOptions:
             and (self.recording_ids is None or d.recording_id in self.recording_ids)
             and (self.stream_ids is None or d.stream_id in self.stream_ids)
         )
+
+
+_PLANNER_FILE: Final[str] = os.path.join("worker", "plan_data_source_read.py")
+
+
+def _planner_allows_pushdown() -> bool:
+    """False when the reader is being made by Spark's planner for a session with
+    ``spark.sql.python.filterPushdown.enabled`` false, which refuses a reader that takes filters
+    (``DATA_SOURCE_PUSHDOWN_DISABLED``). Spark (4.3) does not tell the data source; its planner holds the
+    setting in a local variable (``enable_pushdown``) of the frame that calls ``reader()``."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_filename.endswith(_PLANNER_FILE) and "enable_pushdown" in frame.f_locals:
+            return bool(frame.f_locals["enable_pushdown"])
+        frame = frame.f_back  # type: ignore[assignment]
+    return True
 
 
 def _options_for(options: Mapping[str, str], schema: StructType | None) -> Mapping[str, str]:
@@ -394,6 +527,21 @@ def _int_option(get: Any, name: str, default: int) -> int:
         return int(text)
     except ValueError:
         raise LogbufSourceError(f"{name}={text!r} is not an integer") from None
+
+
+def _time_ms_option(get: Any, name: str) -> int | None:
+    text = get(name)
+    if text is None:
+        return None
+    value = _int_option(get, name, 0)
+    if value < 0:
+        raise LogbufSourceError(f"{name}={value} must be epoch milliseconds (>= 0)")
+    return value
+
+
+def _size_option(get: Any, name: str) -> int | None:
+    text = get(name)
+    return None if text is None else parse_size(name, text)
 
 
 def _positive_option(get: Any, name: str) -> int | None:
@@ -506,6 +654,57 @@ def plan_partitions(
     return partitions
 
 
+def split_partitions(partitions: list[InputPartition], min_partitions: int | None) -> list[InputPartition]:
+    """Split the largest segment partitions at term boundaries (a term starts with a frame and no message
+    crosses one, so each row falls in exactly one half) until there are ``min_partitions`` or no partition
+    holds more than one term."""
+    if min_partitions is None or len(partitions) >= min_partitions:
+        return partitions
+    result = list(partitions)
+    while len(result) < min_partitions:
+        sizes = [
+            (p.parse_stop - p.parse_start, i)
+            for i, p in enumerate(result)
+            if isinstance(p, SegmentPartition) and _term_after(p) < p.parse_stop
+        ]
+        if not sizes:
+            break
+        _, i = max(sizes)
+        p = result[i]
+        assert isinstance(p, SegmentPartition)
+        mask = p.recording.term_length - 1
+        middle = p.parse_start + (p.parse_stop - p.parse_start) // 2
+        cut = max(_term_after(p), middle - (middle & mask))
+        result[i : i + 1] = [
+            dataclasses.replace(p, parse_stop=cut, to_position=min(p.to_position, cut)),
+            dataclasses.replace(p, parse_start=cut, from_position=max(p.from_position, cut), check_mid_message=False),
+        ]
+    return result
+
+
+def _term_after(p: SegmentPartition) -> int:
+    """The first term boundary after ``p``'s parse start."""
+    return p.parse_start - (p.parse_start & (p.recording.term_length - 1)) + p.recording.term_length
+
+
+def _append_time_positions(
+    location: ArchiveLocation, d: RecordingDescriptor, times: IntRange
+) -> tuple[int, int] | None:
+    """The rows of ``d`` whose append time may lie in ``times`` (epoch µs), as a range of positions
+    (rows with ``from < position <= to``); None when none can (no append-time index: every timestamp is
+    null). Append times never go back, so the entries in the range are contiguous."""
+    appends = read_append_times(location, d.recording_id)
+    if appends is None or not len(appends.position):
+        return None
+    n = len(appends.position)
+    low, high = times.low, times.high
+    a = 0 if low is None else int(np.searchsorted(appends.time_us, low, side="left"))
+    b = n if high is None else int(np.searchsorted(appends.time_us, high, side="right"))
+    if a >= b:
+        return None
+    return int(appends.position[a]), _MAX_POSITION if b == n else int(appends.position[b])
+
+
 def _in_time_range(partitions: list[SegmentPartition], times: IntRange, options: ReadOptions) -> list[SegmentPartition]:
     """The partitions whose segment may hold a row with a timestamp in ``times`` (epoch µs), by the
     recording's time index; a segment the index does not cover is kept."""
@@ -576,13 +775,84 @@ def _may_hold(chosen: frozenset[int] | None, ids: IntRange | None, first: int, l
     return (ids.lo is None or ids.lo <= last) and (ids.hi is None or ids.hi >= first)
 
 
-def _check_schema(options: ReadOptions, schema: StructType) -> None:
-    expected = options.schema()
-    if [(f.name, f.dataType) for f in schema.fields] != [(f.name, f.dataType) for f in expected.fields]:
+def _resolve_offset(o: ReadOptions, d: RecordingDescriptor, name: str, value: int, location: ArchiveLocation) -> int:
+    """A ``startingOffsets`` / ``endingOffsets`` value for ``d`` as a position, checked against the catalog:
+    before the recording's start is data loss (retention removed it), past the end of a stopped recording
+    an error. A time (``startingTimestamp`` / ``endingTimestamp``) is the first position appended at or
+    after it (the recording's end if none is)."""
+    if value == BY_TIME:
+        spec = o.starting if name == "startingOffsets" else o.ending
+        assert spec.timestamp_ms is not None
+        appends = read_append_times(location, d.recording_id)
+        if appends is None:
+            raise LogbufSourceError(
+                f"{'startingTimestamp' if spec is o.starting else 'endingTimestamp'}: recording {d.recording_id} "
+                "has no append-time index (recorded before it existed, or with --no-time-index); "
+                "give its position in startingOffsets/endingOffsets instead"
+            )
+        found = appends.first_position_at_or_after(spec.timestamp_ms * 1000)
+        return d.stop_position if found is None else max(d.start_position, min(found, d.stop_position))
+    if value == EARLIEST:
+        return d.start_position
+    if value == LATEST:
+        return d.stop_position
+    if value < d.start_position:
+        on_data_loss(o, d.recording_id, value, d.start_position, f"{name} asks for position {value}")
+        return d.start_position
+    if value > d.stop_position and not d.active:
         raise LogbufSourceError(
-            f"the logbuf source has a fixed schema for mode {options.mode.value}: {expected.simpleString()}; "
-            f"got {schema.simpleString()} (select or cast columns after loading instead)"
+            f"{name}: recording {d.recording_id} stopped at position {d.stop_position}; position {value} is past its end"
         )
+    return value
+
+
+def on_data_loss(o: ReadOptions, recording_id: int, lost_from: int, lost_to: int, why: str) -> None:
+    """Positions ``lost_from..lost_to`` of a recording were removed before they were read: the query fails
+    (``failOnDataLoss``, the default) naming them, or they are skipped with a warning."""
+    text = (
+        f"recording {recording_id}: positions {lost_from} to {lost_to} are no longer in the archive "
+        f"(removed by retention or deletion) and were not read; {why}"
+    )
+    if o.fail_on_data_loss:
+        raise LogbufSourceError(
+            f"data loss: {text}. Set failOnDataLoss=false to skip them (the query then goes on from {lost_to})"
+        )
+    library_logger(role="spark-source").warning(
+        "stream.data_lost", recording_id=recording_id, lost_from=lost_from, lost_to=lost_to, reason=why
+    )
+
+
+def _check_named_recordings(o: ReadOptions, planned: Sequence[_Planned]) -> None:
+    """Recording ids in ``startingOffsets`` / ``endingOffsets`` must be recordings the read can see."""
+    named = set(o.starting.positions) | set(o.ending.positions)
+    if not named:
+        return
+    known = {item.recording.recording_id for item in planned}
+    unknown = sorted(named - known)
+    if unknown:
+        raise LogbufSourceError(
+            f"startingOffsets/endingOffsets name recording{'s' if len(unknown) > 1 else ''} "
+            f"{', '.join(map(str, unknown))}, not among the recordings read "
+            f"({', '.join(map(str, sorted(known))) or 'none'})"
+        )
+
+
+def _with_schema(options: ReadOptions, schema: StructType) -> ReadOptions:
+    """``options`` for reading ``schema``: the source's schema, or some of its columns in its order (a
+    user schema: the columns left out are not read, so one without ``payload`` copies no payload byte)."""
+    expected = options.schema()
+    given = [(f.name, f.dataType) for f in schema.fields]
+    full = [(f.name, f.dataType) for f in expected.fields]
+    if given == full:
+        return options
+    it = iter(full)
+    if given and all(any(column == candidate for candidate in it) for column in given):
+        return dataclasses.replace(options, columns=tuple(name for name, _ in given))
+    raise LogbufSourceError(
+        f"the logbuf source's schema for mode {options.mode.value} is {expected.simpleString()}; "
+        f"got {schema.simpleString()}: a user schema may leave columns out but not rename, retype or "
+        "reorder them (select or cast columns after loading instead)"
+    )
 
 
 # -- reading a partition (executors) ----------------------------------------------------------------
@@ -590,12 +860,17 @@ def read_partition(
     partition: SegmentPartition | ProblemPartition, options: ReadOptions, pushed: PushedFilters | None = None
 ) -> Iterator[pa.RecordBatch]:
     """The Arrow batches of one partition (a generator, as Spark requires), filtered by ``pushed``."""
+    warned = False
     for batch in _read_unfiltered(partition, options):
         _check_timestamps(batch, options)
+        if not warned and isinstance(partition, SegmentPartition):
+            warned = _warn_if_1970(batch, options, partition.recording)
         if options.several:
             batch = _with_archive(batch, partition.archive_dir)
         if pushed is not None:
             batch = pushed.keep(batch)
+        if options.columns is not None:
+            batch = batch.select(list(options.columns))
         if batch.num_rows:
             yield batch
 
@@ -636,8 +911,32 @@ def _read_unfiltered(partition: SegmentPartition | ProblemPartition, options: Re
             if batch is not None:
                 yield batch
             return
-        yield from _read_segment(segment, base + offset, partition, options, schema, spec)
+        appends = read_append_times(partition.location, d.recording_id) if options.append_time else None
+        yield from _read_segment(segment, base + offset, partition, options, schema, spec, appends)
         del segment  # so that the mapping closes now
+
+
+_RECENT_US: Final[int] = 315_532_800_000_000
+"""1980-01-01 in epoch µs: a reserved-value timestamp before it, in a recording made after it, is a
+wrong ``timestampUnit`` (epoch microseconds read as nanoseconds give January 1970)."""
+
+
+def _warn_if_1970(batch: pa.RecordBatch, options: ReadOptions, d: RecordingDescriptor) -> bool:
+    """Warn (once per partition: returns True) when ``timestampUnit`` turns recent data into dates in 1970."""
+    if options.timestamp_unit is None or batch.num_rows == 0 or d.start_time_ms * 1000 < _RECENT_US:
+        return False
+    latest = pc.max(batch.column("timestamp")).as_py()
+    if latest is None or latest.timestamp() * 1_000_000 >= _RECENT_US:
+        return False
+    library_logger(role="spark-source").warning(
+        "timestamps.implausible",
+        recording_id=d.recording_id,
+        timestamp_unit=options.timestamp_unit,
+        latest=latest.isoformat(),
+        recorded_from_ms=d.start_time_ms,
+        hint="the reserved values give dates before 1980 for a recording made later: is timestampUnit right?",
+    )
+    return True
 
 
 def _check_timestamps(batch: pa.RecordBatch, options: ReadOptions) -> None:
@@ -670,6 +969,7 @@ def _read_segment(
     options: ReadOptions,
     schema: pa.Schema,
     spec: RowSpec,
+    appends: AppendTimes | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Rows of ``p`` from ``segment``, the segment file's bytes from position ``base`` on."""
     d = p.recording
@@ -717,10 +1017,10 @@ def _read_segment(
                 )
         position = bad.resume_position if bad is not None else chunk_end
         if pending >= options.batch_bytes or corrupt:
-            yield build_batch(schema, d, parts, spec, corrupt)
+            yield build_batch(schema, d, parts, spec, corrupt, appends)
             parts, corrupt, pending = [], [], 0
     if parts or corrupt:
-        yield build_batch(schema, d, parts, spec, corrupt)
+        yield build_batch(schema, d, parts, spec, corrupt, appends)
 
 
 def _is_continuation(segment: npt.NDArray[np.uint8], offset: int) -> bool:
@@ -768,13 +1068,19 @@ class LogbufDataSource(DataSource):
         return ReadOptions.parse(self.options).schema()
 
     def reader(self, schema: StructType) -> LogbufReader:
-        options = ReadOptions.parse(_options_for(self.options, schema))
-        _check_schema(options, schema)
+        options = _with_schema(ReadOptions.parse(_options_for(self.options, schema)), schema)
+        if options.filter_pushdown and not _planner_allows_pushdown():
+            library_logger(role="spark-source").warning(
+                "filter_pushdown.disabled",
+                hint="spark.sql.python.filterPushdown.enabled is false in this session: reading without filter "
+                "pushdown (every segment is read and Spark applies the filters); set it to true, or "
+                "filterPushdown=false to say so",
+            )
+            return LogbufReader(options)
         return LogbufFilteringReader(options) if options.filter_pushdown else LogbufReader(options)
 
     def streamReader(self, schema: StructType) -> LogbufStreamReader:
-        options = ReadOptions.parse(_options_for(self.options, schema))
-        _check_schema(options, schema)
+        options = _with_schema(ReadOptions.parse(_options_for(self.options, schema)), schema)
         return LogbufStreamReader(options)
 
 
@@ -794,24 +1100,38 @@ class LogbufReader(DataSourceReader):
         from_position = o.start_position if low is None else max(o.start_position, low - 1)
         to_position = o.stop_position if high is None else min(o.stop_position, high)
         times = pushed.ranges.get(TIMESTAMP_COLUMN)
-        if times is not None and o.timestamp_unit is None:
+        if times is not None and o.timestamp_unit is None and not o.append_time:
             return []  # every timestamp is null (timestampFrom=none): no comparison keeps a row
         planned, problems = _catalog_view(o, pushed.ranges.get("recording_id"))
+        if "recording_id" not in pushed.ranges:
+            _check_named_recordings(o, planned)
         partitions: list[InputPartition] = list(problems)
         for item in planned:
             d = item.recording
+            location = ArchiveLocation(item.archive)
             if not (
                 pushed.range_of("stream_id").contains(d.stream_id)
                 and pushed.range_of("session_id").contains(d.session_id)
             ):
                 continue
-            planned_here = plan_partitions(
-                o, d, from_position, to_position, from_is_frame_start=False, archive=item.archive
+            first = max(
+                from_position,
+                _resolve_offset(o, d, "startingOffsets", o.starting.for_recording(d.recording_id), location),
             )
-            if times is not None and planned_here:
+            last = min(
+                to_position,
+                _resolve_offset(o, d, "endingOffsets", o.ending.for_recording(d.recording_id), location),
+            )
+            if times is not None and o.append_time:
+                appended = _append_time_positions(location, d, times)
+                if appended is None:
+                    continue
+                first, last = max(first, appended[0]), min(last, appended[1])
+            planned_here = plan_partitions(o, d, first, last, from_is_frame_start=False, archive=item.archive)
+            if times is not None and planned_here and not o.append_time:
                 planned_here = _in_time_range(planned_here, times, o)
             partitions.extend(planned_here)
-        return partitions
+        return split_partitions(partitions, o.min_partitions)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if isinstance(partition, (SegmentPartition, ProblemPartition)):  # Spark reads a placeholder when there are none
@@ -838,19 +1158,49 @@ class LogbufStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.options = options
         self.location = parse_location(options.archive_dir)
         self._target: dict[str, int] | None = None
+        self._latest: dict[str, int] | None = None
 
     def _current(self) -> dict[str, int]:
-        """Each wanted recording's stop position; 0 for a damaged entry, so its problem is read once."""
+        """Each wanted recording's end now: its stop position, or ``endingOffsets`` / ``stopPosition`` if
+        that comes first (at a frame boundary); 0 for a damaged entry, so its problem is read once."""
         planned, problems = _catalog_view(self.options, locations=[self.location])
-        current = {str(item.recording.recording_id): item.recording.stop_position for item in planned}
+        current = {str(item.recording.recording_id): self._last(item.recording) for item in planned}
         for problem in problems:
             current.setdefault(str(problem.recording_id), 0)
         return current
 
+    def _first(self, d: RecordingDescriptor) -> int:
+        """Where a recording the offsets do not hold yet starts: ``startingOffsets`` (a recording that
+        appears after the query started is read from its start) and ``startPosition``, at a frame boundary."""
+        o = self.options
+        given = o.starting.for_recording(d.recording_id)
+        if given == LATEST:  # a recording that appeared after the query started: read whole
+            given = EARLIEST
+        first = max(_resolve_offset(o, d, "startingOffsets", given, self.location), o.start_position)
+        return min(frame_boundary_at_or_before(self.location, d, first), self._last(d))
+
+    def _last(self, d: RecordingDescriptor) -> int:
+        o = self.options
+        last = min(
+            _resolve_offset(o, d, "endingOffsets", o.ending.for_recording(d.recording_id), self.location),
+            o.stop_position,
+        )
+        if last >= d.stop_position:
+            return d.stop_position
+        return frame_boundary_at_or_before(self.location, d, max(last, d.start_position))
+
     def initialOffset(self) -> dict[str, int]:
-        if self.options.starting == "latest":
-            return self._current()
-        return {}
+        """Each recording's start: ``startingOffsets`` (``latest``: what is recorded now is skipped)."""
+        o = self.options
+        planned, _ = _catalog_view(o, locations=[self.location])
+        _check_named_recordings(o, planned)
+        offsets: dict[str, int] = {}
+        for d in (item.recording for item in planned):
+            if o.starting.for_recording(d.recording_id) == LATEST:
+                offsets[str(d.recording_id)] = self._last(d)
+            else:
+                offsets[str(d.recording_id)] = self._first(d)
+        return offsets
 
     def prepareForTriggerAvailableNow(self) -> None:
         self._target = self._current()
@@ -864,11 +1214,12 @@ class LogbufStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadAllAvailable()
 
     def latestOffset(self, start: dict[str, int] | None = None, limit: Any = None) -> dict[str, int]:
-        """Each wanted recording's stop position now (or when availableNow started), as far as ``limit``
-        (from ``maxBytesPerTrigger`` / ``maxRecordsPerTrigger``) allows. Spark before 4.2 passes no
-        arguments (and so no limit)."""
+        """Each wanted recording's end now (or when availableNow started), as far as ``limit`` (from
+        ``maxBytesPerTrigger`` / ``maxRecordsPerTrigger``) allows. Spark before 4.2 passes no arguments
+        (and so no limit)."""
         start = dict(start or {})
         current = self._current() if self._target is None else self._target
+        self._latest = current
         latest = dict(start)
         for key, position in current.items():
             latest[key] = max(position, int(latest.get(key, -1)))
@@ -878,6 +1229,11 @@ class LogbufStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return self._limit_rows(start, latest, limit.max_rows)
         return latest
 
+    def reportLatestOffset(self) -> dict[str, int] | None:
+        """What is available (each recording's end), for the progress report's ``latestOffset``: the lag
+        is its distance from ``endOffset``."""
+        return dict(self._latest) if self._latest is not None else None
+
     def _descriptors(self, keys: Iterable[str]) -> dict[int, RecordingDescriptor]:
         with open_catalog(self.location) as catalog:
             found = {}
@@ -886,81 +1242,91 @@ class LogbufStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     found[int(key)] = catalog.recording(int(key))
             return found
 
-    def _limit_bytes(self, start: dict[str, int], latest: dict[str, int], budget: int) -> dict[str, int]:
-        """Recordings in id order take whole terms until ``budget`` bytes are used; a term boundary is
-        always a frame boundary, and at least one term is read so that the query moves."""
-        limited = dict(start)
-        moving = sorted(int(k) for k, v in latest.items() if v > int(start.get(k, -1)))
-        descriptors = self._descriptors(str(k) for k in moving)
-        for rid in moving:
-            key = str(rid)
-            d = descriptors.get(rid)
+    def _moving(
+        self, start: dict[str, int], latest: dict[str, int]
+    ) -> tuple[dict[str, int], dict[str, tuple[RecordingDescriptor, int, int]]]:
+        """(offsets of recordings with nothing to count, {key: (descriptor, begin, end)} of the others)."""
+        fixed = dict(start)
+        moving: dict[str, tuple[RecordingDescriptor, int, int]] = {}
+        keys = [k for k, v in latest.items() if v > int(start.get(k, -1))]
+        descriptors = self._descriptors(keys)
+        for key in keys:
+            d = descriptors.get(int(key))
             if d is None or descriptor_problem(d) is not None:
-                limited[key] = latest[key]  # a problem row (or nothing): no bytes to count
+                fixed[key] = latest[key]  # a problem row (or nothing): no bytes or rows to count
                 continue
-            begin = max(int(start.get(key, d.start_position)), d.start_position)
-            end = latest[key]
-            if budget <= 0:
-                break
-            if end - begin <= budget:
-                limited[key], budget = end, budget - (end - begin)
-                continue
-            cut = begin + budget
-            cut -= cut & (d.term_length - 1)
-            if cut <= begin:  # less than the rest of this term: take the rest of the term
-                cut = min(end, begin - (begin & (d.term_length - 1)) + d.term_length)
-            limited[key], budget = cut, 0
+            begin = max(int(start[key]), d.start_position) if key in start else self._first(d)
+            moving[key] = (d, begin, latest[key])
+        return fixed, moving
+
+    def _limit_bytes(self, start: dict[str, int], latest: dict[str, int], budget: int) -> dict[str, int]:
+        """The budget shared fairly across the recordings with data (:func:`fair_shares`), each share cut at
+        a frame boundary from the headers; every recording with a share moves at least one frame."""
+        limited, moving = self._moving(start, latest)
+        shares = fair_shares({k: end - begin for k, (_, begin, end) in moving.items()}, budget)
+        for key, (d, begin, end) in moving.items():
+            if shares[key] > 0:
+                limited[key] = cut_bytes(self.location, d, begin, end, shares[key])
+            elif key in start:
+                limited[key] = int(start[key])
         return limited
 
     def _limit_rows(self, start: dict[str, int], latest: dict[str, int], budget: int) -> dict[str, int]:
-        """Recordings in id order take rows until ``budget`` rows: the rows are read here, as a
-        micro-batch would read them, to find the position after the last one."""
-        limited = dict(start)
-        moving = sorted(int(k) for k, v in latest.items() if v > int(start.get(k, -1)))
-        descriptors = self._descriptors(str(k) for k in moving)
-        for rid in moving:
-            if budget <= 0:
-                break
-            key = str(rid)
-            d = descriptors.get(rid)
-            if d is None or descriptor_problem(d) is not None:
-                limited[key] = latest[key]
-                budget -= 1
-                continue
-            from_position = int(start[key]) if key in start else d.start_position
-            limited[key], budget = self._position_after_rows(d, from_position, latest[key], budget)
-        return limited
-
-    def _position_after_rows(
-        self, d: RecordingDescriptor, from_position: int, to_position: int, budget: int
-    ) -> tuple[int, int]:
-        """(the offset after at most ``budget`` rows of ``d`` in ``(from, to]``, the budget left)."""
-        o = self.options
-        for partition in plan_partitions(o, d, from_position, to_position, from_is_frame_start=True):
-            for batch in _read_unfiltered(partition, o):
-                if batch.num_rows < budget:
-                    budget -= batch.num_rows
+        """The budget shared fairly across the recordings with rows: rounds of equal shares, each counted
+        from the frame headers (:func:`cut_rows`), until the budget is used or every recording is drained."""
+        limited, moving = self._moving(start, latest)
+        position = {k: begin for k, (_, begin, _) in moving.items()}
+        hungry = sorted(moving, key=int)
+        while budget > 0 and hungry:
+            each, extra = divmod(budget, len(hungry))
+            still = []
+            for i, key in enumerate(hungry):
+                share = each + (1 if i < extra else 0)
+                if share == 0:
+                    still.append(key)
                     continue
-                position = int(batch.column("position")[budget - 1].as_py())
-                good = o.mode is not Mode.PERMISSIVE or batch.column(o.corrupt_column)[budget - 1].as_py() is None
-                if not good:  # a corrupt region: it ends at its term's end (a frame boundary)
-                    position = min(to_position, position - (position & (d.term_length - 1)) + d.term_length)
-                return position, 0
-        return to_position, budget
+                d, _, end = moving[key]
+                position[key], got = cut_rows(self.location, d, position[key], end, share, self.options.per_message)
+                budget -= got
+                if position[key] < end and got == share:
+                    still.append(key)
+            if len(still) == len(hungry) and each == 0:
+                break
+            hungry = still
+        for key, (_, begin, _) in moving.items():
+            if position[key] > begin or key not in start:
+                limited[key] = position[key]
+        return limited
 
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> Sequence[InputPartition]:
         changed = {int(k): int(v) for k, v in end.items() if int(v) > int(start.get(k, -1))}
+        self._check_loss(start)
         if not changed:
             return []
         planned, problems = _catalog_view(self.options, IntRange(values=frozenset(changed)), [self.location])
         partitions: list[InputPartition] = [p for p in problems if p.recording_id in changed]
         for d in (item.recording for item in planned):
             key = str(d.recording_id)
-            from_position = int(start[key]) if key in start else d.start_position
+            from_position = max(int(start[key]), d.start_position) if key in start else self._first(d)
             partitions.extend(
                 plan_partitions(self.options, d, from_position, changed[d.recording_id], from_is_frame_start=True)
             )
-        return partitions
+        return split_partitions(partitions, self.options.min_partitions)
+
+    def _check_loss(self, start: dict[str, int]) -> None:
+        """A recording read up to ``start[key]`` whose positions after it are gone: retention moved its
+        start past the offset, or the recording was deleted."""
+        keys = [k for k, v in start.items() if int(v) > 0]
+        for rid, d in sorted(self._descriptors(keys).items()):
+            read_to = int(start[str(rid)])
+            if descriptor_problem(d) is not None:
+                continue
+            if d.state != RecordingState.VALID and read_to < d.stop_position:
+                on_data_loss(self.options, rid, read_to, d.stop_position, f"the recording is {d.state.name}")
+            elif read_to < d.start_position:
+                on_data_loss(
+                    self.options, rid, read_to, d.start_position, f"the recording now starts at {d.start_position}"
+                )
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if isinstance(partition, (SegmentPartition, ProblemPartition)):  # Spark reads a placeholder when there are none

@@ -53,6 +53,7 @@ import pyarrow as pa  # type: ignore[import-untyped]
 
 from logbuf.archive.catalog import RecordingDescriptor
 from logbuf.archive.checksum import checksum_mismatch
+from logbuf.archive.time_index import AppendTimes
 from logbuf.archive.verify import frame_problem
 from logbuf.logbuffer import data_header_descriptor as dh
 
@@ -151,7 +152,12 @@ class RowSpec:
 
     per_message: bool = True
     timestamp_unit: str | None = None
-    """Unit of epoch time in ``reserved_value`` (s, ms, us, ns), or None for a null timestamp."""
+    """Unit of epoch time in ``reserved_value`` (s, ms, us, ns), or None for no timestamp from it."""
+    payload: bool = True
+    """Gather the payload bytes (False: the ``payload`` column is not read, so none is copied)."""
+    from_append_time: bool = False
+    """The timestamp is the recorder's append time (the append-time index); else from the reserved value,
+    or null."""
 
 
 @dataclass
@@ -386,7 +392,9 @@ def select_rows(
     positions = lo + row_slot * _SLOT
     offsets = np.zeros(len(row_lengths) + 1, dtype=np.int64)
     np.cumsum(row_lengths, out=offsets[1:])
-    if offsets[-1] >= 1 << 31:
+    if not spec.payload:
+        offsets[:] = 0
+    elif offsets[-1] >= 1 << 31:
         raise ValueError(f"a chunk of {offsets[-1]} payload bytes is too large for one Arrow binary column")
     return Rows(
         term_id=ints[row_slot, _TERM_ID_INT].astype(np.int32),
@@ -395,7 +403,9 @@ def select_rows(
         flags=row_flags.astype(np.int32),
         reserved_value=reserved[row_reserved_slot, _RESERVED_INT // 2].astype(np.int64),
         payload_offsets=offsets.astype(np.int32),
-        payload_values=_gather(region, payload_slot * _SLOT + dh.HEADER_LENGTH, payload_length),
+        payload_values=_gather(region, payload_slot * _SLOT + dh.HEADER_LENGTH, payload_length)
+        if spec.payload
+        else np.zeros(0, np.uint8),
     )
 
 
@@ -425,6 +435,7 @@ def build_batch(
     parts: Sequence[Rows],
     spec: RowSpec,
     corrupt: Sequence[tuple[int, str]] = (),
+    append_times: AppendTimes | None = None,
 ) -> pa.RecordBatch:
     """One Arrow batch of the rows of ``parts`` then, if any, PERMISSIVE rows for ``corrupt``
     (position, text) pairs. The schema has the corrupt-record column only in PERMISSIVE mode."""
@@ -449,7 +460,10 @@ def build_batch(
         padded = np.concatenate([values, np.zeros(n_bad, values.dtype)])
         return pa.Array.from_buffers(arrow_type, n, [valid, pa.py_buffer(padded)], null_count=n_bad)
 
-    timestamp = _timestamps(rows.reserved_value, spec.timestamp_unit, n_bad)
+    if spec.from_append_time:
+        timestamp = _append_timestamps(rows.position, append_times, n_bad)
+    else:
+        timestamp = _timestamps(rows.reserved_value, spec.timestamp_unit, n_bad)
     payload_offsets = rows.payload_offsets
     if n_bad:
         payload_offsets = np.concatenate([payload_offsets, np.full(n_bad, payload_offsets[-1], np.int32)])
@@ -496,6 +510,17 @@ def _timestamps(reserved: Int64Array, unit: str | None, n_bad: int) -> pa.Array:
     multiply, divide = TIMESTAMP_UNITS_US[unit]
     micros = reserved * multiply // divide if divide > 1 else reserved * multiply
     mask = np.concatenate([reserved == 0, np.ones(n_bad, dtype=bool)])  # 0: the publisher did not stamp it
+    values = np.concatenate([micros, np.zeros(n_bad, np.int64)])
+    return pa.array(values, type=arrow_type, mask=mask)
+
+
+def _append_timestamps(row_end: Int64Array, append_times: AppendTimes | None, n_bad: int) -> pa.Array:
+    """Each row's append time (its last frame's entry in the append-time index); null without one."""
+    arrow_type = pa.timestamp("us", tz="UTC")
+    if append_times is None or not len(append_times.position):
+        return pa.nulls(len(row_end) + n_bad, type=arrow_type)
+    micros, known = append_times.of_rows(row_end)
+    mask = np.concatenate([~known, np.ones(n_bad, dtype=bool)])
     values = np.concatenate([micros, np.zeros(n_bad, np.int64)])
     return pa.array(values, type=arrow_type, mask=mask)
 

@@ -37,7 +37,15 @@ import structlog
 from logbuf.archive import catalog_descriptor as cat
 from logbuf.archive.catalog import Catalog, CatalogError
 from logbuf.archive.segments import mapped_segment, segment_file_name, segment_files
-from logbuf.archive.time_index import SegmentTimes, TimeIndexError, decode_index, time_index_file_name
+from logbuf.archive.time_index import (
+    AppendTimes,
+    SegmentTimes,
+    TimeIndexError,
+    append_times_file_name,
+    decode_append_times,
+    decode_index,
+    time_index_file_name,
+)
 from logbuf.errors import LogbufError
 
 if TYPE_CHECKING:
@@ -52,6 +60,7 @@ __all__ = [
     "open_catalog",
     "parse_location",
     "read_segment",
+    "read_append_times",
     "read_time_index",
     "upload",
 ]
@@ -278,6 +287,32 @@ def read_time_index(location: ArchiveLocation, recording_id: int) -> dict[int, S
         return {}
 
 
+def read_append_times(location: ArchiveLocation, recording_id: int) -> AppendTimes | None:
+    """The recording's append-time index (None when it has none, or one this version cannot read: logged;
+    its rows then have null timestamps). A local file is mapped, not read."""
+    import mmap
+
+    path = location.file_path(append_times_file_name(recording_id))
+    try:
+        if location.is_local:
+            with open(path, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                data: bytes | mmap.mmap = mmap.mmap(f.fileno(), size, prot=mmap.PROT_READ) if size else b""
+        else:
+            with location.filesystem()[0].open_input_file(path) as f:
+                data = f.readall()
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        structlog.get_logger().warning("append_times.unreadable", path=path, error=str(e))
+        return None
+    try:
+        return decode_append_times(data, recording_id, path)
+    except TimeIndexError as e:
+        structlog.get_logger().warning("append_times.ignored", path=path, error=str(e))
+        return None
+
+
 # -- uploading -----------------------------------------------------------------------------------------
 @dataclass
 class UploadReport:
@@ -326,6 +361,12 @@ def upload(archive_dir: str | os.PathLike[str], destination: ArchiveLocation) ->
             if existing.get(index.name) != len(times):
                 _write_whole(fs, destination.file_path(index.name), times)
                 log.info("time_index.uploaded", file=index.name, bytes=len(times))
+        appended = pathlib.Path(archive_dir) / append_times_file_name(d.recording_id)
+        with contextlib.suppress(FileNotFoundError):
+            data = appended.read_bytes()  # after the segments: entries past the uploaded end are never used
+            if existing.get(appended.name) != len(data):
+                _write_whole(fs, destination.file_path(appended.name), data)
+                log.info("append_times.uploaded", file=appended.name, bytes=len(data))
         if uploaded_end < d.stop_position:
             cat.INT64.pack_into(snapshot, cat.entry_offset(d.recording_id) + cat.STOP_POSITION_OFFSET, uploaded_end)
         report.recordings += 1

@@ -1,4 +1,6 @@
-"""Time index: ``<recordingId>.times``, the reserved-value bounds of each complete segment of a recording.
+"""Time index: ``<recordingId>.times``, the reserved-value bounds of each complete segment of a recording,
+and ``<recordingId>.appended``, the time the recorder appended each run of frames (see
+:class:`AppendTimesWriter`; the Spark source's default ``timestamp``, Kafka's log-append time).
 
 What lets a timestamp filter skip segments. The Spark source's ``timestamp`` is a frame's reserved value
 in a unit (``timestampUnit``), and reserved values are the publisher's, in no particular order, so the
@@ -49,6 +51,9 @@ import struct
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
+import numpy as np
+import numpy.typing as npt
+
 from logbuf import native
 from logbuf.errors import LogbufError
 
@@ -58,12 +63,17 @@ if TYPE_CHECKING:
     from logbuf.archive.catalog import RecordingDescriptor
 
 __all__ = [
+    "APPEND_RESOLUTION_US",
+    "AppendTimes",
+    "AppendTimesWriter",
     "ENTRY_LENGTH",
     "HEADER_LENGTH",
     "BoundsBuilder",
     "SegmentTimes",
     "TimeIndexError",
     "append_entry",
+    "append_times_file_name",
+    "decode_append_times",
     "build_index",
     "decode_index",
     "encode_header",
@@ -279,3 +289,102 @@ def build_index(archive_dir: str | os.PathLike[str], d: RecordingDescriptor) -> 
                 added.append(times)
             base += d.segment_length
     return added
+
+
+# -- append times -------------------------------------------------------------------------------------------
+APPEND_TIMES_SUFFIX: Final[str] = ".appended"
+APPEND_MAGIC: Final[int] = 0x4154424C  # "LBTA" little-endian
+APPEND_VERSION: Final[int] = 1
+APPEND_ENTRY: Final[struct.Struct] = struct.Struct("<qq")
+APPEND_ENTRY_LENGTH: Final[int] = APPEND_ENTRY.size
+APPEND_RESOLUTION_US: Final[int] = 1_000
+"""A new entry when the recorder's clock has moved this far since the last one (Kafka's log append time
+is in milliseconds too): at most 16 bytes per millisecond of recording."""
+
+
+def append_times_file_name(recording_id: int) -> str:
+    """``<recordingId>.appended``: when the recorder appended each run of frames (the append-time index)."""
+    return f"{recording_id}{APPEND_TIMES_SUFFIX}"
+
+
+class AppendTimesWriter:
+    """The recorder's side of the append-time index.
+
+    File: a header laid out as the ``.times`` one (magic "LBTA", its own version, entry length 16), then
+    entries of (position: int64, append time: int64 epoch microseconds by the recorder's clock), in
+    position order. An entry says: the frames from ``position`` up to the next entry's position were
+    appended (written to their segment) at that time. Entries are made at block starts (frame
+    boundaries), and :meth:`on_block` writes one *before* the catalog's stop position moves past its
+    frames, so every recorded frame is covered. Times never go back (a clock step back repeats the last
+    time), so a time range is a position range.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], recording_id: int, file_mode: int) -> None:
+        self._path = path
+        self._recording_id = recording_id
+        self._file_mode = file_mode
+        self._fd = -1
+        self._last_us = -1
+        self._offset = HEADER_LENGTH
+
+    def on_block(self, position: int, now_us: int) -> None:
+        """A block starting at ``position`` is being appended at ``now_us``."""
+        if self._last_us >= 0 and now_us - self._last_us < APPEND_RESOLUTION_US:
+            return
+        now_us = max(now_us, self._last_us)
+        if self._fd < 0:
+            self._fd = os.open(self._path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, self._file_mode)
+            os.fchmod(self._fd, self._file_mode)
+            header = HEADER.pack(APPEND_MAGIC, APPEND_VERSION, HEADER_LENGTH, APPEND_ENTRY_LENGTH, self._recording_id)
+            os.pwrite(self._fd, header, 0)
+        os.pwrite(self._fd, APPEND_ENTRY.pack(position, now_us), self._offset)
+        self._offset += APPEND_ENTRY_LENGTH
+        self._last_us = now_us
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+@dataclass(frozen=True)
+class AppendTimes:
+    """Append-time entries as arrays: ``position[i]`` (ascending) and ``time_us[i]`` (never decreasing)."""
+
+    position: npt.NDArray[np.int64]
+    time_us: npt.NDArray[np.int64]
+
+    def of_rows(self, row_end: npt.NDArray[np.int64]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
+        """(append time in epoch µs, known) of rows ending at ``row_end``: the entry at or before the row's
+        last frame; a row before the first entry has none."""
+        i = np.searchsorted(self.position, row_end - 1, side="right") - 1
+        known = i >= 0
+        return self.time_us[np.maximum(i, 0)] if len(self.time_us) else np.zeros(len(row_end), np.int64), known
+
+    def first_position_at_or_after(self, time_us: int) -> int | None:
+        """The position of the first entry appended at or after ``time_us`` (None: none is)."""
+        i = int(np.searchsorted(self.time_us, time_us, side="left"))
+        return int(self.position[i]) if i < len(self.position) else None
+
+
+def decode_append_times(data: Buffer, recording_id: int, name: str = "append-time index") -> AppendTimes:
+    """The entries of an append-time index file (a torn last entry left out); TimeIndexError naming
+    ``name`` for another format or recording."""
+    view = memoryview(data)
+    if len(view) < HEADER_LENGTH:
+        raise TimeIndexError(f"{name}: {len(view)} bytes, shorter than its {HEADER_LENGTH}-byte header")
+    magic, version, header_length, entry_length, rid = HEADER.unpack_from(view)
+    if (magic, version, header_length, entry_length) != (
+        APPEND_MAGIC,
+        APPEND_VERSION,
+        HEADER_LENGTH,
+        APPEND_ENTRY_LENGTH,
+    ):
+        raise TimeIndexError(
+            f"{name}: magic {magic:#x} version {version} is not an append-time index version {APPEND_VERSION}"
+        )
+    if rid != recording_id:
+        raise TimeIndexError(f"{name}: holds recording {rid}, not {recording_id}")
+    n = (len(view) - HEADER_LENGTH) // APPEND_ENTRY_LENGTH
+    entries = np.frombuffer(view, dtype="<i8", count=2 * n, offset=HEADER_LENGTH).reshape(n, 2)
+    return AppendTimes(entries[:, 0], entries[:, 1])  # views: a mapped file is read where it is needed

@@ -23,11 +23,13 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from logbuf.channel_uri import check_stream_id
 from logbuf.conduit import command_descriptor as cmd
 from logbuf.conduit import counters_descriptor as cd
 from logbuf.conduit.broadcast import CopyBroadcastReceiver
 from logbuf.conduit.cnc import ClientLivenessLock, CncFile, cnc_driver_heartbeat_ms
 from logbuf.conduit.ring_buffer import ManyToOneRingBuffer
+from logbuf.conduit.system_counters_descriptor import SLOTS, SystemCounterId
 from logbuf.directory import ENV_PREFIX, DirectoryPermissionError, check_directory, resolve_dir
 from logbuf.errors import ClosedError, ConfigurationError, DriverTimeoutError, ErrorCode, RegistrationError
 from logbuf.logbuffer.image import FragmentBatch
@@ -486,6 +488,7 @@ class ClientConductor:
 
     # -- publications -------------------------------------------------------------------------------------
     def add_publication(self, channel: str, stream_id: int, *, exclusive: bool) -> Publication:
+        check_stream_id(stream_id)
         with self._lock:
             self._ensure_usable()
             correlation_id = self.to_driver.next_correlation_id()
@@ -554,6 +557,7 @@ class ClientConductor:
         factory: Callable[..., Subscription] | None = None,
     ) -> Subscription:
         """``factory``: makes the subscription object (a TopicSubscription) from the arguments Subscription takes."""
+        check_stream_id(stream_id)
         with self._lock:
             self._ensure_usable()
             correlation_id = self.to_driver.next_correlation_id()
@@ -600,6 +604,9 @@ class ClientConductor:
         image.correlation_id = event.correlation_id
         image.subscription = subscription
         image.source_identity = event.source_identity
+        image.channel = subscription.channel
+        # the poll counts a corrupt frame it meets in the driver's system counter, as well as raising
+        image.set_fault_counter(self.cnc.counters_values, cd.values_offset(SLOTS[SystemCounterId.CORRUPT_LOG_FRAMES]))
         image._log_buffers = log
         image._log_file_name = event.log_file_name
         subscription._add_image(image)

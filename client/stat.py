@@ -36,6 +36,7 @@ import numpy as np
 
 from logbuf import native
 from logbuf.conduit import counters_descriptor as cd
+from logbuf.conduit.archive_counters import read_counters
 from logbuf.conduit.cnc import CncError, CncFile, cnc_driver_heartbeat_ms
 from logbuf.conduit.counters import CounterInfo, CountersReader
 from logbuf.conduit.error_log import read_error_log
@@ -49,6 +50,7 @@ from logbuf.errors import ShmError
 from logbuf.logbuffer import data_header_descriptor as dh
 from logbuf.logbuffer.log_buffer import LogBuffers
 from logbuf.logging_config import configure_logging
+from logbuf.process import pid_alive
 
 PUBLICATIONS_DIR = "publications"
 IMAGES_DIR = "images"
@@ -613,6 +615,31 @@ def print_loss_report(directory: str, *, as_json: bool = False) -> int:
     return 0
 
 
+def archive_counters(directories: Sequence[str]) -> list[dict[str, Any]]:
+    """The archive services' counters (``<dir>/archive.counters``): one dict per directory."""
+    found: list[dict[str, Any]] = []
+    for directory in directories:
+        read = read_counters(directory)
+        if read is None:
+            found.append({"archive_dir": directory, "error": "no archive counters (is a service serving it?)"})
+            continue
+        pid, values = read
+        found.append({"archive_dir": directory, "pid": pid, "alive": pid_alive(pid), "counters": values})
+    return found
+
+
+def render_archive(archive: dict[str, Any]) -> Any:
+    from rich.table import Table
+
+    state = archive.get("error") or ("alive" if archive["alive"] else "not running")
+    table = Table(title=f"archive {archive['archive_dir']} (pid {archive.get('pid', '-')}, {state})")
+    table.add_column("counter")
+    table.add_column("value", justify="right")
+    for label, value in archive.get("counters", {}).items():
+        table.add_row(label, f"{value:,}")
+    return table
+
+
 # -- entry point -------------------------------------------------------------------------------------
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="logbuf-stat", description=__doc__.split("\n\n")[0])
@@ -626,6 +653,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--loss",
         action="store_true",
         help="print the loss report (loss-report.dat, logbuf's or Aeron's) as Aeron's LossStat does, and exit",
+    )
+    parser.add_argument(
+        "--archive-dir",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="also show the counters of the archive service serving DIR (repeatable)",
     )
     parser.add_argument(
         "--topics",
@@ -671,12 +705,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             reader.sample()  # the baseline for rates
             time.sleep(args.interval)
             snapshot = reader.sample()
+            archives = archive_counters(args.archive_dir)
             if args.json:
-                print(json.dumps(snapshot.to_json()))
+                print(json.dumps({**snapshot.to_json(), **({"archives": archives} if args.archive_dir else {})}))
             else:
                 from rich.console import Console
 
-                Console().print(render(snapshot))
+                console = Console()
+                console.print(render(snapshot))
+                for archive in archives:
+                    console.print(render_archive(archive))
             return 0
         if args.prometheus is not None:
             prometheus = serve_prometheus(directory, args.prometheus, alive_timeout_ms=args.alive_timeout_ms)

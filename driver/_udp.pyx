@@ -17,6 +17,7 @@ The sender scans the term with the same inline availability scan as the log buff
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.string cimport memset
+from posix.time cimport timespec
 
 from logbuf.native.constants cimport (
     HDR_TYPE_DATA,
@@ -80,6 +81,15 @@ cdef extern from "<errno.h>" nogil:
     enum: EINVAL
     enum: EOPNOTSUPP
 
+cdef extern from "<poll.h>" nogil:
+    cdef struct pollfd:
+        int fd
+        short events
+        short revents
+    ctypedef unsigned long nfds_t
+    enum: POLLIN
+    int ppoll(pollfd *fds, nfds_t nfds, const timespec *tmo_p, const void *sigmask)
+
 cdef extern from "<netinet/in.h>" nogil:
     enum: IPPROTO_UDP
     cdef struct in_addr:
@@ -102,6 +112,27 @@ UDP_GRO_OPTION = UDP_GRO
 """The IPPROTO_UDP socket option that turns coalesced reads on (what :func:`udp_receive_batch` splits)."""
 UDP_SEGMENT_OPTION = UDP_SEGMENT
 """The IPPROTO_UDP socket option (or cmsg) giving a send's GSO segment size."""
+
+
+def wait_readable(int fd, int64_t timeout_ns) -> bool:
+    """Wait, with the GIL released, until ``fd`` is readable or ``timeout_ns`` has passed: the idle park
+    on the driver's epoll sets. ``ppoll`` takes nanoseconds and any descriptor number, where
+    ``epoll.poll`` and ``poll`` round a timeout up to a whole millisecond (a 20 us park would take 1 ms)
+    and ``select`` fails on descriptors past 1023. Returns whether it is readable (False on a timeout, a
+    signal or an error)."""
+    if timeout_ns < 0:
+        raise ValueError(f"timeout_ns={timeout_ns} must not be negative")
+    cdef pollfd entry
+    cdef timespec timeout
+    cdef int ready
+    entry.fd = fd
+    entry.events = POLLIN
+    entry.revents = 0
+    timeout.tv_sec = timeout_ns // 1_000_000_000
+    timeout.tv_nsec = timeout_ns % 1_000_000_000
+    with nogil:
+        ready = ppoll(&entry, 1, &timeout, NULL)
+    return ready > 0 and (entry.revents & POLLIN) != 0
 
 
 def term_send_datagrams(int fd, term_buffer, int32_t term_offset, int32_t max_length, int32_t mtu,

@@ -38,13 +38,14 @@ from logbuf.conduit.error_log import DistinctErrorLog
 from logbuf.conduit.loss_report import LossReport
 from logbuf.conduit.ring_buffer import ManyToOneRingBuffer, RingBufferUnblocker
 from logbuf.driver.context import DriverContext
-from logbuf.driver.destination_tracker import DestinationTracker
+from logbuf.driver.destination_tracker import AllowedSources, DestinationTracker
 from logbuf.driver.ipc_publication import IpcPublication, SubscriberPosition
 from logbuf.driver.lifecycle import ImageState, PublicationState
 from logbuf.driver.nak_delay import OptimalMulticastDelayGenerator
 from logbuf.driver.network_publication import NetworkPublication
 from logbuf.driver.proxies import DriverConductorProxy, ReceiverCommands, SenderCommands
 from logbuf.driver.publication_image import PublicationImage
+from logbuf.driver.retransmit_handler import RetransmitHandler
 from logbuf.driver.sender_flow_control import new_flow_control, parse_flow_control
 from logbuf.driver.system_counters import SystemCounterId, SystemCounters
 from logbuf.driver.udp import (
@@ -61,6 +62,7 @@ from logbuf.driver.udp import (
 )
 from logbuf.errors import ErrorCode, LogbufError
 from logbuf.logbuffer.log_buffer import LogBuffers
+from logbuf.logbuffer.term_unblocker import UnblockStatus
 from logbuf.protocol.setup import GROUP_FLAG, SetupFrame
 
 RESERVED_SESSION_ID_LOW = -1
@@ -81,6 +83,10 @@ class CommandError(LogbufError):
         self.code = code
 
 
+EndpointKey = tuple[str, object]
+"""A UDP endpoint as a client's registrations hold it: ("send", canonical channel) or ("receive", address)."""
+
+
 @dataclass
 class ClientSession:
     client_id: int
@@ -88,6 +94,22 @@ class ClientSession:
     heartbeat_counter_id: int
     publication_links: dict[int, IpcPublication] = field(default_factory=dict)
     subscription_ids: set[int] = field(default_factory=set)
+    endpoints: dict[EndpointKey, int] = field(default_factory=dict)
+    """The UDP endpoints its registrations use, each with how many of them do (``max_client_endpoints``)."""
+
+    @property
+    def registrations(self) -> int:
+        return len(self.publication_links) + len(self.subscription_ids)
+
+    def hold_endpoint(self, key: EndpointKey) -> None:
+        self.endpoints[key] = self.endpoints.get(key, 0) + 1
+
+    def release_endpoint(self, key: EndpointKey) -> None:
+        left = self.endpoints.get(key, 0) - 1
+        if left > 0:
+            self.endpoints[key] = left
+        else:
+            self.endpoints.pop(key, None)
 
 
 @dataclass
@@ -399,6 +421,8 @@ class DriverConductor:
         uri = self._parse_channel(command.channel)
         self._check_stream_id(command.stream_id)
         canonical = uri.canonical_form()
+        endpoint_key: EndpointKey | None = ("send", canonical) if uri.media == "udp" else None
+        self._check_client_limits(session, endpoint_key)
         publication = None
         if not exclusive and uri.session_id() is None:
             for candidate in self._publications_by_stream.get(command.stream_id, ()):
@@ -412,10 +436,18 @@ class DriverConductor:
                     publication.ref_count += 1
                     break
         if publication is None:
+            owned = (6 if endpoint_key is not None else 2) + sum(  # pub-pos, pub-lmt (snd-pos, -lmt, -bpe, -naks)
+                1  # and the sub-pos counters of this client's own subscriptions that link to it
+                for link in self._subscriptions_by_stream.get(command.stream_id, {}).values()
+                if link.client_id == session.client_id
+            )
+            self._check_client_counters(session, owned, "a publication")
             publication = self._new_publication(
                 command.correlation_id, command.stream_id, uri, exclusive, client_id=command.client_id
             )
         session.publication_links[command.correlation_id] = publication
+        if endpoint_key is not None:
+            session.hold_endpoint(endpoint_key)
         ready = cmd.PublicationReady(
             command.correlation_id,
             publication.registration_id,
@@ -547,6 +579,9 @@ class DriverConductor:
                 flow_control=new_flow_control(fc_spec),
                 setup_flags=GROUP_FLAG if plan.group else 0,
                 setup_ttl=(uri.ttl() or 0) if plan.multicast is not None else 0,
+                retransmit_handler=RetransmitHandler(
+                    self.ctx.retransmit_linger, self.ctx.max_retransmits, self.ctx.retransmit_max_rate
+                ),
             )
             if plan.group:
                 network_publication.receivers_counter_id = self.counters.allocate(
@@ -623,7 +658,11 @@ class DriverConductor:
                 None,
                 bind,
                 None,
-                DestinationTracker(manual=mode == "manual", timeout_ns=self.ctx.mdc_destination_timeout),
+                DestinationTracker(
+                    manual=mode == "manual",
+                    timeout_ns=self.ctx.mdc_destination_timeout,
+                    allowed=AllowedSources.parse(self.ctx.mdc_dynamic_allow),
+                ),
                 True,
             )
         destination = self._resolve(uri)
@@ -680,6 +719,8 @@ class DriverConductor:
             raise CommandError(
                 ErrorCode.UNKNOWN_PUBLICATION, f"unknown publication registration_id={command.registration_id}"
             )
+        if isinstance(publication, NetworkPublication):
+            session.release_endpoint(("send", publication.channel))
         publication.decrement_ref(self.clock_ns())
         self._transmit(cmd.ON_OPERATION_SUCCESS, cmd.OperationSuccess(command.correlation_id).encode())
 
@@ -693,13 +734,17 @@ class DriverConductor:
         link = SubscriptionLink(
             command.correlation_id, command.client_id, command.stream_id, command.channel, uri.canonical_form(), spy
         )
-        self._check_counters(len(self._publications_by_stream.get(link.stream_id, ())), f"subscription {link.channel}")
-        if uri.media == "udp" and not spy:
-            if uri.endpoint() is None:
-                raise CommandError(
-                    ErrorCode.INVALID_CHANNEL, f"a udp subscription needs endpoint=host:port: {command.channel}"
-                )
-            address = self._resolve(uri)
+        links = len(self._publications_by_stream.get(link.stream_id, ()))  # at most one sub-pos counter each
+        self._check_counters(links, f"subscription {link.channel}")
+        udp = uri.media == "udp" and not spy
+        if udp and uri.endpoint() is None:
+            raise CommandError(
+                ErrorCode.INVALID_CHANNEL, f"a udp subscription needs endpoint=host:port: {command.channel}"
+            )
+        address = self._resolve(uri) if udp else None
+        self._check_client_limits(session, None if address is None else ("receive", address))
+        self._check_client_counters(session, links, "a subscription")
+        if address is not None:
             multicast = is_multicast(address[0])
             control: Address | None = None
             if multicast:
@@ -755,6 +800,7 @@ class DriverConductor:
             if count == 0:
                 self.receiver.add_subscription(receive_channel.endpoint, link.stream_id)
             link.endpoint_key = address
+            session.hold_endpoint(("receive", address))
         self.subscriptions[link.registration_id] = link
         self._subscriptions_by_stream.setdefault(link.stream_id, {})[link.registration_id] = link
         session.subscription_ids.add(link.registration_id)
@@ -1019,6 +1065,39 @@ class DriverConductor:
                 f" counters_buffer_length={self.ctx.counters_buffer_length} sets it, 128 bytes per counter)",
             )
 
+    def _check_client_limits(self, session: ClientSession, endpoint: EndpointKey | None) -> None:
+        """Refuse a registration past the client's ``max_client_registrations``, or one that would open a UDP
+        endpoint past its ``max_client_endpoints``, before anything is made: one client must not exhaust
+        what every client shares (descriptors, driver memory, the duty cycle). The texts name no channel,
+        so a client retrying at its limit adds one distinct error, not one per attempt."""
+        ctx = self.ctx
+        if session.registrations >= ctx.max_client_registrations:
+            raise CommandError(
+                ErrorCode.RESOURCE_TEMPORARILY_UNAVAILABLE,
+                f"client {session.client_id} holds {session.registrations} publications and subscriptions, the most"
+                f" one client may (max_client_registrations={ctx.max_client_registrations})",
+            )
+        if endpoint is not None and endpoint not in session.endpoints:
+            if len(session.endpoints) >= ctx.max_client_endpoints:
+                raise CommandError(
+                    ErrorCode.RESOURCE_TEMPORARILY_UNAVAILABLE,
+                    f"client {session.client_id} holds {len(session.endpoints)} UDP endpoints, the most one client"
+                    f" may (max_client_endpoints={ctx.max_client_endpoints})",
+                )
+
+    def _check_client_counters(self, session: ClientSession, count: int, what: str) -> None:
+        """Refuse a registration that would take the client past its share of the counters
+        (``client_counters_share``), so the counters left are there for the other clients' streams."""
+        share = self.ctx.client_counters_share
+        limit = int(share * self.counters.capacity)
+        owned = self.counters.owned_by(session.client_id)
+        if count and owned + count > limit:
+            raise CommandError(
+                ErrorCode.RESOURCE_TEMPORARILY_UNAVAILABLE,
+                f"{what} needs {count} counters and client {session.client_id} holds {owned}: one"
+                f" client may hold {limit} of the {self.counters.capacity} counters (client_counters_share={share})",
+            )
+
     def _on_remove_subscription(self, buffer: memoryview) -> None:
         command = cmd.RemoveCommand.decode(buffer)
         session = self._client(command.client_id)
@@ -1039,6 +1118,8 @@ class DriverConductor:
             if registration_id in image.subscribers:
                 self._unlink_subscriber(image, registration_id, notify=notify)
         link = self.subscriptions.pop(registration_id, None)
+        if link is not None and link.endpoint_key is not None:
+            session.release_endpoint(("receive", link.endpoint_key))
         if link is not None:
             self._subscriptions_by_stream[link.stream_id].pop(registration_id, None)
             if not self._subscriptions_by_stream[link.stream_id]:
@@ -1137,7 +1218,23 @@ class DriverConductor:
                 work += self.to_driver.read(self._on_command, 64)
             publication.sample_publisher_position()
             publication.on_time_event(now_ns)
-            if publication.check_for_blocked_publisher(now_ns):
+            unblock = publication.check_for_blocked_publisher(now_ns)
+            if unblock is UnblockStatus.REFUSED:
+                self.system_counters.increment(SystemCounterId.CORRUPT_LOG_FRAMES)
+                self.error_log.record(
+                    f"corrupt log: publication registration_id={publication.registration_id} stream_id="
+                    f"{publication.stream_id} is blocked at position={publication.last_consumer_position} by a "
+                    f"frame that is no abandoned claim, not padded over: {publication.unblock_refused_reason}"
+                )
+                self._log.error(
+                    "publication.unblock_refused",
+                    registration_id=publication.registration_id,
+                    session_id=publication.session_id,
+                    stream_id=publication.stream_id,
+                    position=publication.last_consumer_position,
+                    reason=publication.unblock_refused_reason,
+                )
+            elif unblock is not UnblockStatus.NO_ACTION:
                 self.system_counters.increment(SystemCounterId.UNBLOCKED_PUBLICATIONS)
                 self._log.warning(
                     "publication.unblocked",

@@ -18,6 +18,7 @@ from typing import Any
 from logbuf.agent import IDLE_STRATEGIES, parse_cpu_list
 from logbuf.conduit.error_log import epoch_ms
 from logbuf.directory import ENV_PREFIX, resolve_dir
+from logbuf.driver.destination_tracker import AllowedSources
 from logbuf.driver.udp import TransportFactory, UdpTransport
 from logbuf.errors import ConfigurationError
 from logbuf.logbuffer import data_header_descriptor as dh
@@ -188,6 +189,36 @@ class DriverContext:
     mdc_destination_timeout: int = setting(
         5_000_000_000, "duration", "A dynamic MDC destination with no status message this long is dropped."
     )
+    mdc_dynamic_allow: str = setting(
+        "",
+        "str",
+        "Sources whose status messages a control-mode=dynamic MDC publication hears: comma-separated hosts or "
+        "networks, each with an optional :port (10.0.0.0/8,192.168.1.7:40456). Empty: any source, as Aeron, which lets one "
+        "forged SM make the publication send its stream to a victim's address; a list closes that but a "
+        "receiver not on it cannot join.",
+    )
+    retransmit_linger: int = setting(
+        10_000_000,
+        "duration",
+        "A byte resent for a NAK is not resent again for this long, whatever offsets later NAKs name "
+        "(Aeron's retransmit linger): shorter repairs a lost retransmit sooner, longer caps what a flood of "
+        "NAKs can draw from the sender.",
+    )
+    max_retransmits: int = setting(
+        16,
+        "int",
+        "Retransmits of one publication lingering at once (as Aeron); NAKs beyond are counted "
+        "(Retransmit Pool Overflow) and dropped, and their receivers NAK again: more repairs many scattered "
+        "losses at once, fewer bounds the resends one NAK flood can draw.",
+    )
+    retransmit_max_rate: int = setting(
+        256 * 1024,
+        "size",
+        "Bytes per second one publication may retransmit besides a quarter of the bytes of new data it sends "
+        "(bursts of max(a tenth of a second's worth, 256 KiB) at once); NAKs beyond are counted (Retransmits "
+        "rate limited) and dropped: higher repairs heavy loss (over a fifth of the stream) or loss on a blocked "
+        "stream sooner, lower caps what NAKs, forged or not, add to what the sender sends.",
+    )
     initial_window_length: int = setting(128 * 1024, "size", "Receiver window (capped at term/2).")
     max_images_per_endpoint: int = setting(
         128,
@@ -201,6 +232,28 @@ class DriverContext:
         "size",
         "Longest term a SETUP from the network may ask for (an image takes 3 terms of /dev/shm): longer "
         "is counted (Images rejected) and dropped. Raise it to receive from publications with longer terms.",
+    )
+    max_client_endpoints: int = setting(
+        1024,
+        "int",
+        "UDP endpoints (sockets) one client's publications and subscriptions may hold open at once; a "
+        "registration that would open one more is refused with an error naming this setting. Each costs the "
+        "driver a file descriptor, up to 2 x socket_buffer_length of kernel memory and some Python state, "
+        "all shared with every other client: higher lets one client take more of it.",
+    )
+    max_client_registrations: int = setting(
+        4096,
+        "int",
+        "Publications plus subscriptions one client may hold at once; beyond it a registration is refused "
+        "with an error naming this setting. Bounds the driver memory and per-command work one runaway "
+        "client can cause; raise it for a client that really holds thousands of streams.",
+    )
+    client_counters_share: float = setting(
+        0.5,
+        "float",
+        "Fraction of the counters (counters_buffer_length / 128 of them) one client's registrations may "
+        "hold; beyond it a registration is refused with an error naming this setting, so one client cannot "
+        "leave the others no counters for new streams. 1 = no share (first come, first served).",
     )
     socket_buffer_length: int = setting(2 * 1024 * 1024, "size", "SO_RCVBUF/SO_SNDBUF of UDP sockets.")
     udp_gso: bool = setting(
@@ -285,6 +338,18 @@ class DriverContext:
         ):
             if getattr(self, name) <= 0:
                 raise ConfigurationError(f"{name}={getattr(self, name)} must be a positive duration")
+        if self.retransmit_linger <= 0:
+            raise ConfigurationError(f"retransmit_linger={self.retransmit_linger} must be a positive duration")
+        if self.max_retransmits < 1:
+            raise ConfigurationError(f"max_retransmits={self.max_retransmits} must be at least 1")
+        if self.retransmit_max_rate < self.mtu:
+            raise ConfigurationError(
+                f"retransmit_max_rate={self.retransmit_max_rate} must be at least mtu={self.mtu} bytes per second"
+            )
+        try:
+            AllowedSources.parse(self.mdc_dynamic_allow)
+        except ValueError as e:
+            raise ConfigurationError(f"mdc_dynamic_allow: {e}") from None
         if self.nak_multicast_group_size < 1:
             raise ConfigurationError(f"nak_multicast_group_size={self.nak_multicast_group_size} must be at least 1")
         if self.initial_window_length < self.mtu:
@@ -293,6 +358,13 @@ class DriverContext:
             )
         if self.max_images_per_endpoint < 1:
             raise ConfigurationError(f"max_images_per_endpoint={self.max_images_per_endpoint} must be at least 1")
+        for name in ("max_client_endpoints", "max_client_registrations"):
+            if getattr(self, name) < 1:
+                raise ConfigurationError(f"{name}={getattr(self, name)} must be at least 1")
+        if not 0.0 < self.client_counters_share <= 1.0:
+            raise ConfigurationError(
+                f"client_counters_share={self.client_counters_share} must be a fraction within (0, 1]"
+            )
         try:
             lbd.check_term_length(self.max_image_term_length)
         except lbd.LogBufferError as e:

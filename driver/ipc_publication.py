@@ -23,7 +23,7 @@ from logbuf.driver.lifecycle import PUBLICATION_TRANSITIONS, check_transition
 from logbuf.driver.lifecycle import PublicationState as PublicationState
 from logbuf.logbuffer.flow_control import compute_limit_and_clean
 from logbuf.logbuffer.log_buffer import LogBuffers
-from logbuf.logbuffer.term_unblocker import log_unblock
+from logbuf.logbuffer.term_unblocker import UnblockStatus, blocking_problem_at, log_unblock
 
 LIMIT_STEP_FRACTION = 16
 """The conductor raises a publisher limit (and cleans behind the slowest subscriber) once it lags by a
@@ -89,6 +89,9 @@ class IpcPublication:
     unblock_timeout_ns: int = 15_000_000_000
     last_consumer_position: int = -1
     time_of_last_consumer_move_ns: int = 0
+    refused_position: int = -1
+    """The consumer position where the unblocker last refused a corrupt frame (-1: none)."""
+    unblock_refused_reason: str | None = None
     _state: PublicationState = field(default=PublicationState.ACTIVE, init=False, repr=False)
 
     @property
@@ -193,24 +196,33 @@ class IpcPublication:
             if drained or now_ns >= self.draining_deadline_ns:
                 self.transition(PublicationState.DONE)
 
-    def check_for_blocked_publisher(self, now_ns: int) -> bool:
+    def check_for_blocked_publisher(self, now_ns: int) -> UnblockStatus:
         """Aeron's rule: the consumers (subscribers, or the sender) have not moved for the unblock
         timeout while the tail is past them, so a publisher may have died between claim and commit;
-        cover its claim with padding (:mod:`logbuf.logbuffer.term_unblocker`). True if it did."""
+        cover its claim with padding (:mod:`logbuf.logbuffer.term_unblocker`). UNBLOCKED (or
+        UNBLOCKED_TO_END) if it did; REFUSED, once per blocked position (then retried each timeout,
+        silently), if what blocks the consumers is a corrupt frame, not a claim (its reason in
+        ``unblock_refused_reason``); else NO_ACTION."""
         positions = self.flow_control_positions()
         if not positions or self.state is PublicationState.DONE:
-            return False
+            return UnblockStatus.NO_ACTION
         consumer = min(positions)
         if consumer != self.last_consumer_position or self.tail_position() <= consumer:
             self.last_consumer_position = consumer
             self.time_of_last_consumer_move_ns = now_ns
-            return False
+            return UnblockStatus.NO_ACTION
         if now_ns - self.time_of_last_consumer_move_ns < self.unblock_timeout_ns:
-            return False
-        if log_unblock(self.log, consumer):
-            self.time_of_last_consumer_move_ns = now_ns
-            return True
-        return False
+            return UnblockStatus.NO_ACTION
+        status = log_unblock(self.log, consumer)
+        if status is UnblockStatus.NO_ACTION:
+            return status
+        self.time_of_last_consumer_move_ns = now_ns  # refused: look again after another timeout
+        if status is UnblockStatus.REFUSED:
+            if consumer == self.refused_position:
+                return UnblockStatus.NO_ACTION
+            self.refused_position = consumer
+            self.unblock_refused_reason = blocking_problem_at(self.log, consumer)
+        return status
 
     def close(self) -> None:
         """Free counters, unmap and delete the log file."""

@@ -46,6 +46,7 @@ from logbuf.conduit.ring_buffer import ManyToOneRingBuffer
 from logbuf.conduit.system_counters_descriptor import CYCLE_TIME_THRESHOLD_NS
 from logbuf.conduit.topic_registry import TopicRegistry
 from logbuf.directory import DirectoryPermissionError, check_directory
+from logbuf.driver import _udp
 from logbuf.driver.conductor import DriverConductor
 from logbuf.driver.context import DriverContext
 from logbuf.driver.proxies import ReceiverProxy, SenderProxy
@@ -192,6 +193,9 @@ class MediaDriver:
         self.error_log = DistinctErrorLog(self.cnc.error_log, clock_ms=ctx.epoch_clock_ms)
         self.sender = Sender(ctx.clock_ns, control_poll_every=SENDER_CONTROL_POLL_EVERY)
         self.receiver = Receiver(ctx.clock_ns)
+        self._park_epoll = select.epoll()
+        for poller in (self.sender.poller, self.receiver.poller):
+            self._park_epoll.register(poller.fileno(), select.EPOLLIN)
         self.conductor = DriverConductor(
             ctx,
             to_driver=ManyToOneRingBuffer(self.cnc.to_driver, self._on_invalid_command_record),
@@ -253,8 +257,10 @@ class MediaDriver:
         )
 
     def _park(self, seconds: float) -> None:
-        endpoints = [*self.sender.endpoints, *self.receiver.endpoints]
-        sockets = [fd for fd in (e.transport.fileno() for e in endpoints) if fd >= 0]
+        """Sleep, or with UDP sockets open wait on one epoll set holding the sender's and the receiver's
+        (each readable while one of its sockets is), so a datagram wakes the duty cycle: no descriptor
+        limit (``select()`` fails on descriptors past 1023) and a timeout in nanoseconds (``ppoll``)."""
+        sockets = self.sender.poller.selectable or self.receiver.poller.selectable
         since_busy_ns = time.monotonic_ns() - self.agents.last_busy_ns
         if since_busy_ns > LONG_IDLE_NS:
             seconds = max(seconds, LONG_IDLE_PARK_S)
@@ -264,7 +270,7 @@ class MediaDriver:
                 return
             if since_busy_ns < RECENTLY_BUSY_NS:
                 seconds = min(seconds, BUSY_MAX_PARK_S)  # a live UDP stream: stay responsive
-            select.select(sockets, [], [], seconds)
+            _udp.wait_readable(self._park_epoll.fileno(), int(seconds * 1e9))
         else:
             time.sleep(seconds)
 
@@ -331,6 +337,7 @@ class MediaDriver:
         if self._cpu_claim is not None:
             self._cpu_claim.release()
         self._log.info("driver.stopped")
+        self._park_epoll.close()
         self.cnc.close()
         self.loss_report_file.close()
         self.topic_registry.close()

@@ -11,21 +11,28 @@ socket. Positions (Aeron's counters)::
 Timers: SETUP every 100 ms until the first SM (or when an SM asks for one); a heartbeat (a
 32-byte DATA header, length 0, EOS flag once draining is done) after 100 ms without data, or
 after 1 ms while data waits behind the sender limit (a tail-loss probe: logbuf's addition); not
-connected once no SM arrived for the connection timeout. A NAK is answered at once with the
-frames it names (clamped to the term, and to the term behind snd-pos that cleaning never touches), and the same range is
-then ignored for the retransmit linger (10 ms).
+connected once no SM arrived for the connection timeout.
+
+A NAK is answered at once with what its receiver can lack, and nothing else: a NAK from an address no
+accepted SM came from (within the flow-control receiver timeout) gets nothing; one whose offset or length
+is not a multiple of the frame alignment is malformed. The rest is clamped to ``[the receiver's last SM
+position, snd-pos)``, to one receiver window, to its term (and to the term behind snd-pos that cleaning
+never touches), snapped down to the start of the frame it falls in, and handed to the
+:class:`~logbuf.driver.retransmit_handler.RetransmitHandler` (per-byte linger, concurrent retransmit cap,
+bandwidth cap). Every NAK that gets nothing is counted in a system counter naming why.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from logbuf import native
 from logbuf.conduit import counters_descriptor as cd
 from logbuf.driver.ipc_publication import IpcPublication
 from logbuf.driver.lifecycle import PublicationState
+from logbuf.driver.retransmit_handler import NakOutcome, RetransmitHandler
 from logbuf.driver.sender_flow_control import SenderFlowControl
 from logbuf.driver.system_counters import SystemCounterId, SystemCounters
 from logbuf.logbuffer import data_header_descriptor as dh
@@ -39,17 +46,39 @@ HEARTBEAT_INTERVAL_NS = 100_000_000
 BLOCKED_HEARTBEAT_INTERVAL_NS = 1_000_000
 """While flow control blocks data that is waiting, heartbeat every 1 ms: if the last datagrams
 of the window were lost, the receiver learns the HWM and NAKs now rather than in 100 ms."""
-RETRANSMIT_LINGER_NS = 10_000_000
+MAX_NAK_SOURCES = 1024
+"""Addresses whose SMs one publication remembers for NAKs at most (forged SMs from yet more addresses are
+not remembered until others time out)."""
 MAX_RECEIVER_COUNTERS = 64
 """``fc-rcv-pos`` counters one publication allocates at most (the CnC's counters are shared by all)."""
 FLOW_CONTROL_IDLE_INTERVAL_NS = 1_000_000
 """How often the flow-control strategy times receivers out (and a min group's limit is recomputed)."""
 MAX_DATAGRAMS_PER_SEND = 32
 
+Address = tuple[str, int]
 Send = Callable[[Any], int]
 SendFrames = Callable[[memoryview, int, int, int, int], tuple[int, int]]
 """(term, term offset, max length, mtu, max datagrams) -> (term bytes covered, datagrams sent): the
 sender endpoint's native batch (one sendmmsg); without it, ``send`` is called per datagram."""
+
+
+_OUTCOME_COUNTERS: Final[dict[NakOutcome, SystemCounterId]] = {
+    NakOutcome.NOTHING_TO_RESEND: SystemCounterId.NAKS_WITHOUT_RESEND,
+    NakOutcome.OVERFLOW: SystemCounterId.RETRANSMIT_OVERFLOW,
+    NakOutcome.RATE_LIMITED: SystemCounterId.RETRANSMITS_RATE_LIMITED,
+}
+
+
+@dataclass
+class NakSource:
+    """The receivers at one address, as their last SMs describe them: receiver id -> (consumption
+    position, window). A NAK from the address may ask from the lowest position, for one window."""
+
+    receivers: dict[int, tuple[int, int]]
+    time_of_last_sm_ns: int
+
+    def lowest(self) -> tuple[int, int]:
+        return min(self.receivers.values())
 
 
 @dataclass
@@ -72,7 +101,10 @@ class NetworkPublication(IpcPublication):
     time_of_last_send_ns: int = 0
     _next_blocked_check_ns: int = 0
     next_setup_ns: int = 0
-    retransmit_lingers: dict[tuple[int, int], int] = field(default_factory=dict)
+    retransmit_handler: RetransmitHandler = field(default_factory=RetransmitHandler)
+    nak_sources: dict[Address, NakSource] = field(default_factory=dict)
+    """Where accepted SMs came from: the receivers at each address, and what each can lack (NAKs from
+    anywhere else get nothing)."""
     receiver_address: tuple[str, int] | None = None
     """Where the SM that connected this publication came from: while connected, the send endpoint
     takes SMs and NAKs for it from there only (unicast)."""
@@ -107,6 +139,8 @@ class NetworkPublication(IpcPublication):
         if now_ns >= self._next_flow_control_idle_ns:
             self._next_flow_control_idle_ns = now_ns + FLOW_CONTROL_IDLE_INTERVAL_NS
             self._set_sender_limit(self.flow_control.on_idle(now_ns, self.sender_limit))
+            if self.nak_sources:
+                self._forget_silent_nak_sources(now_ns)
         if self.should_send_setup and now_ns >= self.next_setup_ns:
             position = self.sender_position.get()
             term_id, term_offset = self.log.term_of(position)
@@ -127,7 +161,7 @@ class NetworkPublication(IpcPublication):
             if self.has_received_sm:
                 self.should_send_setup = False
         if self.has_received_sm:
-            position = self.sender_position.get()
+            position = start_position = self.sender_position.get()
             limit = self.sender_limit
             term_length = self.log.term_length
             datagrams = 0
@@ -154,6 +188,7 @@ class NetworkPublication(IpcPublication):
                     break  # a short batch inside the term: nothing more committed (or the socket is full)
             idle_ns = now_ns - self.time_of_last_send_ns
             if datagrams:
+                self.retransmit_handler.on_sent(position - start_position)
                 self.sender_position.set_ordered(position)
                 self.time_of_last_send_ns = now_ns
                 self.track_sender_limits = True
@@ -206,14 +241,18 @@ class NetworkPublication(IpcPublication):
 
     def plausible_position(self, sm: StatusMessageFrame) -> int | None:
         """The consumption position of ``sm``, or None if no receiver of this stream could have sent it:
-        its consumption offset lies within a term, its window is at most half a term (Aeron's receivers
+        its consumption offset lies within a term on a frame boundary (a multiple of 32), its window is at most half a term (Aeron's receivers
         and ours cap it there), and its consumption position lies between 0 and snd-pos (nobody consumed
         what was not sent). Checked before any arithmetic: a forged SM far ahead once raised the sender
         limit past int32 and stalled the stream for good. Setup-eliciting SMs carry zeros and are not
         checked."""
         log = self.log
         term_length = log.term_length
-        if sm.consumption_term_offset > term_length or sm.receiver_window_length > term_length // 2:
+        if (
+            sm.consumption_term_offset > term_length
+            or sm.consumption_term_offset & (dh.FRAME_ALIGNMENT - 1)
+            or sm.receiver_window_length > term_length // 2
+        ):
             return None
         position = log.position_of(sm.consumption_term_id, sm.consumption_term_offset)
         return position if 0 <= position <= self.sender_position.get() else None
@@ -233,6 +272,7 @@ class NetworkPublication(IpcPublication):
         receiver_id = sm.receiver_id
         if source is not None:
             self.receiver_addresses[receiver_id] = source
+            self._remember_nak_source(source, receiver_id, position, sm.receiver_window_length, now_ns)
         self._set_sender_limit(
             flow_control.on_status_message(
                 position,
@@ -254,6 +294,24 @@ class NetworkPublication(IpcPublication):
             self.should_send_setup = False
         self.is_connected = True
         self.log.set_connected(True)
+
+    def _remember_nak_source(self, source: Address, receiver_id: int, position: int, window: int, now_ns: int) -> None:
+        nak_source = self.nak_sources.get(source)
+        if nak_source is None:
+            if len(self.nak_sources) >= MAX_NAK_SOURCES:
+                return
+            nak_source = self.nak_sources[source] = NakSource({}, now_ns)
+        receivers = nak_source.receivers
+        if receiver_id in receivers or len(receivers) < 16:
+            previous = receivers.get(receiver_id, (position, window))[0]
+            receivers[receiver_id] = (max(previous, position), window)
+        nak_source.time_of_last_sm_ns = now_ns
+
+    def _forget_silent_nak_sources(self, now_ns: int) -> None:
+        timeout = self.flow_control.spec.receiver_timeout_ns
+        silent = [a for a, s in self.nak_sources.items() if now_ns - s.time_of_last_sm_ns > timeout]
+        for address in silent:
+            del self.nak_sources[address]
 
     def set_destination_count(self, count: int) -> None:
         if self.mdc_destinations_counter_id >= 0:
@@ -292,30 +350,53 @@ class NetworkPublication(IpcPublication):
                 initial_value=receiver.last_position,
             )
 
-    def on_nak(self, nak: NakFrame, now_ns: int, send: Send) -> int:
-        """Resend the named range at once unless it lingers from a recent resend; returns bytes."""
+    def on_nak(self, nak: NakFrame, now_ns: int, send: Send, source: Address | None = None, member: bool = True) -> int:
+        """Resend what the NAK's receiver can lack of the range it names (see the module's theory);
+        returns the bytes sent. ``source``: where it came from (None: trusted, as in unit tests);
+        ``member``: False if the endpoint knows the source is no receiver (not an MDC destination)."""
         counters = self.system_counters
         assert counters is not None
         term_length = self.log.term_length
-        if nak.term_offset < 0 or nak.term_offset > term_length - dh.HEADER_LENGTH or nak.length <= 0:
+        if (
+            nak.term_offset < 0
+            or nak.term_offset > term_length - dh.HEADER_LENGTH
+            or nak.length <= 0
+            or (nak.term_offset | nak.length) & (dh.FRAME_ALIGNMENT - 1)  # the decoder checks; a caller may not
+        ):
             counters.increment(SystemCounterId.INVALID_PACKETS)
+            counters.increment(SystemCounterId.NAKS_MALFORMED)
             return 0
+        if source is None:
+            lowest, window = 0, term_length // 2
+        else:
+            nak_source = self.nak_sources.get(source) if member else None
+            if nak_source is None:
+                counters.increment(SystemCounterId.NAKS_FROM_NON_RECEIVERS)
+                return 0
+            lowest, window = nak_source.lowest()
         self.naks_received += 1
         if self.naks_received_id >= 0:
             self.counters.set_value(self.naks_received_id, self.naks_received)
-        key = (nak.term_id, nak.term_offset)
-        if self.retransmit_lingers.get(key, 0) > now_ns:
-            return 0
         sender_position = self.sender_position.get()
-        start = self.log.position_of(nak.term_id, nak.term_offset)
-        if not sender_position - term_length < start < sender_position:  # cleaning stays a term behind snd-pos
+        asked = self.log.position_of(nak.term_id, nak.term_offset)
+        term_start = asked - nak.term_offset
+        start = max(asked, lowest)
+        end = min(asked + nak.length, term_start + term_length, sender_position, start + window)
+        if start >= end or start <= sender_position - term_length:  # cleaning stays a term behind snd-pos
+            counters.increment(SystemCounterId.NAKS_WITHOUT_RESEND)
             return 0
-        self.retransmit_lingers[key] = now_ns + RETRANSMIT_LINGER_NS
-        if len(self.retransmit_lingers) > 256:
-            self.retransmit_lingers = {k: v for k, v in self.retransmit_lingers.items() if v > now_ns}
-        remaining = min(nak.length, term_length - nak.term_offset, sender_position - start)
-        term = self.log.terms[(start // term_length) % 3]
-        offset = nak.term_offset
+        term = self.log.terms[(term_start // term_length) % 3]
+        if start == asked and asked > max(lowest, term_start):  # an offset a receiver chose: snap it to its frame
+            base = max(lowest, term_start) - term_start
+            start = term_start + base + native.term_scan_for_availability(term, base, start - term_start - base)
+        planned = self.retransmit_handler.plan(start, end, now_ns, self.mtu_length)
+        if isinstance(planned, NakOutcome):
+            counter = _OUTCOME_COUNTERS[planned]
+            counters.increment(counter)
+            return 0
+        start, end = planned
+        offset = start - term_start
+        remaining = end - start
         sent = 0
         while remaining > 0:
             covered, n = self._send_datagram(term, offset, remaining, send)
@@ -324,6 +405,7 @@ class NetworkPublication(IpcPublication):
             sent += n
             offset += covered
             remaining -= covered
+        self.retransmit_handler.on_resent(start, term_start + offset, now_ns)
         counters.increment(SystemCounterId.RETRANSMITS_SENT)
         counters.increment(SystemCounterId.RETRANSMITTED_BYTES, sent)
         return sent

@@ -11,12 +11,14 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from logbuf.driver.network_publication import NetworkPublication
+from logbuf.driver.transport_poller import TransportPoller
 from logbuf.driver.udp import SendChannelEndpoint
 
 
 class Sender:
     """Agent: each duty cycle, every publication sends what flow control allows, then every endpoint
-    dispatches the status messages, NAKs and RTT probes that came back."""
+    with something waiting (its poller says which, with one epoll call) dispatches the status messages,
+    NAKs and RTT probes that came back."""
 
     role_name = "sender"
 
@@ -25,6 +27,7 @@ class Sender:
             raise ValueError(f"control_poll_every={control_poll_every} must be at least 1")
         self.clock_ns = clock_ns
         self.endpoints: list[SendChannelEndpoint] = []
+        self.poller: TransportPoller[SendChannelEndpoint] = TransportPoller()
         self.control_poll_every = control_poll_every
         """Read the endpoints' sockets (SMs, NAKs, RTT probes) every this many idle cycles: each read is
         a system call, and a status message that waits a few cycles changes nothing while the window
@@ -43,11 +46,14 @@ class Sender:
         for endpoint in self.endpoints:
             for publication in endpoint.publications.values():
                 work += publication.send(now, endpoint.send, endpoint.send_frames)
-            if poll_control:
-                received += endpoint.poll()
             if endpoint.destinations is not None:
                 endpoint.on_idle(now)
         if poll_control:
+            poller = self.poller
+            for endpoint in poller.ready():
+                received += endpoint.poll(poller.batch, checked=True)
+            for endpoint in poller.unselectable:
+                received += endpoint.poll(poller.batch)
             self._cycles_to_control_poll = 0 if received else self.control_poll_every - 1
         else:
             self._cycles_to_control_poll -= 1
@@ -57,15 +63,18 @@ class Sender:
         for endpoint in self.endpoints:
             endpoint.close()
         self.endpoints.clear()
+        self.poller.close()
 
     # -- commands (from the conductor, through SenderProxy) ---------------------------------------------
     def on_register_send_channel_endpoint(self, endpoint: SendChannelEndpoint) -> None:
         self.endpoints.append(endpoint)
+        self.poller.add(endpoint)
 
     def on_close_send_channel_endpoint(self, endpoint: SendChannelEndpoint) -> None:
         """Stop polling the endpoint and close its transport (the agent that polls a socket closes it)."""
         if endpoint in self.endpoints:
             self.endpoints.remove(endpoint)
+            self.poller.remove(endpoint)
         endpoint.close()
 
     def on_new_network_publication(self, endpoint: SendChannelEndpoint, publication: NetworkPublication) -> None:

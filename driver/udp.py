@@ -74,7 +74,8 @@ if TYPE_CHECKING:
 
 READS_PER_POLL: Final[int] = 32
 SLOT_LENGTH: Final[int] = 65536
-"""Each poll reads up to 32 datagrams with one recvmmsg, each into its own 64 KiB slot."""
+"""Each poll reads up to 32 datagrams with one recvmmsg, each into its own 64 KiB slot (a coalesced
+UDP_GRO read fills a slot with up to 64 datagrams)."""
 SETUP_ELICIT_INTERVAL_NS: Final[int] = 100_000_000
 MAX_ELICITED_SESSIONS: Final[int] = 1024
 """Unknown sessions a receive endpoint remembers having asked for a SETUP (the oldest is forgotten
@@ -87,6 +88,21 @@ assert _DATA_PREFIX.size == dh.RESERVED_VALUE_FIELD_OFFSET
 Address: TypeAlias = tuple[str, int]
 DatagramHandler: TypeAlias = Callable[[memoryview, Address], None]
 """Called with each datagram received (valid only during the call) and its source address."""
+
+
+class ReceiveBatch:
+    """Where one ``recvmmsg`` lands: ``READS_PER_POLL`` slots of ``SLOT_LENGTH`` bytes (2 MiB) and, per
+    datagram, its offset, length and source. Datagrams handed out are views into it, valid only during
+    the handler's call, so every endpoint an agent polls can share one (Aeron's transport poller holds one
+    buffer for all its transports): per endpoint it would be 2 MiB of driver memory per UDP subscription."""
+
+    def __init__(self) -> None:
+        self.buffer = bytearray(READS_PER_POLL * SLOT_LENGTH)
+        self.view = memoryview(self.buffer)
+        entries = READS_PER_POLL * _udp.UDP_GRO_SEGMENTS  # a coalesced read is many datagrams
+        self.offsets = np.zeros(entries, dtype=np.int32)
+        self.lengths = np.zeros(entries, dtype=np.int32)
+        self.sources = np.zeros(entries, dtype=np.uint64)
 
 
 class FaultInjector:
@@ -223,8 +239,8 @@ class DatagramTransport(Protocol):
         ...
 
     def fileno(self) -> int:
-        """A file descriptor that is readable when datagrams wait (the duty cycle parks in select on
-        it), or -1 if there is none."""
+        """A file descriptor that is readable when datagrams wait (the agent's epoll set holds it, and the
+        duty cycle parks on that), or -1 if there is none (then the agent polls it every cycle)."""
         ...
 
     def close(self) -> None: ...
@@ -290,12 +306,8 @@ class UdpTransport:
         self._local_address: Address = self.socket.getsockname()
         self.system_counters = system_counters
         self.faults = faults if faults is not None and faults.active else None
-        self._buffer = bytearray(READS_PER_POLL * SLOT_LENGTH)
-        self._view = memoryview(self._buffer)
-        entries = READS_PER_POLL * (_udp.UDP_GRO_SEGMENTS if self.gso else 1)  # a coalesced read is many datagrams
-        self._offsets = np.zeros(entries, dtype=np.int32)
-        self._lengths = np.zeros(entries, dtype=np.int32)
-        self._sources = np.zeros(entries, dtype=np.uint64)
+        self._batch: ReceiveBatch | None = None
+        """Used only when no batch is given: an agent's endpoints all read into its poller's batch."""
         self._addresses: dict[int, Address] = {}
         self._fd = self.socket.fileno()
 
@@ -303,22 +315,30 @@ class UdpTransport:
     def local_address(self) -> Address:
         return self._local_address
 
-    def receive(self, handler: DatagramHandler) -> int:
+    def _own_batch(self) -> ReceiveBatch:
+        if self._batch is None:
+            self._batch = ReceiveBatch()
+        return self._batch
+
+    def receive(self, handler: DatagramHandler, batch: ReceiveBatch | None = None, checked: bool = False) -> int:
+        """:meth:`DatagramTransport.receive` into ``batch`` (the agent's shared one; else one of its own).
+        ``checked``: the caller's epoll has just said the socket is readable (no poll syscall here)."""
         faults = self.faults
-        if not self._readable.poll(0):
+        if not checked and not self._readable.poll(0):
             if faults is not None:
                 faults.flush(handler)
             return 0
-        n = _udp.udp_receive_batch(self._fd, self._buffer, SLOT_LENGTH, self._offsets, self._lengths, self._sources)
+        b = batch or self._own_batch()
+        n = _udp.udp_receive_batch(self._fd, b.buffer, SLOT_LENGTH, b.offsets, b.lengths, b.sources)
         if n:
-            lengths = self._lengths[:n].tolist()
-            offsets = self._offsets[:n].tolist()
+            lengths = b.lengths[:n].tolist()
+            offsets = b.offsets[:n].tolist()
             counters = self.system_counters
             counters.increment(SystemCounterId.BYTES_RECEIVED, sum(lengths))
             counters.increment(SystemCounterId.DATAGRAMS_RECEIVED, n)
-            view = self._view
+            view = b.view
             addresses = self._addresses
-            sources = self._sources  # read one by one: most control reads bring one or two datagrams
+            sources = b.sources  # read one by one: most control reads bring one or two datagrams
             for i in range(n):
                 source = int(sources[i])
                 address = addresses.get(source) or self._address_of(source)
@@ -331,27 +351,34 @@ class UdpTransport:
             faults.flush(handler)
         return n
 
-    def receive_data(self, receivers: list[_udp.ImageReceiver], handler: DatagramHandler, checked: bool = False) -> int:
+    def receive_data(
+        self,
+        receivers: list[_udp.ImageReceiver],
+        handler: DatagramHandler,
+        checked: bool = False,
+        batch: ReceiveBatch | None = None,
+    ) -> int:
         """:meth:`receive` with the data path in C: DATA that one of ``receivers`` takes is inserted
         with no Python per datagram (see :func:`logbuf.driver._udp.udp_receive_data`); ``handler`` gets
         the rest. With fault injection on, everything goes through :meth:`receive`. ``checked``: the caller
-        has just seen :meth:`readable` true (one poll syscall per cycle, not two)."""
+        has just seen the socket readable (one poll syscall per cycle, not two)."""
         if self.faults is not None:
-            return self.receive(handler)
+            return self.receive(handler, batch)
         if not checked and not self._readable.poll(0):
             return 0
+        b = batch or self._own_batch()
         n, received_bytes = _udp.udp_receive_data(
-            self.socket.fileno(), self._buffer, SLOT_LENGTH, self._offsets, self._lengths, self._sources, receivers
+            self._fd, b.buffer, SLOT_LENGTH, b.offsets, b.lengths, b.sources, receivers
         )
         if n:
             counters = self.system_counters
             counters.increment(SystemCounterId.BYTES_RECEIVED, received_bytes)
             counters.increment(SystemCounterId.DATAGRAMS_RECEIVED, n)
-            view = self._view
-            for i, length in enumerate(self._lengths[:n].tolist()):
+            view, offsets, sources = b.view, b.offsets, b.sources
+            for i, length in enumerate(b.lengths[:n].tolist()):
                 if length >= 0:  # -1: taken by the native data path
-                    offset = int(self._offsets[i])
-                    handler(view[offset : offset + length], self._address_of(int(self._sources[i])))
+                    offset = int(offsets[i])
+                    handler(view[offset : offset + length], self._address_of(int(sources[i])))
         return n
 
     def readable(self) -> bool:
@@ -440,9 +467,13 @@ class ChannelEndpoint:
                     pass
         self.system_counters.increment(SystemCounterId.INVALID_PACKETS)
 
-    def poll(self) -> int:
-        """Dispatch what the transport has received; returns how many datagrams."""
-        return self.transport.receive(self.on_datagram)
+    def poll(self, batch: ReceiveBatch | None = None, checked: bool = False) -> int:
+        """Dispatch what the transport has received; returns how many datagrams. A UDP transport reads
+        into ``batch`` (its agent's); ``checked``: the agent's epoll found the socket readable."""
+        transport = self.transport
+        if isinstance(transport, UdpTransport):
+            return transport.receive(self.on_datagram, batch, checked)
+        return transport.receive(self.on_datagram)
 
     def send_to(self, datagram: Buffer, address: Address) -> int:
         return self.transport.send_to(datagram, address)
@@ -552,6 +583,9 @@ class SendChannelEndpoint(ChannelEndpoint):
 
     def _on_status_message(self, datagram: memoryview, source: Address) -> None:
         sm = decode_exact(status_codec.decode, datagram)
+        if self.destinations is not None and not self.destinations.admits(source):
+            self.system_counters.increment(SystemCounterId.STATUS_MESSAGES_REJECTED)
+            return
         now = self.clock_ns()
         publication = self.publications.get((sm.session_id, sm.stream_id))
         if publication is None:
@@ -583,11 +617,19 @@ class SendChannelEndpoint(ChannelEndpoint):
             self._count_destinations()
 
     def _on_nak(self, datagram: memoryview, source: Address) -> None:
-        nak = decode_exact(nak_codec.decode, datagram)
+        """A NAK from a receiver of the publication gets what that receiver can lack (the publication
+        decides); from anyone else, nothing. MDC: only the destinations are receivers."""
+        try:
+            nak = decode_exact(nak_codec.decode, datagram)
+        except ValueError:  # an unaligned offset or length, say: counted here and (by the caller) as invalid
+            self.system_counters.increment(SystemCounterId.NAKS_MALFORMED)
+            raise
         publication = self.publications.get((nak.session_id, nak.stream_id))
-        if publication is not None and self._from_receiver(publication, source):
-            self.system_counters.increment(SystemCounterId.NAK_MESSAGES_RECEIVED)
-            publication.on_nak(nak, self.clock_ns(), self.send)
+        if publication is None or not self._from_receiver(publication, source):
+            return
+        self.system_counters.increment(SystemCounterId.NAK_MESSAGES_RECEIVED)
+        member = self.destinations is None or self.destinations.holds(source)
+        publication.on_nak(nak, self.clock_ns(), self.send, source, member)
 
     def _on_rtt_measurement(self, datagram: memoryview, source: Address) -> None:
         # Our static congestion control never measures RTT, but a receiver that does (Aeron's cubic)
@@ -646,18 +688,18 @@ class ReceiveChannelEndpoint(ChannelEndpoint):
             HDR_TYPE_RSP_SETUP: self._on_foreign_control,
         }
 
-    def poll(self) -> int:
+    def poll(self, batch: ReceiveBatch | None = None, checked: bool = False) -> int:
         """Dispatch what arrived. Over a :class:`UdpTransport` the DATA of active images is inserted in C,
         a batch per call, and only the rest comes through :meth:`on_datagram`; the images' positions are
         handed to the native side before the batch and their high-water marks taken back after it."""
         transport = self.transport
         if not isinstance(transport, UdpTransport) or not self.images:
-            return transport.receive(self.on_datagram)
-        if not transport.readable():  # the common idle cycle: no receivers to prime
+            return super().poll(batch, checked)
+        if not checked and not transport.readable():  # the common idle cycle: no receivers to prime
             return 0
         active = [image for image in self.images.values() if image.state is ImageState.ACTIVE]
         receivers = [image.native_receiver() for image in active]
-        n = transport.receive_data(receivers, self.on_datagram, checked=True)
+        n = transport.receive_data(receivers, self.on_datagram, checked=True, batch=batch)
         if n:
             now = self.clock_ns()
             for image in active:

@@ -108,7 +108,7 @@ def reduce_timer_slack(slack_ns: int = PARK_TIMER_SLACK_NS) -> bool:
 
 
 Park = Callable[[float], None]
-"""Parks the calling thread for up to the given seconds (``time.sleep``, or a ``select`` on sockets
+"""Parks the calling thread for up to the given seconds (``time.sleep``, or a wait on sockets
 that wakes when a datagram arrives)."""
 
 

@@ -141,13 +141,17 @@ class ChannelUri:
     def get(self, key: str, default: str | None = None) -> str | None:
         return self.params.get(key, default)
 
-    def _int(self, key: str) -> int | None:
+    def _int(self, key: str, bits: int = 32) -> int | None:
+        """``key``'s value as an integer that fits a signed ``bits``-bit field (as it goes on the wire or into
+        the log metadata): outside that range, an error naming the key and the range."""
         if key not in self.params:
             return None
         try:
-            return int(self.params[key])
+            value = int(self.params[key])
         except ValueError:
             raise self._error(key, "is not an integer") from None
+        check_int_range(f"channel parameter {key}", value, bits, self.original or str(self))
+        return value
 
     def _size(self, key: str) -> int | None:
         if key not in self.params:
@@ -178,10 +182,7 @@ class ChannelUri:
         return value
 
     def session_id(self) -> int | None:
-        value = self._int("session-id")
-        if value is not None and not -(1 << 31) <= value < (1 << 31):
-            raise self._error("session-id", "is not a 32-bit integer")
-        return value
+        return self._int("session-id")
 
     def _duration_ns(self, key: str) -> int | None:
         if key not in self.params:
@@ -189,12 +190,14 @@ class ChannelUri:
         match = _DURATION.match(self.params[key])
         if not match:
             raise self._error(key, "is not a duration (e.g. 5s, 100ms, 10us, 500ns)")
-        return (
+        value = (
             int(match[1])
             * {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000, None: 1}[
                 match[2].lower() if match[2] else None
             ]
         )
+        check_int_range(f"channel parameter {key} (in ns)", value, 64, self.original or str(self))
+        return value
 
     def linger_ns(self) -> int | None:
         return self._duration_ns("linger")
@@ -289,10 +292,7 @@ class ChannelUri:
 
     def group_tag(self) -> int | None:
         """``gtag=``: a 64-bit integer."""
-        value = self._int("gtag")
-        if value is not None and not -(1 << 63) <= value < (1 << 63):
-            raise self._error("gtag", "is not a 64-bit integer")
-        return value
+        return self._int("gtag", 64)
 
     def ttl(self) -> int | None:
         return self._int("ttl")
@@ -308,6 +308,24 @@ class ChannelUri:
     def __str__(self) -> str:
         head = (f"{self.prefix}:" if self.prefix else "") + f"{SCHEME}:{self.media}"
         return head + ("?" + "|".join(f"{k}={v}" for k, v in self.params.items()) if self.params else "")
+
+
+def check_int_range(name: str, value: int, bits: int = 32, where: str = "") -> int:
+    """``value`` if it fits a signed ``bits``-bit field, else an :class:`InvalidChannelError` naming ``name``,
+    the value and the range (so that a stream id or a URI's int parameter never reaches a ``struct.pack``
+    that would fail with a bare ``struct.error``)."""
+    low, high = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+    if not low <= value <= high:
+        suffix = f": {where}" if where else ""
+        raise InvalidChannelError(f"{name}={value} is outside the int{bits} range {low}..{high}{suffix}")
+    return value
+
+
+def check_stream_id(stream_id: int) -> int:
+    """A stream id as given beside a channel: an int32 (an :class:`InvalidChannelError` names it otherwise)."""
+    if isinstance(stream_id, bool) or not isinstance(stream_id, int):
+        raise InvalidChannelError(f"stream_id={stream_id!r} is not an integer")
+    return check_int_range("stream_id", stream_id)
 
 
 def check_channel_supported(uri: ChannelUri, supported_media: set[str]) -> None:

@@ -16,6 +16,7 @@ rooted here (``tests/logbuf/test_errors.py`` walks every module of the package t
     |   +-- UsageError                     logbuf-archive's command line (logbuf.archive.main)
     +-- FrameError (ValueError)            a data frame's bytes (logbuf.logbuffer.data_header_descriptor)
     |   +-- MalformedFrameError            a datagram's bytes (logbuf.protocol)
+    |   +-- CorruptLogError                a frame length in a log that cannot be true (raised by the polls)
     +-- MalformedCommandError (ValueError) a client<->driver command's bytes (logbuf.conduit.command_descriptor)
     +-- ClosedError                        the client, publication or subscription is closed
     +-- DriverTimeoutError                 the media driver stopped answering or heartbeating
@@ -103,6 +104,41 @@ class MalformedFrameError(FrameError):
         self.reason = reason
 
 
+class CorruptLogError(FrameError):
+    """A poll met a frame length that no publisher can have written (shorter than a header, past the end
+    of the term, or negative with no claim that fits): the log was damaged by something that can map it.
+    The image cannot move past it; the message names the image (session, stream, channel when known),
+    the stream position, the term offset and the bad value. Raised by the native polls
+    (:mod:`logbuf.native.reader`) when the bad frame is at the subscriber position; the fragments before
+    it are delivered first."""
+
+    def __init__(
+        self,
+        reason: str,
+        *,
+        session_id: int,
+        stream_id: int,
+        channel: str | None,
+        position: int,
+        term_offset: int,
+        frame_length: int,
+    ) -> None:
+        where = f"session_id={session_id} stream_id={stream_id}"
+        if channel:
+            where += f" channel={channel}"
+        super().__init__(
+            f"corrupt log ({where}): frame_length={frame_length} at position={position} "
+            f"(term_offset={term_offset}) is {reason}; the image cannot move past it"
+        )
+        self.reason = reason
+        self.session_id = session_id
+        self.stream_id = stream_id
+        self.channel = channel
+        self.position = position
+        self.term_offset = term_offset
+        self.frame_length = frame_length
+
+
 class MalformedCommandError(LogbufError, ValueError):
     """A command or response does not decode; the message names the type and the fault."""
 
@@ -146,6 +182,7 @@ __all__ = [
     "CncNotReadyError",
     "CncVersionError",
     "ConfigurationError",
+    "CorruptLogError",
     "DriverTimeoutError",
     "ErrorCode",
     "FrameError",

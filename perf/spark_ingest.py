@@ -36,6 +36,12 @@ At cluster scale, in the same run (``--skip-scale`` leaves them out):
 
 Writes perf/results/spark_ingest.json (``--quick``: spark_ingest_quick.json), with the load average
 (``os.getloadavg``) at the start, at the end and beside each cluster-scale figure.
+
+``--goals`` measures the source's own targets instead, on a 300k-message mixed archive (three
+recordings of 100k messages, made the real way once and reused): ``count()``, a ``payload``-free
+projection, a streaming drain without a limit and with ``maxBytesPerTrigger=4m`` (each micro-batch's
+recorded bytes from the progress reports' offsets, and the rate against the unlimited drain).
+Writes perf/results/spark_ingest_goals.json. ``--label`` names the run (e.g. before/after a change).
 """
 
 from __future__ import annotations
@@ -164,6 +170,161 @@ def make_archive(archive_dir: str, target_bytes: int) -> dict[str, Any]:
         f"recorded {facts['recorded_bytes'] / 2**20:.0f} MiB, {messages} messages in {seconds:.1f} s -> {archive_dir}"
     )
     return facts
+
+
+GOALS_MESSAGES = 300_000
+GOALS_RECORDINGS = 3
+
+
+def make_goals_archive(archive_dir: str) -> dict[str, Any]:
+    """300k mixed messages (32-512 B, 1 % of 3000 B: fragmented) from three publications of one stream,
+    so three recordings, through a real driver (64 KiB IPC terms) and recorder; made once, then reused."""
+    from logbuf.archive.catalog import Catalog
+    from logbuf.client import Aeron, Context
+    from logbuf.conduit.cnc import wait_for_driver
+
+    marker = os.path.join(archive_dir, "complete.json")
+    if os.path.exists(marker):
+        with open(marker) as f:
+            facts: dict[str, Any] = json.load(f)
+        print(f"reusing {archive_dir} ({facts['recorded_bytes'] / 2**20:.0f} MiB, {facts['messages']} messages)")
+        return facts
+    shutil.rmtree(archive_dir, ignore_errors=True)
+    os.makedirs(archive_dir)
+    driver_dir = f"/dev/shm/logbuf-perf-{uuid.uuid4().hex[:8]}"
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "logbuf.driver.main", "--dir", driver_dir, "--ipc-term-length", "1m"],
+        stderr=subprocess.DEVNULL,
+    )
+    recorder: subprocess.Popen[bytes] | None = None
+    rng = random.Random(11)
+    sizes = [3000 if rng.random() < 0.01 else rng.randrange(32, 513) for _ in range(GOALS_MESSAGES)]
+    payloads = [bytes(rng.randrange(256) for _ in range(64)) * 47 for _ in range(16)]
+    try:
+        wait_for_driver(driver_dir)
+        recorder = subprocess.Popen(
+            [sys.executable, "-m", "logbuf.archive.main", "-d", archive_dir, "record", "--channel", "aeron:ipc"]
+            + ["--stream-id", str(STREAM), "--driver-dir", driver_dir, "--segment-length", "4m"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        with Aeron.connect(Context(dir=driver_dir)) as aeron:
+            pubs = [aeron.add_exclusive_publication("aeron:ipc", STREAM) for _ in range(GOALS_RECORDINGS)]
+            deadline = time.monotonic() + 30
+            while not all(p.is_connected for p in pubs):
+                assert time.monotonic() < deadline, "the recorder did not subscribe in 30 s"
+                time.sleep(0.01)
+            for i, size in enumerate(sizes):
+                pub = pubs[i % GOALS_RECORDINGS]
+                while pub.offer(payloads[i % 16][:size], reserved_value=time.time_ns() // 1000) < 0:
+                    os.sched_yield()
+            ends = {p.session_id: p.position for p in pubs}
+            deadline = time.monotonic() + 120
+            while True:
+                with Catalog.open(archive_dir) as catalog:
+                    done = [d for d in catalog.recordings() if d.stop_position >= ends.get(d.session_id, 1 << 62)]
+                if len(done) == GOALS_RECORDINGS:
+                    break
+                assert time.monotonic() < deadline, "the recordings did not catch up in 120 s"
+                time.sleep(0.1)
+            for p in pubs:
+                p.close()
+    finally:
+        if recorder is not None:
+            recorder.send_signal(signal.SIGTERM)
+            recorder.wait(30)
+        driver.send_signal(signal.SIGTERM)
+        driver.wait(30)
+        shutil.rmtree(driver_dir, ignore_errors=True)
+    with Catalog.open(archive_dir) as catalog:
+        recorded = sum(d.stop_position - d.start_position for d in catalog.recordings())
+    facts = {"messages": GOALS_MESSAGES, "recordings": GOALS_RECORDINGS, "recorded_bytes": recorded}
+    with open(marker, "w") as f:
+        json.dump(facts, f)
+    print(f"recorded {recorded / 2**20:.0f} MiB, {GOALS_MESSAGES} messages -> {archive_dir}")
+    return facts
+
+
+def _moved_bytes(progress: dict[str, Any]) -> int:
+    source = progress["sources"][0]
+
+    def offsets(key: str) -> dict[str, int]:
+        value = source.get(key)
+        if isinstance(value, str):
+            value = json.loads(value)
+        return {k: int(v) for k, v in (value or {}).items()}
+
+    start, end = offsets("startOffset"), offsets("endOffset")
+    return sum(v - start.get(k, 0) for k, v in end.items() if v > 0)
+
+
+def drain_stream(spark: Any, archive_dir: str, tmp: str, **options: str) -> tuple[float, list[int]]:
+    """(seconds, recorded bytes per micro-batch) of an availableNow drain of the archive into ``noop``."""
+    checkpoint = os.path.join(tmp, f"checkpoint-{uuid.uuid4().hex[:8]}")
+    query = (
+        spark.readStream.format("logbuf")
+        .options(**options)
+        .load(archive_dir)
+        .writeStream.format("noop")
+        .option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+    )
+    t0 = time.perf_counter()
+    running = query.start()
+    assert running.awaitTermination(600), "the drain did not finish in 600 s"
+    seconds = time.perf_counter() - t0
+    batches = [_moved_bytes(p) for p in running.recentProgress if p.get("numInputRows")]
+    running.stop()
+    shutil.rmtree(checkpoint, ignore_errors=True)
+    return seconds, batches
+
+
+def goals(spark: Any, archive_dir: str, facts: dict[str, Any], runs: int, label: str) -> dict[str, Any]:
+    """The source's targets: count(), a payload-free projection, maxBytesPerTrigger=4m vs no limit."""
+    import tempfile
+
+    results = new_results("spark_ingest_goals", label=label, runs=runs, **facts)
+    results["load_avg_at_start"] = os.getloadavg()
+    total = facts["recorded_bytes"]
+
+    def best_of(name: str, run: Any) -> float:
+        best = float("inf")
+        for _ in range(runs):
+            t0 = time.perf_counter()
+            value = run()
+            best = min(best, time.perf_counter() - t0)
+        results["cases"].append({"case": name, "seconds": best, "value": value, "load_avg": os.getloadavg()})
+        print(f"{name:<48} {best:6.2f} s  {total / best / 1e6:7.1f} MB/s  ({value})")
+        return best
+
+    def load() -> Any:
+        return spark.read.format("logbuf").load(archive_dir)
+
+    load().limit(1).collect()  # warm-up: planner, workers
+    results["count_seconds"] = best_of("count()", lambda: load().count())
+    results["projection_seconds"] = best_of(
+        "select(recording_id, position) max",
+        lambda: load().selectExpr("max(position)", "count(recording_id)").first()[1],
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        unlimited, _ = drain_stream(spark, archive_dir, tmp)
+        limited, batches = drain_stream(spark, archive_dir, tmp, maxBytesPerTrigger=str(4 << 20))
+    full = batches[:-1]  # the last one takes what is left
+    within = [abs(b - (4 << 20)) <= 0.1 * (4 << 20) for b in full]
+    results["stream_unlimited_seconds"] = unlimited
+    results["stream_4m_seconds"] = limited
+    results["stream_4m_batches"] = batches
+    results["stream_4m_batches_within_10_percent"] = f"{sum(within)}/{len(full)}"
+    results["stream_4m_rate_vs_unlimited"] = unlimited / limited
+    print(f"stream, no limit: {unlimited:6.2f} s  {total / unlimited / 1e6:7.1f} MB/s")
+    print(
+        f"stream, maxBytesPerTrigger=4m: {limited:6.2f} s  {total / limited / 1e6:7.1f} MB/s "
+        f"({unlimited / limited:.2f}x the unlimited rate), {len(batches)} batches, "
+        f"{sum(within)}/{len(full)} within 10% of 4 MiB; median {sorted(batches)[len(batches) // 2] / 2**20:.2f} MiB"
+    )
+    results["load_avg_at_end"] = os.getloadavg()
+    results["note"] = "2-core machine shared with other work: figures are noisy; compare runs of one label set."
+    return results
 
 
 # -- cluster scale: a 4-stream archive, an S3 server ------------------------------------------------------------
@@ -503,8 +664,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-struct-walk", action="store_true", help="leave out the slow struct-walk baseline")
     parser.add_argument("--skip-baselines", action="store_true", help="leave out the binaryFile readers")
     parser.add_argument("--skip-scale", action="store_true", help="leave out filter pushdown and S3 vs local")
+    parser.add_argument("--goals", action="store_true", help="the source's targets on a 300k-message archive")
+    parser.add_argument("--label", default="", help="a name for this run in the results (with --goals)")
     args = parser.parse_args(argv)
     quiet()
+    if args.goals:
+        return main_goals(args)
     target = 128 * 2**20 if args.quick else GIB + 64 * 2**20
     runs = args.runs
     archive_dir = args.archive_dir or f"/tmp/logbuf-spark-ingest-{target >> 20}m"
@@ -586,6 +751,35 @@ def main(argv: list[str] | None = None) -> int:
     results["load_avg_at_end"] = os.getloadavg()
     if args.quick:
         results["benchmark"] = "spark_ingest_quick"
+    write_results(results)
+    return 0
+
+
+def main_goals(args: argparse.Namespace) -> int:
+    archive_dir = args.archive_dir or "/tmp/logbuf-spark-goals-300k"
+    facts = make_goals_archive(archive_dir)
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+
+    from logbuf.archive.spark import register
+
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("spark-ingest-goals")
+        .config("spark.ui.enabled", "false")
+        .config("spark.driver.memory", "2g")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    try:
+        register(spark)
+        results = goals(spark, archive_dir, facts, args.runs, args.label)
+    finally:
+        spark.stop()
+    results["benchmark"] = "spark_ingest_goals" + (f"_{args.label}" if args.label else "")
     write_results(results)
     return 0
 

@@ -1,28 +1,42 @@
-"""What each remote attack of issue 14 (items 1-5) does to two real drivers and their stream.
+"""What remote attacks do to two real drivers and their stream.
 
-Each case starts a sending and a receiving driver, connects an honest stream, attacks it with crafted
-datagrams from a raw UDP socket, then streams 3,000 more messages and reports what came through, the
-drivers' counters (errors, invalid packets, spoofed frames, rejected images), leaked image files and the
-receiving driver's RSS. Run before and after a fix: ``python perf/udp_attacks.py --label before``; each
-run writes ``perf/results/udp_attacks_<label>.json`` with the machine load beside the figures.
+Suite ``remote``: each case starts a sending and a receiving driver, connects an honest stream, attacks
+it with crafted datagrams from a raw UDP socket, then streams 3,000 more messages and reports what came
+through, the drivers' counters (errors, invalid packets, spoofed frames, rejected images), leaked image
+files and the receiving driver's RSS.
+
+Suite ``nak``: NAK amplification and dynamic MDC. Each case streams for a few seconds without attack,
+then as long again while a child process sends NAKs (forged with the receiver's own address through a
+raw IP socket, or from 127.0.0.2, which is no receiver), and reports the live rate in both phases, the
+NAKs sent and what the sender resent: amplification = retransmitted bytes / NAK bytes (payload, 28 bytes
+a NAK; ``amplification_wire`` counts 56 with the IP and UDP headers, as the first report of this attack
+did). The last cases send a dynamic MDC publication a handful of SMs from a victim's address, with and
+without ``--mdc-dynamic-allow``, and count what the victim is sent.
+
+Run before and after a fix: ``python perf/udp_attacks.py --suite nak --label before``; each run writes
+``perf/results/udp_attacks_<suite>_<label>.json`` with the machine load beside the figures (a shared,
+loaded machine: compare ratios measured in one run, not absolute rates across runs).
 """
 
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import os
 import random
 import socket
 import time
+from collections.abc import Callable
 from typing import Any
 
 from _common import new_results, quiet, write_results
 
-from logbuf.client import Aeron, Context
+from logbuf.client import Aeron, Context, FragmentAssembler, OfferResult
 from logbuf.logbuffer import data_header_descriptor as dh
 from logbuf.protocol import DataFrame, HeartbeatFrame, SetupFrame, StatusMessageFrame
 from tests.driver.test_local_hardening import rss_bytes
-from tests.driver.test_udp import BASE_ARGS, await_, counters, free_port, stream
+from tests.driver.test_nak_amplification import flood, naks_at_term_start, stepped_naks_at, system_counters
+from tests.driver.test_udp import BASE_ARGS, await_, counters, free_port, message, stream
 from tests.support.driver_process import DriverProcess
 
 WATCHED = ("Errors", "Invalid packets", "Spoofed frames dropped", "Images rejected", "Active images")
@@ -135,17 +149,233 @@ CASES = {
 }
 
 
+# -- NAK amplification and dynamic MDC ----------------------------------------------------------------------
+PHASE_S = 4.0
+NAK_WATCHED = (
+    "NAKs received",
+    "Retransmits sent",
+    "Retransmitted bytes",
+    "NAKs from non-receivers",
+    "NAKs malformed",
+    "NAKs with nothing to resend",
+    "Retransmit Pool Overflow count",
+    "Retransmits rate limited",
+    "Spoofed frames dropped",
+    "Invalid packets",
+)
+
+
+class LiveStream:
+    """Offers numbered messages and polls them back; checks each arrives once, in order."""
+
+    def __init__(self, pub: Any, sub: Any) -> None:
+        self.pub, self.sub = pub, sub
+        self.sent = 0
+        self.received: list[int] = []
+        self.assembler = FragmentAssembler(
+            lambda buffer, header: self.received.append(int.from_bytes(bytes(buffer[:8]), "little"))
+        )
+
+    def run(self, seconds: float, tick: Callable[[], None] = lambda: None) -> int:
+        """Messages received in ``seconds``."""
+        before = len(self.received)
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            result = self.pub.offer(message(self.sent))
+            if result > 0:
+                self.sent += 1
+            elif result not in (OfferResult.BACK_PRESSURED, OfferResult.ADMIN_ACTION):
+                raise AssertionError(OfferResult(result).name)
+            self.sub.poll(self.assembler, 64)
+            tick()
+        return len(self.received) - before
+
+    @property
+    def in_order(self) -> bool:
+        return self.received == list(range(len(self.received)))
+
+
+def run_nak_case(
+    name: str, *, mdc: bool, source: str, rate: int, pattern: Callable[..., list[bytes]]
+) -> dict[str, Any]:
+    a, b = DriverProcess(args=BASE_ARGS).start(), DriverProcess(args=BASE_ARGS).start()
+    data, control = free_port(), free_port()
+    if mdc:
+        pub_channel = f"aeron:udp?control=127.0.0.1:{control}|control-mode=dynamic"
+        sub_channel = f"aeron:udp?endpoint=127.0.0.1:{data}|control=127.0.0.1:{control}"
+    else:
+        pub_channel = sub_channel = f"aeron:udp?endpoint=127.0.0.1:{data}"
+    attacker = ("127.0.0.1", data) if source == "receiver" else ("127.0.0.2", 40999)
+    result: dict[str, Any] = {"case": name, "nak_rate_per_s": rate}
+    try:
+        with Aeron.connect(Context(dir=a.dir)) as sender, Aeron.connect(Context(dir=b.dir)) as receiver:
+            sub = receiver.add_subscription(sub_channel, 50)
+            pub = sender.add_publication(pub_channel, 50)
+            await_(lambda: pub.is_connected and bool(sub.images), 20, "connection")
+            image = sub.images[0]
+            host, port = image.source_identity.rsplit(":", 1)
+            live = LiveStream(pub, sub)
+            live.run(1.0)  # warm up
+            before = system_counters(a)
+            result["live_msgs_per_s_without"] = round(live.run(PHASE_S) / PHASE_S)
+            quiet_resent = system_counters(a)["Retransmitted bytes"] - before["Retransmitted bytes"]
+            spawn = multiprocessing.get_context("spawn")
+            position, sent, stop = spawn.Value("q", image.position), spawn.Value("q", 0), spawn.Event()
+            stream_fields = (pub.session_id, 50, image.initial_term_id, image.term_length)
+            child = spawn.Process(
+                target=flood, args=((host, int(port)), attacker, stream_fields, position, sent, stop, rate, pattern)
+            )
+            child.start()
+            try:
+                await_(lambda: sent.value > 0, 30, "the flood started")
+                before, naks_before = system_counters(a), sent.value
+                got = live.run(PHASE_S, lambda: setattr(position, "value", image.position))
+                after, naks = system_counters(a), sent.value - naks_before
+            finally:
+                stop.set()
+                child.join(10)
+                if child.is_alive():
+                    child.kill()
+            resent = after["Retransmitted bytes"] - before["Retransmitted bytes"]
+            result["live_msgs_per_s_with"] = round(got / PHASE_S)
+            result["live_rate_ratio"] = round(got / PHASE_S / max(1, result["live_msgs_per_s_without"]), 2)
+            result["naks_sent"] = naks
+            result["resent_bytes_without_attack"] = quiet_resent
+            result["resent_bytes"] = resent
+            result["amplification"] = round(resent / max(1, naks * 28), 2)
+            result["amplification_wire"] = round(resent / max(1, naks * 56), 2)
+            result["in_order"] = live.in_order
+            result["sender"] = {k: after.get(k, 0) - before.get(k, 0) for k in NAK_WATCHED if k in after}
+            result["errors"] = len(a.errors()) + len(b.errors())
+    finally:
+        for driver in (a, b):
+            driver.stop()
+            driver.remove()
+    print(result, flush=True)
+    return result
+
+
+def run_mdc_victim_case(name: str, allow: list[str]) -> dict[str, Any]:
+    result: dict[str, Any] = {"case": name}
+    try:
+        a = DriverProcess(args=[*BASE_ARGS, *allow]).start()
+    except AssertionError as e:  # a driver without the setting
+        result["skipped"] = str(e).splitlines()[0][:200]
+        print(result, flush=True)
+        return result
+    b = DriverProcess(args=BASE_ARGS).start()
+    data, control = free_port(), free_port()
+    try:
+        with (
+            Aeron.connect(Context(dir=a.dir)) as sender,
+            Aeron.connect(Context(dir=b.dir)) as receiver,
+            socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as victim,
+        ):
+            victim.bind(("127.0.0.2", 0))
+            victim.setblocking(False)
+            sub = receiver.add_subscription(f"aeron:udp?endpoint=127.0.0.1:{data}|control=127.0.0.1:{control}", 51)
+            pub = sender.add_publication(f"aeron:udp?control=127.0.0.1:{control}|control-mode=dynamic", 51)
+            await_(lambda: pub.is_connected and bool(sub.images), 20, "connection")
+            image = sub.images[0]
+            term_id = image.initial_term_id + image.position // image.term_length
+            for i in range(6):  # as the attack measured: six SMs from the victim's address
+                sm = StatusMessageFrame(pub.session_id, 51, term_id, 0, 64 * 1024, 666, flags=0x80 if i == 0 else 0)
+                victim.sendto(sm.encode(), ("127.0.0.1", control))
+            live = LiveStream(pub, sub)
+            victim_bytes = 0
+
+            def drain() -> None:
+                nonlocal victim_bytes
+                try:
+                    while True:
+                        victim_bytes += len(victim.recv(65536))
+                except BlockingIOError:
+                    pass
+
+            got = live.run(5.0, drain)
+            result["live_msgs"] = got
+            result["victim_bytes_in_5_s"] = victim_bytes
+            result["in_order"] = live.in_order
+            values = counters(a)
+            result["status_messages_rejected"] = values.get("Status Messages rejected", 0)
+    finally:
+        for driver in (a, b):
+            driver.stop()
+            driver.remove()
+    print(result, flush=True)
+    return result
+
+
+NAK_CASES: dict[str, Callable[[], dict[str, Any]]] = {
+    "forged NAKs from the receiver's address, offset 0, 100/s": lambda: run_nak_case(
+        "forged NAKs from the receiver's address, offset 0, 100/s",
+        mdc=False,
+        source="receiver",
+        rate=100,
+        pattern=naks_at_term_start,
+    ),
+    "forged NAKs from the receiver's address, stepped offsets, 100/s": lambda: run_nak_case(
+        "forged NAKs from the receiver's address, stepped offsets, 100/s",
+        mdc=False,
+        source="receiver",
+        rate=100,
+        pattern=stepped_naks_at,
+    ),
+    "forged NAKs from the receiver's address, stepped offsets, 3,000/s": lambda: run_nak_case(
+        "forged NAKs from the receiver's address, stepped offsets, 3,000/s",
+        mdc=False,
+        source="receiver",
+        rate=3_000,
+        pattern=stepped_naks_at,
+    ),
+    "unicast, NAKs from a non-member (127.0.0.2), stepped, 3,000/s": lambda: run_nak_case(
+        "unicast, NAKs from a non-member (127.0.0.2), stepped, 3,000/s",
+        mdc=False,
+        source="non-member",
+        rate=3_000,
+        pattern=stepped_naks_at,
+    ),
+    "MDC dynamic, NAKs from a non-member (127.0.0.2), offset 0, 100/s": lambda: run_nak_case(
+        "MDC dynamic, NAKs from a non-member (127.0.0.2), offset 0, 100/s",
+        mdc=True,
+        source="non-member",
+        rate=100,
+        pattern=naks_at_term_start,
+    ),
+    "MDC dynamic, NAKs from a non-member (127.0.0.2), stepped, 3,000/s": lambda: run_nak_case(
+        "MDC dynamic, NAKs from a non-member (127.0.0.2), stepped, 3,000/s",
+        mdc=True,
+        source="non-member",
+        rate=3_000,
+        pattern=stepped_naks_at,
+    ),
+    "MDC dynamic, 6 SMs from a victim's address (default settings)": lambda: run_mdc_victim_case(
+        "MDC dynamic, 6 SMs from a victim's address (default settings)", []
+    ),
+    "MDC dynamic, 6 SMs from a victim's address (--mdc-dynamic-allow 127.0.0.1)": lambda: run_mdc_victim_case(
+        "MDC dynamic, 6 SMs from a victim's address (--mdc-dynamic-allow 127.0.0.1)",
+        ["--mdc-dynamic-allow", "127.0.0.1"],
+    ),
+}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--label", default="after")
+    parser.add_argument("--suite", choices=("remote", "nak"), default="nak")
     parser.add_argument("--cases", default="", help="comma-separated case numbers (from 0); default all")
     args = parser.parse_args()
     quiet()
-    results = new_results(f"udp_attacks_{args.label}", load_before=os.getloadavg())
+    results = new_results(f"udp_attacks_{args.suite}_{args.label}", load_before=os.getloadavg())
     wanted = {int(i) for i in args.cases.split(",") if i}
-    for i, (name, attack) in enumerate(CASES.items()):
-        if not wanted or i in wanted:
-            results["cases"].append(run_case(name, attack))
+    if args.suite == "remote":
+        for i, (name, attack) in enumerate(CASES.items()):
+            if not wanted or i in wanted:
+                results["cases"].append(run_case(name, attack))
+    else:
+        for i, run in enumerate(NAK_CASES.values()):
+            if not wanted or i in wanted:
+                results["cases"].append(run())
     results["load_after"] = os.getloadavg()
     write_results(results)
 

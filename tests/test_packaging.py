@@ -95,6 +95,7 @@ def test_everything_importable_is_under_logbuf(wheel: Wheel) -> None:
         "logbuf/driver/main.py",
         "logbuf/client/demo.py",
         "logbuf/archive/catalog.py",
+        "logbuf/archive/control_schema.xml",  # read by the control protocol tests from the installed package
         "logbuf/jetstream/main.py",
         "logbuf/jetstream/data/jetstream-zstd.dict",
     ):

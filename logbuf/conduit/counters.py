@@ -125,6 +125,9 @@ class CountersManager(CountersReader):
         """Records below it have been used, as far as this manager knows."""
         self._freed: deque[int] = deque()
         """Records this manager freed, oldest first (so their reuse deadlines are in order)."""
+        self._owner_of: dict[int, int] = {}
+        self._owned: dict[int, int] = {}
+        """Counters this manager allocated and has not freed, by owner id (a driver's per-client share)."""
 
     @property
     def capacity(self) -> int:
@@ -168,7 +171,13 @@ class CountersManager(CountersReader):
         self.metadata[meta + cd.LABEL_OFFSET : meta + cd.LABEL_OFFSET + len(encoded)] = encoded
         native.put_int64_ordered(self.values, value, initial_value)
         native.put_int32_ordered(self.metadata, meta + cd.RECORD_STATE_OFFSET, cd.RECORD_ALLOCATED)
+        self._owner_of[counter_id] = owner_id
+        self._owned[owner_id] = self._owned.get(owner_id, 0) + 1
         return counter_id
+
+    def owned_by(self, owner_id: int) -> int:
+        """How many counters this manager allocated for ``owner_id`` (a client id) and has not freed."""
+        return self._owned.get(owner_id, 0)
 
     def has_room(self, count: int) -> bool:
         """Can ``count`` counters be allocated now? O(count): never-used records first, then the records
@@ -230,6 +239,13 @@ class CountersManager(CountersReader):
         struct.pack_into("=q", self.metadata, meta + cd.FREE_FOR_REUSE_DEADLINE_OFFSET, deadline)
         native.put_int32_ordered(self.metadata, meta + cd.RECORD_STATE_OFFSET, cd.RECORD_RECLAIMED)
         self._freed.append(counter_id)
+        owner_id = self._owner_of.pop(counter_id, None)
+        if owner_id is not None:
+            left = self._owned[owner_id] - 1
+            if left:
+                self._owned[owner_id] = left
+            else:
+                del self._owned[owner_id]
 
     def set_value(self, counter_id: int, value: int) -> None:
         self._check_id(counter_id)

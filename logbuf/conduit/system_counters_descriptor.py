@@ -8,7 +8,7 @@ slot 46, with type id :data:`~logbuf.conduit.counters_descriptor.LOGBUF_SYSTEM_C
 their own ids (from 100) in the key, so no Aeron tool takes them for one of its own::
 
     slot  0 .. 45   type 0      key = Aeron's id (= slot)       Aeron 1.53's system counters
-    slot 46 .. 57   type 1003   key = logbuf's id (100 ..)      logbuf's own
+    slot 46 .. 61   type 1003   key = logbuf's id (100 ..)      logbuf's own
 
 Value record: value, registration id = the counter's id, owner id = -1 (what Aeron 1.53 writes).
 Aeron counters that logbuf has no cause to move (proxy offer failures, name resolution, revocation,
@@ -130,6 +130,11 @@ class SystemCounterId(IntEnum):
     CONDUCTOR_BUSY_CPU_TIME = 109
     SENDER_BUSY_CPU_TIME = 110
     RECEIVER_BUSY_CPU_TIME = 111
+    NAKS_MALFORMED = 112
+    NAKS_FROM_NON_RECEIVERS = 113
+    NAKS_WITHOUT_RESEND = 114
+    RETRANSMITS_RATE_LIMITED = 115
+    CORRUPT_LOG_FRAMES = 120  # an id apart from the next ones added above, which other work may take
 
 
 FIRST_LOGBUF_ID: Final[int] = 100
@@ -222,6 +227,13 @@ DESCRIPTORS: Final[tuple[SystemCounterDescriptor, ...]] = (
     _D(_I.CONDUCTOR_BUSY_CPU_TIME, "Conductor busy CPU time in ns"),
     _D(_I.SENDER_BUSY_CPU_TIME, "Sender busy CPU time in ns"),
     _D(_I.RECEIVER_BUSY_CPU_TIME, "Receiver busy CPU time in ns"),
+    _D(_I.NAKS_MALFORMED, "NAKs malformed", udp=True),
+    _D(_I.NAKS_FROM_NON_RECEIVERS, "NAKs from non-receivers", udp=True),
+    _D(_I.NAKS_WITHOUT_RESEND, "NAKs with nothing to resend", udp=True),
+    _D(_I.RETRANSMITS_RATE_LIMITED, "Retransmits rate limited", udp=True),
+    # a frame length no publisher can write, met by a client's poll (once per image and position) or by the
+    # conductor's unblocker (which then refuses to pad over it)
+    _D(_I.CORRUPT_LOG_FRAMES, "Corrupt log frames"),
 )
 """Every system counter in slot order: ``DESCRIPTORS[slot]``."""
 

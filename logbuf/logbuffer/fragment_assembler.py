@@ -61,6 +61,13 @@ class _Assembler:
             return None
         return builder
 
+    def move_session(self, from_session_id: int, to_session_id: int) -> None:
+        """Continue a session's partial message under another session id (a catch-up that switches from the
+        replay image to the live image at the same position: the next fragment follows on by term offset)."""
+        builder = self._builders.pop(from_session_id, None)
+        if builder is not None:
+            self._builders[to_session_id] = builder
+
     def free_session(self, session_id: int) -> None:
         """Forget a session's partial message (its image went away)."""
         self._builders.pop(session_id, None)

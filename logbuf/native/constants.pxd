@@ -68,3 +68,10 @@ cdef enum:
     DATAGRAM_BAD_LENGTH = -4
     DATAGRAM_NOT_CONSECUTIVE = -5
     DATAGRAM_OUTSIDE_TERM = -6
+
+# What a frame length read from a log is, when it is not a frame (term.pxd: frame_length_fault).
+cdef enum:
+    FRAME_NOT_YET = 0  # no fault: 0, or a claim being written (-L with HEADER_LENGTH <= L <= the rest of the term)
+    FRAME_SHORT = 1  # 1 .. HEADER_LENGTH - 1: shorter than a header
+    FRAME_PAST_TERM_END = 2  # longer than what is left of the term
+    FRAME_NEGATIVE = 3  # negative, and no claim that fits the term (INT_MIN included)

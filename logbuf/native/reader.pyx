@@ -2,9 +2,14 @@
 """Reading a log: the ``Header`` flyweight handed to fragment handlers, ``term_read`` (Aeron's TermReader)
 and ``ImageCore``, a subscriber's poll, controlled poll and block poll as single native calls.
 
-The loops run in C around the Python handler. A frame length read from the term is not trusted: a length
-<= 0 means "not yet", and a length that runs past the end of the term ends the poll before that frame (it
-is never delivered and the position does not move past it). A subscriber position that is not a
+The loops run in C around the Python handler. A frame length read from the term is not trusted: 0 (or
+minus a frame that fits: a claim being written) means "not yet"; any other length outside
+[header length, what is left of the term] ends the poll before that frame, which is never delivered (no
+payload view of a negative length, the position never moves past it). Such a length is a corrupt log:
+when it is at the subscriber position (the frames before it were delivered by an earlier poll), the
+poll raises ``logbuf.errors.CorruptLogError`` naming the image, the position and the value, and counts
+it once per position in the image's fault counter (``set_fault_counter``). The check is on the cold
+path only: the loop's test is the same two comparisons as before. A subscriber position that is not a
 multiple of the frame alignment (a corrupted counter) is a ValueError.
 """
 
@@ -13,7 +18,13 @@ cimport cython
 from cpython.object cimport PyObject
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t
 
-from logbuf.native.atomics cimport checked_address, lb_load_acquire_i32, lb_load_acquire_i64, lb_store_release_i64
+from logbuf.native.atomics cimport (
+    checked_address,
+    lb_get_and_add_i64,
+    lb_load_acquire_i32,
+    lb_load_acquire_i64,
+    lb_store_release_i64,
+)
 from logbuf.native.constants cimport *
 from logbuf.native.log_view cimport LogView
 from logbuf.native.topic_filter cimport TopicFilter
@@ -22,6 +33,7 @@ from logbuf.native.term cimport (
     align_fitting_length,
     align_frame_length,
     check_term,
+    frame_length_fault,
     frame_type,
     log2_of,
     partition_index,
@@ -59,6 +71,28 @@ cdef inline int64_t _read_position(const char *position_address) except? -1:
     if position & (FRAME_ALIGNMENT - 1):
         raise ValueError(f"subscriber position={position} is not a multiple of {FRAME_ALIGNMENT} (corrupted counter)")
     return position
+
+
+cdef str _fault_reason(int fault, int32_t remaining):
+    if fault == FRAME_SHORT:
+        return f"shorter than the {HEADER_LENGTH}-byte frame header"
+    if fault == FRAME_PAST_TERM_END:
+        return f"longer than the {remaining} bytes left in the term"
+    return "negative and not a claim that fits the term"
+
+
+cdef int _raise_corrupt(int fault, const char *term, int32_t offset, int32_t frame_length, int32_t remaining,
+                        int64_t position, int32_t session_id, int32_t stream_id, object channel) except -1:
+    """Raise the CorruptLogError of a bad frame length (cold path; imported here, as the base errors module
+    imports nothing of the package)."""
+    from logbuf.errors import CorruptLogError
+
+    cdef uint16_t type_ = frame_type(term + offset)
+    kind = "PAD" if type_ == HDR_TYPE_PAD else "DATA" if type_ == HDR_TYPE_DATA else f"type {type_}"
+    raise CorruptLogError(
+        f"{_fault_reason(fault, remaining)} ({kind} frame)", session_id=session_id, stream_id=stream_id,
+        channel=channel, position=position, term_offset=offset, frame_length=frame_length,
+    )
 
 
 cdef class Header:
@@ -161,10 +195,17 @@ def term_read(term_buffer, int32_t term_offset, handler, int32_t fragment_limit,
     header._term = term
     header._initial_term_id = initial_term_id
     header._shift = log2_of(term_length)
+    cdef int fault
     try:
         while fragments < fragment_limit and offset < term_length:
             frame_length = lb_load_acquire_i32(term + offset)
-            if frame_length <= 0 or frame_length > term_length - offset:
+            if frame_length < HEADER_LENGTH or frame_length > term_length - offset:
+                if offset == term_offset and frame_length != 0:
+                    fault = frame_length_fault(frame_length, term_length - offset)
+                    if fault:
+                        _raise_corrupt(fault, term, offset, frame_length, term_length - offset, offset,
+                                       (<int32_t *>(term + offset + SESSION_ID_OFFSET))[0],
+                                       (<int32_t *>(term + offset + STREAM_ID_OFFSET))[0], None)
                 break
             frame_offset = offset
             offset += align_fitting_length(frame_length)
@@ -234,6 +275,13 @@ cdef class ImageCore:
     cdef readonly int32_t stream_id
     cdef readonly int32_t initial_term_id
     cdef bint _closed
+    cdef char *_fault_counter  # where corrupt frames are counted (NULL: nowhere but corrupt_frame_count)
+    cdef object _fault_counter_owner
+    cdef int64_t _fault_position  # the position of the last corrupt frame counted (-1: none)
+    cdef readonly int64_t corrupt_frame_count
+    """Corrupt frames this image met (each counted once, at the position where it stopped)."""
+    cdef public object channel
+    """The image's channel, named in errors (None if unknown; the client sets it)."""
 
     def __cinit__(self, LogView log not None, position_buffer, Py_ssize_t position_offset):
         cdef Py_buffer view
@@ -257,6 +305,36 @@ cdef class ImageCore:
         self.session_id = (<int32_t *>(hdr + SESSION_ID_OFFSET))[0]
         self.stream_id = (<int32_t *>(hdr + STREAM_ID_OFFSET))[0]
         self._closed = False
+        self._fault_counter = NULL
+        self._fault_counter_owner = None
+        self._fault_position = -1
+        self.corrupt_frame_count = 0
+        self.channel = None
+
+    def set_fault_counter(self, counter_buffer, Py_ssize_t offset) -> None:
+        """Also count each corrupt frame this image meets in the 8-byte counter at ``offset`` of
+        ``counter_buffer`` (an atomic add: the driver's corrupt-log-frames system counter)."""
+        cdef Py_buffer view
+        cdef char *address = checked_address(&view, counter_buffer, offset, 8, True)
+        PyBuffer_Release(&view)
+        self._fault_counter_owner = memoryview(counter_buffer)
+        self._fault_counter = address
+
+    cdef int _corrupt(self, const char *term, int32_t offset, int32_t frame_length, int64_t position) except -1:
+        """The cold path of every poll, for a length outside [header length, rest of the term] at the
+        subscriber position ``position`` (term offset ``offset``): 0 if nothing is there yet (0, or a claim
+        being written), else count it (once per position) and raise CorruptLogError."""
+        cdef int32_t remaining = self.term_length - offset
+        cdef int fault = frame_length_fault(frame_length, remaining)
+        if fault == FRAME_NOT_YET:
+            return 0
+        if position != self._fault_position:
+            self._fault_position = position
+            self.corrupt_frame_count += 1
+            if self._fault_counter != NULL:
+                lb_get_and_add_i64(self._fault_counter, 1)
+        return _raise_corrupt(fault, term, offset, frame_length, remaining, position, self.session_id,
+                              self.stream_id, self.channel)
 
     @property
     def is_closed(self) -> bool:
@@ -327,6 +405,10 @@ cdef class ImageCore:
             self._pos_owner.release()
             self._pos_owner = None
             self._pos = NULL
+            if self._fault_counter_owner is not None:
+                self._fault_counter_owner.release()
+                self._fault_counter_owner = None
+                self._fault_counter = NULL
             self._views = None
             self._log = None
 
@@ -362,7 +444,9 @@ cdef class ImageCore:
         try:
             while fragments < fragment_limit and offset < term_length:
                 frame_length = lb_load_acquire_i32(term + offset)
-                if frame_length <= 0 or frame_length > term_length - offset:
+                if frame_length < HEADER_LENGTH or frame_length > term_length - offset:
+                    if offset == term_offset and frame_length != 0:  # at the position: corrupt, or not yet
+                        self._corrupt(term, offset, frame_length, position)
                     break
                 aligned = align_fitting_length(frame_length)
                 frame_offset = offset
@@ -402,11 +486,14 @@ cdef class ImageCore:
         cdef int32_t term_length = self.term_length
         cdef object action
         cdef int act
+        cdef int32_t start_offset = initial_offset
         header._term = term
         try:
             while fragments < fragment_limit and offset < term_length:
                 frame_length = lb_load_acquire_i32(term + offset)
-                if frame_length <= 0 or frame_length > term_length - offset:
+                if frame_length < HEADER_LENGTH or frame_length > term_length - offset:
+                    if offset == start_offset and frame_length != 0:  # at the position: corrupt, or not yet
+                        self._corrupt(term, offset, frame_length, initial_position)
                     break
                 aligned = align_fitting_length(frame_length)
                 frame_offset = offset
@@ -457,6 +544,11 @@ cdef class ImageCore:
             limit = self.term_length
         cdef int32_t resulting = scan_block(term, term_offset, <int32_t>limit, self.term_length)
         cdef int32_t length = resulting - term_offset
+        cdef int32_t frame_length
+        if length == 0 and term_offset < self.term_length:
+            frame_length = lb_load_acquire_i32(term + term_offset)
+            if frame_length != 0 and (frame_length < HEADER_LENGTH or frame_length > self.term_length - term_offset):
+                self._corrupt(term, term_offset, frame_length, position)
         if length > 0:
             try:
                 handler(self._views[index][term_offset:resulting], term_offset,
@@ -498,7 +590,11 @@ cdef class ImageCore:
         cdef const char *frame
         while n < limit and offset < term_length:
             frame_length = lb_load_acquire_i32(term + offset)
-            if frame_length <= 0 or frame_length > term_length - offset:
+            if frame_length < HEADER_LENGTH or frame_length > term_length - offset:
+                if offset == term_offset and frame_length != 0:  # at the position: corrupt, or not yet
+                    batch.count = 0
+                    batch.partition = index
+                    self._corrupt(term, offset, frame_length, position)
                 break
             frame_offset = offset
             offset += align_fitting_length(frame_length)

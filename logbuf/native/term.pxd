@@ -151,20 +151,43 @@ cdef inline bint rotate_to_next_term(char *meta, int32_t term_count, int32_t ter
     return lb_cas_i32(meta + ACTIVE_TERM_COUNT_OFFSET, term_count, next_term_count)
 
 
+# -- checking a frame length read from a log -------------------------------------------------------------
+cdef inline int frame_length_fault(int32_t frame_length, int32_t remaining) noexcept nogil:
+    """Why ``frame_length``, read at a frame boundary with ``remaining`` bytes of the term from it, cannot
+    be a frame (FRAME_SHORT, FRAME_PAST_TERM_END, FRAME_NEGATIVE), else FRAME_NOT_YET (0): nothing
+    committed there yet, or a length that fits. The readers call it only on their cold path, for a length
+    outside [HEADER_LENGTH, remaining]. A claimer writes its frame's negative length first
+    (``header_write``), so a negative length is a claim in progress only if it is minus a frame length
+    that fits the term; a PAD frame is checked as any other (an aborted claim's PAD keeps its unaligned
+    frame length, as in Aeron, so alignment alone proves nothing)."""
+    cdef int64_t claimed
+    if frame_length == 0:
+        return FRAME_NOT_YET
+    if frame_length < 0:
+        claimed = -(<int64_t>frame_length)  # 64 bits: -INT_MIN does not fit an int32
+        return FRAME_NOT_YET if HEADER_LENGTH <= claimed <= remaining else FRAME_NEGATIVE
+    if frame_length < HEADER_LENGTH:
+        return FRAME_SHORT
+    if frame_length > remaining:
+        return FRAME_PAST_TERM_END
+    return FRAME_NOT_YET
+
+
 # -- scanning (Aeron's TermBlockScanner and TermScanner) -------------------------------------------------
 cdef inline int32_t scan_block(const char *term, int32_t term_offset, int32_t limit_offset,
                                int32_t term_length) noexcept nogil:
     """Aeron's TermBlockScanner: end offset of whole frames from ``term_offset`` up to ``limit_offset``.
 
-    Stops before padding (a leading padding frame is a block of its own), at a length <= 0, before a
-    length that runs past the end of the term and before a frame running past ``limit_offset``.
+    Stops before padding (a leading padding frame is a block of its own), at a length shorter than a
+    header (0: not yet; negative: a claim being written; 1..31: no frame), before a length that runs past
+    the end of the term and before a frame running past ``limit_offset``.
     ``term_offset`` is a multiple of FRAME_ALIGNMENT, ``limit_offset`` <= ``term_length``.
     """
     cdef int64_t offset = term_offset, end, limit = limit_offset  # 64 bits: no frame length can wrap them
     cdef int32_t frame_length
     while offset < limit:
         frame_length = lb_load_acquire_i32(term + offset)
-        if frame_length <= 0:
+        if frame_length < HEADER_LENGTH:  # not yet, or no frame (a corrupt log: the block poll raises)
             break
         end = offset + align_frame_length(frame_length)
         if frame_type(term + offset) == HDR_TYPE_PAD:
@@ -193,7 +216,7 @@ cdef inline int32_t scan_for_availability(const char *term, int32_t offset, int3
         limit = max_length
     while available < limit:
         frame_length = lb_load_acquire_i32(start + available)
-        if frame_length <= 0:
+        if frame_length < HEADER_LENGTH:  # not yet, or no frame (a corrupt log): nothing to send from here
             break
         end = available + align_frame_length(frame_length)
         if frame_type(start + available) == HDR_TYPE_PAD:

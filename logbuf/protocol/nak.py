@@ -100,6 +100,6 @@ def decode(buffer: Buffer, offset: int = 0) -> NakFrame:
         raise MalformedFrameError(
             f"NAK frame: term_offset={term_offset} is not a non-negative multiple of {FRAME_ALIGNMENT}"
         )
-    if length <= 0:
-        raise MalformedFrameError(f"NAK frame: length={length} is not positive")
+    if length <= 0 or length % FRAME_ALIGNMENT:
+        raise MalformedFrameError(f"NAK frame: length={length} is not a positive multiple of {FRAME_ALIGNMENT}")
     return NakFrame(session_id, stream_id, term_id, term_offset, length, flags)

@@ -14,7 +14,7 @@ import pytest
 from logbuf.client import Aeron, Context, DriverTimeoutError, OfferResult, RegistrationError
 from logbuf.conduit.cnc import CncFile
 from logbuf.conduit.ring_buffer import ManyToOneRingBuffer
-from logbuf.errors import ErrorCode
+from logbuf.errors import ErrorCode, InvalidChannelError
 from tests.support.driver_process import DriverProcess, DriverSet
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -191,6 +191,29 @@ def test_bad_channels_are_rejected_with_registration_errors(aeron: Aeron, media_
     # The driver keeps serving.
     pub = aeron.add_publication("aeron:ipc", 11)
     assert pub.registration_id > 0
+
+
+def test_integers_outside_their_fields_are_refused_naming_the_field_and_its_range(
+    aeron: Aeron, media_driver: DriverProcess
+) -> None:
+    media_driver.expected_errors.append("INVALID_CHANNEL")
+    for stream_id in (2**31, -(2**31) - 1):  # once a bare struct.error from the command encoder
+        with pytest.raises(InvalidChannelError, match=rf"stream_id={stream_id} is outside the int32 range"):
+            aeron.add_publication("aeron:ipc", stream_id)
+        with pytest.raises(InvalidChannelError, match=rf"stream_id={stream_id} is outside the int32 range"):
+            aeron.add_subscription("aeron:ipc", stream_id)
+    for channel, field in [
+        ("aeron:ipc?init-term-id=4294967296|term-id=4294967296|term-offset=0", "init-term-id"),
+        ("aeron:ipc?init-term-id=0|term-id=0|term-offset=4294967296", "term-offset"),
+        ("aeron:ipc?session-id=4294967296", "session-id"),
+        ("aeron:ipc?linger=9999999999s", "linger \\(in ns\\)"),
+    ]:
+        with pytest.raises(
+            RegistrationError, match=rf"channel parameter {field}=\d+ is outside the int\d+ range"
+        ) as info:
+            aeron.add_publication(channel, 1)
+        assert info.value.error_code == ErrorCode.INVALID_CHANNEL
+    assert aeron.add_publication("aeron:ipc", 2**31 - 1).registration_id > 0  # the driver keeps serving
 
 
 def test_garbage_in_the_command_ring_is_counted_and_the_driver_keeps_serving(

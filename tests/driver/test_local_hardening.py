@@ -253,7 +253,10 @@ def test_a_stream_refused_for_want_of_counters_leaves_nothing_behind(media_drive
                 time.sleep(0.2)
 
 
-@pytest.mark.parametrize("driver_args", [["--counters-buffer-length", "16k", "--dir-delete-on-shutdown", "false"]])
+@pytest.mark.parametrize(  # one client takes every counter: no per-client share
+    "driver_args",
+    [["--counters-buffer-length", "16k", "--client-counters-share", "1", "--dir-delete-on-shutdown", "false"]],
+)
 def test_the_counter_capacity_is_a_setting(media_driver: DriverProcess, cnc: Cnc) -> None:
     media_driver.expected_errors.append("counters are full")
     assert cnc.counters.max_counter_id + 1 == 128

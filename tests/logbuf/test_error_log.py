@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from logbuf.conduit import error_log_descriptor as ed
-from logbuf.conduit.error_log import DistinctErrorLog, ErrorObservation, error_text, read_error_log
+from logbuf.conduit.error_log import DistinctErrorLog, ErrorObservation, error_shape, error_text, read_error_log
 from tests.logbuf._cnc_children import spawn
 
 LENGTH = 8192
@@ -137,7 +137,7 @@ def test_threads_recording_concurrently_lose_no_observation(buffer: memoryview) 
 
     def worker(n: int) -> None:
         for i in range(500):
-            log.record(f"error {i % 3}")
+            log.record(("error alpha", "error beta", "error gamma")[i % 3])
 
     threads = [threading.Thread(target=worker, args=(n,)) for n in range(4)]
     for t in threads:
@@ -145,10 +145,57 @@ def test_threads_recording_concurrently_lose_no_observation(buffer: memoryview) 
     for t in threads:
         t.join(30)
     assert sorted((o.text, o.count) for o in read_error_log(buffer)) == [
-        ("error 0", 668),
-        ("error 1", 668),
-        ("error 2", 664),
+        ("error alpha", 668),
+        ("error beta", 668),
+        ("error gamma", 664),
     ]
+
+
+def test_errors_of_one_kind_that_differ_only_in_names_and_numbers_share_a_record(buffer: memoryview) -> None:
+    """A STORAGE_SPACE error names its log file, a counters-full refusal its stream and channel: each kind is
+    one record however many files, streams and channels, with the first example, the count and the times."""
+    clock = FakeClock(1_000)
+    log = DistinctErrorLog(buffer, clock)
+    for i in range(500):
+        clock.now_ms = 1_000 + i
+        assert log.record(
+            f"STORAGE_SPACE: cannot create log /dev/shm/logbuf-root/publications/{1000 + i}.logbuffer: "
+            f"[Errno 28] No space left on device (cannot reserve {3149824 + i} bytes)"
+        )
+        assert log.record(
+            f"image for stream {i} on 'aeron:udp?endpoint=10.0.{i % 256}.1:{2000 + i}|alias=c{i}' rejected: "
+            "the counters are full"
+        )
+        assert log.record(f"GENERIC_ERROR: publication aeron:ipc?alias=x{i} stream_id={i} needs 6 counters")
+    observations = read_error_log(buffer)
+    assert [(o.count, o.first_observation_ms, o.last_observation_ms) for o in observations] == [(500, 1_000, 1_499)] * 3
+    assert observations[0].text.startswith("STORAGE_SPACE: cannot create log /dev/shm/logbuf-root/publications/1000.")
+    assert log.distinct_count == 3
+    assert log.record("a new kind of error")  # the log did not fill: later errors still get a record
+
+
+def test_errors_of_different_kinds_or_wording_stay_distinct(buffer: memoryview) -> None:
+    log = DistinctErrorLog(buffer, FakeClock())
+    for text in (
+        "STORAGE_SPACE: cannot create log /a/1.logbuffer: no space",
+        "GENERIC_ERROR: cannot create log /a/1.logbuffer: no space",
+        "STORAGE_SPACE: cannot map log /a/1.logbuffer: no space",
+        "STORAGE_SPACE: cannot create log /a/2.logbuffer: no space",  # the first again, another file
+    ):
+        log.record(text)
+    assert [o.count for o in read_error_log(buffer)] == [2, 1, 1]
+
+
+def test_error_shape_takes_out_numbers_paths_channels_and_quoted_values() -> None:
+    shape = error_shape("INVALID_CHANNEL: mtu='99' in aeron:udp?endpoint=1.2.3.4:5|mtu=99 (file /x/y.py, line 12)")
+    assert shape == "INVALID_CHANNEL: mtu=<value> in <channel> (file <path>, line <n>)"
+
+
+def test_a_reopened_log_groups_new_errors_with_the_records_already_there(buffer: memoryview) -> None:
+    DistinctErrorLog(buffer, FakeClock()).record("STORAGE_SPACE: cannot create log /d/1.logbuffer")
+    reopened = DistinctErrorLog(buffer, FakeClock(5_000))
+    reopened.record("STORAGE_SPACE: cannot create log /d/2.logbuffer")
+    assert [(o.count, o.last_observation_ms) for o in read_error_log(buffer)] == [(2, 5_000)]
 
 
 def test_errors_are_readable_from_another_process_after_the_writer_crashed(tmp_path: object) -> None:

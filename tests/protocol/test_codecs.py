@@ -528,7 +528,8 @@ def test_a_frame_length_that_lies_is_rejected(name: str, frame_length: int, mess
             100,
             "NAK frame: term_offset=100 is not a non-negative multiple of 32",
         ),
-        ("nak", nak.LENGTH_FIELD_OFFSET, "<i", 0, "NAK frame: length=0 is not positive"),
+        ("nak", nak.LENGTH_FIELD_OFFSET, "<i", 0, "NAK frame: length=0 is not a positive multiple of 32"),
+        ("nak", nak.LENGTH_FIELD_OFFSET, "<i", 100, "NAK frame: length=100 is not a positive multiple of 32"),
         ("rttm", rttm.RECEPTION_DELTA_FIELD_OFFSET, "<q", -5, "RTTM frame: reception_delta=-5 is negative"),
         (
             "error",
@@ -685,7 +686,7 @@ def setup_frames(draw: st.DrawFn) -> SetupFrame:
 CONTROL_FRAMES = st.one_of(
     setup_frames(),
     st.builds(StatusMessageFrame, i32, i32, i32, non_negative_i32, non_negative_i32, i64, st.none() | i64, u8),
-    st.builds(NakFrame, i32, i32, i32, aligned_offset, st.integers(1, 2**31 - 1), u8),
+    st.builds(NakFrame, i32, i32, i32, aligned_offset, st.integers(1, 2**26 - 1).map(lambda n: n * 32), u8),
     st.builds(RttMeasurementFrame, i32, i32, i64, st.integers(0, 2**63 - 1), i64, u8),
     st.builds(
         ErrorFrame, i32, i32, i64, i32, st.text(alphabet=st.characters(max_codepoint=127), max_size=1023), i64, u8

@@ -178,3 +178,49 @@ def _read_parquet(out: pathlib.Path) -> list[tuple[int, int, int, int]]:
             table.column("bytes").to_pylist(),
         )
     ]
+
+
+CHECK_JOB = """
+import sys
+from pyspark.sql import SparkSession
+from logbuf.archive.spark import LogbufSourceError, register
+
+spark = SparkSession.builder.appName("logbuf-executor-check").getOrCreate()
+try:
+    register(spark)
+    print("registered")
+except LogbufSourceError as e:
+    print(f"refused: {e}")
+finally:
+    spark.stop()
+"""
+
+
+def test_executors_without_logbuf_are_named_when_the_source_is_registered(
+    standalone_cluster: StandaloneCluster, tmp_path: pathlib.Path
+) -> None:
+    bare = tmp_path / "bare"  # this Python, without logbuf or any of its dependencies
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True, timeout=60)
+    job = tmp_path / "check.py"
+    job.write_text(CHECK_JOB)
+    run = subprocess.run(
+        [
+            str(spark_home() / "bin" / "spark-submit"),
+            "--master",
+            standalone_cluster.master_url,
+            "--conf=spark.executor.memory=512m",
+            "--conf=spark.driver.memory=512m",
+            "--conf=spark.executor.cores=1",
+            "--conf=spark.ui.enabled=false",
+            f"--conf=spark.pyspark.python={bare / 'bin' / 'python'}",
+            f"--conf=spark.pyspark.driver.python={sys.executable}",
+            str(job),
+        ],
+        env=cluster_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, f"{run.stdout[-3000:]}\n{run.stderr[-6000:]}"
+    assert f"refused: logbuf is not installed in the executors' Python ({bare / 'bin' / 'python'}" in run.stdout
+    assert "import pyarrow: ModuleNotFoundError: No module named 'pyarrow'" in run.stdout

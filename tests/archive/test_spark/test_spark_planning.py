@@ -256,7 +256,7 @@ def test_a_catalog_tables_options_travel_in_its_schema(tmp_path: pathlib.Path) -
 
 
 # -- streaming admission control (issue 17: 3) -----------------------------------------------------------------
-def test_max_bytes_per_trigger_advances_whole_terms_and_covers_everything(tmp_path: pathlib.Path) -> None:
+def test_max_bytes_per_trigger_advances_at_frame_boundaries_and_covers_everything(tmp_path: pathlib.Path) -> None:
     recs = [recording(0, 10, 300, seed=6), recording(1, 10, 100, seed=7)]
     build_archive(tmp_path, recs)
     reader = LogbufStreamReader(ReadOptions.parse({"path": str(tmp_path), "maxBytesPerTrigger": str(TERM + 100)}))
@@ -296,7 +296,7 @@ def test_max_records_per_trigger_reads_that_many_rows_per_micro_batch(tmp_path: 
         positions += list(zip(table.column("recording_id").to_pylist(), table.column("position").to_pylist()))
         start = end
     assert counts == [50, 50, 50, 15]
-    assert positions == [(r.recording_id, m[2]) for r in recs for m in r.messages]
+    assert sorted(positions) == [(r.recording_id, m[2]) for r in recs for m in r.messages]  # shared fairly
 
 
 def test_the_static_registration_module_is_what_spark_looks_up() -> None:

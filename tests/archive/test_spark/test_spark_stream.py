@@ -20,9 +20,12 @@ pytestmark = pytest.mark.slow
 STREAM = 11
 
 
-def run_available_now(spark: SparkSession, archive_dir: str, out: pathlib.Path, checkpoint: pathlib.Path) -> None:
+def run_available_now(
+    spark: SparkSession, archive_dir: str, out: pathlib.Path, checkpoint: pathlib.Path, **options: str
+) -> None:
     query = (
         spark.readStream.format("logbuf")
+        .options(**options)
         .load(archive_dir)
         .select("recording_id", "position", "payload")
         .writeStream.format("parquet")
@@ -111,3 +114,33 @@ def test_admission_control_splits_the_backlog_into_micro_batches(
         assert len(batches) >= 3 and max(batches) < 290
     expected = sorted((r.recording_id, m[2], m[0]) for r in recs for m in r.messages)
     assert rows(spark, out) == expected
+
+
+def test_a_query_across_a_retention_run_fails_naming_the_lost_range_or_skips_it_when_told(
+    spark: SparkSession, tmp_path: pathlib.Path
+) -> None:
+    from pyspark.errors import StreamingQueryException
+
+    from logbuf.archive.catalog import Catalog
+    from logbuf.archive.maintenance import purge_segments
+
+    rec = recording(0, 10, 700, seed=60)
+    archive = tmp_path / "archive"
+    build_archive(archive, [rec])
+    read_to = rec.messages[100][2]
+    purged_to = 3 * rec.segment_length
+    with Catalog.open_writable(archive) as catalog:
+        catalog.update_stop_position(0, read_to)  # the recording so far, as a live one would be
+    out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+    run_available_now(spark, str(archive), out, checkpoint)
+    assert rows(spark, out) == [(0, m[2], m[0]) for m in rec.messages[:101]]
+
+    with Catalog.open_writable(archive) as catalog:  # more is recorded, then retention runs
+        catalog.update_stop_position(0, rec.position)
+        assert purge_segments(catalog, 0, before_position=purged_to)
+    with pytest.raises(StreamingQueryException, match=f"data loss: recording 0: positions {read_to} to {purged_to}"):
+        run_available_now(spark, str(archive), out, checkpoint)
+    assert rows(spark, out) == [(0, m[2], m[0]) for m in rec.messages[:101]]  # nothing more was written
+
+    run_available_now(spark, str(archive), out, checkpoint, failOnDataLoss="false")
+    assert rows(spark, out) == [(0, m[2], m[0]) for m in rec.messages if m[2] <= read_to or m[2] > purged_to]
