@@ -640,7 +640,9 @@ cdef class ImageCore:
         try:
             while fragments < fragment_limit and offset < term_length:
                 frame_length = lb_load_acquire_i32(term + offset)
-                if frame_length <= 0 or frame_length > term_length - offset:
+                if frame_length < HEADER_LENGTH or frame_length > term_length - offset:
+                    if offset == term_offset and frame_length != 0:  # at the position: corrupt, or not yet
+                        self._corrupt(term, offset, frame_length, position)
                     break
                 aligned = align_fitting_length(frame_length)
                 frame_offset = offset
@@ -683,11 +685,14 @@ cdef class ImageCore:
         cdef const char *frame
         cdef object action
         cdef int act
+        cdef int32_t start_offset = initial_offset
         header._term = term
         try:
             while fragments < fragment_limit and offset < term_length:
                 frame_length = lb_load_acquire_i32(term + offset)
-                if frame_length <= 0 or frame_length > term_length - offset:
+                if frame_length < HEADER_LENGTH or frame_length > term_length - offset:
+                    if offset == start_offset and frame_length != 0:  # at the position: corrupt, or not yet
+                        self._corrupt(term, offset, frame_length, initial_position)
                     break
                 aligned = align_fitting_length(frame_length)
                 frame_offset = offset
@@ -750,7 +755,9 @@ cdef class ImageCore:
         try:
             while n < limit and offset < term_length:
                 frame_length = lb_load_acquire_i32(term + offset)
-                if frame_length <= 0 or frame_length > term_length - offset:
+                if frame_length < HEADER_LENGTH or frame_length > term_length - offset:
+                    if offset == term_offset and frame_length != 0:  # at the position: corrupt, or not yet
+                        self._corrupt(term, offset, frame_length, position)
                     break
                 frame_offset = offset
                 frame = term + frame_offset
@@ -769,7 +776,7 @@ cdef class ImageCore:
                 positions[n] = term_begin + offset
                 reserved_values[n] = value
                 n += 1
-        finally:  # a resolver that raised: what was scanned stays consumed, as a poll's handler error
+        finally:  # a resolver that raised: the frames before its frame stay consumed, as after a handler error
             batch.count = n
             batch.partition = index
             if offset != term_offset:
