@@ -48,7 +48,18 @@ NOT_CORRUPT: dict[str, tuple[int, Callable[[int], int]]] = {
 }
 """Lengths a live publisher does write: no error, nothing delivered, the position stays."""
 
-FLAVOURS = ("poll", "controlled_poll", "block_poll", "poll_batch", "term_read")
+FLAVOURS = (
+    "poll",
+    "controlled_poll",
+    "block_poll",
+    "poll_batch",
+    "term_read",
+    "poll_filtered",
+    "controlled_poll_filtered",
+    "poll_batch_filtered",
+)
+ACCEPT_ALL = native.TopicFilter(lambda topic_id: True, lambda topic_id, name: None, deliver_untagged=True)
+"""The topic-filtered polls, with a filter that lets every frame (these are plain, untagged offers) through."""
 
 
 def poll_once(flavour: str, image: Image, log: StreamLog, got: list[bytes]) -> int:
@@ -68,6 +79,16 @@ def poll_once(flavour: str, image: Image, log: StreamLog, got: list[bytes]) -> i
         n = image.poll_batch(batch)
         got.extend(bytes(batch.payload(i)) for i in range(n))
         return n
+    if flavour == "poll_filtered":
+        return image.poll_filtered(ACCEPT_ALL, handler, 10)
+    if flavour == "controlled_poll_filtered":
+        return image.controlled_poll_filtered(ACCEPT_ALL, lambda p, h: handler(p, h), 10)
+    if flavour == "poll_batch_filtered":
+        batch = FragmentBatch(16)
+        try:
+            return image.poll_batch_filtered(ACCEPT_ALL, batch)
+        finally:
+            got.extend(bytes(batch.payload(i)) for i in range(batch.count))
     position = image.position  # term_read: the term algorithm on its own, moving the position by hand
     term = log.log.term_buffer((position >> 16) % 3)
     try:
