@@ -19,8 +19,8 @@ One ingest thread runs an asyncio loop with one *source*:
 Every event is published as one message, the event's JSON bytes exactly as on the v1 wire, with
 ``reserved_value = time_us``. The publication is exclusive (one writer thread). ``offer`` results:
 ``ADMIN_ACTION`` retries at once; ``BACK_PRESSURED`` (the slowest subscriber is a term window
-behind) and ``NOT_CONNECTED`` (no subscriber yet) retry after an ``await asyncio.sleep`` that backs
-off from 50 µs to 10 ms, so nothing is dropped: while the ingest waits it stops reading its
+behind) and ``NOT_CONNECTED`` (no subscriber yet) are awaited by ``Publication.offer_async``
+(:mod:`logbuf.client.aio`), backing off from 50 µs to 10 ms, so nothing is dropped: while the ingest waits it stops reading its
 websocket, and TCP flow control holds the upstream back (a wait beyond the upstream's patience only
 costs a reconnect, which resumes from the cursor). ``CLOSED`` (the driver or its client went away:
 :class:`PublicationClosedError`, which ``logbuf-jetstream`` answers by reconnecting and starting a
@@ -67,7 +67,8 @@ import structlog
 import websockets
 from websockets.asyncio.client import connect
 
-from logbuf.errors import LogbufError
+from logbuf.client.aio import AsyncIdle, MaxPositionExceededError
+from logbuf.errors import ClosedError, LogbufError
 from logbuf.jetstream.events import parse_event
 from logbuf.jetstream.generator import EventGenerator
 from logbuf.logbuffer.publication import OfferResult
@@ -92,8 +93,8 @@ UPSTREAM_MAX_MESSAGE_LENGTH: Final = 16 * 1024 * 1024
 CLOSE_GOING_AWAY: Final = 1001
 """The close code the ingest leaves an upstream with when it is stopped."""
 """Largest upstream frame accepted (real events reach ~1 MB; legacy #49 shows 1,088,193 bytes)."""
-_OFFER_PARK_MIN_S: Final = 50e-6
-_OFFER_PARK_MAX_S: Final = 0.01
+_OFFER_IDLE: Final = AsyncIdle(spins=0, min_park_s=50e-6, max_park_s=0.01)
+"""How a back-pressured or unconnected offer waits: parks doubling from 50 us to 10 ms."""
 _TIME_US_KEY: Final = b'"time_us"'
 _CURSOR_KEY: Final = b',"cursor":'
 
@@ -110,6 +111,15 @@ class Publisher(Protocol):
     """What the ingest needs from a publication (``client.Publication`` has it)."""
 
     def offer(self, buffer: bytes, reserved_value: int = 0) -> int: ...
+
+    async def offer_async(
+        self,
+        buffer: bytes,
+        reserved_value: int = 0,
+        *,
+        idle: AsyncIdle | None = None,
+        on_refused: Callable[[int], object] | None = None,
+    ) -> int: ...
 
     @property
     def max_message_length(self) -> int: ...
@@ -316,32 +326,25 @@ class StreamPublisher:
         return True
 
     async def publish(self, raw: bytes, time_us: int) -> None:
-        """Offer until the event is in the stream, sleeping (back-off) while back-pressured."""
+        """Offer until the event is in the stream, awaiting (backing off) while back-pressured."""
         if self.try_publish(raw, time_us):
             return
-        offer = self.publication.offer
-        park = _OFFER_PARK_MIN_S
-        while True:
-            result = offer(raw, time_us)
-            if result >= 0:
-                break
-            if result == OfferResult.ADMIN_ACTION:
-                continue
-            if result == OfferResult.BACK_PRESSURED or result == OfferResult.NOT_CONNECTED:
-                if result == OfferResult.BACK_PRESSURED:
-                    self.stats.back_pressured += 1
-                else:
-                    self.stats.not_connected += 1
-                await asyncio.sleep(park)
-                park = min(park * 2, _OFFER_PARK_MAX_S)
-            elif result == OfferResult.CLOSED:
-                raise PublicationClosedError("publication offer failed: CLOSED")
-            else:
-                raise IngestError(f"publication offer failed: {OfferResult(result).name}")
+        try:
+            await self.publication.offer_async(raw, time_us, idle=_OFFER_IDLE, on_refused=self._count_refusal)
+        except ClosedError:
+            raise PublicationClosedError("publication offer failed: CLOSED") from None
+        except MaxPositionExceededError as e:
+            raise IngestError(f"publication offer failed: MAX_POSITION_EXCEEDED ({e})") from None
         stats = self.stats
         stats.published += 1
         stats.published_bytes += len(raw)
         stats.last_time_us = time_us
+
+    def _count_refusal(self, result: int) -> None:
+        if result == OfferResult.BACK_PRESSURED:
+            self.stats.back_pressured += 1
+        elif result == OfferResult.NOT_CONNECTED:
+            self.stats.not_connected += 1
 
 
 class Source(Protocol):

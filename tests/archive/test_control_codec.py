@@ -5,6 +5,8 @@ SBE header (block length, template id, schema id 101, version), then one little-
 helper call, then each var-length field as a u32 length and its bytes. They check the layouts
 independently of the codec's own tables; ``test_control_schema.py`` checks the same messages with an
 independent SBE implementation reading ``control_schema.xml``.
+
+Hypothesis runs with no deadline: tests hold no wall-clock limits (the machine is shared and loaded).
 """
 
 from __future__ import annotations
@@ -398,7 +400,7 @@ def test_encode_accepts_plain_ints_for_enums_and_decode_gives_the_enum() -> None
 
 @pytest.mark.parametrize("layout", cc.LAYOUTS.values(), ids=lambda layout: layout.name)
 @given(data=st.data())
-@settings(max_examples=20)
+@settings(max_examples=20, deadline=None)
 def test_every_message_round_trips(layout: cc.MessageLayout, data: st.DataObject) -> None:
     message = data.draw(message_strategy(layout))
     wire = encode(message)
@@ -417,7 +419,7 @@ def _decode_or_codec_error(wire: bytes) -> None:
 
 
 @given(st.binary(max_size=96))
-@settings(max_examples=300)
+@settings(max_examples=300, deadline=None)
 def test_random_bytes_decode_or_raise_a_codec_error(wire: bytes) -> None:
     _decode_or_codec_error(wire)
 
@@ -428,7 +430,7 @@ def test_random_bytes_decode_or_raise_a_codec_error(wire: bytes) -> None:
     st.sampled_from([0, 2, 4, 6, 7, 8, 9, 10, 11, 12, 13, 14, 0xFFFF]),
     st.binary(max_size=120),
 )
-@settings(max_examples=300)
+@settings(max_examples=300, deadline=None)
 def test_random_body_behind_a_valid_header_decodes_or_raises_a_codec_error(
     template_id: int, block_length: int, version: int, body: bytes
 ) -> None:
@@ -436,6 +438,6 @@ def test_random_body_behind_a_valid_header_decodes_or_raises_a_codec_error(
 
 
 @given(mutated())
-@settings(max_examples=300)
+@settings(max_examples=300, deadline=None)
 def test_mutated_messages_decode_or_raise_a_codec_error(wire: bytes) -> None:
     _decode_or_codec_error(wire)

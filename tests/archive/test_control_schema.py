@@ -6,6 +6,8 @@ our codec decodes, byte for byte. The schema attributes ``sbe`` does not read (`
 ``presence``, ``offset``) are compared with the codec's layouts from a plain XML reading. Together
 these keep the codec, the schema and (through ``test_control_codec.py``'s hand-written vectors)
 Aeron's layout from drifting apart.
+
+Hypothesis runs with no deadline: tests hold no wall-clock limits (the machine is shared and loaded).
 """
 
 from __future__ import annotations
@@ -151,6 +153,6 @@ def test_sbe_decodes_our_encoding_and_we_decode_its_encoding(judge: SbeJudge, me
 
 @pytest.mark.parametrize("layout", [cc.layout_of(type(m)) for m in JUDGED], ids=JUDGED_IDS)
 @given(data=st.data())
-@settings(max_examples=10)
+@settings(max_examples=10, deadline=None)
 def test_sbe_and_codec_agree_on_any_message(judge: SbeJudge, layout: cc.MessageLayout, data: st.DataObject) -> None:
     _check_both_ways(judge, data.draw(message_strategy(layout)))

@@ -58,8 +58,11 @@ FLAVOURS = (
     "controlled_poll_filtered",
     "poll_batch_filtered",
 )
-ACCEPT_ALL = native.TopicFilter(lambda topic_id: True, lambda topic_id, name: None, deliver_untagged=True)
-"""The topic-filtered polls, with a filter that lets every frame (these are plain, untagged offers) through."""
+
+
+def every_topic() -> native.TopicFilter:
+    """A topic filter that lets untagged messages (reserved value 0, as these are) through."""
+    return native.TopicFilter(lambda topic_id: True, lambda topic_id, name: None, deliver_untagged=True)
 
 
 def poll_once(flavour: str, image: Image, log: StreamLog, got: list[bytes]) -> int:
@@ -80,15 +83,14 @@ def poll_once(flavour: str, image: Image, log: StreamLog, got: list[bytes]) -> i
         got.extend(bytes(batch.payload(i)) for i in range(n))
         return n
     if flavour == "poll_filtered":
-        return image.poll_filtered(ACCEPT_ALL, handler, 10)
+        return image.poll_filtered(every_topic(), handler, 10)
     if flavour == "controlled_poll_filtered":
-        return image.controlled_poll_filtered(ACCEPT_ALL, lambda p, h: handler(p, h), 10)
+        return image.controlled_poll_filtered(every_topic(), lambda p, h: handler(p, h), 10)
     if flavour == "poll_batch_filtered":
         batch = FragmentBatch(16)
-        try:
-            return image.poll_batch_filtered(ACCEPT_ALL, batch)
-        finally:
-            got.extend(bytes(batch.payload(i)) for i in range(batch.count))
+        n = image.poll_batch_filtered(every_topic(), batch)
+        got.extend(bytes(batch.payload(i)) for i in range(n))
+        return n
     position = image.position  # term_read: the term algorithm on its own, moving the position by hand
     term = log.log.term_buffer((position >> 16) % 3)
     try:
