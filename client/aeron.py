@@ -16,6 +16,7 @@ calls on the mapped log and the position counters in the CnC.
 from __future__ import annotations
 
 import os
+import struct
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
@@ -39,6 +40,9 @@ from logbuf.logbuffer.publication import Publication as _Publication
 from logbuf.logging_config import library_logger
 from logbuf.native import SubscriptionCore
 from logbuf.shm import ShmError
+
+_INT32 = struct.Struct("<i")
+_INT64 = struct.Struct("<q")
 
 if TYPE_CHECKING:
     from logbuf.client.aio import AsyncIdle
@@ -602,6 +606,19 @@ class ClientConductor:
             command = cmd.RemoveCommand(self.client_id, correlation_id, subscription.registration_id)
             self._await(correlation_id, cmd.REMOVE_SUBSCRIPTION, command.encode())
 
+    def _corrupt_log_frames_offset(self) -> int | None:
+        """Offset of the driver's "Corrupt log frames" counter in the CnC's counter values, if the record in its
+        slot is that system counter (a driver of another version may have another counter there)."""
+        slot = SLOTS[SystemCounterId.CORRUPT_LOG_FRAMES]
+        values, metadata = self.cnc.counters_values, self.cnc.counters_metadata
+        if cd.metadata_offset(slot + 1) > len(metadata) or cd.values_offset(slot + 1) > len(values):
+            return None
+        (type_id,) = _INT32.unpack_from(metadata, cd.metadata_offset(slot) + cd.TYPE_ID_OFFSET)
+        (registration_id,) = _INT64.unpack_from(values, cd.values_offset(slot) + cd.REGISTRATION_ID_OFFSET)
+        if type_id != cd.LOGBUF_SYSTEM_COUNTER_TYPE_ID or registration_id != SystemCounterId.CORRUPT_LOG_FRAMES:
+            return None
+        return cd.values_offset(slot)
+
     def _on_available_image(self, event: cmd.ImageReady) -> None:
         subscription = self._subscriptions.get(event.subscription_registration_id)
         if subscription is None or subscription.is_closed:
@@ -612,8 +629,9 @@ class ClientConductor:
         image.subscription = subscription
         image.source_identity = event.source_identity
         image.channel = subscription.channel
-        # the poll counts a corrupt frame it meets in the driver's system counter, as well as raising
-        image.set_fault_counter(self.cnc.counters_values, cd.values_offset(SLOTS[SystemCounterId.CORRUPT_LOG_FRAMES]))
+        fault_counter = self._corrupt_log_frames_offset()
+        if fault_counter is not None:  # the poll counts a corrupt frame it meets there, as well as raising
+            image.set_fault_counter(self.cnc.counters_values, fault_counter)
         image._log_buffers = log
         image._log_file_name = event.log_file_name
         subscription._add_image(image)

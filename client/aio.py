@@ -8,8 +8,9 @@ the event loop. Only an offer that is refused (back-pressured, not connected, a 
 that finds nothing waits, and it waits the way Aeron's back-off idle strategy does, turned into
 awaits: a few zero-length sleeps (``await asyncio.sleep(0)``: other tasks run, the loop does not block),
 then sleeps doubling from ``min_park_s`` up to ``max_park_s``. An idle subscriber thus costs one short
-loop iteration every ``max_park_s`` (2 ms by default: about 0.3% of a core here, measured by
-``perf/asyncio_subscriber.py``), and the first message after a quiet spell is seen within that.
+loop iteration every ``max_park_s`` (5 ms by default), and the first message after a quiet spell is
+seen within that; with the conductor task's step every 20 ms that is about 250 short loop iterations a
+second (``perf/asyncio_subscriber.py`` measures the CPU it costs).
 
 Why not a file descriptor the publisher signals: in logbuf, as in Aeron, a publisher writes the log
 directly from its own process, and a network image is written by the driver's receiver; a wake-up would
@@ -20,7 +21,7 @@ A task that never waits starves the loop: a subscriber that always finds message
 conductor send its keepalives. So every ``ASYNC_YIELD_EVERY`` (64) consecutive successful awaited calls,
 one of them also yields with ``await asyncio.sleep(0)``.
 
-The client conductor runs as a task on the loop (:class:`AsyncAeron`), every ``conductor_interval_s``:
+The client conductor runs as a task on the loop (:class:`AsyncAeron`), every ``conductor_interval_s`` (20 ms):
 keepalives, image events and the driver-liveness check happen on the loop thread, so the image list a
 subscription polls changes only between the loop's steps. Commands to the driver (add or remove a
 publication or subscription) wait for the driver's response in a worker thread (``asyncio.to_thread``),
@@ -58,7 +59,7 @@ class AsyncIdle:
 
     spins: int = 10
     min_park_s: float = 50e-6
-    max_park_s: float = 0.002
+    max_park_s: float = 0.005
 
     def __post_init__(self) -> None:
         if self.spins < 0:
@@ -162,7 +163,7 @@ class AsyncAeron:
     ``Publication.offer_async``, ``Subscription.poll_async`` and ``Subscription.messages`` to await them.
     """
 
-    def __init__(self, context: Context | None = None, *, conductor_interval_s: float = 0.01) -> None:
+    def __init__(self, context: Context | None = None, *, conductor_interval_s: float = 0.02) -> None:
         from logbuf.client.aeron import Context
 
         if conductor_interval_s <= 0:
@@ -174,7 +175,7 @@ class AsyncAeron:
         self._log = library_logger(role="client.aio")
 
     @classmethod
-    async def connect(cls, context: Context | None = None, *, conductor_interval_s: float = 0.01) -> AsyncAeron:
+    async def connect(cls, context: Context | None = None, *, conductor_interval_s: float = 0.02) -> AsyncAeron:
         """Connect to the driver (waiting for it in a worker thread) and start the conductor task."""
         client = cls(context, conductor_interval_s=conductor_interval_s)
         await client.start()

@@ -199,7 +199,17 @@ def full_disk_catalog(driver: DriverProcess) -> dict[str, Any]:
 
 
 def error_log_flood(refusals: int) -> dict[str, Any]:
-    driver = DriverProcess(args=[*DEFAULT_ARGS, "--counters-buffer-length", "8k", "--ipc-term-length", "64k"]).start()
+    driver = DriverProcess(
+        args=[
+            *DEFAULT_ARGS,
+            "--counters-buffer-length",
+            "16k",
+            "--client-counters-share",
+            "1",
+            "--ipc-term-length",
+            "64k",
+        ]
+    ).start()
     try:
         with Aeron.connect(Context(dir=driver.dir, driver_timeout_ms=8_000)) as aeron:
             held = []

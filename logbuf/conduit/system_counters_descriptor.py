@@ -8,7 +8,7 @@ slot 46, with type id :data:`~logbuf.conduit.counters_descriptor.LOGBUF_SYSTEM_C
 their own ids (from 100) in the key, so no Aeron tool takes them for one of its own::
 
     slot  0 .. 45   type 0      key = Aeron's id (= slot)       Aeron 1.53's system counters
-    slot 46 .. 61   type 1003   key = logbuf's id (100 ..)      logbuf's own
+    slot 46 .. 62   type 1003   key = logbuf's id (100 ..)      logbuf's own
 
 Value record: value, registration id = the counter's id, owner id = -1 (what Aeron 1.53 writes).
 Aeron counters that logbuf has no cause to move (proxy offer failures, name resolution, revocation,

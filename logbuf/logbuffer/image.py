@@ -87,6 +87,11 @@ class Image(native.ImageCore):
     ``poll(handler, fragment_limit)`` calls ``handler(payload: memoryview, header: Header)`` for
     each message fragment; both are valid only during the call (copy with ``bytes(payload)``
     or ``header.snapshot()`` to keep them).
+
+    A frame length no publisher can write (a log damaged by something that maps it) stops every poll
+    there: the fragments before it are delivered, then the poll raises
+    :class:`~logbuf.errors.CorruptLogError` naming the position and the value (``corrupt_frame_count``
+    counts them, once per position).
     """
 
     _term_arrays: list[npt.NDArray[np.uint8]] | None = None

@@ -640,7 +640,9 @@ cdef class ImageCore:
         try:
             while fragments < fragment_limit and offset < term_length:
                 frame_length = lb_load_acquire_i32(term + offset)
-                if frame_length <= 0 or frame_length > term_length - offset:
+                if frame_length < HEADER_LENGTH or frame_length > term_length - offset:
+                    if offset == term_offset and frame_length != 0:  # at the position: corrupt, or not yet
+                        self._corrupt(term, offset, frame_length, position)
                     break
                 frame_offset = offset
                 offset += align_fitting_length(frame_length)
@@ -678,11 +680,14 @@ cdef class ImageCore:
         cdef const char *frame
         cdef object action
         cdef int act
+        cdef int32_t start_offset = initial_offset
         header._term = term
         try:
             while fragments < fragment_limit and offset < term_length:
                 frame_length = lb_load_acquire_i32(term + offset)
-                if frame_length <= 0 or frame_length > term_length - offset:
+                if frame_length < HEADER_LENGTH or frame_length > term_length - offset:
+                    if offset == start_offset and frame_length != 0:  # at the position: corrupt, or not yet
+                        self._corrupt(term, offset, frame_length, initial_position)
                     break
                 aligned = align_fitting_length(frame_length)
                 frame_offset = offset
@@ -743,7 +748,9 @@ cdef class ImageCore:
         try:
             while n < limit and offset < term_length:
                 frame_length = lb_load_acquire_i32(term + offset)
-                if frame_length <= 0 or frame_length > term_length - offset:
+                if frame_length < HEADER_LENGTH or frame_length > term_length - offset:
+                    if offset == term_offset and frame_length != 0:  # at the position: corrupt, or not yet
+                        self._corrupt(term, offset, frame_length, position)
                     break
                 frame_offset = offset
                 offset += align_fitting_length(frame_length)

@@ -20,7 +20,16 @@ def error_log(directory: str) -> list[ErrorObservation]:
 
 
 @pytest.mark.parametrize(
-    "driver_args", [["--counters-buffer-length", "8k", "--ipc-term-length", "64k", "--dir-delete-on-shutdown", "false"]]
+    "driver_args",
+    [
+        [
+            *("--counters-buffer-length", "16k", "--client-counters-share", "1"),
+            "--ipc-term-length",
+            "64k",
+            "--dir-delete-on-shutdown",
+            "false",
+        ]
+    ],
 )
 def test_repeated_refusals_naming_different_streams_and_channels_are_one_record_with_a_count(
     media_driver: DriverProcess,

@@ -218,7 +218,12 @@ def allocated_counters(cnc: Cnc) -> list[str]:
 
 @pytest.mark.parametrize(
     "driver_args",
-    [["--counters-buffer-length", "8k", "--publication-linger-timeout", "100ms", "--dir-delete-on-shutdown", "false"]],
+    [
+        [
+            *("--counters-buffer-length", "16k", "--client-counters-share", "1"),
+            *("--publication-linger-timeout", "100ms", "--dir-delete-on-shutdown", "false"),
+        ]
+    ],
 )
 def test_a_stream_refused_for_want_of_counters_leaves_nothing_behind(media_driver: DriverProcess, cnc: Cnc) -> None:
     media_driver.expected_errors.append("counters are full")
@@ -229,10 +234,11 @@ def test_a_stream_refused_for_want_of_counters_leaves_nothing_behind(media_drive
             for stream_id in range(100, 200):
                 sub = aeron.add_subscription("aeron:ipc", stream_id)
                 pairs.append((aeron.add_publication("aeron:ipc", stream_id), sub))
-        assert "capacity 64" in str(refused.value) and "counters_buffer_length" in str(refused.value)
-        # 64 records: the system counters, this client's heartbeat, then 3 per pair (pub-lmt, pub-pos, sub-pos)
+        assert "capacity 128" in str(refused.value) and "counters_buffer_length" in str(refused.value)
+        # 128 records (64 no longer leave room for a pair beside the 63 system counters): the system counters,
+        # this client's heartbeat, then 3 per pair (pub-lmt, pub-pos, sub-pos)
         system = len(SystemCounterId)
-        assert len(pairs) == (64 - system - 1) // 3
+        assert len(pairs) == (128 - system - 1) // 3 > 0
         before = allocated_counters(cnc)
         assert len(os.listdir(publications_dir)) == len(pairs)  # the refused log was never created
         with pytest.raises(RegistrationError, match="needs 3 counters"):  # again: still nothing leaks

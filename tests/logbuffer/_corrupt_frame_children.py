@@ -48,7 +48,21 @@ NOT_CORRUPT: dict[str, tuple[int, Callable[[int], int]]] = {
 }
 """Lengths a live publisher does write: no error, nothing delivered, the position stays."""
 
-FLAVOURS = ("poll", "controlled_poll", "block_poll", "poll_batch", "term_read")
+FLAVOURS = (
+    "poll",
+    "controlled_poll",
+    "block_poll",
+    "poll_batch",
+    "term_read",
+    "poll_filtered",
+    "controlled_poll_filtered",
+    "poll_batch_filtered",
+)
+
+
+def every_topic() -> native.TopicFilter:
+    """A topic filter that lets untagged messages (reserved value 0, as these are) through."""
+    return native.TopicFilter(lambda topic_id: True, lambda topic_id, name: None, deliver_untagged=True)
 
 
 def poll_once(flavour: str, image: Image, log: StreamLog, got: list[bytes]) -> int:
@@ -66,6 +80,15 @@ def poll_once(flavour: str, image: Image, log: StreamLog, got: list[bytes]) -> i
     if flavour == "poll_batch":
         batch = FragmentBatch(16)
         n = image.poll_batch(batch)
+        got.extend(bytes(batch.payload(i)) for i in range(n))
+        return n
+    if flavour == "poll_filtered":
+        return image.poll_filtered(every_topic(), handler, 10)
+    if flavour == "controlled_poll_filtered":
+        return image.controlled_poll_filtered(every_topic(), lambda p, h: handler(p, h), 10)
+    if flavour == "poll_batch_filtered":
+        batch = FragmentBatch(16)
+        n = image.poll_batch_filtered(every_topic(), batch)
         got.extend(bytes(batch.payload(i)) for i in range(n))
         return n
     position = image.position  # term_read: the term algorithm on its own, moving the position by hand

@@ -1,9 +1,9 @@
 """A frame length no publisher can write stops every poll with a clear error, never a crash or a wedge.
 
 Anything that can map a log can write into it. The child process (``_corrupt_frame_children``) plays that
-buggy client against every poll flavour (poll, controlled poll, block poll, poll_batch and the bare
-``term_read``) with every impossible length: 1..31, negatives that are no claim, INT_MIN, past the end of
-the term, short and huge PAD frames. It runs in a child so that a crash (a frame length of 1..31 once
+buggy client against every poll flavour (poll, controlled poll, block poll, poll_batch, the bare
+``term_read`` and the three topic-filtered polls) with every impossible length: 1..31, negatives that are
+no claim, INT_MIN, past the end of the term, short and huge PAD frames. It runs in a child so that a crash (a frame length of 1..31 once
 handed the handler a memoryview of length -24, and ``bytes()`` of it segfaulted) fails this test with the
 case named instead of killing pytest.
 """
