@@ -529,20 +529,21 @@ class Replications:
                     checksum=conductor._checksum,
                 )
                 signal = cc.RecordingSignal.START
-            write_source(
-                catalog.archive_dir,
-                dst,
-                ReplicaSource(
-                    source_archive_id=worker.source_archive_id,
-                    source_recording_id=d.recording_id,
-                    session_id=d.session_id,
-                    stream_id=d.stream_id,
-                    channel=d.original_channel,
-                    source_identity=d.source_identity,
-                    source_control_channel=request.src_control_channel,
-                ),
-                catalog.file_mode,
-            )
+            if signal is cc.RecordingSignal.START or read_source(catalog.archive_dir, dst) is not None:
+                write_source(
+                    catalog.archive_dir,
+                    dst,
+                    ReplicaSource(
+                        source_archive_id=worker.source_archive_id,
+                        source_recording_id=d.recording_id,
+                        session_id=d.session_id,
+                        stream_id=d.stream_id,
+                        channel=d.original_channel,
+                        source_identity=d.source_identity,
+                        source_control_channel=request.src_control_channel,
+                    ),
+                    catalog.file_mode,
+                )
         except (LogbufError, ValueError, OSError) as e:
             worker.error = str(e)
             worker.stop()

@@ -1,0 +1,164 @@
+"""Sync between two archive services on one driver: each fetches exactly the ranges it lacks.
+
+Archive A records a live stream from its start, stops for a while and records again (a hole); archive B
+starts recording later (it lacks the beginning). One sync round extends A's first recording across its hole
+from B's copy and gives B a copy of A's beginning: then both hold every position, byte for byte the same,
+every message once and in order, and nothing else moved.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from logbuf.archive.catalog import Catalog, RecordingDescriptor
+from logbuf.archive.client import ArchiveClient, ArchiveClientContext
+from logbuf.archive.segments import segment_base_position, segment_file_name
+from logbuf.archive.service import ArchiveService
+from logbuf.archive.service_context import ArchiveContext
+from logbuf.archive.sync import Peer, sync_once
+from logbuf.archive.sync_digest import merge
+from logbuf.archive.verify import verify_recording
+from logbuf.client import Aeron, Context
+from logbuf.logbuffer import data_header_descriptor as dh
+from tests.archive.service_kit import SEQ_BYTES, SequencedPublisher, await_, sequenced
+from tests.support.driver_process import DriverProcess, DriverSet
+
+LIVE, STREAM, LENGTH, TIMEOUT_S = "aeron:ipc", 1001, 100, 30
+
+
+@pytest.fixture
+def driver(request: pytest.FixtureRequest) -> Iterator[DriverProcess]:
+    with DriverSet(request) as drivers:
+        yield drivers.start(DriverProcess(args=["--dir-delete-on-shutdown", "false"]))
+
+
+def history_bytes(archive_dir: str, end: int) -> bytes:
+    """Positions 0..end of the stream from whichever recording holds each."""
+    with Catalog.open(archive_dir) as catalog:
+        recordings = catalog.recordings()
+    out = bytearray()
+    position = 0
+    while position < end:
+        d: RecordingDescriptor = next(r for r in recordings if r.start_position <= position < r.stop_position)
+        base = segment_base_position(d.start_position, position, d.term_length, d.segment_length)
+        stop = min(end, d.stop_position, base + d.segment_length)
+        with open(Path(archive_dir) / segment_file_name(d.recording_id, base), "rb") as f:
+            f.seek(position - base)
+            out += f.read(stop - position)
+        position = stop
+    return bytes(out)
+
+
+def seqs_of(data: bytes) -> list[int]:
+    seqs, offset = [], 0
+    while offset < len(data):
+        frame_length = int.from_bytes(data[offset : offset + 4], "little", signed=True)
+        assert frame_length > 0, f"no frame at {offset}"
+        if data[offset + dh.TYPE_FIELD_OFFSET] == dh.HDR_TYPE_DATA:
+            payload = data[offset + dh.HEADER_LENGTH : offset + frame_length]
+            seq = int.from_bytes(payload[:SEQ_BYTES], "little")
+            assert payload[SEQ_BYTES:] == sequenced(seq, LENGTH)[SEQ_BYTES:]
+            seqs.append(seq)
+        offset += (frame_length + 31) & ~31
+    return seqs
+
+
+def test_one_sync_round_fills_a_hole_on_one_side_and_a_missing_beginning_on_the_other(
+    driver: DriverProcess, tmp_path: Path
+) -> None:
+    def context(name: str, control_stream_id: int) -> ArchiveContext:
+        return ArchiveContext(
+            archive_dir=str(tmp_path / name),
+            driver_dir=driver.dir,
+            control_stream_id=control_stream_id,
+            segment_length=1 << 20,
+            checksum="crc32",
+        )
+
+    with (
+        Aeron.connect(Context(dir=driver.dir)) as aeron,
+        ArchiveService.launch(context("a", 10)) as service_a,
+        ArchiveService.launch(context("b", 11)) as service_b,
+        ArchiveClient.connect(ArchiveClientContext(aeron=aeron, control_stream_id=10)) as a,
+        ArchiveClient.connect(ArchiveClientContext(aeron=aeron, control_stream_id=11)) as b,
+    ):
+        publication = aeron.add_exclusive_publication(LIVE, STREAM)
+        publisher = SequencedPublisher(publication, length=LENGTH, rate=20_000)
+
+        def publish(count: int) -> None:
+            target = publisher.sent + count
+            await_(lambda: publisher.sent >= target, TIMEOUT_S, f"{count} more messages")
+
+        def caught_up(client: ArchiveClient) -> None:
+            await_(
+                lambda: all(
+                    client.recording_position(d.recording_id) >= publication.position
+                    for d in client.list_recordings()
+                    if d.stop_position < 0
+                ),
+                TIMEOUT_S,
+                "the recordings to catch up",
+            )
+
+        a.start_recording(LIVE, STREAM)
+        publisher.start()
+        publish(3_000)
+        b.start_recording(LIVE, STREAM)  # B lacks the beginning
+        publish(3_000)
+        caught_up(a)
+        a.stop_recording(LIVE, STREAM)  # A's hole starts
+        publish(3_000)
+        a.start_recording(LIVE, STREAM)
+        publish(3_000)
+        publisher.stop()
+        caught_up(a)
+        caught_up(b)
+        a.stop_recording(LIVE, STREAM)
+        b.stop_recording(LIVE, STREAM)
+        end = publication.position
+
+        def covered(client: ArchiveClient) -> list[tuple[int, int]]:
+            return merge((d.start_position, d.stop_position) for d in client.list_recordings())
+
+        before_a, before_b = covered(a), covered(b)
+        assert len(before_a) == 2 and before_b[0][0] > 0 and before_b[-1][1] == before_a[-1][1] == end
+
+        report = sync_once(
+            [
+                Peer("a", a, "aeron:ipc", 10),
+                Peer("b", b, "aeron:ipc", 11),
+            ]
+        )
+        assert not report.failed and not report.unfetchable
+        hole = before_a[0][1], before_a[1][0]
+        beginning = 0, before_b[0][0]
+        assert sorted((name, f.start, f.end) for name, f in report.fetched) == [("a", *hole), ("b", *beginning)]
+        assert report.fetched_bytes == (hole[1] - hole[0]) + (beginning[1] - beginning[0])
+        assert covered(a) == covered(b) == [(0, end)]
+
+        bytes_a = history_bytes(service_a.ctx.archive_dir, end)
+        bytes_b = history_bytes(service_b.ctx.archive_dir, end)
+        assert bytes_a == bytes_b
+        assert seqs_of(bytes_a) == list(range(publisher.sent))
+        for archive_dir in (service_a.ctx.archive_dir, service_b.ctx.archive_dir):
+            with Catalog.open(archive_dir) as catalog:
+                assert all(verify_recording(archive_dir, d).ok for d in catalog.recordings())
+
+        listed = subprocess.run(
+            [sys.executable, "-m", "logbuf.archive.main", "-d", service_b.ctx.archive_dir, "list", "--json"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        sources = [json.loads(line)["source"] for line in listed.stdout.splitlines()]
+        assert sources[0] is None  # B's own recording
+        assert sources[1]["source_recording_id"] == 0 and sources[1]["source_archive_id"] == a.archive_id()
+
+        again = sync_once([Peer("a", a, "aeron:ipc", 10), Peer("b", b, "aeron:ipc", 11)])
+        assert again.fetched == [] and again.fetched_bytes == 0  # converged: nothing moves
