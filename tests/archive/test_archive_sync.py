@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from logbuf.archive import control_codec as cc
 from logbuf.archive.catalog import Catalog, RecordingDescriptor
 from logbuf.archive.client import ArchiveClient, ArchiveClientContext
 from logbuf.archive.segments import segment_base_position, segment_file_name
@@ -162,3 +163,43 @@ def test_one_sync_round_fills_a_hole_on_one_side_and_a_missing_beginning_on_the_
 
         again = sync_once([Peer("a", a, "aeron:ipc", 10), Peer("b", b, "aeron:ipc", 11)])
         assert again.fetched == [] and again.fetched_bytes == 0  # converged: nothing moves
+
+
+def test_a_replication_of_an_unknown_recording_fails_loudly_and_stop_replication_ends_a_live_copy(
+    driver: DriverProcess, tmp_path: Path
+) -> None:
+    def context(name: str, control_stream_id: int) -> ArchiveContext:
+        return ArchiveContext(
+            archive_dir=str(tmp_path / name), driver_dir=driver.dir, control_stream_id=control_stream_id
+        )
+
+    def ended(client: ArchiveClient, replication_id: int) -> bool:
+        client.poll()
+        return any(
+            s.subscription_id == replication_id and s.signal == cc.RecordingSignal.REPLICATE_END for s in client.signals
+        )
+
+    with (
+        Aeron.connect(Context(dir=driver.dir)) as aeron,
+        ArchiveService.launch(context("a", 10)),
+        ArchiveService.launch(context("b", 11)) as service_b,
+        ArchiveClient.connect(ArchiveClientContext(aeron=aeron, control_stream_id=10)) as a,
+        ArchiveClient.connect(ArchiveClientContext(aeron=aeron, control_stream_id=11)) as b,
+    ):
+        unknown = b.replicate(99, "aeron:ipc", src_control_stream_id=10)
+        await_(lambda: ended(b, unknown), TIMEOUT_S, "the failed replication to end")
+        assert any("unknown recording 99" in e.error_message for e in b.errors), b.errors
+        assert b.list_recordings() == []  # nothing was made for it
+
+        publication = aeron.add_exclusive_publication(LIVE, STREAM)
+        a.start_recording(LIVE, STREAM)
+        publisher = SequencedPublisher(publication, length=LENGTH, rate=5_000).start()
+        live = b.replicate(0, "aeron:ipc", src_control_stream_id=10)
+        await_(lambda: b.list_recordings() and b.recording_position(0) > 50_000, TIMEOUT_S, "the live copy to advance")
+        b.stop_replication(live)
+        await_(lambda: ended(b, live), TIMEOUT_S, "the stopped replication to end")
+        publisher.stop()
+        with Catalog.open(service_b.ctx.archive_dir) as catalog:
+            copy = catalog.recording(0)
+        assert not copy.active and copy.stop_position > 50_000
+        assert verify_recording(service_b.ctx.archive_dir, copy).ok
