@@ -49,6 +49,7 @@ import structlog
 from logbuf.archive import control_codec as cc
 from logbuf.archive.checksum import stamp_block
 from logbuf.archive.client import ArchiveClient, ArchiveClientContext, ArchiveError, replay_image_session_id
+from logbuf.archive.recorder import _pwrite_all
 from logbuf.archive.recording import ChecksumType
 from logbuf.archive.segments import segment_base_position, segment_file_name
 from logbuf.channel_uri import ChannelUri
@@ -399,13 +400,6 @@ class ReplicationSession:
             "lag": self.lag,
             "attempts": self.attempts,
         }
-
-
-def _pwrite_all(fd: int, data: memoryview, offset: int) -> None:
-    while len(data):
-        written = os.pwrite(fd, data, offset)
-        data = data[written:]
-        offset += written
 
 
 class Replications:

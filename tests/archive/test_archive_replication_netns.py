@@ -22,11 +22,9 @@ import pytest
 from logbuf.archive.catalog import Catalog, RecordingDescriptor
 from logbuf.archive.client import ArchiveClient, ArchiveClientContext
 from logbuf.archive.replication import read_source
-from logbuf.archive.segments import segment_base_position, segment_file_name
 from logbuf.archive.verify import verify_recording
 from logbuf.client import Aeron, Context
-from logbuf.logbuffer import data_header_descriptor as dh
-from tests.archive.service_kit import SEQ_BYTES, SequencedPublisher, ServeProcess, await_, sequenced
+from tests.archive.service_kit import SequencedPublisher, ServeProcess, await_, recorded_seqs, recorded_stream
 from tests.support.driver_process import DriverSet
 from tests.support.netns import SUBNET, NetnsDriverProcess, NetnsNetwork, make_network
 
@@ -75,34 +73,6 @@ def restart(serve: ServeProcess) -> None:
 def recording(archive_dir: str, recording_id: int) -> RecordingDescriptor:
     with Catalog.open(archive_dir) as catalog:
         return catalog.recording(recording_id)
-
-
-def recorded_bytes(archive_dir: str, d: RecordingDescriptor, start: int, stop: int) -> bytes:
-    out = bytearray()
-    position = start
-    while position < stop:
-        base = segment_base_position(d.start_position, position, d.term_length, d.segment_length)
-        end = min(stop, base + d.segment_length)
-        with open(Path(archive_dir) / segment_file_name(d.recording_id, base), "rb") as f:
-            f.seek(position - base)
-            out += f.read(end - position)
-        position = end
-    return bytes(out)
-
-
-def data_seqs(data: bytes) -> list[int]:
-    """Sequence numbers of the DATA frames in recorded bytes (PAD frames skipped by their length)."""
-    seqs, offset = [], 0
-    while offset < len(data):
-        frame_length = int.from_bytes(data[offset : offset + 4], "little", signed=True)
-        assert frame_length > 0, f"no frame at offset {offset}"
-        if data[offset + dh.TYPE_FIELD_OFFSET] == dh.HDR_TYPE_DATA:
-            payload = data[offset + dh.HEADER_LENGTH : offset + frame_length]
-            seq = int.from_bytes(payload[:SEQ_BYTES], "little")
-            assert payload[SEQ_BYTES:] == sequenced(seq, LENGTH)[SEQ_BYTES:], f"payload of message {seq} differs"
-            seqs.append(seq)
-        offset += (frame_length + 31) & ~31
-    return seqs
 
 
 def test_b_replicates_a_live_recording_through_a_link_cut_and_kill_9_of_either_side(
@@ -182,13 +152,13 @@ def test_b_replicates_a_live_recording_through_a_link_cut_and_kill_9_of_either_s
                 assert source is not None and source.source_recording_id == 0 and source.stream_id == LIVE_STREAM
                 assert source.source_control_channel == control_a
 
-                original = recorded_bytes(a.archive_dir, final, final.start_position, final.stop_position)
-                copied = recorded_bytes(b.archive_dir, copy, copy.start_position, copy.stop_position)
+                original = recorded_stream(a.archive_dir, final.start_position, final.stop_position)
+                copied = recorded_stream(b.archive_dir, copy.start_position, copy.stop_position)
                 assert len(copied) == len(original) > 1_000_000
                 if copied != original:
                     first = next(i for i, (x, y) in enumerate(zip(copied, original, strict=True)) if x != y)
                     raise AssertionError(f"B's copy differs from A's recording at position {first}")
-                seqs = data_seqs(copied)
+                seqs = recorded_seqs(copied, LENGTH)
                 assert seqs == list(range(len(seqs))), "a message missing or copied twice"
                 assert verify_recording(b.archive_dir, copy).ok
         finally:

@@ -17,17 +17,15 @@ from pathlib import Path
 import pytest
 
 from logbuf.archive import control_codec as cc
-from logbuf.archive.catalog import Catalog, RecordingDescriptor
+from logbuf.archive.catalog import Catalog
 from logbuf.archive.client import ArchiveClient, ArchiveClientContext
-from logbuf.archive.segments import segment_base_position, segment_file_name
 from logbuf.archive.service import ArchiveService
 from logbuf.archive.service_context import ArchiveContext
 from logbuf.archive.sync import Peer, sync_once
 from logbuf.archive.sync_digest import merge
 from logbuf.archive.verify import verify_recording
 from logbuf.client import Aeron, Context
-from logbuf.logbuffer import data_header_descriptor as dh
-from tests.archive.service_kit import SEQ_BYTES, SequencedPublisher, await_, sequenced
+from tests.archive.service_kit import SequencedPublisher, await_, recorded_seqs, recorded_stream
 from tests.support.driver_process import DriverProcess, DriverSet
 
 LIVE, STREAM, LENGTH, TIMEOUT_S = "aeron:ipc", 1001, 100, 30
@@ -37,37 +35,6 @@ LIVE, STREAM, LENGTH, TIMEOUT_S = "aeron:ipc", 1001, 100, 30
 def driver(request: pytest.FixtureRequest) -> Iterator[DriverProcess]:
     with DriverSet(request) as drivers:
         yield drivers.start(DriverProcess(args=["--dir-delete-on-shutdown", "false"]))
-
-
-def history_bytes(archive_dir: str, end: int) -> bytes:
-    """Positions 0..end of the stream from whichever recording holds each."""
-    with Catalog.open(archive_dir) as catalog:
-        recordings = catalog.recordings()
-    out = bytearray()
-    position = 0
-    while position < end:
-        d: RecordingDescriptor = next(r for r in recordings if r.start_position <= position < r.stop_position)
-        base = segment_base_position(d.start_position, position, d.term_length, d.segment_length)
-        stop = min(end, d.stop_position, base + d.segment_length)
-        with open(Path(archive_dir) / segment_file_name(d.recording_id, base), "rb") as f:
-            f.seek(position - base)
-            out += f.read(stop - position)
-        position = stop
-    return bytes(out)
-
-
-def seqs_of(data: bytes) -> list[int]:
-    seqs, offset = [], 0
-    while offset < len(data):
-        frame_length = int.from_bytes(data[offset : offset + 4], "little", signed=True)
-        assert frame_length > 0, f"no frame at {offset}"
-        if data[offset + dh.TYPE_FIELD_OFFSET] == dh.HDR_TYPE_DATA:
-            payload = data[offset + dh.HEADER_LENGTH : offset + frame_length]
-            seq = int.from_bytes(payload[:SEQ_BYTES], "little")
-            assert payload[SEQ_BYTES:] == sequenced(seq, LENGTH)[SEQ_BYTES:]
-            seqs.append(seq)
-        offset += (frame_length + 31) & ~31
-    return seqs
 
 
 def test_one_sync_round_fills_a_hole_on_one_side_and_a_missing_beginning_on_the_other(
@@ -143,10 +110,10 @@ def test_one_sync_round_fills_a_hole_on_one_side_and_a_missing_beginning_on_the_
         assert report.fetched_bytes == (hole[1] - hole[0]) + (beginning[1] - beginning[0])
         assert covered(a) == covered(b) == [(0, end)]
 
-        bytes_a = history_bytes(service_a.ctx.archive_dir, end)
-        bytes_b = history_bytes(service_b.ctx.archive_dir, end)
+        bytes_a = recorded_stream(service_a.ctx.archive_dir, 0, end)
+        bytes_b = recorded_stream(service_b.ctx.archive_dir, 0, end)
         assert bytes_a == bytes_b
-        assert seqs_of(bytes_a) == list(range(publisher.sent))
+        assert recorded_seqs(bytes_a, LENGTH) == list(range(publisher.sent))
         for archive_dir in (service_a.ctx.archive_dir, service_b.ctx.archive_dir):
             with Catalog.open(archive_dir) as catalog:
                 assert all(verify_recording(archive_dir, d).ok for d in catalog.recordings())
