@@ -14,6 +14,8 @@ skipped unless run as root, since making namespaces needs it.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import threading
 import time
 import urllib.request
@@ -29,6 +31,7 @@ from logbuf.conduit import counters_descriptor as cd
 from logbuf.conduit.cnc import CncFile
 from logbuf.conduit.counters import CountersReader
 from logbuf.errors import ErrorCode
+from logbuf.protocol import NakFrame
 from tests.support.driver_process import DriverProcess, DriverSet
 from tests.support.netns import NetnsDriverProcess, NetnsNetwork, make_network
 from tests.udp._children import HEADER
@@ -41,6 +44,7 @@ pytestmark = pytest.mark.skipif(
 COUNT = int(os.environ.get("LOGBUF_FANOUT_COUNT", "20000"))
 """20,000 by default; LOGBUF_FANOUT_COUNT=200000 runs the issue's full count."""
 GROUP = "239.13.0.1"  # odd last octet: the control address is 239.13.0.2
+CONTROL_GROUP = "239.13.0.2"
 DRIVER_ARGS = [
     *("--dir-delete-on-shutdown", "false", "--driver-timeout", "5s", "--client-liveness-timeout", "5s"),
     *("--image-liveness-timeout", "3s", "--publication-connection-timeout", "3s", "--term-length", "4m"),
@@ -433,6 +437,83 @@ def test_late_joiner_starts_at_the_current_position(net: NetnsNetwork, hosts: li
     finally:
         for c in clients:
             c.close()
+
+
+NAK_ATTACKER = """
+import socket, sys, time
+naks = [bytes.fromhex(line) for line in sys.stdin.read().split()]
+with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+    s.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_TTL, 4)
+    for i, nak in enumerate(naks):
+        s.sendto(nak, (sys.argv[1], int(sys.argv[2])))
+        if i % 50 == 49:
+            time.sleep(0.005)
+print(len(naks))
+"""
+"""Run in a host's namespace: sends the NAKs (hex, one per line on stdin) to a group and port, ~10,000/s."""
+
+
+def test_naks_from_a_host_that_is_no_receiver_of_a_multicast_publication_get_nothing(
+    net: NetnsNetwork, hosts: list[DriverProcess]
+) -> None:
+    """Host 3 subscribes to nothing but sends NAKs to the publication's control group (239.13.0.2), as
+    any host on the network can: stepped offsets over what was sent, each asking for 1 MiB. The sender
+    counts them as NAKs from non-receivers and resends nothing for them, while receivers 1 and 2 get
+    every message once, in order. Its NAKs reach the publication's control socket as the members' do."""
+    port, stream_id, count = 40721, 1013, 2_000
+    clients = [Aeron.connect(Context(dir=h.dir, driver_timeout_ms=5_000)) for h in hosts[:3]]
+    try:
+        readers = [InOrderReader(clients[i].add_subscription(multicast(port, i), stream_id)) for i in (1, 2)]
+        publisher = Publisher(clients[0], multicast(port, 0, fc="min,g:/2"), stream_id)
+        pump(publisher, readers, lambda: all(r.received >= 500 for r in readers), 60, "500 messages each")
+        image = readers[0].subscription.images[0]
+        term_id = image.initial_term_id + image.position // image.term_length
+        offsets = [o % image.term_length for o in range(image.position % image.term_length - 65536, image.position, 32)]
+        naks = [NakFrame(publisher.publication.session_id, stream_id, term_id, o, 1 << 20).encode() for o in offsets]
+        attack = [b.hex() for b in naks[-count:]]
+        before = {
+            name: hosts[0].system_counter(name)
+            for name in ("NAKs received", "NAKs from non-receivers", "Retransmits sent", "Retransmitted bytes")
+        }
+        honest_before = sum(hosts[i].system_counter("NAKs sent") for i in (1, 2))
+        attacker = subprocess.Popen(
+            ["ip", "netns", "exec", net.host(3), sys.executable, "-c", NAK_ATTACKER, CONTROL_GROUP, str(port)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            out, err = attacker.communicate("\n".join(attack), timeout=60)
+        finally:
+            if attacker.poll() is None:
+                attacker.kill()
+                attacker.wait(10)
+        assert attacker.returncode == 0 and out.split() == [str(len(attack))], err
+        target = readers[0].received + 2_000
+        pump(
+            publisher,
+            readers,
+            lambda: (
+                all(r.received >= target for r in readers)
+                and hosts[0].system_counter("NAKs received") - before["NAKs received"] >= len(attack) // 2
+            ),
+            60,
+            "2000 more messages each, and the non-member's NAKs counted",
+        )
+        assert all(not r.errors for r in readers), [r.errors for r in readers]
+        after = {name: hosts[0].system_counter(name) for name in before}
+        honest_naks = sum(hosts[i].system_counter("NAKs sent") for i in (1, 2)) - honest_before
+    finally:
+        for c in clients:
+            c.close()
+    received = after["NAKs received"] - before["NAKs received"]
+    from_non_receivers = after["NAKs from non-receivers"] - before["NAKs from non-receivers"]
+    # every NAK the sender read came from host 3, but for any the members sent (no loss here: rarely any)
+    assert from_non_receivers >= received - honest_naks > 0, (received, honest_naks, from_non_receivers)
+    assert after["Retransmits sent"] - before["Retransmits sent"] <= honest_naks, after
+    if honest_naks == 0:
+        assert after["Retransmitted bytes"] == before["Retransmitted bytes"]
 
 
 def test_min_stops_waiting_for_a_killed_receiver_after_its_timeout(
