@@ -77,9 +77,8 @@ class NakSource:
 
     receivers: dict[int, tuple[int, int]]
     time_of_last_sm_ns: int
-
-    def lowest(self) -> tuple[int, int]:
-        return min(self.receivers.values())
+    lowest: tuple[int, int] = (0, 0)
+    """The lowest receiver's (position, window): kept by each SM, read by each NAK."""
 
 
 @dataclass
@@ -306,6 +305,7 @@ class NetworkPublication(IpcPublication):
         if receiver_id in receivers or len(receivers) < 16:
             previous = receivers.get(receiver_id, (position, window))[0]
             receivers[receiver_id] = (max(previous, position), window)
+            nak_source.lowest = min(receivers.values())
         nak_source.time_of_last_sm_ns = now_ns
 
     def _forget_silent_nak_sources(self, now_ns: int) -> None:
@@ -355,14 +355,28 @@ class NetworkPublication(IpcPublication):
         """Resend what the NAK's receiver can lack of the range it names (see the module's theory);
         returns the bytes sent. ``source``: where it came from (None: trusted, as in unit tests);
         ``member``: False if the endpoint knows the source is no receiver (not an MDC destination)."""
+        return self.on_nak_range(nak.term_id, nak.term_offset, nak.length, now_ns, send, source, member)
+
+    def on_nak_range(
+        self,
+        term_id: int,
+        term_offset: int,
+        length: int,
+        now_ns: int,
+        send: Send,
+        source: Address | None = None,
+        member: bool = True,
+    ) -> int:
+        """:meth:`on_nak` for a NAK's fields, as the endpoint unpacks them (no frame object per NAK).
+        What a flood sends is dropped by the first checks, before any list or dict is built."""
         counters = self.system_counters
         assert counters is not None
         term_length = self.log.term_length
         if (
-            nak.term_offset < 0
-            or nak.term_offset > term_length - dh.HEADER_LENGTH
-            or nak.length <= 0
-            or (nak.term_offset | nak.length) & (dh.FRAME_ALIGNMENT - 1)  # the decoder checks; a caller may not
+            term_offset < 0
+            or term_offset > term_length - dh.HEADER_LENGTH
+            or length <= 0
+            or (term_offset | length) & (dh.FRAME_ALIGNMENT - 1)  # the decoder checks; a caller may not
         ):
             counters.increment(SystemCounterId.INVALID_PACKETS)
             counters.increment(SystemCounterId.NAKS_MALFORMED)
@@ -374,24 +388,24 @@ class NetworkPublication(IpcPublication):
             if nak_source is None:
                 counters.increment(SystemCounterId.NAKS_FROM_NON_RECEIVERS)
                 return 0
-            lowest, window = nak_source.lowest()
+            lowest, window = nak_source.lowest
         self.naks_received += 1
         if self.naks_received_id >= 0:
             self.counters.set_value(self.naks_received_id, self.naks_received)
         sender_position = self.sender_position.get()
-        asked = self.log.position_of(nak.term_id, nak.term_offset)
-        term_start = asked - nak.term_offset
+        asked = self.log.position_of(term_id, term_offset)
+        term_start = asked - term_offset
         # a receiver never NAKs below what it reported consumed (its gaps start at or past its rebuild
         # position): such a NAK is stale or forged, and gets nothing rather than a clamped range
-        end = min(asked + nak.length, term_start + term_length, sender_position, asked + window)
+        end = min(asked + length, term_start + term_length, sender_position, asked + window)
         if asked < lowest or asked >= end or asked <= sender_position - term_length:  # cleaning: a term behind
             counters.increment(SystemCounterId.NAKS_WITHOUT_RESEND)
             return 0
         term = self.log.terms[(term_start // term_length) % 3]
         start = asked
         base = max(lowest, term_start) - term_start  # a frame boundary at or below the NAK's offset
-        if nak.term_offset > base:  # an offset a receiver chose: move it back to the start of its frame
-            start = term_start + base + native.term_scan_for_availability(term, base, nak.term_offset - base)
+        if term_offset > base:  # an offset a receiver chose: move it back to the start of its frame
+            start = term_start + base + native.term_scan_for_availability(term, base, term_offset - base)
         planned = self.retransmit_handler.plan(start, end, now_ns, self.mtu_length)
         if isinstance(planned, NakOutcome):
             counter = _OUTCOME_COUNTERS[planned]

@@ -20,7 +20,8 @@ close the amplification a stream of NAKs could buy:
   whole window lost at once fits in the burst.
 
 Theory of operation: ``_active`` holds one entry per retransmit still lingering, ``(expiry_ns, start,
-end)``, as positions in the stream. ``plan`` drops expired entries, refuses a NAK when
+end)``, as positions in the stream. ``_active`` is kept in order of start, and
+``plan`` drops expired entries (only once the earliest expiry has come), refuses a NAK when
 ``max_retransmits`` are active (Aeron's "Retransmit Pool Overflow"), cuts the lingering ranges out of
 the asked range and returns the first uncovered piece, shortened to the bucket's tokens. The caller
 sends it and reports what the datagrams covered with :meth:`RetransmitHandler.on_resent`, which starts
@@ -48,6 +49,9 @@ MIN_BURST_LENGTH: Final[int] = 256 * 1024
 """A burst of loss repaired at once: twice the default receiver window."""
 
 
+_NEVER: Final[int] = 1 << 62
+
+
 class NakOutcome(Enum):
     """Why a NAK got nothing (``plan`` returns one of these instead of a range)."""
 
@@ -67,6 +71,8 @@ class RetransmitHandler:
     _tokens: int = 0
     _started: bool = False
     _last_refill_ns: int = 0
+    _next_expiry_ns: int = 0
+    """No entry of ``_active`` expires before this: NAKs in between skip the expiry scan."""
 
     @property
     def burst_length(self) -> int:
@@ -85,8 +91,9 @@ class RetransmitHandler:
         """The part of ``[start, end)`` (positions, already clamped to what the receiver can lack) to
         resend now: ``(start, end)``, or why nothing is. The bucket must hold the whole range or one
         ``mtu_length`` (what one datagram of whole frames needs at most)."""
-        self._expire(now_ns)
-        for _, lingering_start, lingering_end in sorted(self._active, key=lambda a: a[1]):
+        if now_ns >= self._next_expiry_ns:
+            self._expire(now_ns)
+        for _, lingering_start, lingering_end in self._active:  # in order of start
             if lingering_end <= start or lingering_start >= end:
                 continue
             if lingering_start <= start:
@@ -107,12 +114,19 @@ class RetransmitHandler:
     def on_resent(self, start: int, end: int, now_ns: int) -> None:
         """``[start, end)`` went out again: it lingers, and its bytes are spent from the bucket."""
         if end > start:
-            self._active.append((now_ns + self.linger_ns, start, end))
+            expiry_ns = now_ns + self.linger_ns
+            active = self._active
+            i = len(active)
+            while i and active[i - 1][1] > start:  # kept in order of start: a NAK walks it unsorted
+                i -= 1
+            active.insert(i, (expiry_ns, start, end))
+            self._next_expiry_ns = min(self._next_expiry_ns, expiry_ns)
             self._tokens -= end - start
 
     def _expire(self, now_ns: int) -> None:
         if self._active and any(expiry <= now_ns for expiry, _, _ in self._active):
             self._active = [a for a in self._active if a[0] > now_ns]
+        self._next_expiry_ns = min((a[0] for a in self._active), default=_NEVER)
 
     def _refill(self, now_ns: int) -> None:
         burst = self.burst_length

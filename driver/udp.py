@@ -486,6 +486,10 @@ class ChannelEndpoint:
         self.transport.close()
 
 
+_NAK_HEADER_UNPACK: Final = nak_codec.HEADER.unpack_from
+_FRAME_ALIGNMENT_MASK: Final[int] = dh.FRAME_ALIGNMENT - 1
+
+
 class SendChannelEndpoint(ChannelEndpoint):
     """One publication channel: sends to ``destination`` (a unicast address or a multicast data group)
     or, for multi-destination-cast, to every destination its ``destinations`` tracker holds; receives
@@ -618,18 +622,41 @@ class SendChannelEndpoint(ChannelEndpoint):
 
     def _on_nak(self, datagram: memoryview, source: Address) -> None:
         """A NAK from a receiver of the publication gets what that receiver can lack (the publication
-        decides); from anyone else, nothing. MDC: only the destinations are receivers."""
-        try:
-            nak = decode_exact(nak_codec.decode, datagram)
-        except ValueError:  # an unaligned offset or length, say: counted here and (by the caller) as invalid
-            self.system_counters.increment(SystemCounterId.NAKS_MALFORMED)
-            raise
-        publication = self.publications.get((nak.session_id, nak.stream_id))
-        if publication is None or not self._from_receiver(publication, source):
+        decides); from anyone else, nothing. MDC: only the destinations are receivers.
+
+        A flood of NAKs takes this path thousands of times a second, so a well-formed NAK (the common
+        header was checked by :meth:`on_datagram`) is unpacked once, into ints, with no frame object;
+        anything else goes through the codec, which raises naming what is wrong."""
+        if len(datagram) == nak_codec.NAK_HEADER_LENGTH:
+            frame_length, _, _, _, session_id, stream_id, term_id, term_offset, length = _NAK_HEADER_UNPACK(datagram)
+            well_formed = (
+                frame_length == nak_codec.NAK_HEADER_LENGTH
+                and term_offset >= 0
+                and length > 0
+                and not (term_offset | length) & _FRAME_ALIGNMENT_MASK
+            )
+        else:
+            well_formed = False
+        if not well_formed:
+            try:
+                nak = decode_exact(nak_codec.decode, datagram)
+            except ValueError:  # an unaligned offset or length, say: counted here and (by the caller) as invalid
+                self.system_counters.increment(SystemCounterId.NAKS_MALFORMED)
+                raise
+            session_id, stream_id, term_id, term_offset, length = (
+                nak.session_id,
+                nak.stream_id,
+                nak.term_id,
+                nak.term_offset,
+                nak.length,
+            )
+        publication = self.publications.get((session_id, stream_id))
+        if publication is None or (self.binds_receiver and not self._from_receiver(publication, source)):
             return
         self.system_counters.increment(SystemCounterId.NAK_MESSAGES_RECEIVED)
-        member = self.destinations is None or self.destinations.holds(source)
-        publication.on_nak(nak, self.clock_ns(), self.send, source, member)
+        destinations = self.destinations
+        member = destinations is None or destinations.holds(source)
+        publication.on_nak_range(term_id, term_offset, length, self.clock_ns(), self.send, source, member)
 
     def _on_rtt_measurement(self, datagram: memoryview, source: Address) -> None:
         # Our static congestion control never measures RTT, but a receiver that does (Aeron's cubic)
