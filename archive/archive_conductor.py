@@ -743,6 +743,8 @@ class ArchiveConductor:
         self, session: ControlSession, message: cc.ListRecordingsRequest | cc.ListRecordingsForUriRequest
     ) -> None:
         if session.pending is not None:
+            session.flush()  # a listing whose last descriptor went out ends at its next step: take that step now
+        if session.pending is not None:
             raise RequestError(ERR.ACTIVE_LISTING, "a listing is already in progress on this session")
         if message.record_count < 0:
             raise RequestError(ERR.GENERIC, f"record count {message.record_count} must not be negative")

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from logbuf.conduit.topic_registry import TopicRegistry
 from logbuf.logbuffer.image import FragmentBatch
-from logbuf.native import TopicFilter, TopicHandle, TopicSubscriptionCore
+from logbuf.native import TopicFilter, TopicHandle, TopicOffers, TopicSubscriptionCore
 from logbuf.topic_names import TopicNameError, TopicPatterns, check_topic_name, topic_id_of_bytes
 
 if TYPE_CHECKING:
@@ -96,23 +96,22 @@ class TopicPublication:
     def __init__(self, publication: Publication, directory: TopicDirectory) -> None:
         self.publication = publication
         self._directory = directory
-        self._handles: dict[str, TopicHandle] = {}
+        self._offers = TopicOffers(self._make_handle)
+        self._handles: dict[str, TopicHandle] = self._offers.handles
+        self.offer: Callable[[str, Any], int] = self._offers.offer
+        """``offer(topic, payload)``: append one message of ``topic`` (the name looked up in C): the new position
+        or a negative OfferResult, as a plain ``offer``."""
+
+    def _make_handle(self, name: str) -> TopicHandle:
+        topic_id = self._directory.register(name)
+        return TopicHandle(self.publication, topic_id, name.encode("utf-8"))
 
     def topic(self, name: str) -> TopicHandle:
         """The handle of topic ``name`` (registered on first use; TopicNameError for a bad name)."""
         handle = self._handles.get(name)
         if handle is None:
-            topic_id = self._directory.register(name)
-            handle = self._handles[name] = TopicHandle(self.publication, topic_id, name.encode("utf-8"))
+            handle = self._handles[name] = self._make_handle(name)
         return handle
-
-    def offer(self, topic: str, payload: Any) -> int:
-        """Append one message of ``topic``: the new position or a negative OfferResult (as ``offer``)."""
-        handle = self._handles.get(topic)
-        if handle is None:
-            handle = self.topic(topic)
-        result: int = handle.offer(payload)
-        return result
 
     @property
     def topic_count(self) -> int:

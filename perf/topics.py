@@ -304,7 +304,7 @@ def offer_cost(rounds: int = 9, count: int = 20_000) -> dict[str, Any]:
     return {"plain_offer_ns": plain_ns, "topic_offer_ns": topic_ns, "topic_over_plain": topic_ns / plain_ns}
 
 
-PHASES = ("offer", "offer_topic", "poll", "poll_filtered_all", "poll_filtered_1pct")
+PHASES = ("offer", "offer_topic", "offer_by_name", "poll", "poll_filtered_all", "poll_filtered_1pct")
 
 
 def run_phase(phase: str, count: int) -> None:
@@ -320,15 +320,26 @@ def run_phase(phase: str, count: int) -> None:
         image = log.add_subscriber()
         handles = [TopicHandle(pub, topic_id(n), n.encode()) for n in topic_names()[:100]]
         message = bytes(SIZE)
-        if phase in ("offer", "offer_topic"):
+        if phase in ("offer", "offer_topic", "offer_by_name"):
             offer = pub.offer
             if phase == "offer":
                 for _ in range(count):
                     offer(message)
-            else:
+            elif phase == "offer_topic":
                 handle = handles[0]
                 for _ in range(count):
                     handle.offer(message)
+            else:  # TopicPublication.offer(name, payload): the name looked up per message
+                from logbuf.client.topics import TopicPublication
+
+                class Names:  # the registry's part in TopicPublication, without a driver
+                    def register(self, name: str) -> int:
+                        return topic_id(name)
+
+                by_name = TopicPublication(pub, Names())  # type: ignore[arg-type]
+                name = topic_names()[0]
+                for _ in range(count):
+                    by_name.offer(name, message)
             return
         for i in range(count):  # 100 topics round-robin: the 1 % filter takes one
             handles[i % 100].offer(message)

@@ -33,7 +33,7 @@ from logbuf.native.atomics import (  # noqa: E402
 )
 from logbuf.native.constants import NATIVE_CONSTANTS  # noqa: E402
 from logbuf.native.log_view import LogView  # noqa: E402
-from logbuf.native.publisher import BufferClaim, PublicationCore, TopicHandle  # noqa: E402
+from logbuf.native.publisher import BufferClaim, PublicationCore, TopicHandle, TopicOffers  # noqa: E402
 from logbuf.native.reader import (  # noqa: E402
     FragmentBatchCore,
     Header,
@@ -66,6 +66,7 @@ __all__ = [
     "SubscriptionCore",
     "TopicFilter",
     "TopicHandle",
+    "TopicOffers",
     "TopicSubscriptionCore",
     "LogView",
     "Position",

@@ -29,6 +29,7 @@ count picks a partition, and the MTU recorded in the log is checked when the cor
 cimport cython
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.dict cimport PyDict_GetItem
 from cpython.mem cimport PyMem_Calloc, PyMem_Free
 from cpython.object cimport PyObject
 from cpython.ref cimport Py_DECREF, Py_XDECREF
@@ -670,6 +671,9 @@ cdef class TopicHandle:
     @cython.binding(False)  # a method descriptor: one call layer less than a cyfunction
     def offer(self, buffer) -> int:
         """Append one message of this topic: the new stream position, or a negative OfferResult."""
+        return self._offer(buffer)
+
+    cdef object _offer(self, object buffer):
         cdef PublicationCore pub = self._pub
         cdef int64_t result
         cdef Py_ssize_t n
@@ -695,3 +699,32 @@ cdef class TopicHandle:
 
     def __repr__(self) -> str:
         return f"TopicHandle(topic_id=0x{self.topic_id:016x}, name={self.name_bytes!r}, defined={self.defined})"
+
+
+cdef class TopicOffers:
+    """``offer(name, payload)`` by topic name for one publication: a dict of :class:`TopicHandle` by name, looked up
+    and offered through in C; ``make(name)`` makes (and registers) the handle of a name not seen before."""
+
+    cdef dict _handles
+    cdef object _make
+
+    def __cinit__(self, make):
+        self._handles = {}
+        self._make = make
+
+    @property
+    def handles(self) -> dict:
+        """Name -> TopicHandle (the live dict)."""
+        return self._handles
+
+    @cython.binding(False)  # a method descriptor: one call layer less than a cyfunction
+    def offer(self, name, buffer) -> int:
+        """Append one message of topic ``name``: the new stream position, or a negative OfferResult."""
+        cdef PyObject *found = PyDict_GetItem(self._handles, name)
+        cdef TopicHandle handle
+        if found == NULL:
+            handle = self._make(name)
+            self._handles[name] = handle
+        else:
+            handle = <TopicHandle>found
+        return handle._offer(buffer)

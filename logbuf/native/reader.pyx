@@ -633,7 +633,7 @@ cdef class ImageCore:
         cdef const char *term = self._log.terms[index]
         cdef object view = self._views[index]
         cdef Header header = self._header
-        cdef int32_t offset = term_offset, fragments = 0, frame_length, frame_offset
+        cdef int32_t offset = term_offset, fragments = 0, frame_length, frame_offset, aligned
         cdef int32_t term_length = self.term_length
         cdef const char *frame
         header._term = term
@@ -644,14 +644,19 @@ cdef class ImageCore:
                     if offset == term_offset and frame_length != 0:  # at the position: corrupt, or not yet
                         self._corrupt(term, offset, frame_length, position)
                     break
+                aligned = align_fitting_length(frame_length)
                 frame_offset = offset
-                offset += align_fitting_length(frame_length)
                 frame = term + frame_offset
                 if frame_type(frame) == HDR_TYPE_PAD:
+                    offset += aligned
                     continue
+                # The position moves past a frame only once the filter has decided it: a resolver that raises
+                # leaves its frame to the next poll, so no frame is lost unseen.
                 if not topic_filter.accept((<int64_t *>(frame + RESERVED_VALUE_OFFSET))[0], frame + HEADER_LENGTH,
                                            frame_length - HEADER_LENGTH):
+                    offset += aligned
                     continue
+                offset += aligned
                 fragments += 1
                 header.frame_offset = frame_offset
                 handler(self._payload_at(view, term, frame_offset, frame_length), header)
@@ -691,13 +696,15 @@ cdef class ImageCore:
                     break
                 aligned = align_fitting_length(frame_length)
                 frame_offset = offset
-                offset += aligned
                 frame = term + frame_offset
                 if frame_type(frame) == HDR_TYPE_PAD:
+                    offset += aligned
                     continue
                 if not topic_filter.accept((<int64_t *>(frame + RESERVED_VALUE_OFFSET))[0], frame + HEADER_LENGTH,
                                            frame_length - HEADER_LENGTH):
+                    offset += aligned  # after the decision: a resolver that raises leaves the frame to the next poll
                     continue
+                offset += aligned
                 fragments += 1
                 header.frame_offset = frame_offset
                 action = handler(self._payload_at(view, term, frame_offset, frame_length), header)
@@ -753,13 +760,15 @@ cdef class ImageCore:
                         self._corrupt(term, offset, frame_length, position)
                     break
                 frame_offset = offset
-                offset += align_fitting_length(frame_length)
                 frame = term + frame_offset
                 if frame_type(frame) == HDR_TYPE_PAD:
+                    offset += align_fitting_length(frame_length)
                     continue
                 value = (<int64_t *>(frame + RESERVED_VALUE_OFFSET))[0]
                 if not topic_filter.accept(value, frame + HEADER_LENGTH, frame_length - HEADER_LENGTH):
+                    offset += align_fitting_length(frame_length)  # after the decision (see poll_filtered)
                     continue
+                offset += align_fitting_length(frame_length)
                 offsets[n] = frame_offset + HEADER_LENGTH
                 lengths[n] = frame_length - HEADER_LENGTH
                 session_ids[n] = (<int32_t *>(frame + SESSION_ID_OFFSET))[0]
@@ -767,7 +776,7 @@ cdef class ImageCore:
                 positions[n] = term_begin + offset
                 reserved_values[n] = value
                 n += 1
-        finally:  # a resolver that raised: what was scanned stays consumed, as a poll's handler error
+        finally:  # a resolver that raised: the frames before its frame stay consumed, as after a handler error
             batch.count = n
             batch.partition = index
             if offset != term_offset:
