@@ -447,18 +447,8 @@ class Replications:
             if d.active:
                 raise ValueError(f"destination recording {message.dst_recording_id} is being recorded")
         ChannelUri.parse(message.src_control_channel)  # a ValueError naming the bad part
-        replication_id = self._next_id
-        self._next_id += 1
-        ctx = conductor.ctx
-        worker = ReplicationSession(
-            replication_id,
-            message,
-            archive_dir=ctx.archive_dir,
-            driver_dir=ctx.driver_dir,
-            message_timeout_ms=ctx.connect_timeout_ms,
-            block_length=ctx.block_length,
-        )
-        self.sessions[replication_id] = worker
+        worker = self._new_worker(message)
+        replication_id = worker.replication_id
         self._owner[replication_id] = (session.control_session_id, message.correlation_id)
         session.send_ok(message.correlation_id, replication_id)
         worker.start()
@@ -502,23 +492,27 @@ class Replications:
                 encoded_credentials=b"",
                 src_response_channel=source.src_response_channel,
             )
-            replication_id = self._next_id
-            self._next_id += 1
-            ctx = self.conductor.ctx
-            worker = ReplicationSession(
-                replication_id,
-                request,
-                archive_dir=ctx.archive_dir,
-                driver_dir=ctx.driver_dir,
-                message_timeout_ms=ctx.connect_timeout_ms,
-                block_length=ctx.block_length,
-            )
+            worker = self._new_worker(request)
             worker.persistent = True
-            self.sessions[replication_id] = worker
             worker.start()
             resumed.append(recording_id)
-            self._log.info("replication.resumed", replication_id=replication_id, dst_recording_id=recording_id)
+            self._log.info("replication.resumed", replication_id=worker.replication_id, dst_recording_id=recording_id)
         return resumed
+
+    def _new_worker(self, request: cc.ReplicateRequest2) -> ReplicationSession:
+        """A replication with the next id, registered (the caller starts it)."""
+        ctx = self.conductor.ctx
+        worker = ReplicationSession(
+            self._next_id,
+            request,
+            archive_dir=ctx.archive_dir,
+            driver_dir=ctx.driver_dir,
+            message_timeout_ms=ctx.connect_timeout_ms,
+            block_length=ctx.block_length,
+        )
+        self._next_id += 1
+        self.sessions[worker.replication_id] = worker
+        return worker
 
     def on_stop_replication(self, session: Any, message: cc.StopReplicationRequest) -> None:
         worker = self.sessions.get(message.replication_id)
