@@ -63,3 +63,18 @@ def test_new_data_sent_earns_a_quarter_as_many_retransmitted_bytes() -> None:
     assert handler.plan(1 << 20, 2 << 20, 0) is NakOutcome.RATE_LIMITED
     handler.on_sent(16384)
     assert handler.plan(1 << 20, 2 << 20, 0) == (1 << 20, (1 << 20) + 4096)
+
+
+def test_ranges_resent_out_of_order_still_cut_every_nak_and_expire_each_at_its_own_time() -> None:
+    """The lingering ranges are kept in order of start whatever order they were resent in, and a NAK
+    between two expiries sees the earlier range gone and the later one still lingering."""
+    handler = RetransmitHandler(linger_ns=10 * MS, max_retransmits=1_000, max_rate=1 << 30)
+    assert resend(handler, 8192, 12288, 0) == (8192, 12288)
+    assert resend(handler, 0, 4096, 2 * MS) == (0, 4096)
+    assert resend(handler, 4096, 8192, 4 * MS) == (4096, 8192)
+    assert handler.plan(0, 12288, 5 * MS) is NakOutcome.NOTHING_TO_RESEND
+    assert handler.plan(0, 16384, 5 * MS) == (12288, 16384)
+    assert handler.plan(0, 12288, 11 * MS) == (8192, 12288)  # [8192, 12288) lingered until 10 ms
+    assert handler.active_count(11 * MS) == 2
+    assert handler.plan(0, 12288, 13 * MS) == (0, 4096)
+    assert handler.active_count(14 * MS) == 0
