@@ -31,7 +31,7 @@ import time
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 
@@ -51,7 +51,7 @@ from logbuf.errors import LogbufError
 from logbuf.logbuffer.fragment_assembler import FragmentAssembler
 from logbuf.logbuffer.publication import OfferResult
 
-__all__ = ["ArchiveConductor", "NULL_POSITION", "NULL_LENGTH", "challenge_answer"]
+__all__ = ["ArchiveConductor", "ConductorExtension", "NULL_POSITION", "NULL_LENGTH", "challenge_answer"]
 
 NULL_POSITION = -1
 """Aeron's "no position": a replay from the start, the stop position of an active recording."""
@@ -73,6 +73,16 @@ class RequestError(Exception):
     def __init__(self, code: cc.ArchiveErrorCode, message: str) -> None:
         super().__init__(message)
         self.code = code
+
+
+class ConductorExtension(Protocol):
+    """A family of requests served on the conductor's duty cycle (see :meth:`ArchiveConductor.add_extension`)."""
+
+    def handlers(self) -> dict[type[Any], Callable[[ControlSession, Any], None]]: ...
+
+    def do_work(self) -> int: ...
+
+    def close(self) -> None: ...
 
 
 @dataclass
@@ -149,6 +159,7 @@ class ArchiveConductor:
             cc.PurgeSegmentsRequest: self.on_purge_segments,
             cc.ArchiveIdRequest: self.on_archive_id,
         }
+        self._extensions: list[ConductorExtension] = []
 
     # -- lifecycle ----------------------------------------------------------------------------------------
     def on_start(self) -> None:
@@ -174,7 +185,15 @@ class ArchiveConductor:
             allowed_clients=ctx.allowed_clients,
         )
 
+    def add_extension(self, extension: ConductorExtension) -> None:
+        """Serve more request types on this duty cycle (replication, sync): the extension's handlers are
+        dispatched like the conductor's own, its ``do_work()`` runs each cycle and ``close()`` on close."""
+        self._extensions.append(extension)
+        self._handlers.update(extension.handlers())
+
     def on_close(self) -> None:
+        for extension in self._extensions:
+            extension.close()
         for slot in list(self.replays.values()):
             slot.replay.close()
         self.replays.clear()
@@ -220,6 +239,8 @@ class ArchiveConductor:
                 work += 1
             if slot.replay.is_done:
                 self._replay_ended(replay_id, slot)
+        for extension in self._extensions:
+            work += extension.do_work()
         work += self._publish_progress(now_ms)
         self.counters.set_active(len(self.sessions), self._active_recordings(), len(self.replays))
         return work
@@ -721,6 +742,8 @@ class ArchiveConductor:
     def on_list_recordings(
         self, session: ControlSession, message: cc.ListRecordingsRequest | cc.ListRecordingsForUriRequest
     ) -> None:
+        if session.pending is not None:
+            session.flush()  # a listing whose last descriptor went out ends at its next step: take that step now
         if session.pending is not None:
             raise RequestError(ERR.ACTIVE_LISTING, "a listing is already in progress on this session")
         if message.record_count < 0:

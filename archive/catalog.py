@@ -484,6 +484,18 @@ class Catalog:
             "recording.stopped", recording_id=recording_id, stop_position=stop_position, interrupted=interrupted
         )
 
+    def reopen_recording(self, recording_id: int, pid: int | None = None) -> None:
+        """Make a stopped recording ACTIVE again (this process as its recorder), to extend it from its stop
+        position; a crash then recovers it to its valid prefix as any active recording."""
+        self._check_writable()
+        entry = self._entry(recording_id)
+        buffer = self._buffer
+        cat.INT32.pack_into(buffer, entry + cat.RECORDER_PID_OFFSET, os.getpid() if pid is None else pid)
+        cat.INT64.pack_into(buffer, entry + cat.STOP_TIME_OFFSET, cat.NULL_TIME)
+        cat.heartbeat_ordered(buffer, entry, _now_ms())
+        cat.flags_ordered(buffer, entry, cat.FLAG_ACTIVE)
+        self._log.info("recording.reopened", recording_id=recording_id)
+
     def set_state(self, recording_id: int, state: RecordingState) -> None:
         self._check_writable()
         cat.state_ordered(self._buffer, self._entry(recording_id), int(state))

@@ -564,6 +564,55 @@ class ArchiveClient:
             raise
         return subscription, replay_session_id
 
+    def replicate(
+        self,
+        src_recording_id: int,
+        src_control_channel: str,
+        *,
+        src_control_stream_id: int = DEFAULT_CONTROL_STREAM_ID,
+        dst_recording_id: int = -1,
+        stop_position: int = NULL_POSITION,
+        replication_channel: str = "",
+        src_response_channel: str = "",
+        src_auth_secret: bytes = b"",
+    ) -> int:
+        """Ask this archive (the destination) to copy ``src_recording_id`` from the archive on
+        ``src_control_channel`` (Aeron's ReplicateRequest2); returns the replication id. ``stop_position`` -1
+        copies to the source recording's end, following it while it records; ``dst_recording_id`` -1 makes a
+        new copy, or extends this archive's copy of the same source recording if it has one. A remote source
+        needs ``src_response_channel`` (this host's endpoint for its answers) and ``replication_channel``
+        (this host's endpoint for the replay). Progress arrives as recording signals (:attr:`signals`)."""
+        sid = self.control_session_id
+        return self._request(
+            lambda c: cc.ReplicateRequest2(
+                control_session_id=sid,
+                correlation_id=c,
+                src_recording_id=src_recording_id,
+                dst_recording_id=dst_recording_id,
+                stop_position=stop_position,
+                channel_tag_id=cc.NULL_INT64,
+                subscription_tag_id=cc.NULL_INT64,
+                src_control_stream_id=src_control_stream_id,
+                file_io_max_length=cc.NULL_INT32,
+                replication_session_id=cc.NULL_INT32,
+                src_control_channel=src_control_channel,
+                live_destination="",
+                replication_channel=replication_channel,
+                encoded_credentials=src_auth_secret,
+                src_response_channel=src_response_channel,
+            ),
+            f"replicate recording {src_recording_id} from {src_control_channel}",
+        )
+
+    def stop_replication(self, replication_id: int) -> None:
+        sid = self.control_session_id
+        self._request(
+            lambda c: cc.StopReplicationRequest(
+                control_session_id=sid, correlation_id=c, replication_id=replication_id
+            ),
+            f"stop replication {replication_id}",
+        )
+
     def stop_replay(self, replay_session_id: int) -> None:
         sid = self.control_session_id
         self._request(

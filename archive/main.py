@@ -38,6 +38,7 @@ from logbuf.archive.remote_cli import (
     list_line,
     remote_stop,
 )
+from logbuf.archive.replication import read_source
 from logbuf.archive.segments import DEFAULT_SEGMENT_LENGTH, SegmentError, segment_files
 from logbuf.archive.verify import verify_recording
 from logbuf.errors import ConfigurationError, LogbufError
@@ -127,6 +128,20 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("serve", "run the archive service: control requests from local and remote clients")
     add_serve_arguments(p)
+
+    p = command("sync", "make archive services hold the union of their stream histories (fetching only what differs)")
+    p.add_argument(
+        "--peer",
+        action="append",
+        required=True,
+        metavar="CHANNEL@STREAM",
+        help="an archive service on this host by its IPC control channel and stream, e.g. aeron:ipc@10 (twice or more)",
+    )
+    p.add_argument("--driver-dir", default="", help="the media driver's directory (default $LOGBUF_DIR)")
+    p.add_argument("--stream-id", type=int, action="append", help="only these recorded streams (default: all)")
+    p.add_argument("--bandwidth", type=int, default=0, help="bytes/s the fetches may ask for (default: unbounded)")
+    p.add_argument("--interval", type=float, default=0.0, help="seconds between rounds: continuous anti-entropy")
+    p.add_argument("--timeout", type=float, default=60.0, help="seconds one fetch may take")
 
     p = command("stop", "stop a recording on an archive service (--control)")
     add_control_arguments(p, required=True)
@@ -255,10 +270,13 @@ def _cmd_list(archive_dir: str, args: argparse.Namespace) -> int:
     for d in recordings:
         if d.state.name == "DELETED" and not args.all:
             continue
+        source = read_source(archive_dir, d.recording_id)
         if args.json:
-            print(json.dumps(_descriptor_dict(d)))
+            print(json.dumps({**_descriptor_dict(d), "source": asdict(source) if source else None}))
         else:
             status = "active" if d.active else ("interrupted" if d.interrupted else "stopped")
+            if source is not None:
+                status += f" copy:{source.source_archive_id}/{source.source_recording_id}"
             print(
                 list_line(
                     d.recording_id,
@@ -272,6 +290,63 @@ def _cmd_list(archive_dir: str, args: argparse.Namespace) -> int:
                 )
             )
     return _report_problems(problems, args.json)
+
+
+def cmd_sync(args: argparse.Namespace) -> int:
+    """``sync``: one round (or rounds every ``--interval`` seconds until interrupted) between local peers."""
+    from logbuf.archive.client import ArchiveClient, ArchiveClientContext
+    from logbuf.archive.sync import Peer, sync_once
+    from logbuf.client import Aeron, Context
+
+    if len(args.peer) < 2:
+        raise ValueError("give at least two --peer archives")
+    with Aeron.connect(Context(dir=args.driver_dir)) as aeron:
+        peers = []
+        try:
+            for spec in args.peer:
+                channel, _, stream = spec.rpartition("@")
+                if not channel or not stream.lstrip("-").isdigit():
+                    raise ValueError(f"--peer {spec!r} must be CHANNEL@STREAM, e.g. aeron:ipc@10")
+                client = ArchiveClient.connect(
+                    ArchiveClientContext(aeron=aeron, control_channel=channel, control_stream_id=int(stream))
+                )
+                peers.append(Peer(spec, client, channel, int(stream)))
+            while True:
+                report = sync_once(
+                    peers,
+                    stream_ids=set(args.stream_id) if args.stream_id else None,
+                    bandwidth_bytes_per_s=args.bandwidth,
+                    timeout_s=args.timeout,
+                )
+                print(
+                    json.dumps(
+                        {
+                            "fetched": [
+                                {
+                                    "peer": name,
+                                    "stream_id": f.key.stream_id,
+                                    "session_id": f.key.session_id,
+                                    "start": f.start,
+                                    "end": f.end,
+                                }
+                                for name, f in report.fetched
+                            ],
+                            "fetched_bytes": report.fetched_bytes,
+                            "unfetchable": [
+                                {"peer": name, "stream_id": k.stream_id, "start": i[0], "end": i[1]}
+                                for name, k, i in report.unfetchable
+                            ],
+                            "failed": [{"peer": name, "error": error} for name, _, error in report.failed],
+                        }
+                    ),
+                    flush=True,
+                )
+                if args.interval <= 0:
+                    return 1 if report.failed else 0
+                time.sleep(args.interval)
+        finally:
+            for peer in peers:
+                peer.client.close()
 
 
 def _cmd_describe(archive_dir: str, args: argparse.Namespace) -> int:
@@ -531,6 +606,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         except (ArchiveError, LogbufError, ValueError, OSError) as e:
             log.debug("archive.command_failed", error=str(e))
             print(f"logbuf-archive {args.command}: {e}", file=sys.stderr)
+            return 2
+    if args.command == "sync":
+        try:
+            return cmd_sync(args)
+        except (ArchiveError, LogbufError, ValueError, OSError) as e:
+            print(f"logbuf-archive sync: {e}", file=sys.stderr)
             return 2
     if not archive_dir:
         print(f"logbuf-archive: no archive directory: give -d/--archive-dir or set {ENV_ARCHIVE_DIR}", file=sys.stderr)

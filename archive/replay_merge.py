@@ -67,6 +67,7 @@ class ReplayMerge:
 
     merge = ReplayMerge(archive, recording_id, live_channel="aeron:ipc", live_stream_id=10,
                         replay_channel="aeron:ipc", replay_stream_id=99, start_position=0)
+    # or start_time=<a reserved value, e.g. epoch us>, archive_dir=<the archive's directory on this host>
     while True:
         merge.poll(handler, 100)          # handler(payload, header): whole messages, once each, in order
     """
@@ -81,6 +82,8 @@ class ReplayMerge:
         replay_channel: str,
         replay_stream_id: int,
         start_position: int | None = None,
+        start_time: int | None = None,
+        archive_dir: str | os.PathLike[str] | None = None,
         oldest_if_purged: bool = False,
         live_add_threshold: int | None = None,
         progress_interval_ms: int = 50,
@@ -94,6 +97,12 @@ class ReplayMerge:
         self.session_id = descriptor.session_id
         """The live publication's session id (the recording's)."""
         self.skipped = 0
+        if start_time is not None:  # "the last 10 minutes": the time index of an archive this host can read
+            if archive_dir is None or start_position is not None:
+                raise ValueError(
+                    "start_time needs archive_dir (the archive's directory on this host) and no start_position"
+                )
+            start_position = position_at_time(archive_dir, recording_id, start_time)
         start = descriptor.start_position if start_position is None else start_position
         if start < descriptor.start_position:
             if not oldest_if_purged:

@@ -23,6 +23,7 @@ import structlog
 
 from logbuf.archive.archive_conductor import ArchiveConductor
 from logbuf.archive.catalog import Catalog
+from logbuf.archive.replication import Replications
 from logbuf.archive.service_context import ArchiveContext
 from logbuf.client import Aeron, Context
 from logbuf.conduit.archive_counters import ArchiveCounters
@@ -58,6 +59,7 @@ class ArchiveService:
                 Context(dir=ctx.driver_dir, use_conductor_thread=False, driver_timeout_ms=ctx.driver_timeout_ms)
             )
             self.conductor = ArchiveConductor(ctx, self.aeron, self.catalog, self.counters)
+            self.conductor.add_extension(Replications(self.conductor))
             self.conductor.on_start()
         except BaseException:
             self.close()

@@ -1316,8 +1316,7 @@ class LogbufStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _check_loss(self, start: dict[str, int]) -> None:
         """A recording read up to ``start[key]`` whose positions after it are gone: retention moved its
         start past the offset, or the recording was deleted."""
-        keys = [k for k, v in start.items() if int(v) > 0]
-        for rid, d in sorted(self._descriptors(keys).items()):
+        for rid, d in sorted(self._descriptors(start).items()):
             read_to = int(start[str(rid)])
             if descriptor_problem(d) is not None:
                 continue

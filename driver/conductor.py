@@ -37,6 +37,7 @@ from logbuf.conduit.counters import CountersManager
 from logbuf.conduit.error_log import DistinctErrorLog
 from logbuf.conduit.loss_report import LossReport
 from logbuf.conduit.ring_buffer import ManyToOneRingBuffer, RingBufferUnblocker
+from logbuf.conduit.system_counters_descriptor import SYSTEM_COUNTER_OWNER_ID
 from logbuf.driver.context import DriverContext
 from logbuf.driver.destination_tracker import AllowedSources, DestinationTracker
 from logbuf.driver.ipc_publication import IpcPublication, SubscriberPosition
@@ -1089,13 +1090,17 @@ class DriverConductor:
         """Refuse a registration that would take the client past its share of the counters
         (``client_counters_share``), so the counters left are there for the other clients' streams."""
         share = self.ctx.client_counters_share
-        limit = int(share * self.counters.capacity)
+        if share >= 1.0 or not self.counters.has_room(count):
+            return  # no share (first come, first served), or all full: the counters-full check refuses it
+        for_clients = self.counters.capacity - self.counters.owned_by(SYSTEM_COUNTER_OWNER_ID)
+        limit = int(share * for_clients)
         owned = self.counters.owned_by(session.client_id)
         if count and owned + count > limit:
             raise CommandError(
                 ErrorCode.RESOURCE_TEMPORARILY_UNAVAILABLE,
-                f"{what} needs {count} counters and client {session.client_id} holds {owned}: one"
-                f" client may hold {limit} of the {self.counters.capacity} counters (client_counters_share={share})",
+                f"{what} needs {count} counters and client {session.client_id} holds {owned}: one client may hold"
+                f" {limit} of the {for_clients} counters left beside the system counters"
+                f" (client_counters_share={share})",
             )
 
     def _on_remove_subscription(self, buffer: memoryview) -> None:

@@ -251,9 +251,10 @@ class DriverContext:
     client_counters_share: float = setting(
         0.5,
         "float",
-        "Fraction of the counters (counters_buffer_length / 128 of them) one client's registrations may "
-        "hold; beyond it a registration is refused with an error naming this setting, so one client cannot "
-        "leave the others no counters for new streams. 1 = no share (first come, first served).",
+        "Fraction of the counters left beside the system counters (counters_buffer_length / 128 in all) one "
+        "client's registrations may hold; beyond it a registration is refused with an error naming this "
+        "setting, so one client cannot leave the others no counters for new streams. 1 = no share (first come, "
+        "first served).",
     )
     socket_buffer_length: int = setting(2 * 1024 * 1024, "size", "SO_RCVBUF/SO_SNDBUF of UDP sockets.")
     udp_gso: bool = setting(

@@ -15,9 +15,10 @@ connected once no SM arrived for the connection timeout.
 
 A NAK is answered at once with what its receiver can lack, and nothing else: a NAK from an address no
 accepted SM came from (within the flow-control receiver timeout) gets nothing; one whose offset or length
-is not a multiple of the frame alignment is malformed. The rest is clamped to ``[the receiver's last SM
-position, snd-pos)``, to one receiver window, to its term (and to the term behind snd-pos that cleaning
-never touches), snapped down to the start of the frame it falls in, and handed to the
+is not a multiple of the frame alignment is malformed, and one starting below the receiver's last SM
+position gets nothing (a receiver never NAKs what it reported consumed). The rest is clamped to
+``snd-pos``, to one receiver window, to its term (and to the term behind snd-pos that cleaning never
+touches), moved back to the start of the frame it falls in, and handed to the
 :class:`~logbuf.driver.retransmit_handler.RetransmitHandler` (per-byte linger, concurrent retransmit cap,
 bandwidth cap). Every NAK that gets nothing is counted in a system counter naming why.
 """
@@ -380,15 +381,17 @@ class NetworkPublication(IpcPublication):
         sender_position = self.sender_position.get()
         asked = self.log.position_of(nak.term_id, nak.term_offset)
         term_start = asked - nak.term_offset
-        start = max(asked, lowest)
-        end = min(asked + nak.length, term_start + term_length, sender_position, start + window)
-        if start >= end or start <= sender_position - term_length:  # cleaning stays a term behind snd-pos
+        # a receiver never NAKs below what it reported consumed (its gaps start at or past its rebuild
+        # position): such a NAK is stale or forged, and gets nothing rather than a clamped range
+        end = min(asked + nak.length, term_start + term_length, sender_position, asked + window)
+        if asked < lowest or asked >= end or asked <= sender_position - term_length:  # cleaning: a term behind
             counters.increment(SystemCounterId.NAKS_WITHOUT_RESEND)
             return 0
         term = self.log.terms[(term_start // term_length) % 3]
-        if start == asked and asked > max(lowest, term_start):  # an offset a receiver chose: snap it to its frame
-            base = max(lowest, term_start) - term_start
-            start = term_start + base + native.term_scan_for_availability(term, base, start - term_start - base)
+        start = asked
+        base = max(lowest, term_start) - term_start  # a frame boundary at or below the NAK's offset
+        if nak.term_offset > base:  # an offset a receiver chose: move it back to the start of its frame
+            start = term_start + base + native.term_scan_for_availability(term, base, nak.term_offset - base)
         planned = self.retransmit_handler.plan(start, end, now_ns, self.mtu_length)
         if isinstance(planned, NakOutcome):
             counter = _OUTCOME_COUNTERS[planned]

@@ -24,9 +24,10 @@ from typing import Final, Generic, TypeVar
 
 from logbuf.driver.udp import ChannelEndpoint, ReceiveBatch, UdpTransport
 
-MAX_READY_PER_CYCLE: Final[int] = 256
+MAX_READY_PER_CYCLE: Final[int] = 32
 """Readable endpoints one cycle dispatches at most; the rest are still readable (level-triggered) next
-cycle, and the kernel hands out its ready list round-robin, so none is starved."""
+cycle, and the kernel hands out its ready list round-robin, so none is starved. Small, because each
+``epoll.poll`` allocates room for this many events: 256 cost 0.5 us a call more than ``poll``."""
 
 E = TypeVar("E", bound=ChannelEndpoint)
 

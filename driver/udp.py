@@ -693,8 +693,10 @@ class ReceiveChannelEndpoint(ChannelEndpoint):
         a batch per call, and only the rest comes through :meth:`on_datagram`; the images' positions are
         handed to the native side before the batch and their high-water marks taken back after it."""
         transport = self.transport
-        if not isinstance(transport, UdpTransport) or not self.images:
-            return super().poll(batch, checked)
+        if not isinstance(transport, UdpTransport):
+            return transport.receive(self.on_datagram)
+        if not self.images:
+            return transport.receive(self.on_datagram, batch, checked)
         if not checked and not transport.readable():  # the common idle cycle: no receivers to prime
             return 0
         active = [image for image in self.images.values() if image.state is ImageState.ACTIVE]

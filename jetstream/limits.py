@@ -1,4 +1,5 @@
-"""Limits on what clients may cost the relay: incoming bytes, and events per second per address.
+"""Limits on what clients may cost the relay: incoming bytes, client messages per connection, and events
+per second per address.
 
 Theory of operation
 -------------------
@@ -11,6 +12,16 @@ against two bounds, the per-connection message cap and a total for all connectio
 1009 the moment a declaration exceeds either; the bytes of a refused frame are never buffered.
 Control frames (at most 125 bytes) are not counted; the fragments of a message count together until
 its final frame has arrived.
+
+**Client messages per second.** A client message is an ``options_update`` (anything else is ignored), and
+an honest client sends one when it connects (``requireHello``) and again when its filters change; one
+with 10,000 DIDs is ~360 kB and costs milliseconds to validate, so the cost is in the bytes.
+:class:`MessageBucket` is each connection's pair of token buckets: messages
+(``max_client_messages_per_s``, burst ``client_message_burst``) and message bytes
+(``max_client_message_bytes_per_s``, burst ``max_client_message_length``: one message of the largest
+size always fits a fresh bucket). A message that finds either short closes the connection with 1008
+before it is parsed. The per-IP connection cap bounds what one address can send to
+``max_connections_per_ip`` times that.
 
 **Events per second.** Jetstream's legacy server gives each client address a token bucket shared by
 all of that address's connections (rate and burst both ``max_events_per_ip_s``, 5,000 by default) and
@@ -31,9 +42,13 @@ __all__ = [
     "CONTROL_OPCODE_MIN",
     "DEFAULT_MAX_CONNECTIONS",
     "DEFAULT_MAX_CONNECTIONS_PER_IP",
+    "DEFAULT_CLIENT_MESSAGE_BURST",
+    "DEFAULT_MAX_CLIENT_MESSAGE_BYTES_PER_S",
+    "DEFAULT_MAX_CLIENT_MESSAGES_PER_S",
     "DEFAULT_MAX_EVENTS_PER_IP_S",
     "EventRateLimiter",
     "FrameMeter",
+    "MessageBucket",
 ]
 
 #: Connections from one client address (jetstream's legacy cap); more get 429.
@@ -42,6 +57,13 @@ DEFAULT_MAX_CONNECTIONS_PER_IP: Final = 100
 DEFAULT_MAX_CONNECTIONS: Final = 50_000
 #: jetstream's legacy per-address rate (``JETSTREAM_MAX_SUB_RATE``): events/s, also the burst.
 DEFAULT_MAX_EVENTS_PER_IP_S: Final = 5000.0
+
+#: Client messages (``options_update``) per second per connection, sustained: filters change rarely.
+DEFAULT_MAX_CLIENT_MESSAGES_PER_S: Final = 1.0
+#: Client messages a connection may send at once (a fresh connection's bucket is full).
+DEFAULT_CLIENT_MESSAGE_BURST: Final = 10
+#: Client message bytes per second per connection, sustained: a 10,000-DID update (~360 kB) every ~4 s.
+DEFAULT_MAX_CLIENT_MESSAGE_BYTES_PER_S: Final = 100_000
 
 #: Opcodes 0x8 and up are control frames (close, ping, pong): at most 125 bytes, never fragmented.
 CONTROL_OPCODE_MIN: Final = 0x8
@@ -108,6 +130,41 @@ class FrameMeter:
             if length == 0 and self._final:
                 self.message_length = 0
         return max(peak, self.message_length)
+
+
+class MessageBucket:
+    """One connection's token buckets of client messages and of their bytes (sans-IO: ``now_ns`` in);
+    both start full."""
+
+    __slots__ = ("_messages", "_bytes", "_updated_ns", "_per_ns", "_bytes_per_ns", "_burst", "_bytes_burst")
+
+    def __init__(self, per_s: float, burst: int, bytes_per_s: float, bytes_burst: int, now_ns: int) -> None:
+        for name, value in (
+            ("per_s", per_s),
+            ("burst", burst),
+            ("bytes_per_s", bytes_per_s),
+            ("bytes_burst", bytes_burst),
+        ):
+            if not value > 0 or not math.isfinite(value):
+                raise ValueError(f"{name}={value!r} must be a finite number > 0")
+        self._per_ns = per_s / 1e9
+        self._bytes_per_ns = bytes_per_s / 1e9
+        self._burst = self._messages = float(burst)
+        self._bytes_burst = self._bytes = float(bytes_burst)
+        self._updated_ns = now_ns
+
+    def take(self, length: int, now_ns: int) -> bool:
+        """Spend one message and ``length`` bytes; False (nothing spent) when either bucket is short."""
+        if now_ns > self._updated_ns:
+            elapsed = now_ns - self._updated_ns
+            self._messages = min(self._burst, self._messages + elapsed * self._per_ns)
+            self._bytes = min(self._bytes_burst, self._bytes + elapsed * self._bytes_per_ns)
+            self._updated_ns = now_ns
+        if self._messages < 1.0 or self._bytes < length:
+            return False
+        self._messages -= 1.0
+        self._bytes -= length
+        return True
 
 
 @dataclass(slots=True)

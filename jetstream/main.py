@@ -60,7 +60,14 @@ from logbuf.jetstream.ingest import (
     check_rate,
     check_upstream_url,
 )
-from logbuf.jetstream.limits import DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_CONNECTIONS_PER_IP, DEFAULT_MAX_EVENTS_PER_IP_S
+from logbuf.jetstream.limits import (
+    DEFAULT_CLIENT_MESSAGE_BURST,
+    DEFAULT_MAX_CLIENT_MESSAGE_BYTES_PER_S,
+    DEFAULT_MAX_CLIENT_MESSAGES_PER_S,
+    DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_MAX_CONNECTIONS_PER_IP,
+    DEFAULT_MAX_EVENTS_PER_IP_S,
+)
 from logbuf.jetstream.stream import EventStreamAdapter
 from logbuf.jetstream.stream_lock import StreamTakenError
 from logbuf.jetstream.supervisor import DETACH_TIMEOUT_S, RelayStopped, Supervisor, SupervisorSettings
@@ -118,6 +125,13 @@ def _port(text: str) -> int:
     if not 0 <= port <= 65535:
         raise argparse.ArgumentTypeError(f"port {port} is outside 0..65535")
     return port
+
+
+def _positive_rate(text: str) -> float:
+    rate = _rate(text)
+    if rate == 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be above 0")
+    return rate
 
 
 def _positive_int(text: str) -> int:
@@ -258,6 +272,29 @@ def build_parser() -> argparse.ArgumentParser:
         "never drops; 0 = no limit; default: %(default)g, jetstream's)",
     )
     lim.add_argument(
+        "--max-client-messages",
+        type=_positive_rate,
+        default=DEFAULT_MAX_CLIENT_MESSAGES_PER_S,
+        metavar="RATE",
+        help="options_update messages per second per connection, sustained (more close it with 1008; "
+        "default: %(default)g)",
+    )
+    lim.add_argument(
+        "--client-message-burst",
+        type=_positive_int,
+        default=DEFAULT_CLIENT_MESSAGE_BURST,
+        metavar="N",
+        help="client messages a connection may send at once (default: %(default)s)",
+    )
+    lim.add_argument(
+        "--max-client-message-bytes",
+        type=_positive_rate,
+        default=DEFAULT_MAX_CLIENT_MESSAGE_BYTES_PER_S,
+        metavar="RATE",
+        help="client message bytes per second per connection, sustained; the burst is one largest message, "
+        "1 MB (more close it with 1008; default: %(default)g, a 10,000-DID update every ~4 s)",
+    )
+    lim.add_argument(
         "--trusted-proxy",
         action="append",
         default=[],
@@ -354,6 +391,9 @@ def _make_server(args: argparse.Namespace, run: _Running) -> Any:
         "max_connections_per_ip": args.max_connections_per_ip,
         "max_connections": args.max_connections,
         "max_events_per_ip_s": args.max_events_per_ip,
+        "max_client_messages_per_s": args.max_client_messages,
+        "client_message_burst": args.client_message_burst,
+        "max_client_message_bytes_per_s": args.max_client_message_bytes,
         "trusted_proxies": tuple(args.trusted_proxy),
         "tls_cert": args.tls_cert,
         "tls_key": args.tls_key,

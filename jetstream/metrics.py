@@ -47,6 +47,7 @@ class RelayCounters:
     flush_passes: int = 0
     sendfile_calls: int = 0
     accept_errors: int = 0
+    input_after_close: int = 0  # connections closed at once for streaming on after our close / response
     connection_errors: Counter[str] = field(default_factory=Counter)  # exception type: connection closed
     rate_limited: int = 0  # sends held back by the per-address event rate (EventRateLimiter.throttled)
     forwarded_invalid: int = 0  # forwarded client addresses from trusted proxies that were not IPs
@@ -71,6 +72,7 @@ class MetricsSnapshot:
     bytes_punched: int
     punch_failures: int
     counters: RelayCounters
+    messages_queued: int = 0
 
 
 MetricsSource = Callable[[], Iterable[Metric]]
@@ -198,12 +200,22 @@ class RelayCollector(Collector):
             "Client messages of an unknown type or binary",
             value=c.client_messages_ignored,
         )
+        yield GaugeMetricFamily(
+            "logbuf_jetstream_client_messages_queued",
+            "Client messages received and waiting to be parsed",
+            value=s.messages_queued,
+        )
         yield CounterMetricFamily("logbuf_jetstream_pings_sent", "Pings sent to subscribers", value=c.pings_sent)
         yield CounterMetricFamily("logbuf_jetstream_loop_iterations", "Event-loop iterations", value=c.loop_iterations)
         yield CounterMetricFamily("logbuf_jetstream_flush_passes", "Passes over the subscribers", value=c.flush_passes)
         yield CounterMetricFamily("logbuf_jetstream_sendfile_calls", "sendfile calls", value=c.sendfile_calls)
         yield CounterMetricFamily(
             "logbuf_jetstream_accept_errors", "accept() failures (fd limit, ...)", value=c.accept_errors
+        )
+        yield CounterMetricFamily(
+            "logbuf_jetstream_input_after_close",
+            "Connections closed at once for sending more than a message after the relay's close frame or response",
+            value=c.input_after_close,
         )
         yield CounterMetricFamily(
             "logbuf_jetstream_rate_limited",

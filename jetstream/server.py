@@ -16,10 +16,20 @@ Theory of operation (``protocol_spec/jetstream-relay.md`` has the details):
   STREAMING → CLOSING (a last response or close frame queued) → LINGER (write side shut, read until
   the peer closes, at most ``close_timeout_s``) → closed.
 
+Client messages (``options_update``) never hold up the fan-out. Reading client bytes takes at most
+``READ_SLICE_NS`` of an iteration (connections left over are read first next time); a complete
+message is checked against its connection's message rates (:class:`jetstream.limits.MessageBucket`:
+over them, close 1008) and *queued*. Queued messages are parsed round-robin over the connections (one
+message of each in turn, each connection's in order) for at most ``PARSE_SLICE_NS`` an iteration (at
+least one), before the fan-out pass; their bytes stay counted in ``max_incoming_bytes`` until then, and
+the rates bound what one connection can queue.
+A flood of 10,000-DID updates from thousands of connections thus costs each iteration a bounded slice,
+and live clients keep receiving at the flush interval; the flooders are closed by their rate.
+
 Errors follow jetstream: bad query → plain-text 400 before the upgrade; a bad client message →
 close 1007 (not JSON / bad payload JSON) or 1008 (fails validation, reason cut to 123 bytes); a
-message over 10 MB → 1009; shutdown → 1001. Connections over the per-IP limit get 429, over the
-total limit 503. Everything is counted (:mod:`jetstream.metrics`); only lifecycle is logged.
+message over ``max_client_message_length`` → 1009; over the message rate → 1008; shutdown → 1001.
+Connections over the per-IP limit get 429, over the total limit 503. Everything is counted (:mod:`jetstream.metrics`); only lifecycle is logged.
 """
 
 from __future__ import annotations
@@ -74,10 +84,14 @@ from .http import (
     with_cors,
 )
 from .limits import (
+    DEFAULT_CLIENT_MESSAGE_BURST,
+    DEFAULT_MAX_CLIENT_MESSAGE_BYTES_PER_S,
+    DEFAULT_MAX_CLIENT_MESSAGES_PER_S,
     DEFAULT_MAX_CONNECTIONS,
     DEFAULT_MAX_CONNECTIONS_PER_IP,
     DEFAULT_MAX_EVENTS_PER_IP_S,
     EventRateLimiter,
+    MessageBucket,
 )
 from .metrics import MetricsSnapshot, MetricsSource, RelayCollector, RelayCounters
 from .proxy import TrustedProxies, normalize_ip
@@ -92,10 +106,19 @@ CLOSE_INVALID_PAYLOAD: Final = 1007
 CLOSE_POLICY_VIOLATION: Final = 1008
 SHUTDOWN_REASON: Final = "server shutting down"
 TOO_SLOW_REASON: Final = "consumer too slow: cursor fell behind retention"
+MESSAGE_RATE_REASON: Final = (
+    "client message rate exceeded: at most {burst} messages or {bytes_burst} bytes at once, "
+    "then {rate:g} messages and {bytes_rate:g} bytes per second"
+)
 TIMER_PERIOD_NS: Final = 100_000_000  # handshake and linger deadlines
 SLOW_TIMER_PERIOD_NS: Final = 1_000_000_000  # pings and write timeouts
 ACCEPT_BATCH: Final = 256
 READS_PER_EVENT: Final = 16
+#: Reading client bytes stops for this iteration after this long (connections left are read first next
+#: iteration; the metrics port's are always read): floods of client input cannot delay the fan-out pass.
+READ_SLICE_NS: Final = 10_000_000
+#: Parsing queued client messages stops for this iteration after this long (at least one is parsed).
+PARSE_SLICE_NS: Final = 5_000_000
 RECV_SIZE: Final = 65536
 MAX_EPOLL_EVENTS: Final = 4096
 #: A request head (request line and headers) longer than this is answered 431 (websockets' own limits,
@@ -148,6 +171,14 @@ class RelayConfig:
     ``max_incoming_bytes``: what all connections together may have declared and not yet finished (and
     request heads in progress): a declaration past it closes that connection with 1009 (a request head,
     503). ``client_message_timeout_s``: a message must finish this long after it began, or 1008.
+    ``max_client_messages_per_s`` / ``client_message_burst`` and ``max_client_message_bytes_per_s`` (burst:
+    ``max_client_message_length``): each connection's token buckets of client messages
+    (``options_update``; binary and unknown messages count too) and of their bytes: a message over either
+    closes the connection with 1008 (``client message rate exceeded: ...``) before it is parsed, counted
+    as ``clients_dropped{reason="client_message_rate"}``. Honest clients send one update at connect and
+    one per change of filters; higher rates let each connection make the relay parse more (a 10,000-DID
+    update is ~360 kB and takes milliseconds; queued ones are parsed in bounded slices, see the module
+    docstring).
     ``socket_send_buffer_bytes``: each client socket's SO_SNDBUF (0: the kernel's autotuning). The frame
     file is the buffer: a small socket buffer keeps kernel memory per client bounded (thousands of
     clients with autotuned multi-MB buffers push the kernel into TCP memory pressure, which stalls
@@ -186,6 +217,9 @@ class RelayConfig:
     max_client_message_length: int = DEFAULT_MAX_CLIENT_MESSAGE_LENGTH
     max_incoming_bytes: int = 64 * 1024 * 1024
     client_message_timeout_s: float = 10.0
+    max_client_messages_per_s: float = DEFAULT_MAX_CLIENT_MESSAGES_PER_S
+    client_message_burst: int = DEFAULT_CLIENT_MESSAGE_BURST
+    max_client_message_bytes_per_s: float = DEFAULT_MAX_CLIENT_MESSAGE_BYTES_PER_S
     listen_backlog: int = 4096
     reuse_port: bool = False
 
@@ -235,6 +269,11 @@ class RelayConfig:
                 f"max_client_message_length={self.max_client_message_length}"
             )
         positive("client_message_timeout_s", self.client_message_timeout_s)
+        positive("max_client_messages_per_s", self.max_client_messages_per_s)
+        positive("client_message_burst", self.client_message_burst)
+        positive("max_client_message_bytes_per_s", self.max_client_message_bytes_per_s)
+        if self.client_message_burst != int(self.client_message_burst):
+            raise ConfigurationError(f"client_message_burst={self.client_message_burst!r} must be an integer")
         positive("listen_backlog", self.listen_backlog)
         positive("socket_send_buffer_bytes", self.socket_send_buffer_bytes, allow_zero=True)
         if (self.tls_cert is None) != (self.tls_key is None):
@@ -312,7 +351,19 @@ class RelayServer:
         self._connections: dict[int, Subscriber] = {}
         self._handshaking: dict[int, Subscriber] = {}
         self._lingering: dict[int, Subscriber] = {}
-        self._read_again: set[Subscriber] = set()
+        # Connections with input left to read, oldest first (a dict as an ordered set: fair under floods).
+        self._read_again: dict[Subscriber, None] = {}
+        # Client messages waiting to be parsed: per connection in order; connections in turn (round-robin).
+        self._pending: dict[Subscriber, deque[bytes]] = {}
+        self._pending_count = 0
+        self._rate_reason = truncate_close_reason(
+            MESSAGE_RATE_REASON.format(
+                burst=config.client_message_burst,
+                bytes_burst=config.max_client_message_length,
+                rate=config.max_client_messages_per_s,
+                bytes_rate=config.max_client_message_bytes_per_s,
+            )
+        )
         self._per_ip: Counter[str] = Counter()
         self._metrics_connections = 0
         self._duties: list[Callable[[], int]] = []
@@ -441,7 +492,7 @@ class RelayServer:
 
     def _iterate(self, *, accepting: bool = True) -> None:
         now = time.monotonic_ns()
-        if self._calls or self._read_again or self._duty_work:
+        if self._calls or self._read_again or self._duty_work or self._pending:
             timeout = 0.0
         elif self._dirty:
             timeout = max(0.0, (self._next_flush_ns - now) / 1e9)
@@ -450,6 +501,7 @@ class RelayServer:
         timeout = min(timeout, max(0.0, (self._next_timer_ns - now) / 1e9))
         events = self._epoll.poll(timeout, MAX_EPOLL_EVENTS)
         listeners = self._listeners
+        readable: list[Subscriber] = []
         for fd, mask in events:
             if fd in listeners:
                 if accepting:
@@ -468,12 +520,10 @@ class RelayServer:
                     sub.blocked_since_ns = 0
                     self._dirty = True
                 if mask & (select.EPOLLIN | select.EPOLLHUP | select.EPOLLERR | select.EPOLLRDHUP):
-                    self._guarded(self._read, sub)
-        for sub in list(self._read_again):
-            if self._connections.get(sub.fd) is sub:
-                self._guarded(self._read, sub)
-            else:
-                self._read_again.discard(sub)
+                    readable.append(sub)
+        self._read_input(readable)
+        if self._pending:
+            self._parse_pending()
         while self._calls:
             self._calls.popleft()()
         work = 0
@@ -537,8 +587,21 @@ class RelayServer:
             self._handshaking[sub.fd] = sub
             self._epoll.register(sub.fd, select.EPOLLIN | select.EPOLLOUT | select.EPOLLRDHUP | select.EPOLLET)
 
+    def _read_input(self, readable: list[Subscriber]) -> None:
+        """Read the connections left over from the last iteration, then those epoll reported, for at most
+        ``READ_SLICE_NS`` (the metrics port's always); the rest wait in ``_read_again``."""
+        again = self._read_again
+        deadline = time.monotonic_ns() + READ_SLICE_NS
+        for sub in [*again, *readable]:
+            if self._connections.get(sub.fd) is not sub:
+                again.pop(sub, None)
+            elif sub.listener == METRICS or time.monotonic_ns() < deadline:
+                self._guarded(self._read, sub)
+            elif sub not in again:
+                again[sub] = None
+
     def _read(self, sub: Subscriber) -> None:
-        self._read_again.discard(sub)
+        self._read_again.pop(sub, None)
         for _ in range(READS_PER_EVENT):
             try:
                 data = sub.sock.recv(RECV_SIZE)
@@ -556,8 +619,15 @@ class RelayServer:
                     return
                 if not data:
                     continue
-            if sub.state is State.LINGER:
-                continue  # waiting for EOF: discard
+            if sub.state is State.LINGER or sub.state is State.CLOSING:
+                # Our close frame or last response is out or queued: what comes is discarded. A peer may
+                # finish a message it had begun, no more: one that keeps streaming is closed at once.
+                sub.discarded += len(data)
+                if sub.discarded > self.config.max_client_message_length:
+                    self.counters.input_after_close += 1
+                    self._close(sub)
+                    return
+                continue
             if sub.state is State.HANDSHAKE:
                 self._on_head_bytes(sub, data)
             elif sub.state in READING_FRAMES:
@@ -565,7 +635,7 @@ class RelayServer:
             # CLOSING after an HTTP response: one request per connection, the rest is discarded
             if sub.fd not in self._connections:
                 return
-        self._read_again.add(sub)  # edge-triggered: come back for the rest
+        self._read_again[sub] = None  # edge-triggered: come back for the rest (after the others)
 
     def _decrypt(self, sub: Subscriber, data: bytes) -> bytes:
         """A TLS connection's bytes -> plaintext; its handshake records are sent at once. A failed handshake
@@ -600,7 +670,9 @@ class RelayServer:
         else:
             rest = b""
             sub.head = (tail + data)[-3:]
-        if self._incoming_reserved + len(data) > self.config.max_incoming_bytes:
+        # The metrics port is outside the budget (at most 64 connections of 32 KiB heads): a flood of
+        # client input must not blind the operator.
+        if sub.listener != METRICS and self._incoming_reserved + len(data) > self.config.max_incoming_bytes:
             self._respond(sub, "busy", text_response(503, "Service Unavailable", BUSY_TEXT))
             return
         sub.head_length += len(data)
@@ -765,8 +837,17 @@ class RelayServer:
             sub.eof_after_out = True
             return
         sub.kind = ZSTD if options.compress else PLAIN
+        now = time.monotonic_ns()
+        cfg = self.config
+        sub.messages = MessageBucket(
+            cfg.max_client_messages_per_s,
+            cfg.client_message_burst,
+            cfg.max_client_message_bytes_per_s,
+            cfg.max_client_message_length,
+            now,
+        )
         if self.limiter is not None:
-            self.limiter.attach(sub.ip, time.monotonic_ns())
+            self.limiter.attach(sub.ip, now)
             sub.rate_limited = True
         self.fanout.set_options(sub, options)
         sub.next_ping_ns = time.monotonic_ns() + int(self.config.ping_interval_s * 1e9)
@@ -812,9 +893,55 @@ class RelayServer:
         # PING (answered by the protocol), PONG and CLOSE (answered by the protocol) need nothing here.
 
     def _on_message(self, sub: Subscriber, text: bool, data: bytes) -> None:
+        """A complete client message: over the connection's message rate, close 1008; else queue it for
+        :meth:`_parse_pending`."""
+        protocol = sub.protocol
+        if protocol.state is not ProtocolState.OPEN:
+            return  # our close frame is queued: what the client sent after it is not acted on
+        if sub.messages is not None and not sub.messages.take(len(data), time.monotonic_ns()):
+            self.counters.clients_dropped["client_message_rate"] += 1
+            self._unqueue(sub)
+            protocol.send_close(CLOSE_POLICY_VIOLATION, self._rate_reason)
+            return
         if not text:
             self.counters.client_messages_ignored += 1  # binary frames are ignored, as jetstream does
             return
+        queue = self._pending.get(sub)
+        if queue is None:
+            queue = self._pending[sub] = deque()
+        queue.append(data)
+        self._pending_count += 1
+        self._incoming_reserved += len(data)
+
+    def _unqueue(self, sub: Subscriber) -> None:
+        """Forget ``sub``'s queued messages (their bytes leave the incoming budget)."""
+        queue = self._pending.pop(sub, None)
+        if queue:
+            self._pending_count -= len(queue)
+            self._incoming_reserved -= sum(map(len, queue))
+
+    def _parse_pending(self) -> None:
+        """Parse queued client messages, one per connection in turn, for at most ``PARSE_SLICE_NS`` (at least one)."""
+        pending = self._pending
+        deadline = time.monotonic_ns() + PARSE_SLICE_NS
+        while pending:
+            sub = next(iter(pending))
+            queue = pending.pop(sub)
+            data = queue.popleft()
+            if queue:
+                pending[sub] = queue  # its next message waits for every other connection's turn
+            self._pending_count -= 1
+            self._incoming_reserved -= len(data)
+            if sub.state in READING_FRAMES and sub.protocol.state is ProtocolState.OPEN:
+                try:
+                    self._apply_message(sub, data)
+                    self._pump(sub)
+                except Exception as exc:  # noqa: BLE001 - one connection's trouble must never end the relay
+                    self._failed(sub, exc)
+            if time.monotonic_ns() >= deadline:
+                return
+
+    def _apply_message(self, sub: Subscriber, data: bytes) -> None:
         protocol = sub.protocol
         try:
             update = parse_options_update(data)
@@ -871,7 +998,8 @@ class RelayServer:
         sub.move(Input.ENDED)
         self._handshaking.pop(fd, None)
         self._lingering.pop(fd, None)
-        self._read_again.discard(sub)
+        self._read_again.pop(sub, None)
+        self._unqueue(sub)
         self.fanout.remove(sub)
         if sub.range_events and sub.pos >= sub.range_end:
             sub.events_sent += sub.range_events
@@ -1021,4 +1149,5 @@ class RelayServer:
             bytes_punched=store.stats.bytes_punched,
             punch_failures=store.stats.punch_failures,
             counters=self.counters,
+            messages_queued=self._pending_count,
         )

@@ -265,8 +265,11 @@ class FrameStore:
         if hi <= lo:
             return [], stop_seq
         mask = collections_allowed[self.collection_id[lo:hi]]
-        if dids is not None:
-            mask &= np.isin(self.did_hash[lo:hi], dids, assume_unique=False)
+        if dids is not None:  # sorted: a binary search per event, no sort of the filter per call
+            hashes = self.did_hash[lo:hi]
+            found = np.searchsorted(dids, hashes)
+            np.minimum(found, len(dids) - 1, out=found)
+            mask &= dids[found] == hashes
         if max_length:
             mask &= self.payload_length[kind][lo:hi] <= max_length
         rows = np.flatnonzero(mask)

@@ -279,6 +279,38 @@ def drain_stream(spark: Any, archive_dir: str, tmp: str, **options: str) -> tupl
     return seconds, batches
 
 
+def plan_limits(archive_dir: str) -> dict[str, Any]:
+    """The driver's side of admission control without Spark: every trigger's end offset of a whole drain
+    (``latestOffset`` with each limit), its time per trigger, the micro-batch sizes and the first
+    trigger's share per recording."""
+    from pyspark.sql.streaming.datasource import ReadMaxBytes, ReadMaxRows
+
+    from logbuf.archive.spark import LogbufStreamReader, ReadOptions
+
+    found: dict[str, Any] = {}
+    for name, limit in (("rows_20000", ReadMaxRows(20000)), ("bytes_4m", ReadMaxBytes(4 << 20))):
+        reader = LogbufStreamReader(ReadOptions.parse({"path": archive_dir}))
+        start = reader.initialOffset()
+        moved: list[dict[str, int]] = []
+        t0 = time.perf_counter()
+        while (end := reader.latestOffset(start, limit)) != start:
+            moved.append({k: end[k] - int(start.get(k, 0)) for k in end if end[k] != int(start.get(k, 0))})
+            start = end
+        seconds = time.perf_counter() - t0
+        sizes = [sum(m.values()) for m in moved]
+        found[name] = {
+            "triggers": len(moved),
+            "ms_per_trigger": 1000 * seconds / max(1, len(moved)),
+            "batch_bytes": sizes,
+            "first_trigger_per_recording": moved[0] if moved else {},
+        }
+        print(
+            f"plan {name}: {len(moved)} triggers, {found[name]['ms_per_trigger']:.0f} ms per trigger, "
+            f"first trigger per recording {found[name]['first_trigger_per_recording']}"
+        )
+    return found
+
+
 def goals(spark: Any, archive_dir: str, facts: dict[str, Any], runs: int, label: str) -> dict[str, Any]:
     """The source's targets: count(), a payload-free projection, maxBytesPerTrigger=4m vs no limit."""
     import tempfile
@@ -286,6 +318,7 @@ def goals(spark: Any, archive_dir: str, facts: dict[str, Any], runs: int, label:
     results = new_results("spark_ingest_goals", label=label, runs=runs, **facts)
     results["load_avg_at_start"] = os.getloadavg()
     total = facts["recorded_bytes"]
+    results["planning"] = plan_limits(archive_dir)
 
     def best_of(name: str, run: Any) -> float:
         best = float("inf")
@@ -306,9 +339,26 @@ def goals(spark: Any, archive_dir: str, facts: dict[str, Any], runs: int, label:
         "select(recording_id, position) max",
         lambda: load().selectExpr("max(position)", "count(recording_id)").first()[1],
     )
+    try:  # a user schema without payload: the source gathers no payload byte (not accepted before)
+        narrow = spark.read.format("logbuf").schema("recording_id BIGINT, position BIGINT")
+        narrow.load(archive_dir).limit(1).collect()
+        results["schema_projection_seconds"] = best_of(
+            "schema(recording_id, position) count()", lambda: narrow.load(archive_dir).count()
+        )
+    except Exception as e:  # noqa: BLE001 - a source that refuses the schema: no figure
+        results["schema_projection_seconds"] = None
+        print(f"schema(recording_id, position): refused ({str(e).splitlines()[0][:100]})")
     with tempfile.TemporaryDirectory() as tmp:
-        unlimited, _ = drain_stream(spark, archive_dir, tmp)
-        limited, batches = drain_stream(spark, archive_dir, tmp, maxBytesPerTrigger=str(4 << 20))
+        try:
+            unlimited, _ = drain_stream(spark, archive_dir, tmp)
+            limited, batches = drain_stream(spark, archive_dir, tmp, maxBytesPerTrigger=str(4 << 20))
+            rows_limited, _ = drain_stream(spark, archive_dir, tmp, maxRecordsPerTrigger="20000")
+        except Exception as e:  # noqa: BLE001 - e.g. a Python worker that did not connect back under load
+            results["stream_error"] = str(e).splitlines()[0][:300]
+            print(f"streaming cases failed: {results['stream_error']}")
+            return results
+    results["stream_20000_rows_seconds"] = rows_limited
+    print(f"stream, maxRecordsPerTrigger=20000: {rows_limited:6.2f} s  {total / rows_limited / 1e6:7.1f} MB/s")
     full = batches[:-1]  # the last one takes what is left
     within = [abs(b - (4 << 20)) <= 0.1 * (4 << 20) for b in full]
     results["stream_unlimited_seconds"] = unlimited

@@ -3,7 +3,8 @@
 Suite ``remote``: each case starts a sending and a receiving driver, connects an honest stream, attacks
 it with crafted datagrams from a raw UDP socket, then streams 3,000 more messages and reports what came
 through, the drivers' counters (errors, invalid packets, spoofed frames, rejected images), leaked image
-files and the receiving driver's RSS.
+files and the receiving driver's RSS. Its last case is local: a second client of the receiving driver
+holds 1,000 UDP subscriptions while the honest stream runs.
 
 Suite ``nak``: NAK amplification and dynamic MDC. Each case streams for a few seconds without attack,
 then as long again while a child process sends NAKs (forged with the receiver's own address through a
@@ -21,6 +22,7 @@ loaded machine: compare ratios measured in one run, not absolute rates across ru
 from __future__ import annotations
 
 import argparse
+import functools
 import multiprocessing
 import os
 import random
@@ -32,8 +34,10 @@ from typing import Any
 from _common import new_results, quiet, write_results
 
 from logbuf.client import Aeron, Context, FragmentAssembler, OfferResult
+from logbuf.conduit.cnc import CncFile
 from logbuf.logbuffer import data_header_descriptor as dh
 from logbuf.protocol import DataFrame, HeartbeatFrame, SetupFrame, StatusMessageFrame
+from tests.driver.test_client_limits import free_ports
 from tests.driver.test_local_hardening import rss_bytes
 from tests.driver.test_nak_amplification import flood, naks_at_term_start, stepped_naks_at, system_counters
 from tests.driver.test_udp import BASE_ARGS, await_, counters, free_port, message, stream
@@ -140,12 +144,57 @@ def spoofed_data_and_eos(raw: socket.socket, target: Any, pub: Any, sub: Any) ->
     }
 
 
+HOG_ENDPOINTS = 1_000
+"""Below the ~1,020 sockets at which the idle park's select() killed the driver, so before and after compare."""
+
+
+def process_cpu_s(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+
+def udp_endpoint_hog(raw: socket.socket, target: Any, pub: Any, sub: Any) -> dict[str, Any]:
+    """Not a remote attack: a second local client of the receiving driver opens 1,000 UDP subscriptions,
+    each on its own port, and holds them while the honest stream runs 3,000 messages. Reports the time to
+    open them, the driver's RSS growth, its CPU while idle with them open, and the honest stream."""
+    directory = sub._conductor.ctx.dir  # the receiving driver's
+    cnc = CncFile.open(directory)
+    pid = cnc.pid
+    cnc.close()
+    ports = free_ports(HOG_ENDPOINTS)
+    rss_before = rss_bytes(pid)
+    with Aeron.connect(Context(dir=directory)) as hog:
+        started = time.monotonic()
+        for port in ports:
+            hog.add_subscription(f"aeron:udp?endpoint=127.0.0.1:{port}", 1001)
+        opened_s = time.monotonic() - started
+        time.sleep(1.0)
+        cpu_before, idle_started = process_cpu_s(pid), time.monotonic()
+        time.sleep(3.0)
+        idle_cpu_pct = 100 * (process_cpu_s(pid) - cpu_before) / (time.monotonic() - idle_started)
+        rss_growth = rss_bytes(pid) - rss_before
+        try:
+            got = stream(pub, [sub], 3_000, 40)[0]
+            beside = "intact" if got == list(range(3_000)) else f"{len(got)} of 3000, out of order"
+        except AssertionError as e:
+            beside = f"stalled: {str(e).splitlines()[0]}"
+    return {
+        "hog_endpoints": HOG_ENDPOINTS,
+        "hog_open_s": round(opened_s, 2),
+        "hog_rss_growth_mb": round(rss_growth / 2**20, 1),
+        "hog_idle_driver_cpu_pct": round(idle_cpu_pct, 1),
+        "stream_beside_hog": beside,
+    }
+
+
 CASES = {
     "forged SM (term id +5000 of 1 MiB, window 0)": forged_sm,
     "SETUP active term before initial": setup_active_before_initial,
     "SETUP flood (2,000 sessions, one 256 MiB term)": setup_flood,
     "DATA with 60,000 random session ids": random_session_data,
     "spoofed DATA and EOS from another address": spoofed_data_and_eos,
+    "local client with 1,000 UDP subscriptions": udp_endpoint_hog,
 }
 
 
@@ -191,8 +240,12 @@ class LiveStream:
         return len(self.received) - before
 
     @property
-    def in_order(self) -> bool:
-        return self.received == list(range(len(self.received)))
+    def in_order(self) -> bool | str:
+        """True, or where the sequence first goes wrong."""
+        for i, seq in enumerate(self.received):
+            if seq != i:
+                return f"message {i} is {seq} (of {len(self.received)} received, {self.sent} sent)"
+        return True
 
 
 def run_nak_case(
@@ -306,57 +359,29 @@ def run_mdc_victim_case(name: str, allow: list[str]) -> dict[str, Any]:
     return result
 
 
-NAK_CASES: dict[str, Callable[[], dict[str, Any]]] = {
-    "forged NAKs from the receiver's address, offset 0, 100/s": lambda: run_nak_case(
-        "forged NAKs from the receiver's address, offset 0, 100/s",
-        mdc=False,
-        source="receiver",
-        rate=100,
-        pattern=naks_at_term_start,
-    ),
-    "forged NAKs from the receiver's address, stepped offsets, 100/s": lambda: run_nak_case(
-        "forged NAKs from the receiver's address, stepped offsets, 100/s",
-        mdc=False,
-        source="receiver",
-        rate=100,
-        pattern=stepped_naks_at,
-    ),
-    "forged NAKs from the receiver's address, stepped offsets, 3,000/s": lambda: run_nak_case(
-        "forged NAKs from the receiver's address, stepped offsets, 3,000/s",
-        mdc=False,
-        source="receiver",
-        rate=3_000,
-        pattern=stepped_naks_at,
-    ),
-    "unicast, NAKs from a non-member (127.0.0.2), stepped, 3,000/s": lambda: run_nak_case(
-        "unicast, NAKs from a non-member (127.0.0.2), stepped, 3,000/s",
-        mdc=False,
-        source="non-member",
-        rate=3_000,
-        pattern=stepped_naks_at,
-    ),
-    "MDC dynamic, NAKs from a non-member (127.0.0.2), offset 0, 100/s": lambda: run_nak_case(
-        "MDC dynamic, NAKs from a non-member (127.0.0.2), offset 0, 100/s",
-        mdc=True,
-        source="non-member",
-        rate=100,
-        pattern=naks_at_term_start,
-    ),
-    "MDC dynamic, NAKs from a non-member (127.0.0.2), stepped, 3,000/s": lambda: run_nak_case(
-        "MDC dynamic, NAKs from a non-member (127.0.0.2), stepped, 3,000/s",
-        mdc=True,
-        source="non-member",
-        rate=3_000,
-        pattern=stepped_naks_at,
-    ),
-    "MDC dynamic, 6 SMs from a victim's address (default settings)": lambda: run_mdc_victim_case(
-        "MDC dynamic, 6 SMs from a victim's address (default settings)", []
-    ),
-    "MDC dynamic, 6 SMs from a victim's address (--mdc-dynamic-allow 127.0.0.1)": lambda: run_mdc_victim_case(
+NAK_FLOODS: tuple[tuple[str, bool, str, int, Callable[..., list[bytes]]], ...] = (
+    # (case, MDC dynamic?, NAK source, NAKs per second, pattern)
+    ("forged NAKs from the receiver's address, offset 0, 100/s", False, "receiver", 100, naks_at_term_start),
+    ("forged NAKs from the receiver's address, stepped offsets, 100/s", False, "receiver", 100, stepped_naks_at),
+    ("forged NAKs from the receiver's address, stepped offsets, 3,000/s", False, "receiver", 3_000, stepped_naks_at),
+    ("unicast, NAKs from a non-member (127.0.0.2), stepped, 3,000/s", False, "non-member", 3_000, stepped_naks_at),
+    ("MDC dynamic, NAKs from a non-member (127.0.0.2), offset 0, 100/s", True, "non-member", 100, naks_at_term_start),
+    ("MDC dynamic, NAKs from a non-member (127.0.0.2), stepped, 3,000/s", True, "non-member", 3_000, stepped_naks_at),
+)
+MDC_VICTIM_CASES: tuple[tuple[str, list[str]], ...] = (
+    ("MDC dynamic, 6 SMs from a victim's address (default settings)", []),
+    (
         "MDC dynamic, 6 SMs from a victim's address (--mdc-dynamic-allow 127.0.0.1)",
         ["--mdc-dynamic-allow", "127.0.0.1"],
     ),
-}
+)
+NAK_CASES: list[Callable[[], dict[str, Any]]] = [
+    *(
+        functools.partial(run_nak_case, name, mdc=mdc, source=source, rate=rate, pattern=pattern)
+        for name, mdc, source, rate, pattern in NAK_FLOODS
+    ),
+    *(functools.partial(run_mdc_victim_case, name, allow) for name, allow in MDC_VICTIM_CASES),
+]
 
 
 def main() -> None:
@@ -373,7 +398,7 @@ def main() -> None:
             if not wanted or i in wanted:
                 results["cases"].append(run_case(name, attack))
     else:
-        for i, run in enumerate(NAK_CASES.values()):
+        for i, run in enumerate(NAK_CASES):
             if not wanted or i in wanted:
                 results["cases"].append(run())
     results["load_after"] = os.getloadavg()

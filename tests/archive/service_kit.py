@@ -179,3 +179,42 @@ class ServeProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(5)
+
+
+def recorded_stream(archive_dir: str, start: int, end: int) -> bytes:
+    """Positions ``start..end`` of a stream as recorded, from whichever of the archive's recordings holds each."""
+    from pathlib import Path
+
+    from logbuf.archive.catalog import Catalog
+    from logbuf.archive.segments import segment_base_position, segment_file_name
+
+    with Catalog.open(archive_dir) as catalog:
+        recordings = catalog.recordings()
+    out = bytearray()
+    position = start
+    while position < end:
+        d = next(r for r in recordings if r.start_position <= position < r.stop_position)
+        base = segment_base_position(d.start_position, position, d.term_length, d.segment_length)
+        stop = min(end, d.stop_position, base + d.segment_length)
+        with open(Path(archive_dir) / segment_file_name(d.recording_id, base), "rb") as f:
+            f.seek(position - base)
+            out += f.read(stop - position)
+        position = stop
+    return bytes(out)
+
+
+def recorded_seqs(data: bytes, length: int) -> list[int]:
+    """Sequence numbers of the DATA frames in recorded bytes (payloads checked; PAD frames skipped)."""
+    from logbuf.logbuffer import data_header_descriptor as dh
+
+    seqs, offset = [], 0
+    while offset < len(data):
+        frame_length = int.from_bytes(data[offset : offset + 4], "little", signed=True)
+        assert frame_length > 0, f"no frame at offset {offset}"
+        if data[offset + dh.TYPE_FIELD_OFFSET] == dh.HDR_TYPE_DATA:
+            payload = data[offset + dh.HEADER_LENGTH : offset + frame_length]
+            seq = int.from_bytes(payload[:SEQ_BYTES], "little")
+            assert payload[SEQ_BYTES:] == sequenced(seq, length)[SEQ_BYTES:], f"payload of message {seq} differs"
+            seqs.append(seq)
+        offset += (frame_length + 31) & ~31
+    return seqs

@@ -30,7 +30,9 @@ from logbuf.archive.replay_merge import ReplayMerge, position_at_time
 from logbuf.archive.service import ArchiveService
 from logbuf.archive.service_context import ArchiveContext
 from logbuf.client import Aeron, Context, Subscription
+from logbuf.conduit import counters_descriptor as cd
 from logbuf.conduit.archive_counters import read_counters
+from logbuf.conduit.counters import CountersReader
 from tests.archive.conftest import archive_cli, publish
 from tests.archive.service_kit import Received, SequencedPublisher, ServeProcess, await_, sequenced
 from tests.support.driver_process import DriverProcess
@@ -488,3 +490,72 @@ def test_a_catch_up_can_start_from_a_time_through_the_time_index(
         first = next(j for j, stamp in enumerate(stamps) if stamp >= stamps[k])
         assert position_at_time(service.ctx.archive_dir, rid, stamps[k]) == starts[first]
     assert position_at_time(service.ctx.archive_dir, rid, stamps[-1] + 1) == ends[-1]
+    first = next(j for j, stamp in enumerate(stamps) if stamp >= stamps[1_234])
+    merge = ReplayMerge(
+        archive,
+        rid,
+        live_channel="aeron:ipc",
+        live_stream_id=stream_id,
+        replay_channel="aeron:ipc",
+        replay_stream_id=next(_streams),
+        start_time=stamps[1_234],
+        archive_dir=service.ctx.archive_dir,
+    )
+    assert merge.start_position == starts[first]
+    received = Received(length=200)
+    await_(
+        lambda: len(received.seqs) >= 100, TIMEOUT_S, "the replay from that time", lambda: merge.poll(received.handler)
+    )
+    assert received.seqs[:100] == list(range(first, first + 100))
+    merge.close()
+
+
+def test_a_bounded_replay_stops_at_its_limit_counter_and_goes_on_when_it_grows(
+    archive: ArchiveClient, aeron: Aeron
+) -> None:
+    """The limit: the sub-pos counter of a subscriber this test drives (any counter of the driver will do)."""
+    rid, ends, stream_id = record_some(archive, aeron, 1_000)
+    assert [d.recording_id for d in archive.list_recordings(channel_fragment="ipc", stream_id=stream_id)] == [rid]
+    assert archive.list_recordings(channel_fragment="udp", stream_id=stream_id) == []
+    limit_stream = next(_streams)
+    limit_sub = aeron.add_subscription("aeron:ipc", limit_stream)
+    limit_pub = aeron.add_publication("aeron:ipc", limit_stream)
+    await_(lambda: limit_pub.is_connected and limit_sub.image_count == 1, TIMEOUT_S, "the limit stream")
+    consumed = Received(length=100)
+
+    def advance_limit(count: int) -> None:  # the same sizes, so the limit stream's positions are the recording's
+        for i in range(len(consumed.seqs), count):
+            while limit_pub.offer(sequenced(i, 100)) < 0:
+                limit_sub.poll(consumed.handler, count - len(consumed.seqs))
+        await_(
+            lambda: len(consumed.seqs) >= count,
+            TIMEOUT_S,
+            "the limit",
+            lambda: limit_sub.poll(consumed.handler, count - len(consumed.seqs)),
+        )
+
+    advance_limit(300)
+    reader = CountersReader(aeron.cnc.counters_metadata, aeron.cnc.counters_values)
+    (counter_id,) = [
+        c.counter_id
+        for c in reader
+        if c.type_id == cd.SUBSCRIBER_POSITION_TYPE_ID
+        and f" {limit_stream} " in c.label
+        and c.registration_id == limit_sub.registration_id
+    ]
+    assert reader.value(counter_id) == ends[299]
+    replay_stream = next(_streams)
+    subscription = aeron.add_subscription("aeron:ipc", replay_stream)
+    replay_session_id = archive.start_replay(rid, stream_id=replay_stream, position=0, limit_counter_id=counter_id)
+    received = Received(length=100)
+    drain(subscription, received, 300, replay_image_session_id(replay_session_id))
+    time.sleep(0.3)
+    subscription.poll(received.handler, 1000)
+    assert len(received.seqs) == 300  # not a message past the limit
+    advance_limit(1_000)
+    drain(subscription, received, 1_000, replay_image_session_id(replay_session_id))
+    received.check_once_in_order(0, 999)
+    with pytest.raises(ArchiveRequestError, match="limit counter id 99999"):
+        archive.start_replay(rid, stream_id=1, limit_counter_id=99_999)
+    for resource in (subscription, limit_sub, limit_pub):
+        resource.close()

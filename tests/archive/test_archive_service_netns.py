@@ -25,6 +25,7 @@ from logbuf.archive.replay_merge import ReplayMerge
 from logbuf.archive.service import ArchiveService
 from logbuf.archive.service_context import ArchiveContext
 from logbuf.client import Aeron, Context
+from tests.archive.conftest import archive_cli
 from tests.archive.service_kit import Received, SequencedPublisher, await_
 from tests.support.driver_process import DriverProcess, DriverSet
 from tests.support.netns import NetnsDriverProcess, NetnsNetwork, make_network
@@ -167,6 +168,14 @@ def test_host_b_lists_a_recordings_and_replays_a_range_over_udp_byte_for_byte(ho
             received.check_once_in_order(1_000, 3_999)
             assert received.positions == positions[1_000:4_000]
             subscription.close()
+
+
+def test_the_remote_list_command_on_b_prints_a_recording_of_a(hosts: Hosts, capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["list", "--control", CONTROL, "--driver-dir", hosts.b.dir]
+    assert archive_cli(hosts.service.ctx.archive_dir, *args, "--response-channel", f"aeron:udp?endpoint={B}:8022") == 0
+    (line,) = [line for line in capsys.readouterr().out.splitlines() if " VALID " in line]
+    assert line.split()[:3] == ["0", "VALID", "active"] and line.endswith(f" {LIVE}")
+    assert f"stream={LIVE_STREAM} " in line
 
 
 def test_a_late_joiner_on_b_catches_up_from_a_onto_the_live_stream(hosts: Hosts) -> None:

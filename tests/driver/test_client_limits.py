@@ -17,6 +17,7 @@ from collections.abc import Iterator
 import pytest
 
 from logbuf.client import Aeron, Context, RegistrationError
+from logbuf.driver.system_counters import SystemCounterId
 from logbuf.errors import ErrorCode
 from tests.driver.test_local_hardening import await_condition, rss_bytes
 from tests.support.driver_process import DriverProcess, DriverSet
@@ -122,15 +123,15 @@ def test_one_client_takes_at_most_its_share_of_the_counters_and_others_still_pub
 ) -> None:
     driver = driver_factory(*driver_args)
     driver.expected_errors.append("client_counters_share")
-    capacity = 128  # 16 KiB of 128-byte records; the default share is half of them
+    for_clients = 128 - len(SystemCounterId)  # 16 KiB of 128-byte records; the default share is half of these
     with connect(driver) as hog, connect(driver) as honest:
         held = []
         with pytest.raises(RegistrationError, match="client_counters_share=0.5") as refused:
             for stream_id in range(100, 200):
                 held.append(hog.add_publication("aeron:ipc", stream_id))
         assert refused.value.error_code == ErrorCode.RESOURCE_TEMPORARILY_UNAVAILABLE
-        assert f"may hold {capacity // 2} of the {capacity} counters" in refused.value.driver_message
-        assert len(held) == (capacity // 2 - 1) // 2  # its heartbeat, then pub-pos and pub-lmt each
+        assert f"may hold {for_clients // 2} of the {for_clients} counters" in refused.value.driver_message
+        assert len(held) == (for_clients // 2 - 1) // 2  # its heartbeat, then pub-pos and pub-lmt each
         # the rest of the counters are there for everyone else's new streams
         round_trip(honest, "aeron:ipc", 300)
         round_trip(honest, "aeron:ipc", 301)

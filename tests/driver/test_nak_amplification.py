@@ -13,16 +13,15 @@ import multiprocessing
 import socket
 import struct
 import time
-import zlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
-from logbuf.client import Aeron, Context, FragmentAssembler, OfferResult, Subscription
+from logbuf.client import Aeron, Context, Subscription
 from logbuf.conduit.system_counters_descriptor import SYSTEM_COUNTER_TYPE_IDS
 from logbuf.protocol import NakFrame, StatusMessageFrame
-from tests.driver.test_udp import BASE_ARGS, await_, free_port, message
+from tests.driver.test_udp import BASE_ARGS, await_, free_port, stream
 from tests.support.driver_process import DriverProcess, DriverSet
 
 NAK_LENGTH = 28
@@ -84,34 +83,6 @@ def stepped_naks(session_id: int, stream_id: int, sub: Subscription) -> list[byt
     return stepped_naks_at(session_id, stream_id, image.initial_term_id, image.term_length, image.position)
 
 
-def live_stream(
-    pub: Any, sub: Subscription, count: int, attack: Callable[[], None], timeout_s: float = 60
-) -> list[int]:
-    """Offer ``count`` messages while polling ``sub`` and attacking between offers; the sequence numbers
-    received, each message's checksum checked."""
-    received: list[int] = []
-
-    def on_message(buffer: memoryview, header: Any) -> None:
-        data = bytes(buffer)
-        assert zlib.crc32(data[:-4]) == struct.unpack("<I", data[-4:])[0], "corrupt message"
-        received.append(struct.unpack_from("<q", data)[0])
-
-    assembler = FragmentAssembler(on_message)
-    deadline = time.monotonic() + timeout_s
-    sent = 0
-    while len(received) < count:
-        assert time.monotonic() < deadline, f"timed out: sent {sent}, received {len(received)}"
-        if sent < count:
-            result = pub.offer(message(sent))
-            if result > 0:
-                sent += 1
-            else:
-                assert result in (OfferResult.BACK_PRESSURED, OfferResult.ADMIN_ACTION), OfferResult(result).name
-        sub.poll(assembler, 64)
-        attack()
-    return received
-
-
 FLOOD_RATE = 3_000
 """Forged NAKs per second (84 KB/s). Retransmits are bounded in time (a quarter of the stream's rate plus
 ``retransmit-max-rate``), not per NAK, so the ratio holds for a flood, not for a trickle: the perf
@@ -121,11 +92,12 @@ scenario reports both."""
 def stepped_naks_at(
     session_id: int, stream_id: int, initial_term_id: int, term_length: int, position: int
 ) -> list[bytes]:
-    """The attack's NAKs for a receiver at ``position``: offsets stepped by 32 over the 8 KiB below it
-    (defeating a linger keyed on the exact offset) and over the start of its term, each asking for 1 MiB."""
+    """The attack's NAKs for a receiver at ``position``: offsets stepped by 32 from 4 KiB below it to
+    16 KiB above it, where what it has not yet reported consumed lies (defeating a linger keyed on the
+    exact offset), and over the start of its term, each asking for 1 MiB."""
     term_id = initial_term_id + position // term_length
     offset = position % term_length
-    offsets = list(range(max(0, offset - 8192), offset + 32, 32)) + list(range(0, 2048, 32))
+    offsets = list(range(max(0, offset - 4096), min(term_length, offset + 16384), 32)) + list(range(0, 2048, 32))
     return [NakFrame(session_id, stream_id, term_id, o, 1 << 20).encode() for o in offsets]
 
 
@@ -180,13 +152,13 @@ def test_a_flood_of_forged_naks_from_the_receivers_address_costs_at_most_16_time
         image = sub.images[0]
         spawn = multiprocessing.get_context("spawn")
         position, sent, stop = spawn.Value("q", image.position), spawn.Value("q", 0), spawn.Event()
-        stream = (pub.session_id, 40, image.initial_term_id, image.term_length)
-        child = spawn.Process(target=flood, args=(target, receiver_address, stream, position, sent, stop))
+        stream_fields = (pub.session_id, 40, image.initial_term_id, image.term_length)
+        child = spawn.Process(target=flood, args=(target, receiver_address, stream_fields, position, sent, stop))
         child.start()
         try:
             await_(lambda: sent.value > 0, 30, "the flood started")
             before, naks_before = system_counters(a), sent.value
-            got = live_stream(pub, sub, 2_000, lambda: setattr(position, "value", image.position))
+            [got] = stream(pub, [sub], 2_000, 60, lambda: setattr(position, "value", image.position))
             after, naks = system_counters(a), sent.value - naks_before
         finally:
             stop.set()
@@ -240,7 +212,7 @@ def test_naks_from_an_address_that_is_no_destination_of_an_mdc_publication_get_n
             attacker.sendto(batch.pop(), target)
             naks += 1
 
-        assert live_stream(pub, sub, 500, attack) == list(range(500))
+        assert stream(pub, [sub], 500, 60, attack) == [list(range(500))]
         after_a, after_b = system_counters(a), system_counters(b)
     # whatever was resent, the honest receiver asked for (loopback rarely loses, a loaded machine may)
     honest_naks = after_b["NAKs sent"] - before_b["NAKs sent"]

@@ -8,6 +8,7 @@ import socket
 import struct
 import time
 import zlib
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -64,8 +65,11 @@ def message(seq: int) -> bytes:
     return body + struct.pack("<I", zlib.crc32(body))
 
 
-def stream(pub: Any, subs: list[Any], count: int, timeout_s: float) -> list[list[int]]:
-    """Offer ``count`` messages while polling every subscription; returns each one's sequence numbers."""
+def stream(
+    pub: Any, subs: list[Any], count: int, timeout_s: float, between: Callable[[], None] = lambda: None
+) -> list[list[int]]:
+    """Offer ``count`` messages while polling every subscription (and calling ``between`` after each
+    round: an attack, say); returns each one's sequence numbers."""
     received: list[list[int]] = [[] for _ in subs]
 
     def handler_for(i: int) -> FragmentAssembler:
@@ -89,6 +93,7 @@ def stream(pub: Any, subs: list[Any], count: int, timeout_s: float) -> list[list
                 assert result in (OfferResult.BACK_PRESSURED, OfferResult.ADMIN_ACTION), OfferResult(result).name
         for sub, assembler in zip(subs, assemblers):
             sub.poll(assembler, 64)
+        between()
     return received
 
 

@@ -3,6 +3,7 @@ client addresses from trusted proxies only, and jetstream's per-address event ra
 
 from __future__ import annotations
 
+import json
 import socket
 import threading
 import time
@@ -11,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from websockets.exceptions import InvalidStatus
+from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect
 
-from logbuf.jetstream.limits import EventRateLimiter
+from logbuf.jetstream.limits import EventRateLimiter, MessageBucket
 from logbuf.jetstream.proxy import TrustedProxies, normalize_ip
 from tests.jetstream._relay_support import (
     BASE_US,
@@ -25,6 +26,7 @@ from tests.jetstream._relay_support import (
     running_relay,
     wait_for,
 )
+from tests.jetstream.test_server_hardening import UPGRADE, client_frame, raw_connection
 
 # -- TrustedProxies ----------------------------------------------------------------------------------------
 
@@ -88,6 +90,24 @@ def test_rate_limiter_shares_an_address_fairly_within_a_pass() -> None:
         EventRateLimiter(0)
 
 
+# -- MessageBucket ----------------------------------------------------------------------------------------
+
+
+def test_message_bucket_grants_the_bursts_then_the_rates() -> None:
+    bucket = MessageBucket(per_s=2, burst=3, bytes_per_s=1000, bytes_burst=5000, now_ns=0)
+    assert [bucket.take(100, 0) for _ in range(4)] == [True, True, True, False]  # 3 messages at once
+    assert bucket.take(100, 500_000_000)  # one more message after 0.5 s at 2/s
+    assert not bucket.take(100, 500_000_000)
+    bucket = MessageBucket(per_s=100, burst=100, bytes_per_s=1000, bytes_burst=5000, now_ns=0)
+    assert bucket.take(5000, 0)  # the byte burst: one message of the largest size fits
+    assert not bucket.take(1, 0)
+    assert not bucket.take(600, 500_000_000)  # 500 bytes refilled: 600 do not fit, and nothing is spent
+    assert bucket.take(500, 500_000_000)
+    assert bucket.take(5000, 60_000_000_000) and not bucket.take(1, 60_000_000_000)  # refilled to the burst only
+    with pytest.raises(ValueError, match="bytes_per_s=0"):
+        MessageBucket(per_s=1, burst=1, bytes_per_s=0, bytes_burst=1, now_ns=0)
+
+
 # -- the relay ----------------------------------------------------------------------------------------------
 
 
@@ -108,6 +128,8 @@ def test_caps_are_settings(tmp_path: Path) -> None:
         for _ in range(3):
             held.enter_context(connect_as(relay))
         assert refused(relay) == 429
+        # the refused connection counts until the relay has seen it close
+        wait_for(lambda: relay.on_loop(lambda: len(relay.server._connections)) == 3, what="the refused one gone")
         held.enter_context(connect_as(relay, source="127.0.0.2"))
         assert refused(relay, source="127.0.0.3") == 503
 
@@ -170,3 +192,78 @@ def test_the_event_rate_per_address_delays_and_never_drops(tmp_path: Path) -> No
     a_elapsed = max(early["a1"][0], early["a2"][0])
     assert early["a1"][1] + early["a2"][1] <= rate + rate * (a_elapsed + 0.5), early  # one bucket for both
     assert early["b"][1] <= rate + rate * (early["b"][0] + 0.5), early
+
+
+def close_of(ws: Any) -> tuple[int, str]:
+    """Read until the relay closes; its close code and reason."""
+    with pytest.raises(ConnectionClosed) as info:
+        while True:
+            ws.recv(timeout=WAIT_S)
+    rcvd = info.value.rcvd
+    assert rcvd is not None, "closed without a close frame"
+    return rcvd.code, rcvd.reason
+
+
+def test_a_client_over_its_message_rate_is_closed_with_1008_before_the_message_is_parsed(tmp_path: Path) -> None:
+    update = json.dumps({"type": "options_update", "payload": {"wantedCollections": ["app.bsky.feed.post"]}})
+    with running_relay(str(tmp_path), max_client_messages_per_s=0.001, client_message_burst=3) as relay:
+        with connect_as(relay) as ws, connect_as(relay) as other:
+            for _ in range(3):
+                ws.send(update)  # the burst
+            wait_for(lambda: relay.server.counters.options_updates == 3, what="the burst parsed")
+            ws.send(update)
+            code, reason = close_of(ws)
+            assert code == 1008
+            assert reason.startswith("client message rate exceeded: at most 3 messages or 1000000 bytes at once")
+            counters = relay.server.counters
+            assert counters.options_updates == 3 and counters.clients_dropped["client_message_rate"] == 1
+            relay.append(make_events(1))  # the other connection is not affected
+            assert len(recv_events(other, 1)) == 1
+        text = relay.request("/metrics", metrics=True)[2].decode()
+        assert 'logbuf_jetstream_clients_dropped_total{reason="client_message_rate"} 1.0' in text
+
+
+def test_a_client_over_its_message_byte_rate_is_closed_with_1008(tmp_path: Path) -> None:
+    big = json.dumps({"type": "options_update", "payload": {"wantedDids": [f"did:plc:{i:024d}" for i in range(400)]}})
+    assert len(big) > 5000
+    with running_relay(
+        str(tmp_path), max_client_message_length=20_000, max_client_message_bytes_per_s=1.0, max_incoming_bytes=10**6
+    ) as relay:
+        with connect_as(relay) as ws:
+            for _ in range(20_000 // len(big)):
+                ws.send(big)
+            ws.send(big)
+            assert close_of(ws)[0] == 1008
+        assert relay.server.counters.clients_dropped["client_message_rate"] == 1
+
+
+def test_metrics_answer_while_client_input_fills_the_relay_budget(tmp_path: Path) -> None:
+    """Unfinished messages holding all of max_incoming_bytes get new requests 503 on the public port; the
+    metrics port is outside that budget."""
+    with running_relay(str(tmp_path), max_client_message_length=100_000, max_incoming_bytes=200_000) as relay:
+        with raw_connection(relay) as a, raw_connection(relay) as b:
+            for sock in (a, b):
+                sock.sendall(UPGRADE.format(query="").encode())
+                assert sock.recv(4096).startswith(b"HTTP/1.1 101")
+                sock.sendall(client_frame(0x1, b"x" * 10, declared=100_000))  # declares 100,000, sends 10
+            wait_for(lambda: relay.server._incoming_reserved == 200_000, what="the budget held")
+            status, _, body = relay.request("/")
+            assert (status, body) == (503, b"relay busy: too much unfinished input from clients")
+            status, _, body = relay.request("/metrics", metrics=True)
+            assert status == 200 and b"jetstream_events_emitted_total" in body
+
+
+def test_a_client_that_streams_on_after_its_close_frame_is_cut_off(tmp_path: Path) -> None:
+    with running_relay(str(tmp_path), max_client_message_length=10_000, close_timeout_s=30) as relay:
+        with raw_connection(relay) as sock:
+            sock.sendall(UPGRADE.format(query="").encode())
+            assert sock.recv(4096).startswith(b"HTTP/1.1 101")
+            sock.sendall(client_frame(0x1, b"not json"))  # closed 1007
+            sock.settimeout(WAIT_S)
+            sent = 0
+            with pytest.raises(OSError):  # reset once the relay closes the socket
+                while sent < 50_000_000:
+                    sock.sendall(b"\x00" * 65536)
+                    sent += 65536
+        assert relay.server.counters.input_after_close == 1
+        assert sent < 10_000_000  # long before the close timeout (30 s) or its whole stream

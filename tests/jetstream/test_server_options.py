@@ -6,6 +6,8 @@ import json
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from logbuf.jetstream.filters import (
     MAX_WANTED_COLLECTIONS,
@@ -60,6 +62,47 @@ def test_nsid_validation(value: str, ok: bool) -> None:
 )
 def test_did_validation(value: str, ok: bool) -> None:
     assert is_valid_did(value) is ok
+
+
+DID_LIST_CASES = [
+    [DID, "did:plc:", DID],
+    [DID, "did:web:a\ndid:web:b"],  # a newline inside a value cannot pass as two DIDs
+    [DID, "did:plc:abc%"],
+    [DID, "did:plc:" + "a" * 3000],
+    ["did:web:example.com", "did:web:localhost%3A8080", DID],
+    [DID + "\n"],
+    [""],
+]
+
+
+@pytest.mark.parametrize("dids", DID_LIST_CASES)
+def test_an_options_update_validates_a_did_list_as_each_did_alone(dids: list[str]) -> None:
+    """The list is checked in one pass; the verdict and the error naming the first bad DID are those of
+    is_valid_did applied to each in turn."""
+    message = json.dumps({"type": "options_update", "payload": {"wantedDids": dids}})
+    bad = [d for d in dids if not is_valid_did(d)]
+    if bad:
+        with pytest.raises(OptionsError) as info:
+            parse_options_update(message)
+        assert str(info.value) == f"invalid subscriber options: invalid DID: {bad[0]}"
+    else:
+        update = parse_options_update(message)
+        assert update is not None and update.dids == frozenset(dids)
+
+
+_DID_TEXT = st.text(alphabet="did:plcweb.-_%AZ09\n ", max_size=30)
+
+
+@given(st.lists(st.one_of(_DID_TEXT, st.just(DID), _DID_TEXT.map(lambda t: "did:plc:" + t)), max_size=8))
+def test_the_did_list_check_agrees_with_is_valid_did(dids: list[str]) -> None:
+    message = json.dumps({"type": "options_update", "payload": {"wantedDids": dids}})
+    try:
+        parse_options_update(message)
+    except OptionsError as exc:
+        first_bad = next(d for d in dids if not is_valid_did(d))
+        assert str(exc) == f"invalid subscriber options: invalid DID: {first_bad}"
+    else:
+        assert all(is_valid_did(d) for d in dids)
 
 
 def test_query_defaults_mean_everything_live() -> None:

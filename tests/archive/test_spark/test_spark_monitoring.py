@@ -23,7 +23,7 @@ def test_progress_reports_the_latest_offset_so_the_lag_is_visible(spark: SparkSe
     build_archive(archive, recs)
     query = (
         spark.readStream.format("logbuf")
-        .option("maxBytesPerTrigger", "64k")
+        .option("maxBytesPerTrigger", "128k")
         .load(str(archive))
         .writeStream.format("noop")
         .option("checkpointLocation", str(tmp_path / "checkpoint"))

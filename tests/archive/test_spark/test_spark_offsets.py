@@ -332,3 +332,16 @@ def test_the_spec_lists_every_option_and_the_append_time_layout() -> None:
     assert f"| version (int32) | {time_index.APPEND_VERSION} |" in layout
     assert f"| entry length (int32) | {time_index.APPEND_ENTRY_LENGTH} |" in layout
     assert f"| header length (int32) | {time_index.HEADER_LENGTH} |" in layout
+
+
+def test_a_stream_that_read_nothing_yet_still_fails_when_its_start_is_removed(
+    long_recording: tuple[pathlib.Path, SyntheticRecording],
+) -> None:
+    archive, rec = long_recording
+    reader = stream_reader(archive)
+    start = reader.initialOffset()
+    assert start == {"0": 0}
+    with Catalog.open_writable(archive) as catalog:
+        purge_segments(catalog, 0, before_position=rec.segment_length)
+    with pytest.raises(LogbufSourceError, match=f"positions 0 to {rec.segment_length}"):
+        reader.partitions(start, reader.latestOffset(start, ReadAllAvailable()))

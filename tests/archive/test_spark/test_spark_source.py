@@ -48,7 +48,7 @@ def test_spark_reads_every_message_whole_with_its_position(spark: SparkSession, 
     assert {(r.recording_id, r.stream_id, r.session_id, r.flags) for r in rows} == {
         (d.recording_id, d.stream_id, d.session_id, dh.UNFRAGMENTED)
     }
-    assert all(r._corrupt_record is None and r.timestamp is None for r in rows)
+    assert all(r._corrupt_record is None and r.timestamp is not None for r in rows)  # the append time
     assert sum(len(p) > MAX_PAYLOAD for p in published.payloads) > 500
 
 

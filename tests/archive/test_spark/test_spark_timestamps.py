@@ -5,7 +5,6 @@ from __future__ import annotations
 import datetime
 import os
 import pathlib
-from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow.compute as pc
@@ -23,9 +22,6 @@ from logbuf.archive.time_index import (
 from tests.archive.test_spark.conftest import RecordedArchive
 from tests.archive.test_spark.synthetic import build_archive, recording
 from tests.archive.test_spark.test_spark_planning import read_all, reader_for
-
-if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
 
 EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 
@@ -112,15 +108,6 @@ def test_a_unit_that_puts_recent_data_in_1970_is_a_warning(tmp_path: pathlib.Pat
     with capture_logs() as logs:
         read_all(reader_for(tmp_path, timestampFrom="reserved_value", timestampUnit="us"))
     assert not [e for e in logs if e["event"] == "timestamps.implausible"]
-
-
-@pytest.mark.slow
-def test_spark_filters_a_default_read_by_append_time(spark: SparkSession, recorded: RecordedArchive) -> None:
-    df = spark.read.format("logbuf").load(recorded.archive_dir)
-    bounds = df.selectExpr("min(timestamp) AS lo", "max(timestamp) AS hi").first()
-    assert bounds is not None and bounds.lo is not None
-    assert df.filter(df.timestamp >= bounds.lo).count() == len(recorded.published.payloads)
-    assert df.filter(df.timestamp > bounds.hi).count() == 0
 
 
 def test_starting_and_ending_timestamps_are_positions_in_the_append_time_index(recorded: RecordedArchive) -> None:
