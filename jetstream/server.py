@@ -26,7 +26,7 @@ the rates bound what one connection can queue.
 A flood of 10,000-DID updates from thousands of connections thus costs each iteration a bounded slice,
 and live clients keep receiving at the flush interval; the flooders are closed by their rate.
 When the budget is full, a newcomer's message or request head makes room by closing the connection
-holding the most input, if it holds more than the newcomer would (:meth:`RelayServer._make_room`): an
+holding the most input, if it holds over twice what the newcomer would (:meth:`RelayServer._make_room`): an
 honest client's small update is applied while flooders hold the budget.
 
 Errors follow jetstream: bad query → plain-text 400 before the upgrade; a bad client message →
