@@ -539,6 +539,18 @@ class ArchiveClient:
         """The recorded position if active, else the stop position."""
         return self._position(cc.MaxRecordedPositionRequest, recording_id, "max recorded position")
 
+    def position_at_time(self, recording_id: int, time_value: int) -> int:
+        """The position of the recording's first message whose reserved value (the publisher's timestamp) is
+        at least ``time_value``, or its recorded position if none is: the archive seeks its time index (a
+        logbuf extension request, so this works from any host)."""
+        sid = self.control_session_id
+        return self._request(
+            lambda c: cc.RecordingPositionAtTimeRequest(
+                control_session_id=sid, correlation_id=c, recording_id=recording_id, time=time_value
+            ),
+            f"position at time {time_value} of recording {recording_id}",
+        )
+
     def find_last_matching_recording(
         self, min_recording_id: int, channel_fragment: str, stream_id: int, session_id: int
     ) -> int:

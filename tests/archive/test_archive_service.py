@@ -508,6 +508,33 @@ def test_a_catch_up_can_start_from_a_time_through_the_time_index(
     )
     assert received.seqs[:100] == list(range(first, first + 100))
     merge.close()
+    # the same through the service, as a client on another host asks it (no archive directory)
+    for k in (0, 1_234, 2_999):
+        first = next(j for j, stamp in enumerate(stamps) if stamp >= stamps[k])
+        assert archive.position_at_time(rid, stamps[k]) == starts[first]
+    assert archive.position_at_time(rid, stamps[-1] + 1) == ends[-1]
+    with pytest.raises(RecordingUnknownError):
+        archive.position_at_time(rid + 1_000, stamps[0])
+    remote = ReplayMerge(
+        archive,
+        rid,
+        live_channel="aeron:ipc",
+        live_stream_id=stream_id,
+        replay_channel="aeron:ipc",
+        replay_stream_id=next(_streams),
+        start_time=stamps[2_000],
+    )
+    first = next(j for j, stamp in enumerate(stamps) if stamp >= stamps[2_000])
+    assert remote.start_position == starts[first]
+    received = Received(length=200)
+    await_(
+        lambda: len(received.seqs) >= 100,
+        TIMEOUT_S,
+        "the remote replay from that time",
+        lambda: remote.poll(received.handler),
+    )
+    assert received.seqs[:100] == list(range(first, first + 100))
+    remote.close()
 
 
 def test_a_bounded_replay_stops_at_its_limit_counter_and_goes_on_when_it_grows(
