@@ -40,7 +40,7 @@ import struct
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -89,6 +89,12 @@ class ReplicaSource:
     channel: str
     source_identity: str
     source_control_channel: str
+    src_control_stream_id: int = -1
+    src_response_channel: str = ""
+    replication_channel: str = ""
+    stop_position: int = -1
+    complete: bool = True
+    """False while the copy is in progress: a restarted service resumes it (without credentials)."""
 
 
 def write_source(archive_dir: str | os.PathLike[str], recording_id: int, source: ReplicaSource, file_mode: int) -> None:
@@ -141,6 +147,7 @@ class Assignment:
     start_position: int
     checksum: ChecksumType
     file_mode: int
+    archive_dir: Path
 
 
 class ReplicationSession:
@@ -176,6 +183,9 @@ class ReplicationSession:
         self.source_position = -1
         """The source's recorded position when last asked (for the lag shown by tools)."""
         self.attempts = 0
+        self.persistent = False
+        """Resumed after a restart: retry the first lookup for ever (the source may be down as long)."""
+        self.stopped_by_request = False
         self.done = False
         self.error: str | None = None
         self._stop = threading.Event()
@@ -228,7 +238,12 @@ class ReplicationSession:
                         delay = 0.05
                         continue
                 except (ArchiveError, LogbufError, OSError, ValueError) as e:
-                    if self.descriptor is None and not isinstance(e, OSError) and self.attempts >= 3:
+                    if (
+                        self.descriptor is None
+                        and not self.persistent
+                        and not isinstance(e, OSError)
+                        and self.attempts >= 3
+                    ):
                         raise  # the source never answered or refused: the request fails
                     self._log.info("replication.retry", error=str(e), position=self.position, attempt=self.attempts)
                 self._stop.wait(delay)
@@ -432,18 +447,8 @@ class Replications:
             if d.active:
                 raise ValueError(f"destination recording {message.dst_recording_id} is being recorded")
         ChannelUri.parse(message.src_control_channel)  # a ValueError naming the bad part
-        replication_id = self._next_id
-        self._next_id += 1
-        ctx = conductor.ctx
-        worker = ReplicationSession(
-            replication_id,
-            message,
-            archive_dir=ctx.archive_dir,
-            driver_dir=ctx.driver_dir,
-            message_timeout_ms=ctx.connect_timeout_ms,
-            block_length=ctx.block_length,
-        )
-        self.sessions[replication_id] = worker
+        worker = self._new_worker(message)
+        replication_id = worker.replication_id
         self._owner[replication_id] = (session.control_session_id, message.correlation_id)
         session.send_ok(message.correlation_id, replication_id)
         worker.start()
@@ -456,10 +461,64 @@ class Replications:
             stop_position=message.stop_position,
         )
 
+    def resume(self) -> list[int]:
+        """Start again every copy that a previous run of this service left in progress (its source file says
+        so and its recording is stopped, as recovery leaves it); returns their recording ids."""
+        catalog = self.conductor.catalog
+        resumed = []
+        for path in sorted(Path(catalog.archive_dir).glob("*.source.json")):
+            try:
+                recording_id = int(path.name.split(".", 1)[0])
+                d = catalog.recording(recording_id)
+            except (ValueError, LogbufError):
+                continue
+            source = read_source(catalog.archive_dir, recording_id)
+            if source is None or source.complete or d.active or source.src_control_stream_id < 0:
+                continue
+            request = cc.ReplicateRequest2(
+                control_session_id=-1,
+                correlation_id=-1,
+                src_recording_id=source.source_recording_id,
+                dst_recording_id=recording_id,
+                stop_position=source.stop_position,
+                channel_tag_id=cc.NULL_INT64,
+                subscription_tag_id=cc.NULL_INT64,
+                src_control_stream_id=source.src_control_stream_id,
+                file_io_max_length=cc.NULL_INT32,
+                replication_session_id=cc.NULL_INT32,
+                src_control_channel=source.source_control_channel,
+                live_destination="",
+                replication_channel=source.replication_channel,
+                encoded_credentials=b"",
+                src_response_channel=source.src_response_channel,
+            )
+            worker = self._new_worker(request)
+            worker.persistent = True
+            worker.start()
+            resumed.append(recording_id)
+            self._log.info("replication.resumed", replication_id=worker.replication_id, dst_recording_id=recording_id)
+        return resumed
+
+    def _new_worker(self, request: cc.ReplicateRequest2) -> ReplicationSession:
+        """A replication with the next id, registered (the caller starts it)."""
+        ctx = self.conductor.ctx
+        worker = ReplicationSession(
+            self._next_id,
+            request,
+            archive_dir=ctx.archive_dir,
+            driver_dir=ctx.driver_dir,
+            message_timeout_ms=ctx.connect_timeout_ms,
+            block_length=ctx.block_length,
+        )
+        self._next_id += 1
+        self.sessions[worker.replication_id] = worker
+        return worker
+
     def on_stop_replication(self, session: Any, message: cc.StopReplicationRequest) -> None:
         worker = self.sessions.get(message.replication_id)
         if worker is None:
             raise ValueError(f"no active replication {message.replication_id}")
+        worker.stopped_by_request = True
         worker.stop()
         session.send_ok(message.correlation_id)
 
@@ -487,7 +546,13 @@ class Replications:
         dst = request.dst_recording_id
         if dst < 0:
             found = find_replica(catalog.archive_dir, worker.source_archive_id, request.src_recording_id)
-            if found is not None and not catalog.recording(found).active:
+            if found is not None and catalog.recording(found).active:
+                worker.error = (
+                    f"source recording {request.src_recording_id} is already being copied into recording {found}"
+                )
+                worker.stop()
+                return
+            if found is not None:
                 dst = found
         signal = cc.RecordingSignal.EXTEND
         try:
@@ -535,6 +600,11 @@ class Replications:
                         channel=d.original_channel,
                         source_identity=d.source_identity,
                         source_control_channel=request.src_control_channel,
+                        src_control_stream_id=request.src_control_stream_id,
+                        src_response_channel=request.src_response_channel,
+                        replication_channel=request.replication_channel,
+                        stop_position=request.stop_position,
+                        complete=False,
                     ),
                     catalog.file_mode,
                 )
@@ -543,7 +613,9 @@ class Replications:
             worker.stop()
             return
         self._writers[replication_id] = catalog.position_writer(dst)
-        worker.assign(Assignment(dst, position, start, conductor._checksum, catalog.file_mode))
+        worker.assign(
+            Assignment(dst, position, start, conductor._checksum, catalog.file_mode, Path(catalog.archive_dir))
+        )
         self._signal(replication_id, dst, position, signal)
         self._log.info("replication.assigned", replication_id=replication_id, dst_recording_id=dst, position=position)
 
@@ -555,6 +627,15 @@ class Replications:
         if assignment is not None:
             self.conductor.catalog.stop_recording(assignment.recording_id, worker.position)
             self._signal(replication_id, assignment.recording_id, worker.position, cc.RecordingSignal.STOP)
+            source = read_source(assignment.archive_dir, assignment.recording_id)
+            finished = worker.target >= 0 and worker.position >= worker.target
+            if source is not None and not source.complete and (finished or worker.stopped_by_request):
+                write_source(
+                    assignment.archive_dir,
+                    assignment.recording_id,
+                    replace(source, complete=True),
+                    assignment.file_mode,
+                )
         if worker.error is not None:
             self.conductor.counters.errors.increment()
             entry = self._control_session(replication_id)

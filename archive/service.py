@@ -59,7 +59,9 @@ class ArchiveService:
                 Context(dir=ctx.driver_dir, use_conductor_thread=False, driver_timeout_ms=ctx.driver_timeout_ms)
             )
             self.conductor = ArchiveConductor(ctx, self.aeron, self.catalog, self.counters)
-            self.conductor.add_extension(Replications(self.conductor))
+            replications = Replications(self.conductor)
+            self.conductor.add_extension(replications)
+            replications.resume()  # copies a previous run left in progress (after a kill -9: recovered)
             self.conductor.on_start()
         except BaseException:
             self.close()

@@ -5,7 +5,9 @@ coverage is the merged ``[start, stop)`` of those recordings, with holes where a
 (:mod:`archive.sync_digest` has the interval algebra and the range-digest descent). One sync round between
 two archives, for every history either holds (optionally only some streams):
 
-1. list both archives' recordings (the coverage exchange: one listing per side);
+1. list both archives' recordings (the coverage exchange: one listing per side); an active recording
+   counts up to its recorded position, and may be read from (a bounded replay waits for it) but is never
+   extended;
 2. for each side, ``missing = theirs - mine``; each missing interval is fetched by a Replicate request to
    the side that lacks it, from the other side's recording that holds the interval's start: extending the
    lacking side's recording that ends where the hole begins (the usual case: a recorder that stopped, a
@@ -22,7 +24,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import structlog
 
@@ -30,7 +32,7 @@ from logbuf.archive import control_codec as cc
 from logbuf.archive.client import ArchiveClient
 from logbuf.archive.sync_digest import Interval, merge, subtract
 
-__all__ = ["Fetch", "HistoryKey", "Peer", "SyncReport", "coverage", "histories", "plan", "sync_once"]
+__all__ = ["Fetch", "HistoryKey", "Peer", "SyncReport", "coverage", "histories", "listing", "plan", "sync_once"]
 
 
 @dataclass(frozen=True, order=True)
@@ -49,8 +51,8 @@ def key_of(d: cc.RecordingDescriptor) -> HistoryKey:
 
 
 def histories(descriptors: Iterable[cc.RecordingDescriptor]) -> dict[HistoryKey, list[cc.RecordingDescriptor]]:
-    """Stopped recordings grouped by history (an active recording is still being written: it joins the next
-    round once stopped; a replica being written is active too)."""
+    """Recordings grouped by history (an active one with its recorded position as its stop position, as
+    :func:`listing` gives it; one still at -1 is left out)."""
     out: dict[HistoryKey, list[cc.RecordingDescriptor]] = {}
     for d in descriptors:
         if d.stop_position >= 0 and d.stop_position > d.start_position:
@@ -74,10 +76,27 @@ class Fetch:
     end: int
 
 
+def listing(client: ArchiveClient, stream_ids: set[int] | None = None) -> tuple[list[cc.RecordingDescriptor], set[int]]:
+    """An archive's recordings (active ones with their recorded position as stop position) and the ids of
+    the active ones (a copy may read from them but never extends them)."""
+    out, active = [], set()
+    for d in client.list_recordings():
+        if stream_ids is not None and d.stream_id not in stream_ids:
+            continue
+        if d.stop_position < 0:
+            active.add(d.recording_id)
+            d = replace(d, stop_position=client.recording_position(d.recording_id))
+        out.append(d)
+    return out, active
+
+
 def plan(
-    mine: Sequence[cc.RecordingDescriptor], theirs: Sequence[cc.RecordingDescriptor]
+    mine: Sequence[cc.RecordingDescriptor],
+    theirs: Sequence[cc.RecordingDescriptor],
+    active_mine: set[int] | frozenset[int] = frozenset(),
 ) -> tuple[list[Fetch], list[tuple[HistoryKey, Interval]]]:
-    """The fetches that give ``mine`` what ``theirs`` holds, and the missing intervals no fetch can reach."""
+    """The fetches that give ``mine`` what ``theirs`` holds, and the missing intervals no fetch can reach
+    (``active_mine``: my recordings being written, which cannot be extended)."""
     my_histories, their_histories = histories(mine), histories(theirs)
     fetches: list[Fetch] = []
     unfetchable: list[tuple[HistoryKey, Interval]] = []
@@ -91,7 +110,7 @@ def plan(
                     unfetchable.append((key, (position, hi)))
                     break
                 end = min(hi, src.stop_position)
-                dst = next((d for d in own if d.stop_position == position), None)
+                dst = next((d for d in own if d.stop_position == position and d.recording_id not in active_mine), None)
                 if dst is not None:
                     fetches.append(Fetch(key, src.recording_id, dst.recording_id, position, end))
                 elif src.start_position == position:
@@ -161,15 +180,13 @@ def sync_once(
     """One round between every pair of peers (each learns from each); 0 bandwidth: unbounded."""
     log = structlog.get_logger().bind(role="archive-sync")
     report = SyncReport()
-    listings = {p.name: p.client.list_recordings() for p in peers}
-    if stream_ids is not None:
-        listings = {name: [d for d in ds if d.stream_id in stream_ids] for name, ds in listings.items()}
+    listings = {p.name: listing(p.client, stream_ids) for p in peers}
     started = time.monotonic()
     for dst in peers:
         for src in peers:
             if src is dst:
                 continue
-            fetches, unfetchable = plan(listings[dst.name], listings[src.name])
+            fetches, unfetchable = plan(listings[dst.name][0], listings[src.name][0], listings[dst.name][1])
             report.unfetchable.extend((dst.name, key, interval) for key, interval in unfetchable)
             for fetch in fetches:
                 if bandwidth_bytes_per_s > 0:
@@ -193,7 +210,5 @@ def sync_once(
                     session_id=fetch.key.session_id,
                 )
             # what dst now holds changed: later sources are planned against its fresh listing
-            listings[dst.name] = [
-                d for d in dst.client.list_recordings() if stream_ids is None or d.stream_id in stream_ids
-            ]
+            listings[dst.name] = listing(dst.client, stream_ids)
     return report

@@ -108,6 +108,7 @@ class Subscriber:
         "messages",
         "reserved",
         "reserved_since_ns",
+        "queued",
         "tls",
     )
 
@@ -143,7 +144,8 @@ class Subscriber:
         self.messages: MessageBucket | None = None  # the client-message rate, set at the upgrade
         self.meter = FrameMeter()  # client frame headers, read before websockets buffers the payload
         self.reserved = 0  # bytes counted against the relay's incoming budget
-        self.reserved_since_ns = 0
+        self.reserved_since_ns = 0  # when the message (or request head) in progress began
+        self.queued = 0  # bytes of its complete messages waiting to be parsed (also in the incoming budget)
         self.tls: TlsSession | None = None  # a TLS listener's connection: bytes go through it (jetstream.tls)
 
     def move(self, event: Input) -> State:

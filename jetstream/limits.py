@@ -76,7 +76,7 @@ _LEN64: Final = 127
 class FrameMeter:
     """Follows a client's websocket byte stream and reports the declared length of the message in progress."""
 
-    __slots__ = ("_header", "_need", "_payload_left", "_final", "message_length")
+    __slots__ = ("_header", "_need", "_payload_left", "_final", "message_length", "messages_begun")
 
     def __init__(self) -> None:
         self._header = bytearray()
@@ -85,6 +85,9 @@ class FrameMeter:
         self._final = False  # the frame being received ends its message
         self.message_length = 0
         """Sum of the declared payload lengths of the data frames of the message in progress (0: none)."""
+        self.messages_begun = 0
+        """Data messages whose first frame header has been read (a caller that compares it across
+        :meth:`feed` learns whether the message in progress began in that data)."""
 
     def feed(self, data: bytes | memoryview) -> int:
         """Follow ``data``; returns :attr:`message_length` after it (the largest it reached if a
@@ -125,6 +128,8 @@ class FrameMeter:
                 self._final = False  # a control frame inside a fragmented message leaves it open
                 continue
             self._final = bool(header[0] & _FIN)
+            if opcode != 0:  # a text or binary frame begins a message; continuation frames (0) extend it
+                self.messages_begun += 1
             self.message_length += length
             peak = max(peak, self.message_length)
             if length == 0 and self._final:

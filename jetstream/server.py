@@ -25,6 +25,9 @@ least one), before the fan-out pass; their bytes stay counted in ``max_incoming_
 the rates bound what one connection can queue.
 A flood of 10,000-DID updates from thousands of connections thus costs each iteration a bounded slice,
 and live clients keep receiving at the flush interval; the flooders are closed by their rate.
+When the budget is full, a newcomer's message or request head makes room by closing the connection
+holding the most input, if it holds over twice what the newcomer would (:meth:`RelayServer._make_room`): an
+honest client's small update is applied while flooders hold the budget.
 
 Errors follow jetstream: bad query → plain-text 400 before the upgrade; a bad client message →
 close 1007 (not JSON / bad payload JSON) or 1008 (fails validation, reason cut to 123 bytes); a
@@ -126,6 +129,11 @@ MAX_EPOLL_EVENTS: Final = 4096
 MAX_REQUEST_HEAD_LENGTH: Final = 32 * 1024
 HEAD_TOO_LARGE_TEXT: Final = "request head too large"
 BUSY_TEXT: Final = "relay busy: too much unfinished input from clients"
+#: A full client-input budget makes room for a connection's input by closing one that holds more than this
+#: many times what the newcomer would hold (an honest update is hundreds of bytes, a flooder's ~360 kB).
+DISPLACE_FACTOR: Final = 2
+#: Close reason for the connection closed to make room in a full client-input budget (code 1009).
+EVICTED_TEXT: Final = "relay busy: this connection holds the most unfinished input"
 CLOSE_MESSAGE_TOO_BIG: Final = 1009
 #: Client messages are small (``options_update``): 1 MB (decimal, as jetstream's 10 MB) by default.
 DEFAULT_MAX_CLIENT_MESSAGE_LENGTH: Final = 1_000_000
@@ -672,7 +680,7 @@ class RelayServer:
             sub.head = (tail + data)[-3:]
         # The metrics port is outside the budget (at most 64 connections of 32 KiB heads): a flood of
         # client input must not blind the operator.
-        if sub.listener != METRICS and self._incoming_reserved + len(data) > self.config.max_incoming_bytes:
+        if sub.listener != METRICS and not self._make_room(sub, len(data)):
             self._respond(sub, "busy", text_response(503, "Service Unavailable", BUSY_TEXT))
             return
         sub.head_length += len(data)
@@ -690,18 +698,64 @@ class RelayServer:
 
     def _on_frame_bytes(self, sub: Subscriber, data: bytes) -> None:
         """Client frames: their declared lengths are checked against the caps before websockets buffers them."""
-        declared = sub.meter.feed(data)
+        meter = sub.meter
+        begun = meter.messages_begun
+        declared = meter.feed(data)
         cfg = self.config
         if declared > cfg.max_client_message_length:
             self._refuse_message(sub, "message_too_big", f"message too big: {declared} bytes declared")
             return
-        if declared > sub.reserved and self._incoming_reserved + declared - sub.reserved > cfg.max_incoming_bytes:
+        if declared > sub.reserved and not self._make_room(sub, declared - sub.reserved):
             self._refuse_message(sub, "incoming_full", "relay busy: too much unfinished input")
             return
         self._reserve(sub, declared)
         sub.protocol.receive_data(data)
         self._on_protocol_events(sub)
-        self._reserve(sub, sub.meter.message_length)
+        self._reserve(sub, meter.message_length)
+        if meter.message_length and meter.messages_begun != begun:
+            # The message in progress began in this data (back-to-back messages never let the reservation
+            # fall to 0): its client_message_timeout_s counts from now, not from an earlier message.
+            sub.reserved_since_ns = time.monotonic_ns()
+
+    def _make_room(self, sub: Subscriber, extra: int) -> bool:
+        """Whether ``sub`` may hold ``extra`` more bytes of input within ``max_incoming_bytes``. When the budget
+        is exhausted, the connection holding the most input (declared, buffered and queued) is closed to make
+        room, if it holds more than ``DISPLACE_FACTOR`` times what ``sub`` would: a newcomer with a small message
+        displaces the biggest holder, never a smaller one, and flooders of one size do not displace each other
+        in turn. One such close always makes room (the budget held before, and the closed connection freed
+        more than ``extra``); if no connection holds that much, False: ``sub`` is refused."""
+        limit = self.config.max_incoming_bytes
+        if self._incoming_reserved + extra <= limit:
+            return True
+        would_hold = sub.reserved + sub.queued + extra
+        victim: Subscriber | None = None
+        most = DISPLACE_FACTOR * would_hold
+        for other in self._connections.values():
+            held = other.reserved + other.queued
+            if held > most and other is not sub and other.listener != METRICS:
+                victim, most = other, held
+        if victim is None:
+            return False
+        self._evict(victim)
+        return self._incoming_reserved + extra <= limit
+
+    def _evict(self, sub: Subscriber) -> None:
+        """Close ``sub`` to make room in the input budget: 1009 (503 to a request head), counted as
+        ``clients_dropped{reason=input_evicted}``; its queued messages are not parsed, and what it sends
+        after our close frame is discarded."""
+        self.counters.clients_dropped["input_evicted"] += 1
+        self._unqueue(sub)
+        if sub.state is State.HANDSHAKE:
+            self._respond(sub, "busy", text_response(503, "Service Unavailable", BUSY_TEXT))
+            return
+        self._reserve(sub, 0)
+        if sub.protocol.state is ProtocolState.OPEN:
+            sub.protocol.send_close(CLOSE_MESSAGE_TOO_BIG, EVICTED_TEXT)
+        self._guarded(self._pump, sub)
+        # Free what it held, not only its count: after our close frame nothing of it is parsed (its later
+        # bytes are discarded in _read), so the partial frame websockets buffered and its fragments can go.
+        sub.protocol.reader.buffer.clear()
+        sub.message = None
 
     def _reserve(self, sub: Subscriber, length: int) -> None:
         """Set what ``sub`` holds (or has declared) against ``max_incoming_bytes``."""
@@ -911,6 +965,7 @@ class RelayServer:
             queue = self._pending[sub] = deque()
         queue.append(data)
         self._pending_count += 1
+        sub.queued += len(data)
         self._incoming_reserved += len(data)
 
     def _unqueue(self, sub: Subscriber) -> None:
@@ -918,7 +973,8 @@ class RelayServer:
         queue = self._pending.pop(sub, None)
         if queue:
             self._pending_count -= len(queue)
-            self._incoming_reserved -= sum(map(len, queue))
+            self._incoming_reserved -= sub.queued
+        sub.queued = 0
 
     def _parse_pending(self) -> None:
         """Parse queued client messages, one per connection in turn, for at most ``PARSE_SLICE_NS`` (at least one)."""
@@ -931,6 +987,7 @@ class RelayServer:
             if queue:
                 pending[sub] = queue  # its next message waits for every other connection's turn
             self._pending_count -= 1
+            sub.queued -= len(data)
             self._incoming_reserved -= len(data)
             if sub.state in READING_FRAMES and sub.protocol.state is ProtocolState.OPEN:
                 try:

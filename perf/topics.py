@@ -326,9 +326,9 @@ def run_phase(phase: str, count: int) -> None:
                 for _ in range(count):
                     offer(message)
             elif phase == "offer_topic":
-                handle = handles[0]
+                offer_topic = handles[0].offer
                 for _ in range(count):
-                    handle.offer(message)
+                    offer_topic(message)
             else:  # TopicPublication.offer(name, payload): the name looked up per message
                 from logbuf.client.topics import TopicPublication
 
@@ -337,9 +337,9 @@ def run_phase(phase: str, count: int) -> None:
                         return topic_id(name)
 
                 by_name = TopicPublication(pub, Names())  # type: ignore[arg-type]
-                name = topic_names()[0]
+                name, offer_by_name = topic_names()[0], by_name.offer
                 for _ in range(count):
-                    by_name.offer(name, message)
+                    offer_by_name(name, message)
             return
         for i in range(count):  # 100 topics round-robin: the 1 % filter takes one
             handles[i % 100].offer(message)

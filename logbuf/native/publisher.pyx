@@ -671,9 +671,23 @@ cdef class TopicHandle:
     @cython.binding(False)  # a method descriptor: one call layer less than a cyfunction
     def offer(self, buffer) -> int:
         """Append one message of this topic: the new stream position, or a negative OfferResult."""
-        return self._offer(buffer)
+        # The body of _offer again, not a call to it: the extra C call cost ~30 instructions (callgrind), 5 %.
+        cdef PublicationCore pub = self._pub
+        cdef int64_t result
+        cdef Py_ssize_t n
+        if not self.defined:
+            result = self.define()
+            if result < 0:
+                return result
+        if PyBytes_CheckExact(buffer) and not pub._closed:
+            n = PyBytes_GET_SIZE(buffer)
+            if n <= pub.max_payload_length:
+                return pub._position_result(pub._offer(PyBytes_AS_STRING(buffer), <int32_t>n, self.topic_id, 0,
+                                                       NULL, NULL, 0))
+        return pub.offer(buffer, self.topic_id)
 
     cdef object _offer(self, object buffer):
+        """:meth:`offer` for :class:`TopicOffers`."""
         cdef PublicationCore pub = self._pub
         cdef int64_t result
         cdef Py_ssize_t n

@@ -3,10 +3,10 @@
 Host A records a live IPC stream (with per-frame CRCs) in an archive service whose control channel is on UDP;
 host B's archive service is asked (over its local IPC control channel) to replicate A's recording, following
 it while A records. On the way the link into B is cut for a few seconds (iptables DROP of every UDP datagram),
-B's service is killed with SIGKILL and restarted (the same request again extends B's copy from its stop
-position), and A's service is killed with SIGKILL (its recording ends at its valid prefix) and restarted. In
-the end B's copy holds exactly A's recorded bytes, position for position, every message once and in order,
-and its frames verify; B keeps the source's identity beside its own recording id.
+B's service is killed with SIGKILL and restarted (it resumes the copy from its stop position by itself), and
+A's service is killed with SIGKILL (its recording ends at its valid prefix) and restarted. In the end B's
+copy holds exactly A's recorded bytes, position for position, every message once and in order, and its
+frames verify; B keeps the source's identity beside its own recording id.
 """
 
 from __future__ import annotations
@@ -132,7 +132,6 @@ def test_b_replicates_a_live_recording_through_a_link_cut_and_kill_9_of_either_s
                 restart(b)  # SIGKILL of the destination mid-copy
                 at_restart = b_position()
                 assert recording(b.archive_dir, 0).active is False  # recovered at its valid prefix
-                replicate()  # the same request again: extends recording 0
                 await_(lambda: b_position() > at_restart + 100_000, TIMEOUT_S, "B's copy to go on after its restart")
 
                 restart(a)  # SIGKILL of the source mid-copy: its recording ends at its valid prefix
@@ -142,6 +141,9 @@ def test_b_replicates_a_live_recording_through_a_link_cut_and_kill_9_of_either_s
                 await_(lambda: b_position() >= final.stop_position, TIMEOUT_S, "B's copy to reach A's stop position")
                 await_(lambda: not recording(b.archive_dir, 0).active, TIMEOUT_S, "the replication to end")
 
+                replicate()  # the same request again, once A's recording is copied whole: extends, nothing to add
+                time.sleep(1)
+                await_(lambda: not recording(b.archive_dir, 0).active, TIMEOUT_S, "the second request to end")
                 with Catalog.open(b.archive_dir) as catalog_b:
                     copies = catalog_b.recordings()
                 assert [d.recording_id for d in copies] == [0], "the second request duplicated the copy"

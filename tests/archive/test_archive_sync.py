@@ -21,7 +21,7 @@ from logbuf.archive.catalog import Catalog
 from logbuf.archive.client import ArchiveClient, ArchiveClientContext
 from logbuf.archive.service import ArchiveService
 from logbuf.archive.service_context import ArchiveContext
-from logbuf.archive.sync import Peer, sync_once
+from logbuf.archive.sync import Peer, listing, sync_once
 from logbuf.archive.sync_digest import merge
 from logbuf.archive.verify import verify_recording
 from logbuf.client import Aeron, Context
@@ -87,12 +87,10 @@ def test_one_sync_round_fills_a_hole_on_one_side_and_a_missing_beginning_on_the_
         publisher.stop()
         caught_up(a)
         caught_up(b)
-        a.stop_recording(LIVE, STREAM)
-        b.stop_recording(LIVE, STREAM)
-        end = publication.position
+        end = publication.position  # both archives still record (live): sync reads from active recordings
 
         def covered(client: ArchiveClient) -> list[tuple[int, int]]:
-            return merge((d.start_position, d.stop_position) for d in client.list_recordings())
+            return merge((d.start_position, d.stop_position) for d in listing(client)[0])
 
         before_a, before_b = covered(a), covered(b)
         assert len(before_a) == 2 and before_b[0][0] > 0 and before_b[-1][1] == before_a[-1][1] == end
@@ -109,6 +107,8 @@ def test_one_sync_round_fills_a_hole_on_one_side_and_a_missing_beginning_on_the_
         assert sorted((name, f.start, f.end) for name, f in report.fetched) == [("a", *hole), ("b", *beginning)]
         assert report.fetched_bytes == (hole[1] - hole[0]) + (beginning[1] - beginning[0])
         assert covered(a) == covered(b) == [(0, end)]
+        a.stop_recording(LIVE, STREAM)
+        b.stop_recording(LIVE, STREAM)
 
         bytes_a = recorded_stream(service_a.ctx.archive_dir, 0, end)
         bytes_b = recorded_stream(service_b.ctx.archive_dir, 0, end)

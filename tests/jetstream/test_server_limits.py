@@ -7,6 +7,7 @@ import json
 import socket
 import threading
 import time
+from collections import Counter
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ import pytest
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect
 
+from logbuf.jetstream.generator import EventGenerator
 from logbuf.jetstream.limits import EventRateLimiter, MessageBucket
 from logbuf.jetstream.proxy import TrustedProxies, normalize_ip
 from tests.jetstream._relay_support import (
@@ -26,7 +28,7 @@ from tests.jetstream._relay_support import (
     running_relay,
     wait_for,
 )
-from tests.jetstream.test_server_hardening import UPGRADE, client_frame, raw_connection
+from tests.jetstream.test_server_hardening import UPGRADE, client_frame, raw_connection, upgraded
 
 # -- TrustedProxies ----------------------------------------------------------------------------------------
 
@@ -238,19 +240,32 @@ def test_a_client_over_its_message_byte_rate_is_closed_with_1008(tmp_path: Path)
 
 
 def test_metrics_answer_while_client_input_fills_the_relay_budget(tmp_path: Path) -> None:
-    """Unfinished messages holding all of max_incoming_bytes get new requests 503 on the public port; the
+    """Unfinished messages holding all of max_incoming_bytes: a request head bigger than what any of them
+    holds gets 503 on the public port, a smaller one gets in by closing the biggest holder (1009); the
     metrics port is outside that budget."""
-    with running_relay(str(tmp_path), max_client_message_length=100_000, max_incoming_bytes=200_000) as relay:
+    with running_relay(str(tmp_path), max_client_message_length=300, max_incoming_bytes=600) as relay:
         with raw_connection(relay) as a, raw_connection(relay) as b:
             for sock in (a, b):
                 sock.sendall(UPGRADE.format(query="").encode())
                 assert sock.recv(4096).startswith(b"HTTP/1.1 101")
-                sock.sendall(client_frame(0x1, b"x" * 10, declared=100_000))  # declares 100,000, sends 10
-            wait_for(lambda: relay.server._incoming_reserved == 200_000, what="the budget held")
-            status, _, body = relay.request("/")
+                sock.sendall(client_frame(0x1, b"x" * 10, declared=300))  # declares 300, sends 10
+            wait_for(lambda: relay.server._incoming_reserved == 600, what="the budget held")
+            status, _, body = relay.request("/", headers={"X-Pad": "p" * 400})
             assert (status, body) == (503, b"relay busy: too much unfinished input from clients")
             status, _, body = relay.request("/metrics", metrics=True)
             assert status == 200 and b"jetstream_events_emitted_total" in body
+            assert relay.server.counters.clients_dropped["input_evicted"] == 0
+            status, _, body = relay.request("/")
+            assert status == 200
+            assert relay.server.counters.clients_dropped["input_evicted"] == 1
+            codes = set()
+            for sock in (a, b):
+                sock.settimeout(0.5)
+                try:
+                    codes.add(sock.recv(4096)[2:4])
+                except TimeoutError:
+                    codes.add(b"")
+            assert codes == {b"", (1009).to_bytes(2, "big")}  # one holder closed, the other left alone
 
 
 def test_a_client_that_streams_on_after_its_close_frame_is_cut_off(tmp_path: Path) -> None:
@@ -267,3 +282,86 @@ def test_a_client_that_streams_on_after_its_close_frame_is_cut_off(tmp_path: Pat
                     sent += 65536
         assert relay.server.counters.input_after_close == 1
         assert sent < 10_000_000  # long before the close timeout (30 s) or its whole stream
+
+
+# -- the client-input budget under a flood ------------------------------------------------------------------
+
+
+def test_a_full_input_budget_closes_its_biggest_holder_not_an_honest_clients_update(tmp_path: Path) -> None:
+    """Stalled connections each declare a big message and hold the relay's whole client-input budget while
+    events stream live. An honest client's small options_update still gets in: the connection holding the
+    most input is closed (1009) to make room, the update is applied (the client then gets only the DIDs it
+    asked for, under 2 s behind), and a newcomer's request head is answered the same way."""
+    declared, budget, holders = 100_000, 1_000_000, 12
+    gen = EventGenerator(5)
+    sample = [json.loads(gen.make_event(BASE_US + i))["did"] for i in range(300)]
+    wanted = {did for did, _ in Counter(sample).most_common(3)}
+    update = json.dumps({"type": "options_update", "payload": {"wantedDids": sorted(wanted)}})
+    stop = threading.Event()
+    with running_relay(
+        str(tmp_path), max_client_message_length=declared, max_incoming_bytes=budget, client_message_timeout_s=60
+    ) as relay:
+
+        def produce() -> None:  # ~200 events/s stamped with the wall clock
+            while not stop.wait(0.005):
+                relay.append([gen.make_event(time.time_ns() // 1000)])
+
+        producer = threading.Thread(target=produce, daemon=True)
+        with ExitStack() as stack:
+            ws = stack.enter_context(connect_as(relay))
+            producer.start()
+            stack.callback(producer.join, WAIT_S)
+            stack.callback(stop.set)
+            assert len(recv_events(ws, 5)) == 5
+            socks = [stack.enter_context(upgraded(relay, "127.0.0.2")) for _ in range(holders)]
+            for sock in socks:
+                sock.sendall(client_frame(0x1, b"x" * 10, declared=declared))  # declares 100,000, sends 10
+            counters = relay.server.counters
+            wait_for(lambda: counters.clients_dropped["incoming_full"] == holders - budget // declared, what="refusals")
+            assert relay.on_loop(lambda: relay.server._incoming_reserved) == budget  # the budget is exhausted
+            ws.send(update)
+            wait_for(lambda: counters.options_updates == 1, what="the update applied")
+            applied_us = time.time_ns() // 1000
+            assert counters.clients_dropped["input_evicted"] == 1
+            got: list[tuple[str, float]] = []
+            deadline = time.monotonic() + 3.0
+            while time.monotonic() < deadline:
+                for event in recv_events(ws, 1, timeout_s=WAIT_S):
+                    if event["time_us"] > applied_us:
+                        got.append((event["did"], time.time_ns() / 1000 - event["time_us"]))
+            assert len(got) >= 5, got
+            assert {did for did, _ in got} <= wanted, got
+            lag_s = max(lag_us for _, lag_us in got) / 1e6
+            assert lag_s < 2.0, f"the honest client fell {lag_s:.2f} s behind"
+            # a new client's request head gets in the same way (another holder is closed)
+            refill = stack.enter_context(upgraded(relay, "127.0.0.2"))
+            refill.sendall(client_frame(0x1, b"x" * 10, declared=declared))
+            wait_for(
+                lambda: relay.on_loop(lambda: relay.server._incoming_reserved) == budget, what="the budget refilled"
+            )
+            with connect_as(relay, "wantedCollections=app.bsky.feed.post") as newcomer:
+                assert len(recv_events(newcomer, 1)) == 1
+            assert counters.clients_dropped["input_evicted"] == 2
+            assert relay.on_loop(lambda: relay.server._incoming_reserved) <= budget
+        text = relay.request("/metrics", metrics=True)[2].decode()
+        assert 'logbuf_jetstream_clients_dropped_total{reason="input_evicted"} 2.0' in text
+
+
+def test_the_unfinished_message_timer_restarts_with_each_message(tmp_path: Path) -> None:
+    """Back-to-back messages, each sent whole within 0.3 s but each read arriving with the next one's first
+    bytes, keep a connection busy for longer than client_message_timeout_s: none of them is late."""
+    update = json.dumps({"type": "options_update", "payload": {"wantedCollections": ["app.bsky.feed.post"]}})
+    frame = client_frame(0x1, update.encode())
+    with running_relay(
+        str(tmp_path), client_message_timeout_s=0.5, max_client_messages_per_s=100.0, client_message_burst=100
+    ) as relay:
+        with upgraded(relay, "127.0.0.1") as sock:
+            cut = 10  # the 6-byte header and 4 bytes of the payload: the message has begun
+            sock.sendall(frame[:cut])
+            for _ in range(10):  # 2.5 s: five timeouts' worth, two slow-timer checks at least
+                time.sleep(0.25)
+                sock.sendall(frame[cut:] + frame[:cut])  # the end of one message and the start of the next
+            sock.sendall(frame[cut:])
+            wait_for(lambda: relay.server.counters.options_updates == 11, what="every update applied")
+        assert relay.server.counters.clients_dropped["client_message_timeout"] == 0
+        assert relay.on_loop(lambda: relay.server._incoming_reserved) == 0
