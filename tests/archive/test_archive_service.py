@@ -10,7 +10,7 @@ import random
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -486,55 +486,39 @@ def test_a_catch_up_can_start_from_a_time_through_the_time_index(
     await_(lambda: archive.max_recorded_position(rid) >= ends[-1], TIMEOUT_S, "the recording")
     archive.stop_recording("aeron:ipc", stream_id)
     starts = [0, *ends[:-1]]
-    for k in (0, 1_234, 2_999):
-        first = next(j for j, stamp in enumerate(stamps) if stamp >= stamps[k])
-        assert position_at_time(service.ctx.archive_dir, rid, stamps[k]) == starts[first]
-    assert position_at_time(service.ctx.archive_dir, rid, stamps[-1] + 1) == ends[-1]
-    first = next(j for j, stamp in enumerate(stamps) if stamp >= stamps[1_234])
-    merge = ReplayMerge(
-        archive,
-        rid,
-        live_channel="aeron:ipc",
-        live_stream_id=stream_id,
-        replay_channel="aeron:ipc",
-        replay_stream_id=next(_streams),
-        start_time=stamps[1_234],
-        archive_dir=service.ctx.archive_dir,
-    )
-    assert merge.start_position == starts[first]
-    received = Received(length=200)
-    await_(
-        lambda: len(received.seqs) >= 100, TIMEOUT_S, "the replay from that time", lambda: merge.poll(received.handler)
-    )
-    assert received.seqs[:100] == list(range(first, first + 100))
-    merge.close()
-    # the same through the service, as a client on another host asks it (no archive directory)
-    for k in (0, 1_234, 2_999):
-        first = next(j for j, stamp in enumerate(stamps) if stamp >= stamps[k])
-        assert archive.position_at_time(rid, stamps[k]) == starts[first]
-    assert archive.position_at_time(rid, stamps[-1] + 1) == ends[-1]
+    seeks: dict[str, Callable[[int], int]] = {
+        "local": lambda t: position_at_time(service.ctx.archive_dir, rid, t),  # the archive's own directory
+        "remote": lambda t: archive.position_at_time(rid, t),  # through the service, as from another host
+    }
+    for where, seek in seeks.items():
+        for k in (0, 1_234, 2_999):
+            first = next(j for j, stamp in enumerate(stamps) if stamp >= stamps[k])
+            assert seek(stamps[k]) == starts[first], where
+        assert seek(stamps[-1] + 1) == ends[-1], where
     with pytest.raises(RecordingUnknownError):
         archive.position_at_time(rid + 1_000, stamps[0])
-    remote = ReplayMerge(
-        archive,
-        rid,
-        live_channel="aeron:ipc",
-        live_stream_id=stream_id,
-        replay_channel="aeron:ipc",
-        replay_stream_id=next(_streams),
-        start_time=stamps[2_000],
-    )
-    first = next(j for j, stamp in enumerate(stamps) if stamp >= stamps[2_000])
-    assert remote.start_position == starts[first]
-    received = Received(length=200)
-    await_(
-        lambda: len(received.seqs) >= 100,
-        TIMEOUT_S,
-        "the remote replay from that time",
-        lambda: remote.poll(received.handler),
-    )
-    assert received.seqs[:100] == list(range(first, first + 100))
-    remote.close()
+    for k, archive_dir in ((1_234, service.ctx.archive_dir), (2_000, None)):
+        first = next(j for j, stamp in enumerate(stamps) if stamp >= stamps[k])
+        merge = ReplayMerge(
+            archive,
+            rid,
+            live_channel="aeron:ipc",
+            live_stream_id=stream_id,
+            replay_channel="aeron:ipc",
+            replay_stream_id=next(_streams),
+            start_time=stamps[k],
+            archive_dir=archive_dir,
+        )
+        assert merge.start_position == starts[first]
+        received = Received(length=200)
+        await_(
+            lambda: len(received.seqs) >= 100,
+            TIMEOUT_S,
+            f"the replay from that time (archive_dir={archive_dir})",
+            lambda: merge.poll(received.handler),  # noqa: B023 (awaited within this iteration)
+        )
+        assert received.seqs[:100] == list(range(first, first + 100))
+        merge.close()
 
 
 def test_a_bounded_replay_stops_at_its_limit_counter_and_goes_on_when_it_grows(
