@@ -34,11 +34,17 @@ def test_readme_has_the_two_setup_commands_and_ci_runs_the_test_command() -> Non
 def test_readme_standalone_example_runs() -> None:
     example = code_blocks("python")[0]
     assert "StreamLog.create" in example
+    assert len(example.strip().splitlines()) <= 12  # the README's example stays short; the docs have the rest
     proc = subprocess.run([sys.executable, "-c", example], capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
-    # hello and a reassembled/unfragmented; b consumed by the controlled poll; then c, world and
-    # the 3 fragments of the 4000-byte message in one block.
-    assert proc.stdout.splitlines() == ["b'hello' 5 0 64", "b'a' 1 0 128", "5 frames"]
+    # the position after a 5-byte message: one 32-byte header plus the payload, aligned to 32 bytes
+    assert proc.stdout.splitlines() == ["64", "b'hello' 64"]
+
+
+def test_readme_fits_a_screen_and_links_every_page_it_names() -> None:
+    assert len(README.splitlines()) <= 90, "the README is the front page: the rest belongs in docs/"
+    for target in re.findall(r"\]\(([^)#]+)", README):
+        assert (ROOT / target).exists(), f"README links {target}, which does not exist"
 
 
 def test_readme_names_the_prerequisites_and_a_venv_before_the_commands() -> None:
