@@ -44,6 +44,7 @@ from logbuf.archive.recorder import RecordingSession
 from logbuf.archive.recording import ChecksumType
 from logbuf.archive.replay import Replay, ReplayError
 from logbuf.archive.service_context import ArchiveContext
+from logbuf.archive.time_seek import seek_time
 from logbuf.channel_uri import ChannelUri
 from logbuf.client import Aeron, Image, Publication, Subscription
 from logbuf.conduit.archive_counters import ArchiveCounters
@@ -153,6 +154,7 @@ class ArchiveConductor:
             cc.RecordingPositionRequest: self.on_position_request,
             cc.StopPositionRequest: self.on_position_request,
             cc.StartPositionRequest: self.on_position_request,
+            cc.RecordingPositionAtTimeRequest: self.on_position_at_time,
             cc.MaxRecordedPositionRequest: self.on_position_request,
             cc.TruncateRecordingRequest: self.on_truncate_recording,
             cc.PurgeRecordingRequest: self.on_purge_recording,
@@ -853,6 +855,11 @@ class ArchiveConductor:
             position = recorded if d.active else NULL_POSITION
         else:  # MaxRecordedPositionRequest
             position = recorded
+        session.send_ok(message.correlation_id, position)
+
+    def on_position_at_time(self, session: ControlSession, message: cc.RecordingPositionAtTimeRequest) -> None:
+        d = self._descriptor(message.recording_id)
+        position = seek_time(self.ctx.archive_dir, d, message.time, self._recorded_position(d))
         session.send_ok(message.correlation_id, position)
 
     # -- replays ------------------------------------------------------------------------------------------------

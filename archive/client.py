@@ -15,14 +15,18 @@ publication to the service's control channel, sends a connect request naming the
 waits for the OK that carries its control session id (answering a challenge first if the service asks
 for one). Each request carries a fresh correlation id; the client polls its response stream until the
 response with that id arrives (descriptors of a listing arrive first, then Aeron's end-of-list
-response), and turns an ERROR into an exception named after its cause. Nothing runs in the background:
-a caller that holds a session without making requests calls :meth:`ArchiveClient.poll` now and then,
-which sends keep-alives and notices a service that went away.
+response), and turns an ERROR into an exception named after its cause. As Aeron's ``AeronArchive`` does
+from its duty cycle, the client keeps its session alive: every request and :meth:`ArchiveClient.poll`
+count as traffic, and a daemon keep-alive thread (``keep_alive_thread``, on by default) sends a
+``KeepAliveRequest`` when nothing was sent for ``keep_alive_interval_ms``, so an idle client is not
+closed by the service's session timeout. One lock serialises the control publication between the
+caller and that thread. :meth:`ArchiveClient.poll` still notices a service that went away.
 """
 
 from __future__ import annotations
 
 import secrets
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -117,6 +121,8 @@ class ArchiveClientContext:
     """How long to wait for the service to connect or to answer one request."""
     keep_alive_interval_ms: int = 2_000
     """Keep-alives while idle (the service closes a session that is silent for its session timeout)."""
+    keep_alive_thread: bool = True
+    """Send those keep-alives from a daemon thread; off: the caller must call ``poll()`` while idle."""
     auth_secret: bytes = b""
     """The service's shared secret, when it challenges connects."""
     client_info: str = "logbuf-python"
@@ -137,6 +143,11 @@ class ArchiveClient:
         self._assembler = FragmentAssembler(self._on_fragment)
         self._last_sent_ms = 0
         self._was_connected = False
+        self._send_lock = threading.Lock()
+        self._keep_alive_stop = threading.Event()
+        self._keep_alive: threading.Thread | None = None
+        self.keep_alives_sent = 0
+        """Keep-alives sent (by ``poll()`` or the keep-alive thread)."""
         self.signals: list[cc.RecordingSignalEvent] = []
         """Recording signals received for this session (start/stop of recordings it started)."""
         self.errors: list[cc.ControlResponse] = []
@@ -210,12 +221,39 @@ class ArchiveClient:
             self.control_session_id = message.control_session_id
             self._was_connected = True
             self._log.info("archive_client.connected", control_session_id=self.control_session_id)
+            if ctx.keep_alive_thread:
+                self._keep_alive = threading.Thread(
+                    target=self._run_keep_alive, name="archive-client-keep-alive", daemon=True
+                )
+                self._keep_alive.start()
             return
+
+    def _run_keep_alive(self) -> None:
+        """The keep-alive thread: one try per half interval, never blocking on a full publication."""
+        interval_ms = max(self.ctx.keep_alive_interval_ms, 1)
+        while not self._keep_alive_stop.wait(interval_ms / 2000):
+            with self._send_lock:
+                publication = self._publication
+                if publication is None or self.control_session_id < 0:
+                    return
+                if self._now_ms() - self._last_sent_ms < interval_ms:
+                    continue
+                self._correlation += 1
+                request = cc.KeepAliveRequest(
+                    control_session_id=self.control_session_id, correlation_id=self._correlation
+                )
+                try:
+                    if publication.offer(cc.encode(request)) >= 0:
+                        self._last_sent_ms = self._now_ms()
+                        self.keep_alives_sent += 1
+                except LogbufError:
+                    return  # closed under us; the caller's next request reports it
 
     # -- plumbing ------------------------------------------------------------------------------------------------
     def _next_correlation_id(self) -> int:
-        self._correlation += 1
-        return self._correlation
+        with self._send_lock:
+            self._correlation += 1
+            return self._correlation
 
     def _now_ms(self) -> int:
         return time.monotonic_ns() // 1_000_000
@@ -230,6 +268,10 @@ class ArchiveClient:
             delay = min(delay * 2, 0.002)
 
     def _send(self, message: Any) -> None:
+        with self._send_lock:
+            self._send_locked(message)
+
+    def _send_locked(self, message: Any) -> None:
         publication = self._publication
         if publication is None:
             raise ArchiveNotConnectedError("the archive client is closed")
@@ -353,6 +395,7 @@ class ArchiveClient:
                     control_session_id=self.control_session_id, correlation_id=self._next_correlation_id()
                 )
             )
+            self.keep_alives_sent += 1
         return n
 
     def archive_id(self) -> int:
@@ -495,6 +538,18 @@ class ArchiveClient:
     def max_recorded_position(self, recording_id: int) -> int:
         """The recorded position if active, else the stop position."""
         return self._position(cc.MaxRecordedPositionRequest, recording_id, "max recorded position")
+
+    def position_at_time(self, recording_id: int, time_value: int) -> int:
+        """The position of the recording's first message whose reserved value (the publisher's timestamp) is
+        at least ``time_value``, or its recorded position if none is: the archive seeks its time index (a
+        logbuf extension request, so this works from any host)."""
+        sid = self.control_session_id
+        return self._request(
+            lambda c: cc.RecordingPositionAtTimeRequest(
+                control_session_id=sid, correlation_id=c, recording_id=recording_id, time=time_value
+            ),
+            f"position at time {time_value} of recording {recording_id}",
+        )
 
     def find_last_matching_recording(
         self, min_recording_id: int, channel_fragment: str, stream_id: int, session_id: int
@@ -660,6 +715,10 @@ class ArchiveClient:
 
     # -- closing ---------------------------------------------------------------------------------------------
     def close(self) -> None:
+        self._keep_alive_stop.set()
+        if self._keep_alive is not None:
+            self._keep_alive.join(5)
+            self._keep_alive = None
         if self._publication is not None and self.control_session_id >= 0 and self._publication.is_connected:
             try:
                 self._publication.offer(cc.encode(cc.CloseSessionRequest(control_session_id=self.control_session_id)))

@@ -46,6 +46,7 @@ __all__ = [
     "Int64",
     "Int8",
     "KeepAliveRequest",
+    "LOGBUF_TEMPLATE_ID_BASE",
     "ListRecordingRequest",
     "ListRecordingSubscriptionsRequest",
     "ListRecordingsForUriRequest",
@@ -62,6 +63,7 @@ __all__ = [
     "PurgeSegmentsRequest",
     "RecordingDescriptor",
     "RecordingDescriptorHeader",
+    "RecordingPositionAtTimeRequest",
     "RecordingPositionRequest",
     "RecordingProgress",
     "RecordingSignal",
@@ -738,6 +740,22 @@ class UpdateChannelRequest:
     channel: Ascii
 
 
+LOGBUF_TEMPLATE_ID_BASE: Final = 1000
+"""logbuf's own messages take template ids from here on, far outside Aeron's (1 to 68, 101 to 107)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RecordingPositionAtTimeRequest:
+    """logbuf extension: the position of a recording's first message stamped (reserved value) at or after
+    ``time``; the OK response's relevantId, or the recorded position if no message is that recent."""
+
+    TEMPLATE_ID: ClassVar[int] = LOGBUF_TEMPLATE_ID_BASE + 1
+    control_session_id: Int64
+    correlation_id: Int64
+    recording_id: Int64
+    time: Int64
+
+
 ControlMessage: TypeAlias = (
     ControlResponse
     | ConnectRequest
@@ -789,4 +807,5 @@ ControlMessage: TypeAlias = (
     | ReplayTokenRequest
     | Ping
     | UpdateChannelRequest
+    | RecordingPositionAtTimeRequest
 )

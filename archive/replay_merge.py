@@ -67,7 +67,7 @@ class ReplayMerge:
 
     merge = ReplayMerge(archive, recording_id, live_channel="aeron:ipc", live_stream_id=10,
                         replay_channel="aeron:ipc", replay_stream_id=99, start_position=0)
-    # or start_time=<a reserved value, e.g. epoch us>, archive_dir=<the archive's directory on this host>
+    # or start_time=<a reserved value, e.g. epoch us>: the archive (local or remote) seeks its time index
     while True:
         merge.poll(handler, 100)          # handler(payload, header): whole messages, once each, in order
     """
@@ -97,12 +97,13 @@ class ReplayMerge:
         self.session_id = descriptor.session_id
         """The live publication's session id (the recording's)."""
         self.skipped = 0
-        if start_time is not None:  # "the last 10 minutes": the time index of an archive this host can read
-            if archive_dir is None or start_position is not None:
-                raise ValueError(
-                    "start_time needs archive_dir (the archive's directory on this host) and no start_position"
-                )
-            start_position = position_at_time(archive_dir, recording_id, start_time)
+        if start_time is not None:  # "the last 10 minutes": through the archive's time index
+            if start_position is not None:
+                raise ValueError("give start_time or start_position, not both")
+            if archive_dir is not None:  # this host holds the archive: read it directly
+                start_position = position_at_time(archive_dir, recording_id, start_time)
+            else:
+                start_position = archive.position_at_time(recording_id, start_time)
         start = descriptor.start_position if start_position is None else start_position
         if start < descriptor.start_position:
             if not oldest_if_purged:
@@ -292,33 +293,11 @@ def _no_handler(payload: memoryview, header: Any) -> None:
 
 def position_at_time(archive_dir: str | os.PathLike[str], recording_id: int, time_value: int) -> int:
     """The position of the first message of a recording whose reserved value (the publisher's timestamp) is
-    at least ``time_value`` (the recording's stop position if none is). Reads the archive directory: the
-    time index skips whole segments, then the frames of one segment are walked."""
+    at least ``time_value`` (the recording's stop position if none is), read from an archive directory on
+    this host (a remote archive answers :meth:`ArchiveClient.position_at_time`)."""
     from logbuf.archive.catalog import Catalog
-    from logbuf.archive.dump import iter_frames
-    from logbuf.archive.time_index import read_index_file, time_index_file_name
-    from logbuf.logbuffer import data_header_descriptor as dh
+    from logbuf.archive.time_seek import seek_time
 
     with Catalog.open(archive_dir) as catalog:
         d = catalog.recording(recording_id)
-    index = {}
-    try:
-        index = read_index_file(os.path.join(archive_dir, time_index_file_name(recording_id)), recording_id)
-    except (OSError, ValueError):
-        pass
-    start = d.start_position
-    for base in sorted(index):
-        times = index[base]
-        end = base + d.segment_length
-        if end <= d.start_position:
-            continue
-        if times.stamped_frames and times.max_reserved < time_value:
-            start = max(start, end)  # every message of this segment is older
-        else:
-            break
-    if start >= d.stop_position:
-        return d.stop_position
-    for frame in iter_frames(archive_dir, d, start, None):
-        if frame.frame_type == dh.HDR_TYPE_DATA and frame.flags & dh.BEGIN_FLAG and frame.reserved_value >= time_value:
-            return frame.position
-    return d.stop_position
+    return seek_time(archive_dir, d, time_value, d.stop_position)

@@ -10,7 +10,8 @@ import random
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -77,6 +78,19 @@ def drain(subscription: Subscription, received: Received, count: int, session_id
             time.sleep(0.001)
 
     await_(lambda: len(received.seqs) >= count, TIMEOUT_S, f"{count} messages", step)
+
+
+def ipc_merge(archive: ArchiveClient, rid: int, stream_id: int, **kw: Any) -> ReplayMerge:
+    """A ReplayMerge of recording ``rid`` onto the live IPC stream, replayed over IPC on a fresh stream."""
+    return ReplayMerge(
+        archive,
+        rid,
+        live_channel="aeron:ipc",
+        live_stream_id=stream_id,
+        replay_channel="aeron:ipc",
+        replay_stream_id=next(_streams),
+        **kw,
+    )
 
 
 def record_some(archive: ArchiveClient, aeron: Aeron, count: int, length: int = 100) -> tuple[int, list[int], int]:
@@ -210,13 +224,10 @@ def test_a_late_joiner_catches_up_from_the_recording_onto_the_live_stream(archiv
     time.sleep(2.0)
     rid = next(d.recording_id for d in archive.list_recordings() if d.stream_id == stream_id)
     received = Received(length=64)
-    with ReplayMerge(
+    with ipc_merge(
         archive,
         rid,
-        live_channel="aeron:ipc",
-        live_stream_id=stream_id,
-        replay_channel="aeron:ipc",
-        replay_stream_id=next(_streams),
+        stream_id,
         start_position=0,
     ) as merge:
         await_(lambda: merge.is_merged, TIMEOUT_S, "the merge", lambda: merge.poll(received.handler, 200))
@@ -244,22 +255,16 @@ def test_a_purged_start_is_an_error_or_the_oldest_position_when_asked(archive: A
     with pytest.raises(InvalidPositionError, match="purged"):
         archive.start_replay(rid, stream_id=1, position=0)
     with pytest.raises(InvalidPositionError, match="oldest position kept is"):
-        ReplayMerge(
+        ipc_merge(
             archive,
             rid,
-            live_channel="aeron:ipc",
-            live_stream_id=stream_id,
-            replay_channel="aeron:ipc",
-            replay_stream_id=next(_streams),
+            stream_id,
             start_position=0,
         )
-    merge = ReplayMerge(
+    merge = ipc_merge(
         archive,
         rid,
-        live_channel="aeron:ipc",
-        live_stream_id=stream_id,
-        replay_channel="aeron:ipc",
-        replay_stream_id=next(_streams),
+        stream_id,
         start_position=0,
         oldest_if_purged=True,
     )
@@ -486,28 +491,36 @@ def test_a_catch_up_can_start_from_a_time_through_the_time_index(
     await_(lambda: archive.max_recorded_position(rid) >= ends[-1], TIMEOUT_S, "the recording")
     archive.stop_recording("aeron:ipc", stream_id)
     starts = [0, *ends[:-1]]
-    for k in (0, 1_234, 2_999):
+    seeks: dict[str, Callable[[int], int]] = {
+        "local": lambda t: position_at_time(service.ctx.archive_dir, rid, t),  # the archive's own directory
+        "remote": lambda t: archive.position_at_time(rid, t),  # through the service, as from another host
+    }
+    for where, seek in seeks.items():
+        for k in (0, 1_234, 2_999):
+            first = next(j for j, stamp in enumerate(stamps) if stamp >= stamps[k])
+            assert seek(stamps[k]) == starts[first], where
+        assert seek(stamps[-1] + 1) == ends[-1], where
+    with pytest.raises(RecordingUnknownError):
+        archive.position_at_time(rid + 1_000, stamps[0])
+    for k, archive_dir in ((1_234, service.ctx.archive_dir), (2_000, None)):
         first = next(j for j, stamp in enumerate(stamps) if stamp >= stamps[k])
-        assert position_at_time(service.ctx.archive_dir, rid, stamps[k]) == starts[first]
-    assert position_at_time(service.ctx.archive_dir, rid, stamps[-1] + 1) == ends[-1]
-    first = next(j for j, stamp in enumerate(stamps) if stamp >= stamps[1_234])
-    merge = ReplayMerge(
-        archive,
-        rid,
-        live_channel="aeron:ipc",
-        live_stream_id=stream_id,
-        replay_channel="aeron:ipc",
-        replay_stream_id=next(_streams),
-        start_time=stamps[1_234],
-        archive_dir=service.ctx.archive_dir,
-    )
-    assert merge.start_position == starts[first]
-    received = Received(length=200)
-    await_(
-        lambda: len(received.seqs) >= 100, TIMEOUT_S, "the replay from that time", lambda: merge.poll(received.handler)
-    )
-    assert received.seqs[:100] == list(range(first, first + 100))
-    merge.close()
+        merge = ipc_merge(
+            archive,
+            rid,
+            stream_id,
+            start_time=stamps[k],
+            archive_dir=archive_dir,
+        )
+        assert merge.start_position == starts[first]
+        received = Received(length=200)
+        await_(
+            lambda: len(received.seqs) >= 100,
+            TIMEOUT_S,
+            f"the replay from that time (archive_dir={archive_dir})",
+            lambda: merge.poll(received.handler),  # noqa: B023 (awaited within this iteration)
+        )
+        assert received.seqs[:100] == list(range(first, first + 100))
+        merge.close()
 
 
 def test_a_bounded_replay_stops_at_its_limit_counter_and_goes_on_when_it_grows(

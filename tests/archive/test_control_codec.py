@@ -184,6 +184,7 @@ CASES: list[tuple[ControlMessage, bytes]] = [
     ),
     (cc.ChallengeResponse(7, 19, b"answer"), header(16, 60) + i64(7) + i64(19) + blob(b"answer")),
     (cc.KeepAliveRequest(7, 20), header(16, 61) + i64(7) + i64(20)),
+    (cc.RecordingPositionAtTimeRequest(7, 24, 12, -5), header(32, 1001) + i64(7) + i64(24) + i64(12) + i64(-5)),
     (
         cc.StartRecordingRequest2(7, 21, 1001, SourceLocation.LOCAL, BooleanType.TRUE, "aeron:ipc"),
         header(28, 63) + i64(7) + i64(21) + i32(1001) + i32(0) + i32(1) + text("aeron:ipc"),
@@ -246,8 +247,9 @@ def test_every_template_of_the_schema_is_implemented() -> None:
         *range(1, 25),
         *range(50, 69),
         *range(101, 108),
+        cc.LOGBUF_TEMPLATE_ID_BASE + 1,  # logbuf's own: RecordingPositionAtTimeRequest
     ]
-    assert len(cc.TEMPLATES) == 50
+    assert len(cc.TEMPLATES) == 51
     for template_id, message_type in cc.TEMPLATES.items():
         assert message_type.TEMPLATE_ID == template_id
         assert dataclasses.is_dataclass(message_type)
