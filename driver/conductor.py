@@ -226,7 +226,7 @@ class DriverConductor:
         self.clients: dict[int, ClientSession] = {}
         self.publications: list[IpcPublication] = []
         self.subscriptions: dict[int, SubscriptionLink] = {}
-        # By stream id, so that adding a stream costs the same with 10 or 10,000 others (issue 14, item 11).
+        # By stream id, so that adding a stream costs the same with 10 or 10,000 others.
         self._publications_by_stream: dict[int, list[IpcPublication]] = {}
         self._subscriptions_by_stream: dict[int, dict[int, SubscriptionLink]] = {}
         self._images_changed = False

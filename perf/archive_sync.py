@@ -14,7 +14,7 @@ For each case one ``sync_once`` round between A and the other archive: time, byt
 control traffic (descriptors listed, requests; counted from the encoded messages), beside the missing
 bytes; then a full copy (Replicate of A's whole recording into an empty archive) and ``rsync -a
 --no-whole-file --stats`` of A's directory onto a copy of the other's (what a generic delta tool moves).
-Goals (the issue's): (c) < 0.1 % of the archive, (b) < 2x the missing bytes plus digests.
+Goals: (c) < 0.1 % of the archive, (b) < 2x the missing bytes plus digests.
 
 The digest rounds over what both sides hold (conflict detection) are not part of ``sync_once`` yet, so
 the bytes here are coverage listings and fetches; ``protocol_spec/archive-sync.md`` gives their cost.

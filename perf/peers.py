@@ -1,4 +1,4 @@
-"""logbuf beside the real Aeron (pyaeron) and pyzmq, in the same run, on every row of issue 12's table.
+"""logbuf beside the real Aeron (pyaeron) and pyzmq, in the same run, on every row of the README's benchmark table.
 
     python perf/peers.py            # 5 s per throughput case, 20,000 round trips, every case twice
     python perf/peers.py --quick    # 1 s per case, 5,000 round trips
@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=5.0, help="duration of each throughput case")
     parser.add_argument("--pings", type=int, default=20_000, help="round trips per latency case")
-    parser.add_argument("--rounds", type=int, default=2, help="times each case runs (issue 12 asks for two)")
+    parser.add_argument("--rounds", type=int, default=2, help="times each case runs (two by default)")
     parser.add_argument("--quick", action="store_true", help="1 s per case, 5,000 round trips")
     parser.add_argument("--cases", default=",".join(CASES), help=f"comma-separated subset of {','.join(CASES)}")
     parser.add_argument("--no-build", action="store_true", help="do not reinstall this tree into the peer venv")

@@ -17,7 +17,7 @@ from the sender) until an end marker. Figures: aggregate delivered messages and 
 over receivers / the longest receive time), and delivered bytes per unit of the publishing driver's
 cost, three ways:
 
-- per **sender busy CPU-second** (the issue's "same sender CPU"): the publishing driver runs with
+- per **sender busy CPU-second** ("the same sender CPU"): the publishing driver runs with
   ``--busy-cpu-time true`` and its "Sender busy CPU time in ns" counter (read from its cnc.dat) adds
   the duty-cycle thread's CPU time of every sender ``do_work`` that did work: sending data, reading
   SMs and NAKs, retransmitting. ``driver_busy`` adds the conductor's and receiver's busy time too.
@@ -40,7 +40,7 @@ time, ``sender_driver_system_cpu_s``), work a switch does on a real network.
 
 ``--steer-switch`` moves that work where a switch would have it, off the sending host's thread: RPS on
 the publisher's switch port processes its datagrams (the bridge's forwarding and copies) on the CPUs
-its driver is not pinned to (``udp_fanout_steered.json``). Both figures are the issue's "same sender
+its driver is not pinned to (``udp_fanout_steered.json``). Both figures are "the same sender
 CPU" question asked of a one-machine network; neither is a real switch.
 
 Clients call ``sched_yield`` when idle (2 cores shared by 4 drivers and 4 clients). The machine's

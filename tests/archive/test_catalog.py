@@ -434,7 +434,7 @@ def test_verify_reports_a_stop_position_inside_a_frame(tmp_path: pathlib.Path) -
 def test_verify_reports_a_hostile_frame_length_instead_of_crashing(
     tmp_path: pathlib.Path, frame_type: int, frame_length: int, reason: str
 ) -> None:
-    """Issue 14 item 12: a frame length of 0x7fffffff overflowed the native block scanner (rc 139)."""
+    """A frame length of 0x7fffffff overflowed the native block scanner (rc 139)."""
     ends = write_recording(tmp_path, 0, 300)
     with Catalog.open_writable(tmp_path) as writer:
         add(writer)

@@ -40,7 +40,7 @@ def test_aerons_counters_sit_in_the_slots_of_their_ids_and_logbufs_follow_with_t
         else:
             assert d.id >= scd.FIRST_LOGBUF_ID and d.type_id == cd.LOGBUF_SYSTEM_COUNTER_TYPE_ID
         assert scd.SLOTS[d.id] == slot and scd.SYSTEM_COUNTER_KEY.unpack(d.key) == (int(d.id),)
-    assert scd.SLOTS[scd.SystemCounterId.NAK_MESSAGES_SENT] == 5  # issue 11: it was slot 2
+    assert scd.SLOTS[scd.SystemCounterId.NAK_MESSAGES_SENT] == 5  # it was once slot 2: Aeron's order puts it at 5
 
 
 def test_the_descriptor_check_catches_a_counter_out_of_its_slot(monkeypatch: pytest.MonkeyPatch) -> None:

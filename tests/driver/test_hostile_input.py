@@ -1,4 +1,4 @@
-"""Issue 14, items 1, 4 and 5, one frame at a time on the sans-IO kit (no sockets, time by hand): what
+"""Hostile network input, one frame at a time on the sans-IO kit (no sockets, time by hand): what
 the endpoints and the protocol objects do with frames no honest peer sends. The same attacks against
 real driver processes are in ``test_remote_hardening.py``."""
 

@@ -1,4 +1,4 @@
-"""Issue 14, items 6-11: a local process that can reach the driver directory, and the machine's limits.
+"""Local hardening: a local process that can reach the driver directory, and the machine's limits.
 
 Every test here plays the attacker (or the full disk) against a real driver process and shows the
 driver, and its honest clients, carry on.

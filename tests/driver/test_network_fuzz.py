@@ -1,4 +1,4 @@
-"""Issue 14's fuzz and soak test: a legitimate UDP stream between two real drivers carries on, intact,
+"""The driver's fuzz and soak test: a legitimate UDP stream between two real drivers carries on, intact,
 while everything an outsider can reach is fed random and mutated input.
 
 For about 30 s (seeded; the number of rounds depends on the machine's speed, the choices do not):

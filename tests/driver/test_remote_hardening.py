@@ -1,4 +1,4 @@
-"""Issue 14, items 1-5: anyone who can send a UDP datagram to a driver.
+"""Remote hardening: anyone who can send a UDP datagram to a driver.
 
 Each test plays the attacker with crafted datagrams from a raw UDP socket against real driver
 processes and shows the driver counts and drops what it must, and that the honest stream carries on.

@@ -1,4 +1,4 @@
-"""Aeron protocol behaviours found missing by interop with real Aeron (issue 11), held without
+"""Aeron protocol behaviours found missing by interop with real Aeron, held without
 sockets: a NetworkPublication and a PublicationImage from the sans-IO kit, ``now_ns`` by hand."""
 
 from __future__ import annotations

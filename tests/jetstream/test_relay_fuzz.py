@@ -1,4 +1,4 @@
-"""Issue 14's fuzz test, the relay's part: random and mutated HTTP and websocket bytes from many
+"""The relay's fuzz test: random and mutated HTTP and websocket bytes from many
 connections while an honest client is served (seeded, about 10 s). The relay's loop must stay up, the
 honest client must get every event once and in order, and the relay must serve new clients after.
 The UDP and command-ring part is ``tests/driver/test_network_fuzz.py``."""

@@ -1,4 +1,4 @@
-"""The relay rides out what the driver side does to it (issue 16 items 4-6): a pause longer than the driver
+"""The relay rides out what the driver side does to it: a pause longer than the driver
 timeout, an external driver killed and restarted, a restart after SIGKILL on the same driver directory,
 and two relays on one driver that would publish into one stream.
 
@@ -74,7 +74,7 @@ def events_named(relay: RelayProcess, name: str) -> list[dict[str, Any]]:
 
 
 def test_a_relay_paused_past_the_driver_timeout_reconnects_and_loses_no_event() -> None:
-    """SIGSTOP for twice the driver timeout (the issue's 12 s pause, scaled down): the driver times the relay's
+    """SIGSTOP for twice the driver timeout (a 12 s pause, scaled down): the driver times the relay's
     client out and the client sees the driver's heartbeat stale. The relay reconnects, its clients stay
     connected, and following an upstream, a client gets every upstream event exactly once.
 

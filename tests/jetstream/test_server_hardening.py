@@ -1,4 +1,4 @@
-"""Relay hardening (issue 14, items 16-17): one connection's trouble never ends the relay, and what
+"""Relay hardening: one connection's trouble never ends the relay, and what
 clients send is bounded in memory per connection and in total."""
 
 from __future__ import annotations
@@ -117,7 +117,7 @@ def test_garbage_instead_of_http_closes_that_connection_only(tmp_path: Path) -> 
         still_serves(relay, BASE_US)
 
 
-# -- incoming frames: FrameMeter (declared lengths) and the relay's bounds (issue 14 item 17) ------------------
+# -- incoming frames: FrameMeter (declared lengths) and the relay's bounds ------------------
 
 METER_CASES = [
     # (frames, declared length of the message in progress after all of them)
@@ -184,7 +184,7 @@ def close_code(sock: socket.socket) -> int | None:
 
 
 def test_unfinished_large_frames_are_refused_with_1009_before_they_are_buffered(tmp_path: Path) -> None:
-    """100 connections from two addresses each declare a 9.9 MB message and send 2 MB of it (the issue's
+    """100 connections from two addresses each declare a 9.9 MB message and send 2 MB of it (the attack's
     attack took the relay from 114 MB to 1.08 GB): with jetstream's 10 MB cap allowed, only what fits the
     total budget is accepted; every other connection gets 1009 at once and its bytes are never kept."""
     declared = 9_900_000

@@ -1,4 +1,4 @@
-"""Relay HTTP and protocol details matched with jetstream's legacy server (issue 16, items 2, 3, 8):
+"""Relay HTTP and protocol details matched with jetstream's legacy server:
 HEAD, OPTIONS and CORS, the metrics listener, ``null`` client messages, zstd frames with a checksum,
 maxMessageSizeBytes against the bytes sent."""
 

@@ -1,4 +1,4 @@
-"""Relay limits for the internet (issue 16 item 1): per-address and total connection caps as settings,
+"""Relay limits for the internet : per-address and total connection caps as settings,
 client addresses from trusted proxies only, and jetstream's per-address event rate (a token bucket)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""TLS on the relay's listeners (issue 16 item 9): ``--tls-cert`` / ``--tls-key`` serve ``wss://``.
+"""TLS on the relay's listeners: ``--tls-cert`` / ``--tls-key`` serve ``wss://``.
 
 A self-signed certificate is made in each test with the ``openssl`` CLI; real ``websockets`` clients
 connect over ``wss://`` and check the certificate against it. The clients are websockets' asyncio

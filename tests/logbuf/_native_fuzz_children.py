@@ -172,7 +172,7 @@ def crafted_term(*frames: tuple[int, int, int]) -> mmap.mmap:
     return term
 
 
-# Issue 14 item 12: a frame length of 0x7fffffff overflowed the int32 alignment and sent the offset negative.
+# A frame length of 0x7fffffff overflowed the int32 alignment and sent the offset negative.
 HUGE_FRAME = crafted_term((0, 64, dh.HDR_TYPE_DATA), (64, INT32_MAX, dh.HDR_TYPE_DATA))
 HUGE_PAD = crafted_term((0, INT32_MAX, dh.HDR_TYPE_PAD))
 PAST_THE_END = crafted_term((TERM - 32, 1024, dh.HDR_TYPE_DATA))  # fits the MTU, not the term

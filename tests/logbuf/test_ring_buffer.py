@@ -275,7 +275,7 @@ def test_three_producer_processes_each_deliver_every_message_once_and_in_order(t
     assert ring.producer_position() > 50 * ring.capacity  # wrapped many times
 
 
-# -- hostile producers (issue 14, item 6): forged lengths, dead claims, moved positions -------------------
+# -- hostile producers: forged lengths, dead claims, moved positions -------------------
 def forge_record(ring: ManyToOneRingBuffer, claimed: int, length: int, msg_type_id: int = 1) -> int:
     """Claim ``claimed`` bytes as a producer would, then commit a header that lies about the length."""
     offset = ring._claim_capacity(rd.align(claimed))

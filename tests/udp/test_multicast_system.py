@@ -4,7 +4,7 @@ A real network on this machine (:mod:`tests.support.netns`): host 0 publishes, h
 each host a network namespace with its own media driver, joined by a bridge. Publishers and
 subscribers are the ``tests.udp._children`` processes, which check every message (sequence, length,
 body CRC) and the whole stream (a running CRC-32 compared with the publisher's). 20,000 messages of
-mixed sizes (2 % fragmented) per run rather than the issue's 200,000, to keep this 2-core machine's
+mixed sizes (2 % fragmented) per run rather than the full 200,000, to keep this 2-core machine's
 test time bounded (``LOGBUF_FANOUT_COUNT=200000`` runs the full count); the checks are the same.
 
 The fixtures fail (not skip) when namespaces cannot be made; outside CI (``CI=true``) the module is
@@ -42,7 +42,7 @@ pytestmark = pytest.mark.skipif(
 )
 
 COUNT = int(os.environ.get("LOGBUF_FANOUT_COUNT", "20000"))
-"""20,000 by default; LOGBUF_FANOUT_COUNT=200000 runs the issue's full count."""
+"""20,000 by default; LOGBUF_FANOUT_COUNT=200000 runs the full count."""
 GROUP = "239.13.0.1"  # odd last octet: the control address is 239.13.0.2
 CONTROL_GROUP = "239.13.0.2"
 DRIVER_ARGS = [

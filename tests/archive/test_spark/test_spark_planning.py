@@ -64,7 +64,7 @@ def four_streams(tmp_path: pathlib.Path) -> tuple[pathlib.Path, list[SyntheticRe
     return tmp_path, recs
 
 
-# -- catalog damage and impossible descriptors (issue 14: 13, 14) -----------------------------------------
+# -- catalog damage and impossible descriptors -----------------------------------------
 def test_a_damaged_catalog_is_a_corrupt_row_a_warning_or_a_failure_never_no_rows(
     four_streams: tuple[pathlib.Path, list[SyntheticRecording]],
 ) -> None:
@@ -108,7 +108,7 @@ def test_an_impossible_term_length_is_reported_before_planning(tmp_path: pathlib
         reader_for(tmp_path, mode="FAILFAST").partitions()
 
 
-# -- record checksums (issue 14: 15) ------------------------------------------------------------------------
+# -- record checksums ------------------------------------------------------------------------
 def test_a_changed_payload_byte_is_a_corrupt_record_when_the_recording_has_checksums(tmp_path: pathlib.Path) -> None:
     rec = recording(0, 10, 300, seed=3)
     build_archive(tmp_path, [rec], checksum=ChecksumType.CRC32)
@@ -138,7 +138,7 @@ def test_a_changed_payload_byte_is_a_corrupt_record_when_the_recording_has_check
         read_all(reader_for(tmp_path, mode="FAILFAST"))
 
 
-# -- filter pushdown (issue 17: 2) ---------------------------------------------------------------------------
+# -- filter pushdown ---------------------------------------------------------------------------
 def test_stream_id_filter_prunes_recordings_and_keeps_exactly_the_matching_rows(
     four_streams: tuple[pathlib.Path, list[SyntheticRecording]],
 ) -> None:
@@ -201,7 +201,7 @@ def test_filter_pushdown_can_be_turned_off() -> None:
     assert type(source.reader(source.schema())) is LogbufReader
 
 
-# -- options (issue 17: 4, 5) ----------------------------------------------------------------------------------
+# -- options ----------------------------------------------------------------------------------
 def test_unknown_options_are_errors_that_list_the_options() -> None:
     with pytest.raises(
         LogbufSourceError,
@@ -255,7 +255,7 @@ def test_a_catalog_tables_options_travel_in_its_schema(tmp_path: pathlib.Path) -
         LogbufDataSource({}).reader(ReadOptions.parse({"path": "x"}).schema())
 
 
-# -- streaming admission control (issue 17: 3) -----------------------------------------------------------------
+# -- streaming admission control -----------------------------------------------------------------
 def test_max_bytes_per_trigger_advances_at_frame_boundaries_and_covers_everything(tmp_path: pathlib.Path) -> None:
     recs = [recording(0, 10, 300, seed=6), recording(1, 10, 100, seed=7)]
     build_archive(tmp_path, recs)
@@ -312,7 +312,7 @@ def test_the_static_registration_module_is_what_spark_looks_up() -> None:
     assert "pyspark_logbuf" in pyproject["tool"]["setuptools"]["py-modules"]
 
 
-# -- timestamp pruning (issue 17: 2, by the time index) ---------------------------------------------------------
+# -- timestamp pruning (by the time index) ---------------------------------------------------------
 def _at(us: int) -> datetime.datetime:
     return datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC) + datetime.timedelta(microseconds=us)
 
