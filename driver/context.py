@@ -157,10 +157,11 @@ class DriverContext:
         "and images that find it full stop reporting (Aeron's aeron.loss.report.buffer.length).",
     )
     topic_registry_length: int = setting(
-        16 * 1024 * 1024,
+        1024 * 1024,
         "size",
-        "topics.dat length (a multiple of 4 KiB): one 8-byte aligned record of 16 bytes + the name per topic "
-        "published or learnt on this host (~400,000 topics of 24-byte names); a full registry refuses new topics.",
+        "topics.dat length (a multiple of 4 KiB), reserved in the driver directory at start: one 8-byte aligned "
+        "record of 16 bytes + the name per topic published or learnt on this host (~25,000 topics of 24-byte "
+        "names per MiB); a full registry refuses new topics. Larger costs /dev/shm on every driver.",
     )
     group_access: bool = setting(False, "bool", "Create files group-readable/writable (0660) instead of owner-only.")
     dir_delete_on_shutdown: bool = setting(True, "bool", "Remove the driver directory on clean shutdown.")

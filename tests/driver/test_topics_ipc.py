@@ -24,6 +24,7 @@ CHANNEL = "aeron:ipc"
 DRIVER_ARGS = [
     *("--ipc-term-length", "1m", "--driver-timeout", "3s", "--client-liveness-timeout", "2s"),
     *("--publication-linger-timeout", "1s", "--dir-delete-on-shutdown", "false"),
+    *("--topic-registry-length", "8m"),  # 100,000 distinct topics: ~4 MiB of names
 ]
 
 
