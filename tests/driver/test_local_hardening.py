@@ -288,6 +288,8 @@ SMALL_CNC = [
     "64k",
     "--loss-report-buffer-length",
     "4k",
+    "--topic-registry-length",
+    "4k",
     "--dir-delete-on-shutdown",
     "false",
 ]
