@@ -8,9 +8,11 @@ the event loop. Only an offer that is refused (back-pressured, not connected, a 
 that finds nothing waits, and it waits the way Aeron's back-off idle strategy does, turned into
 awaits: a few zero-length sleeps (``await asyncio.sleep(0)``: other tasks run, the loop does not block),
 then sleeps doubling from ``min_park_s`` up to ``max_park_s``. An idle subscriber thus costs one short
-loop iteration every ``max_park_s`` (5 ms by default), and the first message after a quiet spell is
-seen within that; with the conductor task's step every 20 ms that is about 250 short loop iterations a
-second (``perf/asyncio_subscriber.py`` measures the CPU it costs).
+loop iteration every ``max_park_s`` (5 ms) for its first second, then every ``deep_park_s`` (50 ms); the
+first message after a quiet spell is seen within that. The conductor task steps every 20 ms, and every
+100 ms once a second passes with no driver event. On the machine this was measured on a bare asyncio
+wake-up costs about 100 us, so 5 ms parks alone cost 2% of a core: the deep park is what brings an idle
+subscriber under 1% (``perf/asyncio_subscriber.py``).
 
 Why not a file descriptor the publisher signals: in logbuf, as in Aeron, a publisher writes the log
 directly from its own process, and a network image is written by the driver's receiver; a wake-up would
@@ -54,29 +56,42 @@ class MaxPositionExceededError(LogbufError):
 @dataclasses.dataclass(frozen=True, slots=True)
 class AsyncIdle:
     """How an awaited offer or poll waits when there is nothing to do: ``spins`` zero-length sleeps, then
-    sleeps doubling from ``min_park_s`` to ``max_park_s``. A shorter ``max_park_s`` sees the first message
-    after a quiet spell sooner and costs more CPU while idle (one loop iteration per park)."""
+    sleeps doubling from ``min_park_s`` to ``max_park_s``, and after ``deep_after`` waits in a row (about a
+    second at the defaults) parks of ``deep_park_s``. A shorter park sees the first message after a quiet
+    spell sooner and costs more CPU while idle: one loop iteration per park, about 100 us each on the 2-core
+    machine this was measured on (``perf/asyncio_subscriber.py``)."""
 
     spins: int = 10
     min_park_s: float = 50e-6
     max_park_s: float = 0.005
+    deep_park_s: float = 0.05
+    deep_after: int = 200
 
     def __post_init__(self) -> None:
         if self.spins < 0:
             raise ValueError(f"spins={self.spins} must be >= 0")
-        if not 0 < self.min_park_s <= self.max_park_s:
-            raise ValueError(f"min_park_s={self.min_park_s} and max_park_s={self.max_park_s}: need 0 < min <= max")
+        if not 0 < self.min_park_s <= self.max_park_s <= self.deep_park_s:
+            raise ValueError(
+                f"min_park_s={self.min_park_s}, max_park_s={self.max_park_s} and deep_park_s={self.deep_park_s}: "
+                "need 0 < min <= max <= deep"
+            )
+        if self.deep_after < 0:
+            raise ValueError(f"deep_after={self.deep_after} must be >= 0")
 
     async def idle(self, step: int) -> int:
         """Wait for the ``step``-th time in a row with nothing done; returns the next step."""
         if step < self.spins:
             await asyncio.sleep(0)
+        elif step >= self.deep_after:
+            await asyncio.sleep(self.deep_park_s)
         else:
             await asyncio.sleep(min(self.min_park_s * (1 << min(step - self.spins, 30)), self.max_park_s))
         return step + 1
 
 
 DEFAULT_IDLE = AsyncIdle()
+CONDUCTOR_QUIET_INTERVAL_S = 0.1
+"""The conductor task's step once no driver event came for a second (image events then arrive within this)."""
 
 
 async def offer_when_ready(
@@ -198,15 +213,18 @@ class AsyncAeron:
 
     async def _run_conductor(self) -> None:
         aeron = self.aeron
+        quiet_steps = 0
         while not aeron.is_closed:
             try:
-                aeron.try_do_work()
+                quiet_steps = 0 if aeron.try_do_work() else quiet_steps + 1
             except Exception as e:  # the conductor task must not die silently
                 self._log.exception("client.aio.conductor_error", error=str(e))
                 handler = self._context.error_handler
                 if handler is not None:
                     handler(e)
-            await asyncio.sleep(self._interval_s)
+            # after a second with no driver event, step every CONDUCTOR_QUIET_INTERVAL_S (keepalives need 2/s)
+            quiet = quiet_steps * self._interval_s > 1.0
+            await asyncio.sleep(max(self._interval_s, CONDUCTOR_QUIET_INTERVAL_S) if quiet else self._interval_s)
 
     async def add_publication(self, channel: str, stream_id: int) -> Publication:
         return await asyncio.to_thread(self.aeron.add_publication, channel, stream_id)
