@@ -68,7 +68,7 @@ def challenge_answer(secret: bytes, challenge: bytes, control_session_id: int) -
     return hmac.new(secret, message, hashlib.sha256).digest()
 
 
-class RequestError(Exception):
+class RequestError(LogbufError):
     """A request that cannot be served: answered with an ERROR response (code and message)."""
 
     def __init__(self, code: cc.ArchiveErrorCode, message: str) -> None:

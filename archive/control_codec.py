@@ -51,6 +51,7 @@ from typing import Annotated, Any, Final
 from logbuf.archive.control_messages import *  # noqa: F403 (the messages are part of this module's interface)
 from logbuf.archive.control_messages import INT32_TYPE, At, ControlMessage, Primitive, Since, VarData
 from logbuf.archive.control_messages import __all__ as _MESSAGE_NAMES
+from logbuf.errors import LogbufError
 
 __all__ = [
     *_MESSAGE_NAMES,
@@ -99,7 +100,7 @@ PROTOCOL_SEMANTIC_VERSION: Final = semantic_version(1, 12, 0)
 """The control protocol version Aeron 1.52's archive client sends in its connect request (1.12.0)."""
 
 
-class ControlCodecError(ValueError):
+class ControlCodecError(LogbufError, ValueError):
     """A control message that cannot be encoded or decoded; the message names the problem."""
 
 

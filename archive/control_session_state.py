@@ -26,6 +26,8 @@ from __future__ import annotations
 from enum import Enum
 from typing import Final
 
+from logbuf.errors import LogbufError
+
 __all__ = ["TRANSITIONS", "ControlSessionStateError", "SessionEvent", "SessionState", "next_state"]
 
 
@@ -88,7 +90,7 @@ TRANSITIONS: Final[dict[tuple[SessionState, SessionEvent], SessionState]] = {
 del S, E
 
 
-class ControlSessionStateError(ValueError):
+class ControlSessionStateError(LogbufError, ValueError):
     """An event that the session's state does not allow (for example a request before the connect completed)."""
 
     def __init__(self, state: SessionState, event: SessionEvent) -> None:

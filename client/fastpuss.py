@@ -31,7 +31,7 @@ from typing import Any, Final
 
 import structlog
 
-from logbuf.errors import ConfigurationError
+from logbuf.errors import ConfigurationError, LogbufError
 from logbuf.topic_names import TopicNameError, check_topic_name
 
 __all__ = ["FastpussGateway", "GatewayContext", "Message", "fastpuss_topic", "logbuf_topic", "parse", "encode_msg"]
@@ -44,7 +44,7 @@ HEX_TOPIC_PREFIX: Final[str] = "fastpuss-hex."
 _MESSAGE = re.compile(r"(PUB|SUB|MSG|UNSUB)\s*(\S+)\s*(.*)", re.DOTALL)
 
 
-class MalformedMessage(ValueError):
+class MalformedMessage(LogbufError, ValueError):
     """A datagram that is not a FASTPUSS message (the text says why)."""
 
 

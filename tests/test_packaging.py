@@ -27,6 +27,7 @@ SCRIPTS = {
     "logbuf-demo": "logbuf.client.demo:main",
     "logbuf-archive": "logbuf.archive.main:main",
     "logbuf-jetstream": "logbuf.jetstream.main:main",
+    "logbuf-gateway": "logbuf.client.fastpuss:main",
 }
 # What setuptools prints when a folder inside a package (data, say) is not in its `packages` list.
 LEFT_OUT = re.compile(r"Package '[^']+' is absent|Package would be ignored|absent from setuptools' `packages`")
