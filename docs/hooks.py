@@ -28,11 +28,7 @@ def lay_out_sources() -> None:
         link.symlink_to(target)
 
 
-def on_startup(command: str, dirty: bool) -> None:
-    lay_out_sources()
-
-
-lay_out_sources()  # also at import: the hook is loaded before mkdocstrings reads its paths
+lay_out_sources()  # at import: the hook is loaded before mkdocstrings reads its paths
 
 
 def driver_settings_table() -> str:

@@ -64,7 +64,10 @@ def docs_driver(request: pytest.FixtureRequest) -> DriverProcess:
     return drivers("--ipc-term-length", "1m", base=[])
 
 
-@pytest.mark.parametrize(("where", "code"), examples(), ids=[where for where, _ in examples()])
+EXAMPLES = examples()
+
+
+@pytest.mark.parametrize(("where", "code"), EXAMPLES, ids=[where for where, _ in EXAMPLES])
 def test_the_example_runs(where: str, code: str, docs_driver: DriverProcess) -> None:
     """Each example runs in a fresh interpreter; ``Aeron.connect()`` finds the test's driver by ``LOGBUF_DIR``."""
     done = subprocess.run(
