@@ -142,19 +142,10 @@ def archive_driver(request: pytest.FixtureRequest) -> Iterator[DriverProcess]:
 
 
 def archive_cli(archive: str | os.PathLike[str], *args: str) -> int:
-    """``logbuf-archive -d ARCHIVE ...`` in this process; the logging it configures is undone afterwards
-    (it would otherwise keep writing to this test's captured output)."""
-    import structlog
-
+    """``logbuf-archive -d ARCHIVE ...`` in this process (the root conftest undoes the logging it configures)."""
     from logbuf.archive.main import main
 
-    saved, was_configured = structlog.get_config(), structlog.is_configured()
-    try:
-        return main(["-d", str(archive), "--log-level", "error", *args])
-    finally:
-        structlog.reset_defaults()
-        if was_configured:
-            structlog.configure(**saved)
+    return main(["-d", str(archive), "--log-level", "error", *args])
 
 
 def free_port() -> int:
