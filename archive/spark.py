@@ -117,6 +117,7 @@ from logbuf.archive.spark_offsets import (
     parse_offsets,
     parse_size,
 )
+from logbuf.archive.spark_topics import TopicNames, definitions_in
 from logbuf.archive.storage import (
     ArchiveLocation,
     StorageError,
@@ -169,6 +170,7 @@ _COLUMNS: Final[tuple[tuple[str, DataType], ...]] = (
     ("flags", IntegerType()),
     ("reserved_value", LongType()),
     ("timestamp", TimestampType()),
+    ("topic", StringType()),
     ("payload", BinaryType()),
 )
 """The columns (all nullable: a PERMISSIVE corrupt row has nulls); spark_frames.arrow_schema matches."""
@@ -584,6 +586,9 @@ class SegmentPartition(InputPartition):
     check_mid_message: bool = False
     """``parse_start`` is a recorded position that may fall inside a fragmented message: if the
     frame there is a middle or last fragment, parse from the start of its term instead."""
+    topics: tuple[tuple[int, str], ...] = ()
+    """(topic id, name) of the recording's topics defined before ``parse_start`` (found on the driver); the
+    partition learns those defined in its own range as it parses."""
     value: Any = field(default=None, compare=False)
 
     @property
@@ -652,6 +657,18 @@ def plan_partitions(
         )
         base = segment_end
     return partitions
+
+
+def _with_topics(partitions: list[SegmentPartition], names: TopicNames) -> list[SegmentPartition]:
+    """``partitions`` (of one recording) with the names of the topics defined before them."""
+    if not partitions:
+        return partitions
+    first = partitions[0]
+    found = names.before(first.location, first.recording, max(p.parse_start for p in partitions))
+    if not found:
+        return partitions
+    topics = tuple(sorted(found.items()))
+    return [dataclasses.replace(p, topics=topics) for p in partitions]
 
 
 def split_partitions(partitions: list[InputPartition], min_partitions: int | None) -> list[InputPartition]:
@@ -861,7 +878,7 @@ def read_partition(
 ) -> Iterator[pa.RecordBatch]:
     """The Arrow batches of one partition (a generator, as Spark requires), filtered by ``pushed``."""
     warned = False
-    for batch in _read_unfiltered(partition, options):
+    for batch in _read_unfiltered(partition, options, pushed):
         _check_timestamps(batch, options)
         if not warned and isinstance(partition, SegmentPartition):
             warned = _warn_if_1970(batch, options, partition.recording)
@@ -882,7 +899,9 @@ def _with_archive(batch: pa.RecordBatch, archive: str) -> pa.RecordBatch:
     )
 
 
-def _read_unfiltered(partition: SegmentPartition | ProblemPartition, options: ReadOptions) -> Iterator[pa.RecordBatch]:
+def _read_unfiltered(
+    partition: SegmentPartition | ProblemPartition, options: ReadOptions, pushed: PushedFilters | None = None
+) -> Iterator[pa.RecordBatch]:
     schema = arrow_schema(options.corrupt_column_or_none)
     if isinstance(partition, ProblemPartition):
         if options.mode is Mode.PERMISSIVE:  # the other modes dealt with it when planning
@@ -912,7 +931,7 @@ def _read_unfiltered(partition: SegmentPartition | ProblemPartition, options: Re
                 yield batch
             return
         appends = read_append_times(partition.location, d.recording_id) if options.append_time else None
-        yield from _read_segment(segment, base + offset, partition, options, schema, spec, appends)
+        yield from _read_segment(segment, base + offset, partition, options, schema, spec, appends, pushed)
         del segment  # so that the mapping closes now
 
 
@@ -970,8 +989,11 @@ def _read_segment(
     schema: pa.Schema,
     spec: RowSpec,
     appends: AppendTimes | None = None,
+    pushed: PushedFilters | None = None,
 ) -> Iterator[pa.RecordBatch]:
-    """Rows of ``p`` from ``segment``, the segment file's bytes from position ``base`` on."""
+    """Rows of ``p`` from ``segment``, the segment file's bytes from position ``base`` on. Topic definitions
+    make no row and name the topics of the rows after them; ``pushed`` topic filters drop rows before their
+    payloads are gathered."""
     d = p.recording
     term_length = d.term_length
     term_mask = term_length - 1
@@ -984,6 +1006,12 @@ def _read_segment(
     parts: list[Rows] = []
     corrupt: list[tuple[int, str]] = []
     pending = 0
+    names = dict(p.topics)
+    topic_filter = pushed.topic if pushed is not None else None
+
+    def keep(reserved: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_] | None:
+        return topic_filter.keep_ids(reserved, names) if topic_filter is not None else None
+
     while position < p.parse_stop and position < p.to_position:
         chunk_end = min(p.parse_stop, position - (position & term_mask) + terms_per_chunk * term_length)
         frames = parse_chunk(segment, base, position, chunk_end, d)
@@ -994,7 +1022,8 @@ def _read_segment(
             position, backed_up = p.parse_start, False
             continue
         backed_up = False
-        rows = select_rows(frames, spec, p.from_position, p.to_position, d)
+        definitions = definitions_in(frames, names)
+        rows = select_rows(frames, spec, p.from_position, p.to_position, d, definitions, keep)
         if len(rows):
             parts.append(rows)
             pending += len(rows.payload_values) + 64 * len(rows)
@@ -1017,10 +1046,10 @@ def _read_segment(
                 )
         position = bad.resume_position if bad is not None else chunk_end
         if pending >= options.batch_bytes or corrupt:
-            yield build_batch(schema, d, parts, spec, corrupt, appends)
+            yield build_batch(schema, d, parts, spec, corrupt, appends, names)
             parts, corrupt, pending = [], [], 0
     if parts or corrupt:
-        yield build_batch(schema, d, parts, spec, corrupt, appends)
+        yield build_batch(schema, d, parts, spec, corrupt, appends, names)
 
 
 def _is_continuation(segment: npt.NDArray[np.uint8], offset: int) -> bool:
@@ -1090,6 +1119,7 @@ class LogbufReader(DataSourceReader):
     def __init__(self, options: ReadOptions) -> None:
         self.options = options
         self.pushed = PushedFilters()
+        self.topic_names = TopicNames()
 
     def partitions(self) -> Sequence[InputPartition]:
         o, pushed = self.options, self.pushed
@@ -1130,7 +1160,7 @@ class LogbufReader(DataSourceReader):
             planned_here = plan_partitions(o, d, first, last, from_is_frame_start=False, archive=item.archive)
             if times is not None and planned_here and not o.append_time:
                 planned_here = _in_time_range(planned_here, times, o)
-            partitions.extend(planned_here)
+            partitions.extend(_with_topics(planned_here, self.topic_names))
         return split_partitions(partitions, o.min_partitions)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -1159,6 +1189,7 @@ class LogbufStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.location = parse_location(options.archive_dir)
         self._target: dict[str, int] | None = None
         self._latest: dict[str, int] | None = None
+        self.topic_names = TopicNames()
 
     def _current(self) -> dict[str, int]:
         """Each wanted recording's end now: its stop position, or ``endingOffsets`` / ``stopPosition`` if
@@ -1308,9 +1339,10 @@ class LogbufStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for d in (item.recording for item in planned):
             key = str(d.recording_id)
             from_position = max(int(start[key]), d.start_position) if key in start else self._first(d)
-            partitions.extend(
-                plan_partitions(self.options, d, from_position, changed[d.recording_id], from_is_frame_start=True)
+            planned_here = plan_partitions(
+                self.options, d, from_position, changed[d.recording_id], from_is_frame_start=True
             )
+            partitions.extend(_with_topics(planned_here, self.topic_names))
         return split_partitions(partitions, self.options.min_partitions)
 
     def _check_loss(self, start: dict[str, int]) -> None:

@@ -23,6 +23,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+import numpy as np
+import numpy.typing as npt
 import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.compute as pc  # type: ignore[import-untyped]
 from pyspark.sql.datasource import (
@@ -33,12 +35,23 @@ from pyspark.sql.datasource import (
     In,
     LessThan,
     LessThanOrEqual,
+    StringContains,
+    StringEndsWith,
+    StringStartsWith,
 )
 
-__all__ = ["INTEGER_COLUMNS", "IntRange", "PushedFilters", "split_filters"]
+__all__ = ["INTEGER_COLUMNS", "IntRange", "PushedFilters", "TopicFilter", "split_filters"]
 
 INTEGER_COLUMNS: Final[tuple[str, ...]] = ("recording_id", "stream_id", "session_id", "position")
 TIMESTAMP_COLUMN: Final[str] = "timestamp"
+TOPIC_COLUMN: Final[str] = "topic"
+_TOPIC_FILTERS: Final[tuple[type, ...]] = (EqualTo, In, StringStartsWith, StringEndsWith, StringContains)
+"""What the source takes on ``topic``: ``=``, ``IN`` and the three forms of ``LIKE`` Spark pushes."""
+_STRING_OPS: Final[dict[str, str]] = {
+    "StringStartsWith": "starts_with",
+    "StringEndsWith": "ends_with",
+    "StringContains": "match_substring",
+}
 _COMPARISONS: Final[tuple[type, ...]] = (EqualTo, GreaterThan, GreaterThanOrEqual, LessThan, LessThanOrEqual, In)
 _ARROW_OPS: Final[dict[type, str]] = {
     EqualTo: "equal",
@@ -112,14 +125,18 @@ def _epoch_us(value: datetime.datetime) -> int:
 def _literal(f: Filter) -> tuple[str, Any] | None:
     """(column, the filter's literal as the source compares it: an int, epoch µs, or a tuple of them),
     or None if the source does not take this filter."""
-    if not isinstance(f, _COMPARISONS):
-        return None
     attribute: tuple[str, ...] = getattr(f, "attribute", ())
     if len(attribute) != 1:
         return None
     column = attribute[0]
     value: Any = getattr(f, "value", None)
     values = value if isinstance(f, In) else (value,)
+    if column == TOPIC_COLUMN:
+        if not isinstance(f, _TOPIC_FILTERS) or not all(isinstance(v, str) for v in values):
+            return None
+        return column, tuple(values) if isinstance(f, In) else value
+    if not isinstance(f, _COMPARISONS):
+        return None
     if column in INTEGER_COLUMNS:
         if not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
             return None
@@ -134,12 +151,48 @@ def _literal(f: Filter) -> tuple[str, Any] | None:
 
 
 @dataclass(frozen=True)
+class TopicFilter:
+    """The pushed ``topic`` filters as (kind, literal) pairs, decided once per topic id."""
+
+    taken: tuple[tuple[str, object], ...] = ()
+
+    def matches(self, name: str | None) -> bool:
+        if name is None:
+            return False
+        for kind, literal in self.taken:
+            if kind == "EqualTo" and name != literal:
+                return False
+            if kind == "In" and name not in literal:  # type: ignore[operator]
+                return False
+            if kind == "StringStartsWith" and not name.startswith(str(literal)):
+                return False
+            if kind == "StringEndsWith" and not name.endswith(str(literal)):
+                return False
+            if kind == "StringContains" and str(literal) not in name:
+                return False
+        return True
+
+    def keep_ids(self, reserved: npt.NDArray[np.int64], names: dict[int, str]) -> npt.NDArray[np.bool_] | None:
+        """Which of the reserved values are the ids of topics the filters keep; None with no topic filter."""
+        if not self.taken:
+            return None
+        unique, inverse = np.unique(reserved, return_inverse=True)
+        decided = np.array([self.matches(names.get(int(v))) if v > 0 else False for v in unique.tolist()], dtype=bool)
+        return decided[inverse] if len(unique) else np.zeros(0, dtype=bool)
+
+
+@dataclass(frozen=True)
 class PushedFilters:
     """The filters the source took, with their literals, and the ranges they imply per column."""
 
     taken: tuple[tuple[str, str, Any], ...] = ()
     """(column, comparison class name, literal as compared) per taken filter: picklable for executors."""
     ranges: dict[str, IntRange] = field(default_factory=dict)
+
+    @property
+    def topic(self) -> TopicFilter:
+        """The filters on ``topic``, decided per topic id on the executors before payloads are gathered."""
+        return TopicFilter(tuple((kind, literal) for column, kind, literal in self.taken if column == TOPIC_COLUMN))
 
     def range_of(self, column: str) -> IntRange:
         return self.ranges.get(column, IntRange())
@@ -157,7 +210,9 @@ class PushedFilters:
         for column, kind, literal in self.taken:
             values = batch.column(column)
             arrow_type = values.type
-            if kind == "In":
+            if kind in _STRING_OPS:
+                test = getattr(pc, _STRING_OPS[kind])(values, pattern=literal)
+            elif kind == "In":
                 test = pc.is_in(values, value_set=pa.array(list(literal), type=arrow_type))
                 test = pc.and_kleene(test, pc.is_valid(values))
             else:
@@ -181,6 +236,8 @@ def split_filters(filters: Iterable[Filter]) -> tuple[PushedFilters, list[Filter
             continue
         column, literal = found
         taken.append((column, type(f).__name__, literal))
+        if column == TOPIC_COLUMN:
+            continue
         ranges[column] = ranges.get(column, IntRange()).narrowed(f, literal)
     return PushedFilters(tuple(taken), ranges), rest
 

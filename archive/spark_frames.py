@@ -42,7 +42,7 @@ its first frame. A range of positions ``(from, to]`` selects rows by that positi
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Final
@@ -115,6 +115,7 @@ def arrow_schema(corrupt_column: str | None) -> pa.Schema:
         pa.field("flags", pa.int32()),
         pa.field("reserved_value", pa.int64()),
         pa.field("timestamp", pa.timestamp("us", tz="UTC")),
+        pa.field("topic", pa.string()),
         pa.field("payload", pa.binary()),
     ]
     if corrupt_column is not None:
@@ -342,12 +343,27 @@ def describe_bad_frame(region: npt.NDArray[np.uint8], lo: int, position: int, hi
 
 
 def select_rows(
-    frames: ChunkFrames, spec: RowSpec, from_position: int, to_position: int, d: RecordingDescriptor
+    frames: ChunkFrames,
+    spec: RowSpec,
+    from_position: int,
+    to_position: int,
+    d: RecordingDescriptor,
+    skip: npt.NDArray[np.bool_] | None = None,
+    keep_rows: Callable[[Int64Array], npt.NDArray[np.bool_] | None] | None = None,
 ) -> Rows:
-    """Rows (frames or whole messages) of a chunk whose position lies in ``(from_position, to_position]``."""
+    """Rows (frames or whole messages) of a chunk whose position lies in ``(from_position, to_position]``.
+
+    ``skip``: frames (of ``frames``) that make no row (topic definitions); given the reserved values
+    of the candidate rows (a message's first frame's), ``keep_rows`` says which to keep (None: all), decided before any payload
+    byte is gathered."""
     words = frames.words
     is_data = ((words >> _TYPE_SHIFT) & 0xFFFF) == dh.HDR_TYPE_DATA
     slot = frames.slot[is_data]
+    skip_data = skip[is_data] if skip is not None and skip.any() else None
+    region = frames.region
+    whole = (len(region) // _SLOT) * _SLOT
+    ints = region[:whole].view("<i4").reshape(-1, _INTS_PER_SLOT)
+    reserved = region[:whole].view("<i8").reshape(-1, _INTS_PER_SLOT // 2)
     flen = frames.frame_length[is_data].astype(np.int64)
     flags = ((words[is_data] >> _FLAGS_SHIFT) & 0xFF).astype(np.int32)
     lo = frames.lo
@@ -362,9 +378,14 @@ def select_rows(
         first = np.flatnonzero(begin)
         last = np.append(first[1:], len(flags)) - 1
         complete = (ends_in_group == 1) & end_flag[last]
+        if skip_data is not None:
+            complete &= ~skip_data[first]
         row_position = ends[last]
         complete &= (row_position > from_position) & (row_position <= to_position)
         first, last = first[complete], last[complete]
+        kept = keep_rows(reserved[slot[first], _RESERVED_INT // 2]) if keep_rows is not None else None
+        if kept is not None:
+            first, last = first[kept], last[kept]
         frame_in_row = np.zeros(len(flags), dtype=bool)
         if len(first):
             marks = np.bincount(first, minlength=len(flags) + 1) - np.bincount(last + 1, minlength=len(flags) + 1)
@@ -379,6 +400,11 @@ def select_rows(
         row_lengths = np.bincount(row_id, weights=payload_length, minlength=len(first)).astype(np.int64)
     else:
         selected = (ends > from_position) & (ends <= to_position)
+        if skip_data is not None:
+            selected &= ~skip_data
+        kept = keep_rows(reserved[slot[selected], _RESERVED_INT // 2]) if keep_rows is not None else None
+        if kept is not None:
+            selected[selected] = kept
         row_slot = slot[selected]
         row_flags = flags[selected]
         row_position = ends[selected]
@@ -386,9 +412,6 @@ def select_rows(
         payload_slot = row_slot
         payload_length = flen[selected] - dh.HEADER_LENGTH
         row_lengths = payload_length
-    region = frames.region
-    ints = region[: (len(region) // _SLOT) * _SLOT].view("<i4").reshape(-1, _INTS_PER_SLOT)
-    reserved = region[: (len(region) // _SLOT) * _SLOT].view("<i8").reshape(-1, _INTS_PER_SLOT // 2)
     positions = lo + row_slot * _SLOT
     offsets = np.zeros(len(row_lengths) + 1, dtype=np.int64)
     np.cumsum(row_lengths, out=offsets[1:])
@@ -436,6 +459,7 @@ def build_batch(
     spec: RowSpec,
     corrupt: Sequence[tuple[int, str]] = (),
     append_times: AppendTimes | None = None,
+    topics: dict[int, str] | None = None,
 ) -> pa.RecordBatch:
     """One Arrow batch of the rows of ``parts`` then, if any, PERMISSIVE rows for ``corrupt``
     (position, text) pairs. The schema has the corrupt-record column only in PERMISSIVE mode."""
@@ -480,6 +504,7 @@ def build_batch(
         nullable(rows.flags, pa.int32()),
         nullable(rows.reserved_value, pa.int64()),
         timestamp,
+        _topics(rows.reserved_value, topics, n_bad),
         payload,
     ]
     if len(schema) > len(columns):
@@ -523,6 +548,17 @@ def _append_timestamps(row_end: Int64Array, append_times: AppendTimes | None, n_
     mask = np.concatenate([~known, np.ones(n_bad, dtype=bool)])
     values = np.concatenate([micros, np.zeros(n_bad, np.int64)])
     return pa.array(values, type=arrow_type, mask=mask)
+
+
+def _topics(reserved: Int64Array, names: dict[int, str] | None, n_bad: int) -> pa.Array:
+    """Each row's topic name (a named topic id in its reserved value), else null."""
+    n = len(reserved) + n_bad
+    if not names or not len(reserved):
+        return pa.nulls(n, type=pa.string())
+    unique, inverse = np.unique(reserved, return_inverse=True)
+    dictionary = pa.array([names.get(int(v)) if v > 0 else None for v in unique.tolist()], type=pa.string())
+    values = dictionary.take(pa.array(inverse.astype(np.int32)))
+    return pa.concat_arrays([values, pa.nulls(n_bad, type=pa.string())]) if n_bad else values
 
 
 def _concat(parts: Sequence[Rows]) -> Rows:
