@@ -146,8 +146,12 @@ __all__ = [
     "LogbufSourceError",
     "ProblemPartition",
     "LogbufStreamReader",
+    "PackedPartition",
     "ReadOptions",
     "SegmentPartition",
+    "planned_segments",
+    "progress_bytes",
+    "ProgressBytes",
     "register",
 ]
 
@@ -159,6 +163,10 @@ DEFAULT_BATCH_BYTES: Final[int] = 16 * 1024 * 1024
 """Bytes of segment parsed per Arrow batch (rounded to whole terms): larger batches amortise the
 per-batch cost, smaller ones bound executor memory (about 3x this per task)."""
 _MAX_POSITION: Final[int] = (1 << 63) - 1
+DEFAULT_MAX_PARTITION_BYTES: Final[int] = 64 * 1024 * 1024
+"""Segment bytes packed into one Spark partition (``maxPartitionBytes``), as Spark packs small files up to
+``spark.sql.files.maxPartitionBytes``: each task costs Spark a fixed amount (scheduling, a Python worker's
+round trip), which dominated reads of small segments and small micro-batches (one task per segment piece)."""
 
 _COLUMNS: Final[tuple[tuple[str, DataType], ...]] = (
     ("recording_id", LongType()),
@@ -247,6 +255,43 @@ def _is_connect(spark: SparkSession) -> bool:
     return type(spark).__module__.startswith("pyspark.sql.connect")
 
 
+@dataclass(frozen=True)
+class ProgressBytes:
+    """A micro-batch's bytes, from its progress's offsets (Spark shows no input bytes for a Python source)."""
+
+    input_bytes: int
+    """Recorded bytes the micro-batch read: ``endOffset - startOffset`` summed over the recordings (a recording
+    without a start offset counts from position 0)."""
+    lag_bytes: int
+    """Recorded bytes available but not read yet: ``latestOffset - endOffset`` summed."""
+    per_recording: dict[str, int]
+    """Input bytes per recording id."""
+
+
+def progress_bytes(progress: Any, source: int = 0) -> ProgressBytes:
+    """The input and lag bytes of one micro-batch of a ``format("logbuf")`` stream, from its
+    ``StreamingQueryProgress`` (``query.lastProgress``, a listener's ``event.progress``, or its JSON text).
+
+    Spark reports ``inputBytes`` (task input metrics) as 0 for every Python data source, and a Python source
+    cannot add metrics to the progress (Spark 4.3's Python micro-batch stream does not implement
+    ``ReportsSourceMetrics`` and its partition readers do not update input metrics); our offsets are recorded
+    positions, so their differences are exactly the bytes read and the bytes behind."""
+    if isinstance(progress, str):
+        progress = json.loads(progress)
+    found = progress["sources"][source]
+
+    def offsets(key: str) -> dict[str, int]:
+        value = found[key]
+        if isinstance(value, str):
+            value = json.loads(value)
+        return {str(k): int(v) for k, v in (value or {}).items()}
+
+    start, end, latest = offsets("startOffset"), offsets("endOffset"), offsets("latestOffset")
+    per_recording = {k: v - start.get(k, 0) for k, v in end.items() if v > start.get(k, 0)}
+    lag = sum(max(0, v - end.get(k, 0)) for k, v in latest.items())
+    return ProgressBytes(sum(per_recording.values()), lag, per_recording)
+
+
 # -- options --------------------------------------------------------------------------------------
 _OPTIONS: Final[tuple[str, ...]] = (
     "path",
@@ -269,6 +314,7 @@ _OPTIONS: Final[tuple[str, ...]] = (
     "endingTimestamp",
     "failOnDataLoss",
     "minPartitions",
+    "maxPartitionBytes",
     "maxBytesPerTrigger",
     "maxRecordsPerTrigger",
 )
@@ -320,6 +366,9 @@ class ReadOptions:
     """``endingOffsets``."""
     fail_on_data_loss: bool = True
     min_partitions: int | None = None
+    max_partition_bytes: int = DEFAULT_MAX_PARTITION_BYTES
+    """``maxPartitionBytes``: segment pieces (of any recordings) are packed into one Spark partition up to this
+    many bytes (0: one partition per piece)."""
     """``minPartitions``: split the largest segments at term boundaries until there are this many."""
     columns: tuple[str, ...] | None = None
     """The columns of a user schema that is part of the source's (``.schema(...)``), None for all: a
@@ -426,6 +475,13 @@ class ReadOptions:
         if pushdown not in ("true", "false"):
             raise LogbufSourceError(f"filterPushdown={pushdown!r} must be 'true' or 'false'")
         max_records = _positive_option(get, "maxRecordsPerTrigger")
+        try:
+            unpacked = (get("maxPartitionBytes") or "").strip() == "0"
+            max_partition_bytes = 0 if unpacked else _size_option(get, "maxPartitionBytes")
+        except OffsetsError as e:
+            raise LogbufSourceError(str(e)) from None
+        if max_partition_bytes is None:
+            max_partition_bytes = DEFAULT_MAX_PARTITION_BYTES
         if max_bytes is not None and max_records is not None:
             raise LogbufSourceError(
                 f"maxBytesPerTrigger={max_bytes} and maxRecordsPerTrigger={max_records}: give one of them"
@@ -445,6 +501,7 @@ class ReadOptions:
             ending=ending,
             fail_on_data_loss=fail_on_loss == "true",
             min_partitions=_positive_option(get, "minPartitions"),
+            max_partition_bytes=max_partition_bytes,
             batch_bytes=batch_bytes,
             filter_pushdown=pushdown == "true",
             max_bytes_per_trigger=max_bytes,
@@ -697,6 +754,53 @@ def split_partitions(partitions: list[InputPartition], min_partitions: int | Non
             dataclasses.replace(p, parse_start=cut, from_position=max(p.from_position, cut), check_mid_message=False),
         ]
     return result
+
+
+@dataclass(frozen=True)
+class PackedPartition(InputPartition):
+    """Several segment pieces read by one Spark task, in order (:func:`pack_partitions`)."""
+
+    pieces: tuple[SegmentPartition, ...]
+    value: Any = field(default=None, compare=False)
+
+
+def pack_partitions(partitions: list[InputPartition], options: ReadOptions) -> list[InputPartition]:
+    """Pack consecutive segment pieces into partitions of at most ``maxPartitionBytes`` parsed bytes (and no
+    fewer partitions than ``minPartitions`` asks for); a piece larger than that stays alone, a problem row too."""
+    target = options.max_partition_bytes
+    pieces = [p for p in partitions if isinstance(p, SegmentPartition)]
+    if target <= 0 or len(pieces) < 2:
+        return partitions
+    if options.min_partitions is not None:
+        total = sum(p.parse_stop - p.parse_start for p in pieces)
+        target = min(target, -(-total // options.min_partitions))
+    packed: list[InputPartition] = [p for p in partitions if not isinstance(p, SegmentPartition)]
+    group: list[SegmentPartition] = []
+    size = 0
+    for p in pieces:
+        length = p.parse_stop - p.parse_start
+        if group and size + length > target:
+            packed.append(group[0] if len(group) == 1 else PackedPartition(tuple(group)))
+            group, size = [], 0
+        group.append(p)
+        size += length
+    if group:
+        packed.append(group[0] if len(group) == 1 else PackedPartition(tuple(group)))
+    return packed
+
+
+def planned_segments(partitions: Iterable[InputPartition]) -> list[SegmentPartition]:
+    """The segment pieces of planned partitions, packed or not, in order (what a plan reads)."""
+    return [piece for p in partitions for piece in _pieces(p) if isinstance(piece, SegmentPartition)]
+
+
+def _pieces(partition: InputPartition) -> Sequence[SegmentPartition | ProblemPartition]:
+    """What one Spark partition reads (nothing for the placeholder Spark reads when there are none)."""
+    if isinstance(partition, PackedPartition):
+        return partition.pieces
+    if isinstance(partition, (SegmentPartition, ProblemPartition)):
+        return (partition,)
+    return ()
 
 
 def _term_after(p: SegmentPartition) -> int:
@@ -1161,11 +1265,11 @@ class LogbufReader(DataSourceReader):
             if times is not None and planned_here and not o.append_time:
                 planned_here = _in_time_range(planned_here, times, o)
             partitions.extend(_with_topics(planned_here, self.topic_names))
-        return split_partitions(partitions, o.min_partitions)
+        return pack_partitions(split_partitions(partitions, o.min_partitions), o)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        if isinstance(partition, (SegmentPartition, ProblemPartition)):  # Spark reads a placeholder when there are none
-            yield from read_partition(partition, self.options, self.pushed)
+        for piece in _pieces(partition):
+            yield from read_partition(piece, self.options, self.pushed)
 
 
 class LogbufFilteringReader(LogbufReader):
@@ -1343,7 +1447,7 @@ class LogbufStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 self.options, d, from_position, changed[d.recording_id], from_is_frame_start=True
             )
             partitions.extend(_with_topics(planned_here, self.topic_names))
-        return split_partitions(partitions, self.options.min_partitions)
+        return pack_partitions(split_partitions(partitions, self.options.min_partitions), self.options)
 
     def _check_loss(self, start: dict[str, int]) -> None:
         """A recording read up to ``start[key]`` whose positions after it are gone: retention moved its
@@ -1360,8 +1464,8 @@ class LogbufStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 )
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        if isinstance(partition, (SegmentPartition, ProblemPartition)):  # Spark reads a placeholder when there are none
-            yield from read_partition(partition, self.options)
+        for piece in _pieces(partition):
+            yield from read_partition(piece, self.options)
 
     def commit(self, end: dict[str, int]) -> None:
         pass

@@ -17,7 +17,14 @@ from structlog.testing import capture_logs
 
 from logbuf.archive.catalog import Catalog
 from logbuf.archive.maintenance import purge_segments
-from logbuf.archive.spark import LogbufSourceError, LogbufStreamReader, ReadOptions
+from logbuf.archive.spark import (
+    LogbufSourceError,
+    LogbufStreamReader,
+    PackedPartition,
+    ReadOptions,
+    SegmentPartition,
+    planned_segments,
+)
 from logbuf.archive.spark_frames import arrow_schema
 from logbuf.archive.spark_offsets import fair_shares, frame_boundary_at_or_before, parse_size
 from logbuf.archive.storage import parse_location
@@ -309,13 +316,29 @@ def test_min_partitions_splits_segments_at_term_boundaries_and_every_row_comes_o
     long_recording: tuple[pathlib.Path, SyntheticRecording],
 ) -> None:
     archive, rec = long_recording
-    plain = reader_for(archive).partitions()
+    plain = reader_for(archive, maxPartitionBytes="0").partitions()
     split = reader_for(archive, minPartitions=str(2 * len(plain))).partitions()
     assert len(split) == -(-rec.position // TERM) > len(plain)  # one 64 KiB term each
     assert all(p.parse_stop - p.parse_start <= TERM for p in split)  # type: ignore[attr-defined]
     assert len(reader_for(archive, minPartitions="1000").partitions()) == len(split)  # a term is the least
     table = read_all(reader_for(archive, minPartitions="7"))
+    assert len(reader_for(archive, minPartitions="7").partitions()) >= 7
     assert table.column("position").to_pylist() == [p for _, p in positions(rec)]
+
+
+def test_small_segments_are_packed_into_few_partitions_and_every_row_comes_once(
+    long_recording: tuple[pathlib.Path, SyntheticRecording],
+) -> None:
+    archive, rec = long_recording
+    one_each = reader_for(archive, maxPartitionBytes="0").partitions()
+    assert len(one_each) > 2 and all(isinstance(p, SegmentPartition) for p in one_each)
+    packed = reader_for(archive).partitions()  # the default packs up to 64 MiB: one task reads them all
+    assert len(packed) == 1 and isinstance(packed[0], PackedPartition) and list(packed[0].pieces) == one_each
+    pairs = reader_for(archive, maxPartitionBytes=str(4 * TERM)).partitions()  # two 128 KiB segments each
+    assert len(pairs) == -(-len(one_each) // 2) and planned_segments(pairs) == one_each
+    for options in ({}, {"maxPartitionBytes": "0"}, {"maxPartitionBytes": "128k"}):
+        table = read_all(reader_for(archive, **options))
+        assert table.column("position").to_pylist() == [p for _, p in positions(rec)], options
 
 
 def test_the_spec_lists_every_option_and_the_append_time_layout() -> None:

@@ -37,6 +37,7 @@ from logbuf.archive.spark import (
     ProblemPartition,
     ReadOptions,
     SegmentPartition,
+    planned_segments,
 )
 from logbuf.archive.spark_frames import arrow_schema
 from logbuf.logbuffer import data_header_descriptor as dh
@@ -145,12 +146,12 @@ def test_stream_id_filter_prunes_recordings_and_keeps_exactly_the_matching_rows(
     archive, recs = four_streams
     everything = reader_for(archive)
     assert isinstance(everything, LogbufFilteringReader)
-    all_partitions = everything.partitions()
+    all_partitions = planned_segments(everything.partitions())
     reader = reader_for(archive)
     not_taken = IsNotNull(("payload",))
     rest = list(reader.pushFilters([EqualTo(("stream_id",), 20), not_taken]))
     assert rest == [not_taken]
-    partitions = reader.partitions()
+    partitions = planned_segments(reader.partitions())
     assert {p.recording.stream_id for p in partitions if isinstance(p, SegmentPartition)} == {20}
     assert len(partitions) * 4 == len(all_partitions)
     table = read_all(reader)
@@ -172,7 +173,7 @@ def test_position_filter_prunes_segments_and_reads_only_its_byte_range(
     lo, hi = rec.messages[100][2], rec.messages[120][2]
     reader = reader_for(archive, recordingId="0")
     assert list(reader.pushFilters([GreaterThan(("position",), lo), LessThanOrEqual(("position",), hi)])) == []
-    partitions = [p for p in reader.partitions() if isinstance(p, SegmentPartition)]
+    partitions = planned_segments(reader.partitions())
     assert (
         len(partitions) == 1
         and partitions[0].base_position <= lo < hi <= partitions[0].base_position + rec.segment_length
@@ -348,10 +349,10 @@ def test_timestamp_filters_prune_segments_by_the_time_index_and_keep_exactly_the
     stamped_archive: tuple[pathlib.Path, list[SyntheticRecording]], filters: list[Filter], wanted: Any
 ) -> None:
     archive, recs = stamped_archive
-    everything = reader_for(archive, timestampFrom="reserved_value").partitions()
+    everything = planned_segments(reader_for(archive, timestampFrom="reserved_value").partitions())
     reader = reader_for(archive, timestampFrom="reserved_value")
     assert list(reader.pushFilters(filters)) == []
-    partitions = reader.partitions()
+    partitions = planned_segments(reader.partitions())
     assert 0 < len(partitions) < len(everything)
     table = read_all(reader)
     expected = sorted((r.recording_id, m[1]) for r in recs for m in r.messages if wanted(m[1]))
@@ -361,7 +362,7 @@ def test_timestamp_filters_prune_segments_by_the_time_index_and_keep_exactly_the
         (archive / f"{rec.recording_id}.times").unlink()
     unindexed = reader_for(archive, timestampFrom="reserved_value")
     list(unindexed.pushFilters(filters))
-    assert len(unindexed.partitions()) == len(everything)
+    assert len(planned_segments(unindexed.partitions())) == len(everything)
     assert read_all(unindexed).sort_by("position").equals(table.sort_by("position"))
 
 
@@ -378,12 +379,12 @@ def test_timestamp_pruning_combines_with_stream_and_position_filters(
         LessThan(("timestamp",), _at(T0 + 400)),
     ]
     assert list(reader.pushFilters(filters)) == []
-    partitions = [p for p in reader.partitions() if isinstance(p, SegmentPartition)]
+    partitions = planned_segments(reader.partitions())
     assert {p.recording.recording_id for p in partitions} == {1}
     last_end = rec.messages[399][2]
     assert max(p.base_position for p in partitions) <= last_end  # segments after T0+400 are not planned
     assert min(p.base_position for p in partitions) <= lo_position
-    everything_of_1 = [p for p in reader_for(archive).partitions() if isinstance(p, SegmentPartition)]
+    everything_of_1 = planned_segments(reader_for(archive).partitions())
     assert len(partitions) < len(everything_of_1) // 2
     table = read_all(reader)
     assert table.column("reserved_value").to_pylist() == [m[1] for m in rec.messages[101:400]]
