@@ -161,7 +161,7 @@ def test_the_time_index_goes_up_with_the_segments_and_prunes_remote_reads(
     fs, path = pafs.FileSystem.from_uri(uri)
     assert fs.get_file_info(f"{path}/0.times").size == (tmp_path / "0.times").stat().st_size
     cut = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC) + datetime.timedelta(microseconds=1_700_000_000_000_550)
-    source = LogbufDataSource({"path": uri, "timestampFrom": "reserved_value"})
+    source = LogbufDataSource({"path": uri, "timestampFrom": "reserved_value", "maxPartitionBytes": "0"})
     reader = source.reader(source.schema())
     assert isinstance(reader, LogbufFilteringReader)
     everything = len(reader.partitions())

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from logbuf.archive.spark import progress_bytes
 from tests.archive.test_spark.synthetic import build_archive, recording
 
 if TYPE_CHECKING:
@@ -44,6 +45,12 @@ def test_progress_reports_the_latest_offset_so_the_lag_is_visible(spark: SparkSe
     assert all(offsets(s["latestOffset"]) == ends for s in sources)  # what is available: the backlog
     lag = [sum(ends[k] - v for k, v in offsets(s["endOffset"]).items()) for s in sources]
     assert lag[0] > 0 and lag[-1] == 0 and lag == sorted(lag, reverse=True)
+    # Spark's own input bytes stay 0 for a Python source; the offsets give them exactly.
+    measured = [progress_bytes(p) for p in progress]
+    assert [m.lag_bytes for m in measured] == lag
+    assert sum(m.input_bytes for m in measured) == sum(ends.values())
+    assert all(0 < m.input_bytes <= 128 * 1024 for m in measured)
+    assert progress_bytes(progress[0].json) == measured[0]
 
 
 def test_describe_shows_the_tables_options(spark: SparkSession, tmp_path: pathlib.Path) -> None:

@@ -25,7 +25,7 @@ pytestmark = pytest.mark.slow
 
 def test_spark_reads_every_message_whole_with_its_position(spark: SparkSession, recorded: RecordedArchive) -> None:
     d, published = recorded.recording, recorded.published
-    df = spark.read.format("logbuf").load(recorded.archive_dir)
+    df = spark.read.format("logbuf").option("maxPartitionBytes", "0").load(recorded.archive_dir)
     assert df.columns == [
         "recording_id",
         "stream_id",
@@ -36,10 +36,12 @@ def test_spark_reads_every_message_whole_with_its_position(spark: SparkSession, 
         "flags",
         "reserved_value",
         "timestamp",
+        "topic",
         "payload",
         "_corrupt_record",
     ]
-    assert df.rdd.getNumPartitions() == len(segment_files(recorded.archive_dir, d.recording_id))
+    assert df.rdd.getNumPartitions() == len(segment_files(recorded.archive_dir, d.recording_id))  # one per segment
+    assert spark.read.format("logbuf").load(recorded.archive_dir).rdd.getNumPartitions() == 1  # packed: 64 MiB
     rows = df.orderBy("position").collect()
     assert len(rows) == len(published.payloads)
     assert [bytes(r.payload) for r in rows] == published.payloads
@@ -136,7 +138,7 @@ def test_corrupted_and_truncated_segments_in_the_three_modes(
 def test_filter_on_stream_id_is_pushed_down_and_prunes_partitions(spark: SparkSession, tmp_path: pathlib.Path) -> None:
     recs = [recording(i, 10 * (i + 1), 150, seed=20 + i, session_id=200 + i) for i in range(4)]
     build_archive(tmp_path, recs)
-    df = spark.read.format("logbuf").load(str(tmp_path))
+    df = spark.read.format("logbuf").option("maxPartitionBytes", "0").load(str(tmp_path))  # one per segment
     everything = df.rdd.getNumPartitions()
     filtered = df.filter(F.col("stream_id") == 20)
     assert everything == sum(len(segment_files(tmp_path, r.recording_id)) for r in recs)
@@ -149,7 +151,8 @@ def test_filter_on_stream_id_is_pushed_down_and_prunes_partitions(spark: SparkSe
     ]
     assert df.filter("stream_id IN (10, 40) AND session_id = 203").count() == len(recs[3].messages)
     # Off: the same rows, every partition planned.
-    off = spark.read.format("logbuf").option("filterPushdown", "false").load(str(tmp_path)).filter("stream_id = 20")
+    off = spark.read.format("logbuf").options(filterPushdown="false", maxPartitionBytes="0").load(str(tmp_path))
+    off = off.filter("stream_id = 20")
     assert off.rdd.getNumPartitions() == everything and off.count() == len(recs[1].messages)
 
 
@@ -237,7 +240,8 @@ def test_a_timestamp_range_prunes_the_recorders_segments_and_keeps_exactly_its_r
     def at(us: int) -> datetime.datetime:
         return epoch + datetime.timedelta(microseconds=us)
 
-    df = spark.read.format("logbuf").option("timestampFrom", "reserved_value").load(recorded.archive_dir)
+    df = spark.read.format("logbuf").options(timestampFrom="reserved_value", maxPartitionBytes="0")
+    df = df.load(recorded.archive_dir)
     ranged = df.filter(F.col("timestamp").between(at(lo), at(hi)))
     everything = df.rdd.getNumPartitions()
     pruned = ranged.rdd.getNumPartitions()
@@ -246,7 +250,7 @@ def test_a_timestamp_range_prunes_the_recorders_segments_and_keeps_exactly_its_r
     assert [r.reserved_value for r in rows] == [r for r in reserved if lo <= r <= hi]
     unpruned = (
         spark.read.format("logbuf")
-        .options(timestampFrom="reserved_value", filterPushdown="false")
+        .options(timestampFrom="reserved_value", filterPushdown="false", maxPartitionBytes="0")
         .load(recorded.archive_dir)
         .filter(F.col("timestamp").between(at(lo), at(hi)))
     )
