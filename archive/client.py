@@ -25,6 +25,7 @@ caller and that thread. :meth:`ArchiveClient.poll` still notices a service that 
 
 from __future__ import annotations
 
+import dataclasses
 import secrets
 import threading
 import time
@@ -658,6 +659,25 @@ class ArchiveClient:
             ),
             f"replicate recording {src_recording_id} from {src_control_channel}",
         )
+
+    def sync_digests(self, request: cc.SyncDigestRequest) -> cc.SyncDigests:
+        """Send a sync digest request (its session and correlation ids are this client's) and await the
+        archive's digests of its blocks (a logbuf extension: :mod:`logbuf.archive.sync` drives the rounds)."""
+        self._check_session()
+        correlation_id = self._next_correlation_id()
+        self._send(
+            dataclasses.replace(request, control_session_id=self.control_session_id, correlation_id=correlation_id)
+        )
+        response = self._await_message(
+            lambda m: isinstance(m, (cc.SyncDigests, cc.ControlResponse)) and m.correlation_id == correlation_id,
+            f"the archive did not answer a sync digest request within {self.ctx.message_timeout_ms} ms",
+        )
+        self._raise_if_error(response, "sync digests")
+        if not isinstance(response, cc.SyncDigests):
+            raise ArchiveRequestError(
+                f"archive sync digests: unexpected {response.code.name}", cc.ArchiveErrorCode.GENERIC, correlation_id
+            )
+        return response
 
     def stop_replication(self, replication_id: int) -> None:
         sid = self.control_session_id

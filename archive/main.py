@@ -38,7 +38,7 @@ from logbuf.archive.remote_cli import (
     list_line,
     remote_stop,
 )
-from logbuf.archive.replication import read_source
+from logbuf.archive.replication import read_replications, read_source
 from logbuf.archive.segments import DEFAULT_SEGMENT_LENGTH, SegmentError, segment_files
 from logbuf.archive.verify import verify_recording
 from logbuf.errors import ConfigurationError, LogbufError
@@ -267,16 +267,26 @@ def _cmd_list(archive_dir: str, args: argparse.Namespace) -> int:
     with Catalog.open(archive_dir) as catalog:
         recordings = catalog.recordings()
         problems = catalog.problems()
+    copying = {r["dst_recording_id"]: r for r in read_replications(archive_dir)}
     for d in recordings:
         if d.state.name == "DELETED" and not args.all:
             continue
         source = read_source(archive_dir, d.recording_id)
+        replication = copying.get(d.recording_id)
         if args.json:
-            print(json.dumps({**_descriptor_dict(d), "source": asdict(source) if source else None}))
+            print(
+                json.dumps(
+                    {**_descriptor_dict(d), "source": asdict(source) if source else None, "replication": replication}
+                )
+            )
         else:
             status = "active" if d.active else ("interrupted" if d.interrupted else "stopped")
             if source is not None:
                 status += f" copy:{source.source_archive_id}/{source.source_recording_id}"
+                if source.source_identity:
+                    status += f" from:{source.source_identity}"
+            if replication is not None:
+                status += f" lag:{replication['lag']}"
             print(
                 list_line(
                     d.recording_id,

@@ -60,7 +60,9 @@ from logbuf.logbuffer import data_header_descriptor as dh
 __all__ = [
     "ReplicaSource",
     "ReplicationSession",
+    "REPLICATIONS_FILE",
     "find_replica",
+    "read_replications",
     "read_source",
     "source_file_name",
     "write_source",
@@ -117,6 +119,29 @@ def read_source(archive_dir: str | os.PathLike[str], recording_id: int) -> Repli
         return ReplicaSource(**data)
     except (OSError, ValueError, TypeError):
         return None
+
+
+REPLICATIONS_FILE = "replications.json"
+"""The copies in progress (each one's ``describe()``), rewritten by the service about once a second."""
+_STATUS_INTERVAL_MS = 1000
+
+
+def write_replications(archive_dir: str | os.PathLike[str], entries: list[dict[str, Any]], now_ms: int) -> None:
+    path = Path(archive_dir) / REPLICATIONS_FILE
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"updated_ms": now_ms, "pid": os.getpid(), "replications": entries}, sort_keys=True))
+    os.replace(tmp, path)
+
+
+def read_replications(archive_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """The copies in progress as the serving archive last wrote them (none if no file or a dead service)."""
+    try:
+        data = json.loads((Path(archive_dir) / REPLICATIONS_FILE).read_bytes())
+        pid = int(data["pid"])
+        os.kill(pid, 0)
+        return list(data["replications"])
+    except (OSError, ValueError, TypeError, KeyError):
+        return []
 
 
 def find_replica(archive_dir: str | os.PathLike[str], source_archive_id: int, source_recording_id: int) -> int | None:
@@ -431,6 +456,7 @@ class Replications:
         """replication id -> (control session id, correlation id of the request)."""
         self._writers: dict[int, Any] = {}
         self._next_id = 1
+        self._status_due_ms = 0
         self._log = structlog.get_logger().bind(role="archive")
 
     def handlers(self) -> dict[type[Any], Callable[[Any, Any], None]]:
@@ -536,7 +562,19 @@ class Replications:
             if worker.done:
                 self._ended(replication_id, worker)
                 work += 1
+        if now_ms >= self._status_due_ms and (self.sessions or self._status_due_ms > 0):
+            self._write_status(now_ms)
         return work
+
+    def _write_status(self, now_ms: int) -> None:
+        """Copies in progress, for ``logbuf-archive list`` and ``logbuf-stat``; written while there are any
+        (and once more after the last ends)."""
+        entries = [worker.describe() for worker in self.sessions.values()]
+        try:
+            write_replications(self.conductor.ctx.archive_dir, entries, now_ms)
+        except OSError as e:
+            self._log.warning("replication.status_not_written", error=str(e))
+        self._status_due_ms = now_ms + _STATUS_INTERVAL_MS if entries else 0
 
     def _assign(self, replication_id: int, worker: ReplicationSession) -> None:
         conductor = self.conductor

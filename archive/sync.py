@@ -3,36 +3,65 @@
 A stream history is the union of one archive's recordings of one publication (:class:`HistoryKey`); its
 coverage is the merged ``[start, stop)`` of those recordings, with holes where a recorder was down
 (:mod:`archive.sync_digest` has the interval algebra and the range-digest descent). One sync round between
-two archives, for every history either holds (optionally only some streams):
+archives, for every history either holds (optionally only some streams):
 
-1. list both archives' recordings (the coverage exchange: one listing per side); an active recording
+1. list every archive's recordings (the coverage exchange: one listing per side); an active recording
    counts up to its recorded position, and may be read from (a bounded replay waits for it) but is never
    extended;
-2. for each side, ``missing = theirs - mine``; each missing interval is fetched by a Replicate request to
+2. for each pair and each history both hold, compare the bytes of the common coverage: digest rounds on
+   the wire (``SyncDigestRequest``/``SyncDigests``, served by :mod:`archive.sync_service`), descending only
+   into blocks whose digests differ (:func:`compare`). A differing leaf is a :class:`Conflict`, reported by
+   position with each side's verdict on its frames and never overwritten; the side whose frames verify wins
+   when only one does (the report names it: the repair itself is an operator's truncate and a re-sync);
+3. for each side, ``missing = theirs - mine``; each missing interval is fetched by a Replicate request to
    the side that lacks it, from the other side's recording that holds the interval's start: extending the
    lacking side's recording that ends where the hole begins (the usual case: a recorder that stopped, a
    segment at the end), or, where the source recording starts at the hole, a new copy of it;
-3. wait for every replication to end; the bandwidth setting spaces the requests so that at most
+4. wait for every replication to end; the bandwidth setting spaces the requests so that at most
    ``bandwidth_bytes_per_s`` are asked for per second.
 
-Not done here yet (see ``protocol_spec/archive-sync.md``): the digest rounds that compare the bytes both
-sides hold (conflicts) need the sync extension templates in the control codec; a hole that no recording
-ends at and no source recording starts at is reported as ``unfetchable`` rather than fetched.
+:func:`sync_forever` runs rounds every ``interval_s`` (anti-entropy) until told to stop. A hole that no
+recording ends at and no source recording starts at is reported as ``unfetchable`` rather than fetched.
 """
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 import structlog
 
 from logbuf.archive import control_codec as cc
-from logbuf.archive.client import ArchiveClient
-from logbuf.archive.sync_digest import Interval, merge, subtract
+from logbuf.archive.client import ArchiveClient, ArchiveError
+from logbuf.archive.sync_digest import (
+    Interval,
+    ReconcileResult,
+    Verdict,
+    intersect,
+    merge,
+    pack_intervals,
+    reconcile,
+    subtract,
+)
+from logbuf.archive.sync_service import MAX_SYNC_BLOCKS
 
-__all__ = ["Fetch", "HistoryKey", "Peer", "SyncReport", "coverage", "histories", "listing", "plan", "sync_once"]
+__all__ = [
+    "Conflict",
+    "DigestSettings",
+    "Fetch",
+    "HistoryKey",
+    "Peer",
+    "SyncReport",
+    "compare",
+    "coverage",
+    "histories",
+    "listing",
+    "plan",
+    "sync_forever",
+    "sync_once",
+]
 
 
 @dataclass(frozen=True, order=True)
@@ -136,6 +165,35 @@ class Peer:
     """For a remote peer: the *other* archive's endpoint for replays from this archive."""
 
 
+@dataclass(frozen=True)
+class Conflict:
+    """A range both peers hold whose bytes differ, with each side's verdict on the frames overlapping it."""
+
+    key: HistoryKey
+    interval: Interval
+    peers: tuple[str, str]
+    verdicts: tuple[Verdict, Verdict]
+
+    @property
+    def winner(self) -> str | None:
+        """The peer whose frames verify when the other's fail (None: both or neither, kept as they are)."""
+        a, b = self.verdicts
+        if a == Verdict.VERIFIES and b == Verdict.FAILS:
+            return self.peers[0]
+        if b == Verdict.VERIFIES and a == Verdict.FAILS:
+            return self.peers[1]
+        return None
+
+
+@dataclass(frozen=True)
+class DigestSettings:
+    """The digest descent (``protocol_spec/archive-sync.md``): top blocks, children per block, leaves."""
+
+    block_length: int = 1 << 30
+    fanout: int = 16
+    leaf_length: int = 4096
+
+
 @dataclass
 class SyncReport:
     fetched: list[tuple[str, Fetch]] = field(default_factory=list)
@@ -143,6 +201,119 @@ class SyncReport:
     fetched_bytes: int = 0
     unfetchable: list[tuple[str, HistoryKey, Interval]] = field(default_factory=list)
     failed: list[tuple[str, Fetch, str]] = field(default_factory=list)
+    conflicts: list[Conflict] = field(default_factory=list)
+    compared_bytes: int = 0
+    """Bytes of common coverage whose digests were compared (each pair counts its common part once)."""
+    digest_rounds: int = 0
+    digest_bytes: int = 0
+    """Bytes of SyncDigestRequest and SyncDigests messages on the wire, both ways, all pairs."""
+    coverage_bytes: int = 0
+    """Bytes of the listings (recording descriptors) that gave every side's coverage."""
+
+    @property
+    def exchanged_bytes(self) -> int:
+        """What crossed the network for this round beside the fetched bytes themselves."""
+        return self.coverage_bytes + self.digest_bytes
+
+
+def _digest_request(
+    key: HistoryKey, common: Sequence[Interval], blocks: Sequence[Interval], verify: bool
+) -> cc.SyncDigestRequest:
+    return cc.SyncDigestRequest(
+        control_session_id=0,
+        correlation_id=0,
+        session_id=key.session_id,
+        stream_id=key.stream_id,
+        initial_term_id=key.initial_term_id,
+        term_buffer_length=key.term_length,
+        verify=cc.BooleanType.TRUE if verify else cc.BooleanType.FALSE,
+        channel=key.channel,
+        common=pack_intervals(common),
+        blocks=pack_intervals(blocks),
+    )
+
+
+class _DigestAsker:
+    """One peer's side of a comparison: batches of blocks to SyncDigestRequests, counting wire bytes."""
+
+    def __init__(self, peer: Peer, key: HistoryKey, common: Sequence[Interval]) -> None:
+        self.peer, self.key, self.common = peer, key, list(common)
+        self.wire_bytes = 0
+
+    def ask(self, blocks: Sequence[Interval], verify: bool = False) -> tuple[list[bytes], bytes]:
+        digests: list[bytes] = []
+        verdicts = b""
+        for i in range(0, len(blocks), MAX_SYNC_BLOCKS):
+            request = _digest_request(self.key, self.common, blocks[i : i + MAX_SYNC_BLOCKS], verify)
+            response = self.peer.client.sync_digests(request)
+            self.wire_bytes += len(cc.encode(request)) + len(cc.encode(response))
+            got = response.digests
+            length = len(got) // max(response.block_count, 1)
+            digests.extend(got[j : j + length] for j in range(0, len(got), length))
+            verdicts += response.verdicts
+        if len(digests) != len(blocks) or (verify and len(verdicts) != len(blocks)):
+            raise ValueError(f"peer {self.peer.name} answered {len(digests)} digests for {len(blocks)} blocks")
+        return digests, verdicts
+
+    def digests(self, blocks: list[Interval]) -> list[bytes]:
+        return self.ask(blocks)[0]
+
+
+def compare(
+    a: Peer, b: Peer, key: HistoryKey, common: Sequence[Interval], settings: DigestSettings = DigestSettings()
+) -> tuple[ReconcileResult, list[Conflict], int]:
+    """Compare the bytes two peers hold of ``common`` of one history through digest rounds on the wire.
+
+    Returns the descent's result, the conflicts (each leaf range with both sides' verdicts, asked for in one
+    more round) and the bytes the digest messages took on the wire."""
+    ask_a, ask_b = _DigestAsker(a, key, common), _DigestAsker(b, key, common)
+    result = reconcile(
+        ask_a.digests,
+        ask_b.digests,
+        common,
+        block_length=settings.block_length,
+        fanout=settings.fanout,
+        leaf_length=settings.leaf_length,
+    )
+    conflicts: list[Conflict] = []
+    if result.conflicts:
+        _, verdicts_a = ask_a.ask(result.conflicts, verify=True)
+        _, verdicts_b = ask_b.ask(result.conflicts, verify=True)
+        for interval, va, vb in zip(result.conflicts, verdicts_a, verdicts_b, strict=True):
+            conflicts.append(Conflict(key, interval, (a.name, b.name), (Verdict(va), Verdict(vb))))
+    return result, conflicts, ask_a.wire_bytes + ask_b.wire_bytes
+
+
+def _compare_all(
+    peers: Sequence[Peer],
+    listings: dict[str, tuple[list[cc.RecordingDescriptor], set[int]]],
+    settings: DigestSettings,
+    report: SyncReport,
+) -> None:
+    log = structlog.get_logger().bind(role="archive-sync")
+    for i, a in enumerate(peers):
+        for b in peers[i + 1 :]:
+            mine, theirs = histories(listings[a.name][0]), histories(listings[b.name][0])
+            for key in sorted(mine.keys() & theirs.keys()):
+                common = intersect(coverage(mine[key]), coverage(theirs[key]))
+                if not common:
+                    continue
+                result, conflicts, wire_bytes = compare(a, b, key, common, settings)
+                report.compared_bytes += sum(end - start for start, end in common)
+                report.digest_rounds += result.rounds + (2 if conflicts else 0)
+                report.digest_bytes += wire_bytes
+                for conflict in conflicts:
+                    report.conflicts.append(conflict)
+                    log.warning(
+                        "sync.conflict",
+                        peers=list(conflict.peers),
+                        stream_id=key.stream_id,
+                        session_id=key.session_id,
+                        start=conflict.interval[0],
+                        end=conflict.interval[1],
+                        verdicts=[v.name for v in conflict.verdicts],
+                        winner=conflict.winner,
+                    )
 
 
 def _replicate(dst: Peer, src: Peer, fetch: Fetch) -> int:
@@ -176,11 +347,17 @@ def sync_once(
     stream_ids: set[int] | None = None,
     bandwidth_bytes_per_s: int = 0,
     timeout_s: float = 60.0,
+    digests: DigestSettings | None = DigestSettings(),
 ) -> SyncReport:
-    """One round between every pair of peers (each learns from each); 0 bandwidth: unbounded."""
+    """One round between every pair of peers (each learns from each); 0 bandwidth: unbounded.
+
+    ``digests`` None skips the comparison of what both hold (only missing ranges are fetched)."""
     log = structlog.get_logger().bind(role="archive-sync")
     report = SyncReport()
     listings = {p.name: listing(p.client, stream_ids) for p in peers}
+    report.coverage_bytes = sum(len(cc.encode(d)) for mine, _ in listings.values() for d in mine)
+    if digests is not None:
+        _compare_all(peers, listings, digests, report)
     started = time.monotonic()
     for dst in peers:
         for src in peers:
@@ -212,3 +389,39 @@ def sync_once(
             # what dst now holds changed: later sources are planned against its fresh listing
             listings[dst.name] = listing(dst.client, stream_ids)
     return report
+
+
+def sync_forever(
+    peers: Sequence[Peer],
+    stop: threading.Event,
+    *,
+    interval_s: float = 1.0,
+    on_report: Callable[[SyncReport], None] | None = None,
+    stream_ids: set[int] | None = None,
+    bandwidth_bytes_per_s: int = 0,
+    timeout_s: float = 60.0,
+    digests: DigestSettings | None = DigestSettings(),
+) -> int:
+    """Anti-entropy: :func:`sync_once` every ``interval_s`` until ``stop`` is set; returns the rounds run.
+
+    A round that fails (a peer unreachable: the archive error is logged) is retried at the next interval,
+    so a peer that is cut off or restarted catches up without an operator."""
+    log = structlog.get_logger().bind(role="archive-sync")
+    rounds = 0
+    while not stop.is_set():
+        try:
+            report = sync_once(
+                peers,
+                stream_ids=stream_ids,
+                bandwidth_bytes_per_s=bandwidth_bytes_per_s,
+                timeout_s=timeout_s,
+                digests=digests,
+            )
+        except (ArchiveError, ValueError) as e:
+            log.warning("sync.round_failed", error=str(e))
+        else:
+            rounds += 1
+            if on_report is not None:
+                on_report(report)
+        stop.wait(interval_s)
+    return rounds

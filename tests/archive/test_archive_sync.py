@@ -15,20 +15,50 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from structlog.testing import capture_logs
 
 from logbuf.archive import control_codec as cc
 from logbuf.archive.catalog import Catalog
+from logbuf.archive.checksum import payload_checksum
 from logbuf.archive.client import ArchiveClient, ArchiveClientContext
+from logbuf.archive.recording import RecordingDescriptor
+from logbuf.archive.segments import segment_base_position, segment_file_name
 from logbuf.archive.service import ArchiveService
 from logbuf.archive.service_context import ArchiveContext
-from logbuf.archive.sync import Peer, listing, sync_once
-from logbuf.archive.sync_digest import merge
+from logbuf.archive.sync import DigestSettings, Peer, listing, sync_once
+from logbuf.archive.sync_digest import Verdict, merge
 from logbuf.archive.verify import verify_recording
 from logbuf.client import Aeron, Context
+from logbuf.logbuffer import data_header_descriptor as dh
 from tests.archive.service_kit import SequencedPublisher, await_, recorded_seqs, recorded_stream
 from tests.support.driver_process import DriverProcess, DriverSet
 
 LIVE, STREAM, LENGTH, TIMEOUT_S = "aeron:ipc", 1001, 100, 30
+
+
+def frame_positions(data: bytes) -> list[int]:
+    """Positions of the DATA frames in recorded bytes that start at position 0."""
+    out, offset = [], 0
+    while offset < len(data):
+        frame_length = int.from_bytes(data[offset : offset + 4], "little", signed=True)
+        if data[offset + dh.TYPE_FIELD_OFFSET] == dh.HDR_TYPE_DATA:
+            out.append(offset)
+        offset += dh.align(frame_length)
+    return out
+
+
+def flip_payload_byte(archive_dir: str, d: RecordingDescriptor, position: int, *, restamp: bool) -> None:
+    """Change the first payload byte of the frame at ``position`` (and, with ``restamp``, its CRC to match)."""
+    base = segment_base_position(d.start_position, position, d.term_length, d.segment_length)
+    with open(Path(archive_dir) / segment_file_name(d.recording_id, base), "r+b") as f:
+        f.seek(position - base)
+        frame = bytearray(f.read(dh.HEADER_LENGTH + LENGTH))
+        frame[dh.HEADER_LENGTH] ^= 0xFF
+        if restamp:
+            crc = payload_checksum(frame[dh.HEADER_LENGTH :])
+            frame[dh.SESSION_ID_FIELD_OFFSET : dh.SESSION_ID_FIELD_OFFSET + 4] = crc.to_bytes(4, "little", signed=True)
+        f.seek(position - base)
+        f.write(frame)
 
 
 @pytest.fixture
@@ -128,8 +158,41 @@ def test_one_sync_round_fills_a_hole_on_one_side_and_a_missing_beginning_on_the_
         assert sources[0] is None  # B's own recording
         assert sources[1]["source_recording_id"] == 0 and sources[1]["source_archive_id"] == a.archive_id()
 
-        again = sync_once([Peer("a", a, "aeron:ipc", 10), Peer("b", b, "aeron:ipc", 11)])
+        peers = [Peer("a", a, "aeron:ipc", 10), Peer("b", b, "aeron:ipc", 11)]
+        again = sync_once(peers)
         assert again.fetched == [] and again.fetched_bytes == 0  # converged: nothing moves
+        assert again.conflicts == [] and again.compared_bytes == end  # compared on the wire: all equal
+        assert again.digest_rounds == 1 and again.digest_bytes < 300  # one top block each side
+
+        # Two frames of B's own recording change: one payload byte (its CRC now fails: A's copy wins), and
+        # another payload byte with its CRC restamped (both verify: kept as they are, reported).
+        small = DigestSettings(block_length=1 << 20, fanout=16, leaf_length=4096)
+        frames = frame_positions(bytes_b)
+        broken, restamped = (next(p for p in frames if p > before_b[0][0] + k * 40_000) for k in (1, 2))
+        with Catalog.open(service_b.ctx.archive_dir) as catalog:
+            own_b = next(d for d in catalog.recordings() if d.start_position > 0)
+        flip_payload_byte(service_b.ctx.archive_dir, own_b, broken, restamp=False)
+        flip_payload_byte(service_b.ctx.archive_dir, own_b, restamped, restamp=True)
+        before = recorded_stream(service_b.ctx.archive_dir, 0, end)
+        with capture_logs() as logs:
+            found = sync_once(peers, digests=small)
+        assert found.fetched == []
+
+        def leaves(*changed: int) -> tuple[int, int]:  # the 4 KiB leaves that hold the changed bytes, merged
+            (interval,) = merge((x - x % 4096, x - x % 4096 + 4096) for x in changed)
+            return interval
+
+        leaf = {
+            broken: leaves(broken + dh.HEADER_LENGTH),
+            restamped: leaves(restamped + dh.SESSION_ID_FIELD_OFFSET, restamped + dh.HEADER_LENGTH),
+        }
+        assert [(c.interval, c.peers, c.verdicts, c.winner) for c in found.conflicts] == [
+            (leaf[broken], ("a", "b"), (Verdict.VERIFIES, Verdict.FAILS), "a"),
+            (leaf[restamped], ("a", "b"), (Verdict.VERIFIES, Verdict.VERIFIES), None),
+        ]
+        assert found.digest_rounds <= 6  # 1 MiB blocks -> 64 KiB -> 4 KiB, then the verdicts (one each side)
+        assert recorded_stream(service_b.ctx.archive_dir, 0, end) == before  # never silently overwritten
+        assert [e["start"] for e in logs if e["event"] == "sync.conflict"] == [leaf[broken][0], leaf[restamped][0]]
 
 
 def test_a_replication_of_an_unknown_recording_fails_loudly_and_stop_replication_ends_a_live_copy(
