@@ -152,17 +152,21 @@ def plan(
 
 @dataclass
 class Peer:
-    """One archive in a sync: a connected client, and how *another* archive reaches it as a source."""
+    """One archive in a sync: a connected client, how the other archives reach it as a source, and where
+    they answer it when it fetches from them."""
 
     name: str
     client: ArchiveClient
     control_channel: str
-    """This archive's control channel as the other archive sees it (``aeron:ipc`` on the same host)."""
+    """This archive's control channel as the other archives see it (``aeron:ipc`` on the same host)."""
     control_stream_id: int
     response_channel: str = ""
-    """For a remote peer: the *other* archive's endpoint for this archive's answers."""
+    """This archive's endpoint for a remote source's answers when it fetches (Replicate's
+    ``srcResponseChannel``; empty when every peer is on this host)."""
     replication_channel: str = ""
-    """For a remote peer: the *other* archive's endpoint for replays from this archive."""
+    """This archive's endpoint for the replays a remote source sends it (empty: IPC)."""
+    connect: Callable[[], ArchiveClient] | None = None
+    """How to connect again after the archive was lost (restarted, cut off): :func:`sync_forever` uses it."""
 
 
 @dataclass(frozen=True)
@@ -323,8 +327,8 @@ def _replicate(dst: Peer, src: Peer, fetch: Fetch) -> int:
         src_control_stream_id=src.control_stream_id,
         dst_recording_id=fetch.dst_recording_id,
         stop_position=fetch.end,
-        src_response_channel=src.response_channel,
-        replication_channel=src.replication_channel,
+        src_response_channel=dst.response_channel,
+        replication_channel=dst.replication_channel,
     )
 
 
@@ -391,6 +395,31 @@ def sync_once(
     return report
 
 
+def _reachable(peer: Peer, suspect: bool) -> bool:
+    """Whether the peer's client still has its session; if not (or if a round with it failed: the client
+    may have reported its lost session once already), one attempt to connect again."""
+    log = structlog.get_logger().bind(role="archive-sync")
+    try:
+        peer.client.poll()
+        if not suspect:
+            return True
+    except ArchiveError as e:
+        log.warning("sync.peer_lost", peer=peer.name, error=str(e))
+    if peer.connect is None:
+        return not suspect
+    try:
+        peer.client.close()
+    except (ArchiveError, OSError):
+        pass
+    try:
+        peer.client = peer.connect()
+    except ArchiveError as e:
+        log.warning("sync.peer_unreachable", peer=peer.name, error=str(e))
+        return False
+    log.info("sync.peer_reconnected", peer=peer.name)
+    return True
+
+
 def sync_forever(
     peers: Sequence[Peer],
     stop: threading.Event,
@@ -402,26 +431,36 @@ def sync_forever(
     timeout_s: float = 60.0,
     digests: DigestSettings | None = DigestSettings(),
 ) -> int:
-    """Anti-entropy: :func:`sync_once` every ``interval_s`` until ``stop`` is set; returns the rounds run.
+    """Anti-entropy: every ``interval_s`` until ``stop`` is set, a :func:`sync_once` round for each pair of
+    reachable peers; returns the pair rounds run.
 
-    A round that fails (a peer unreachable: the archive error is logged) is retried at the next interval,
-    so a peer that is cut off or restarted catches up without an operator."""
+    A peer whose session was lost (restarted, cut off) is connected again through :attr:`Peer.connect`; a
+    pair whose round fails is logged (``sync.round_failed``) and tried again at the next interval, while the
+    other pairs go on: a peer that is cut off or restarted catches up with no operator action."""
     log = structlog.get_logger().bind(role="archive-sync")
     rounds = 0
+    suspects: set[str] = set()
     while not stop.is_set():
-        try:
-            report = sync_once(
-                peers,
-                stream_ids=stream_ids,
-                bandwidth_bytes_per_s=bandwidth_bytes_per_s,
-                timeout_s=timeout_s,
-                digests=digests,
-            )
-        except (ArchiveError, ValueError) as e:
-            log.warning("sync.round_failed", error=str(e))
-        else:
-            rounds += 1
-            if on_report is not None:
-                on_report(report)
+        up = [peer for peer in peers if _reachable(peer, peer.name in suspects)]
+        suspects.clear()
+        for i, a in enumerate(up):
+            for b in up[i + 1 :]:
+                if stop.is_set():
+                    break
+                try:
+                    report = sync_once(
+                        [a, b],
+                        stream_ids=stream_ids,
+                        bandwidth_bytes_per_s=bandwidth_bytes_per_s,
+                        timeout_s=timeout_s,
+                        digests=digests,
+                    )
+                except (ArchiveError, ValueError) as e:
+                    log.warning("sync.round_failed", peers=[a.name, b.name], error=str(e))
+                    suspects.update((a.name, b.name))
+                    continue
+                rounds += 1
+                if on_report is not None:
+                    on_report(report)
         stop.wait(interval_s)
     return rounds
