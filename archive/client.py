@@ -679,6 +679,32 @@ class ArchiveClient:
             )
         return response
 
+    def sync_frames(self, request: cc.SyncFramesRequest) -> cc.SyncFrames:
+        """The archive's frames of a history that overlap a range, as stored (a logbuf extension)."""
+        self._check_session()
+        correlation_id = self._next_correlation_id()
+        self._send(
+            dataclasses.replace(request, control_session_id=self.control_session_id, correlation_id=correlation_id)
+        )
+        response = self._await_message(
+            lambda m: isinstance(m, (cc.SyncFrames, cc.ControlResponse)) and m.correlation_id == correlation_id,
+            f"the archive did not answer a sync frames request within {self.ctx.message_timeout_ms} ms",
+        )
+        self._raise_if_error(response, "sync frames")
+        if not isinstance(response, cc.SyncFrames):
+            raise ArchiveRequestError(
+                f"archive sync frames: unexpected {response.code.name}", cc.ArchiveErrorCode.GENERIC, correlation_id
+            )
+        return response
+
+    def sync_repair(self, request: cc.SyncRepairRequest) -> int:
+        """Ask the archive to replace its failing frames with verifying ones; returns the bytes written."""
+        sid = self.control_session_id
+        return self._request(
+            lambda c: dataclasses.replace(request, control_session_id=sid, correlation_id=c),
+            f"sync repair at position {request.position}",
+        )
+
     def stop_replication(self, replication_id: int) -> None:
         sid = self.control_session_id
         self._request(

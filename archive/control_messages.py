@@ -91,6 +91,9 @@ __all__ = [
     "StopReplicationRequest",
     "SyncDigestRequest",
     "SyncDigests",
+    "SyncFrames",
+    "SyncFramesRequest",
+    "SyncRepairRequest",
     "TIME_TYPE",
     "TaggedReplicateRequest",
     "Time",
@@ -795,6 +798,52 @@ class SyncDigests:
     verdicts: Data
 
 
+@dataclass(frozen=True, slots=True)
+class SyncFramesRequest:
+    """logbuf extension: the frames of one stream history that overlap ``[start, end)``, as stored (for the
+    repair of a conflict from the side whose frames verify); answered by SyncFrames."""
+
+    TEMPLATE_ID: ClassVar[int] = SYNC_TEMPLATE_ID_BASE + 2
+    control_session_id: Int64
+    correlation_id: Int64
+    session_id: Int32
+    stream_id: Int32
+    initial_term_id: Int32
+    term_buffer_length: Int32
+    start: Int64
+    end: Int64
+    channel: Ascii
+
+
+@dataclass(frozen=True, slots=True)
+class SyncFrames:
+    """logbuf extension: whole frames as stored, the first at ``position``."""
+
+    TEMPLATE_ID: ClassVar[int] = SYNC_TEMPLATE_ID_BASE + 3
+    control_session_id: Int64
+    correlation_id: Int64
+    position: Int64
+    frames: Data
+
+
+@dataclass(frozen=True, slots=True)
+class SyncRepairRequest:
+    """logbuf extension: replace this archive's frames at ``position`` with ``frames``; done only if every
+    given frame verifies (well formed at its position, CRC-32 matching) and this archive's own frames there
+    fail to. The OK response's relevantId is the bytes written."""
+
+    TEMPLATE_ID: ClassVar[int] = SYNC_TEMPLATE_ID_BASE + 4
+    control_session_id: Int64
+    correlation_id: Int64
+    session_id: Int32
+    stream_id: Int32
+    initial_term_id: Int32
+    term_buffer_length: Int32
+    position: Int64
+    channel: Ascii
+    frames: Data
+
+
 ControlMessage: TypeAlias = (
     ControlResponse
     | ConnectRequest
@@ -849,4 +898,7 @@ ControlMessage: TypeAlias = (
     | RecordingPositionAtTimeRequest
     | SyncDigestRequest
     | SyncDigests
+    | SyncFramesRequest
+    | SyncFrames
+    | SyncRepairRequest
 )

@@ -322,6 +322,7 @@ def _sync_summary(report: Any) -> dict[str, Any]:
                 "end": c.interval[1],
                 "verdicts": [v.name for v in c.verdicts],
                 "winner": c.winner,
+                "repaired": c.repaired,
             }
             for c in report.conflicts
         ],

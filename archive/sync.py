@@ -11,8 +11,9 @@ archives, for every history either holds (optionally only some streams):
 2. for each pair and each history both hold, compare the bytes of the common coverage: digest rounds on
    the wire (``SyncDigestRequest``/``SyncDigests``, served by :mod:`archive.sync_service`), descending only
    into blocks whose digests differ (:func:`compare`). A differing leaf is a :class:`Conflict`, reported by
-   position with each side's verdict on its frames and never overwritten; the side whose frames verify wins
-   when only one does (the report names it: the repair itself is an operator's truncate and a re-sync);
+   position with each side's verdict on its frames; when only one side's frames verify, its frames replace
+   the other's (``SyncFramesRequest`` from the winner, ``SyncRepairRequest`` to the loser, which checks both
+   claims itself); otherwise both copies stay as they are and the conflict stays reported;
 3. for each side, ``missing = theirs - mine``; each missing interval is fetched by a Replicate request to
    the side that lacks it, from the other side's recording that holds the interval's start: extending the
    lacking side's recording that ends where the hole begins (the usual case: a recorder that stopped, a
@@ -177,6 +178,8 @@ class Conflict:
     interval: Interval
     peers: tuple[str, str]
     verdicts: tuple[Verdict, Verdict]
+    repaired: bool = False
+    """The loser's frames were replaced by the winner's (``sync.conflict_repaired``)."""
 
     @property
     def winner(self) -> str | None:
@@ -264,12 +267,21 @@ class _DigestAsker:
 
 
 def compare(
-    a: Peer, b: Peer, key: HistoryKey, common: Sequence[Interval], settings: DigestSettings = DigestSettings()
+    a: Peer,
+    b: Peer,
+    key: HistoryKey,
+    common: Sequence[Interval],
+    settings: DigestSettings = DigestSettings(),
+    *,
+    repair: bool = True,
 ) -> tuple[ReconcileResult, list[Conflict], int]:
     """Compare the bytes two peers hold of ``common`` of one history through digest rounds on the wire.
 
     Returns the descent's result, the conflicts (each leaf range with both sides' verdicts, asked for in one
-    more round) and the bytes the digest messages took on the wire."""
+    more round) and the bytes the digest (and repair) messages took on the wire. With ``repair``, a conflict
+    with a winner (its frames verify, the other side's fail) is repaired: the winner's frames overlapping the
+    range are read (SyncFramesRequest) and written over the loser's (SyncRepairRequest, which the loser
+    refuses unless the given frames verify and its own do not)."""
     ask_a, ask_b = _DigestAsker(a, key, common), _DigestAsker(b, key, common)
     result = reconcile(
         ask_a.digests,
@@ -280,12 +292,50 @@ def compare(
         leaf_length=settings.leaf_length,
     )
     conflicts: list[Conflict] = []
+    repair_bytes = 0
     if result.conflicts:
         _, verdicts_a = ask_a.ask(result.conflicts, verify=True)
         _, verdicts_b = ask_b.ask(result.conflicts, verify=True)
         for interval, va, vb in zip(result.conflicts, verdicts_a, verdicts_b, strict=True):
-            conflicts.append(Conflict(key, interval, (a.name, b.name), (Verdict(va), Verdict(vb))))
-    return result, conflicts, ask_a.wire_bytes + ask_b.wire_bytes
+            conflict = Conflict(key, interval, (a.name, b.name), (Verdict(va), Verdict(vb)))
+            if repair and conflict.winner is not None:
+                winner, loser = (a, b) if conflict.winner == a.name else (b, a)
+                repair_bytes += _repair(winner, loser, key, interval, settings.leaf_length)
+                conflict = replace(conflict, repaired=True)
+            conflicts.append(conflict)
+    return result, conflicts, ask_a.wire_bytes + ask_b.wire_bytes + repair_bytes
+
+
+def _repair(winner: Peer, loser: Peer, key: HistoryKey, interval: Interval, leaf_length: int) -> int:
+    """Copy the winner's frames over the loser's, one leaf at a time; returns the bytes on the wire."""
+    wire = 0
+    for start in range(interval[0], interval[1], leaf_length):
+        ask = cc.SyncFramesRequest(
+            control_session_id=0,
+            correlation_id=0,
+            session_id=key.session_id,
+            stream_id=key.stream_id,
+            initial_term_id=key.initial_term_id,
+            term_buffer_length=key.term_length,
+            start=start,
+            end=min(interval[1], start + leaf_length),
+            channel=key.channel,
+        )
+        frames = winner.client.sync_frames(ask)
+        write = cc.SyncRepairRequest(
+            control_session_id=0,
+            correlation_id=0,
+            session_id=key.session_id,
+            stream_id=key.stream_id,
+            initial_term_id=key.initial_term_id,
+            term_buffer_length=key.term_length,
+            position=frames.position,
+            channel=key.channel,
+            frames=frames.frames,
+        )
+        loser.client.sync_repair(write)
+        wire += len(cc.encode(ask)) + len(cc.encode(frames)) + len(cc.encode(write))
+    return wire
 
 
 def _compare_all(
@@ -317,6 +367,7 @@ def _compare_all(
                         end=conflict.interval[1],
                         verdicts=[v.name for v in conflict.verdicts],
                         winner=conflict.winner,
+                        repaired=conflict.repaired,
                     )
 
 

@@ -14,6 +14,7 @@ amplifies (a block costs 16 bytes to ask for). Digesting reads the bytes once, o
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
@@ -21,18 +22,30 @@ import structlog
 
 from logbuf.archive import control_codec as cc
 from logbuf.archive.archive_conductor import ERR, RequestError
+from logbuf.archive.checksum import checksum_mismatch
+from logbuf.archive.recorder import _pwrite_all
 from logbuf.archive.recording import ChecksumType, RecordingDescriptor, RecordingState
-from logbuf.archive.segments import SegmentReader
+from logbuf.archive.segments import SegmentReader, segment_base_position, segment_file_name
 from logbuf.archive.sync_digest import Interval, Verdict, clip, digest_range, merge, subtract, unpack_intervals
-from logbuf.archive.verify import walk_frames
-from logbuf.logbuffer.data_header_descriptor import align
+from logbuf.archive.verify import frame_problem, walk_frames
+from logbuf.logbuffer import data_header_descriptor as dh
 
-__all__ = ["MAX_SYNC_BLOCKS", "MAX_SYNC_COMMON", "SyncDigestService", "history_reader", "verdict_of"]
+__all__ = [
+    "MAX_SYNC_BLOCKS",
+    "MAX_SYNC_COMMON",
+    "MAX_SYNC_FRAMES_LENGTH",
+    "SyncDigestService",
+    "frames_problem",
+    "history_reader",
+    "verdict_of",
+]
 
 MAX_SYNC_BLOCKS: Final = 4096
 """Blocks per SyncDigestRequest (64 KiB of digests in the answer)."""
 MAX_SYNC_COMMON: Final = 4096
 """Common-coverage intervals per SyncDigestRequest."""
+MAX_SYNC_FRAMES_LENGTH: Final = 1 << 20
+"""Bytes of frames per SyncFramesRequest or SyncRepairRequest."""
 
 
 def history_reader(
@@ -96,10 +109,37 @@ def _frames_verify(archive_dir: str, d: RecordingDescriptor, lo: int, hi: int, s
             if reason is None or bad >= hi:
                 return True
             frame_length = int.from_bytes(reader.read(bad, 4), "little", signed=True)
-            if frame_length <= 0 or bad + align(frame_length) > lo:
+            if frame_length <= 0 or bad + dh.align(frame_length) > lo:
                 return False  # the bad frame overlaps the range, or where the next frame starts is unknown
-            position = bad + align(frame_length)
+            position = bad + dh.align(frame_length)
     return True
+
+
+def frames_problem(d: RecordingDescriptor, position: int, frames: bytes) -> str | None:
+    """What is wrong with ``frames`` as this recording's frames from ``position`` (None: each is well formed
+    at its position and its payload's CRC-32 is in its session id field)."""
+    if d.checksum != ChecksumType.CRC32:
+        return f"recording {d.recording_id} has no checksums: a repair cannot be proven"
+    if position % dh.FRAME_ALIGNMENT:
+        return f"position {position} is not frame aligned"
+    mask = d.term_length - 1
+    offset = 0
+    while offset < len(frames):
+        if len(frames) - offset < dh.HEADER_LENGTH:
+            return f"{len(frames) - offset} bytes at the end are not a whole frame"
+        length, version, flags, kind, term_offset, session, stream, term_id = dh.HEADER.unpack_from(frames, offset)[:8]
+        p = position + offset
+        problem = frame_problem(
+            length, version, kind, term_offset, session, stream, term_id, d, p & mask, d.term_id_of(p), d.term_length
+        )
+        if problem is None and offset + dh.align(length) > len(frames):
+            problem = f"frame length {length} runs past the bytes given"
+        if problem is None and kind == dh.HDR_TYPE_DATA:
+            problem = checksum_mismatch(session, frames[offset + dh.HEADER_LENGTH : offset + length])
+        if problem is not None:
+            return f"frame at position {p}: {problem}"
+        offset += dh.align(length)
+    return None
 
 
 class SyncDigestService:
@@ -111,7 +151,11 @@ class SyncDigestService:
         self._log = structlog.get_logger().bind(role="archive")
 
     def handlers(self) -> dict[type[Any], Callable[[Any, Any], None]]:
-        return {cc.SyncDigestRequest: self.on_digest_request}
+        return {
+            cc.SyncDigestRequest: self.on_digest_request,
+            cc.SyncFramesRequest: self.on_frames_request,
+            cc.SyncRepairRequest: self.on_repair_request,
+        }
 
     def do_work(self) -> int:
         return 0
@@ -119,7 +163,9 @@ class SyncDigestService:
     def close(self) -> None:
         pass
 
-    def history(self, m: cc.SyncDigestRequest) -> list[tuple[RecordingDescriptor, int]]:
+    def history(
+        self, m: cc.SyncDigestRequest | cc.SyncFramesRequest | cc.SyncRepairRequest
+    ) -> list[tuple[RecordingDescriptor, int]]:
         """This archive's recordings of the request's history, with their recorded positions."""
         out = []
         for d in self.conductor.catalog.recordings():
@@ -174,3 +220,77 @@ class SyncDigestService:
                 verdicts=verdicts,
             )
         )
+
+    def _holding(
+        self, message: cc.SyncFramesRequest | cc.SyncRepairRequest, start: int, end: int
+    ) -> tuple[RecordingDescriptor, int]:
+        if not 0 <= start < end or end - start > MAX_SYNC_FRAMES_LENGTH:
+            raise RequestError(
+                ERR.GENERIC, f"sync range [{start}, {end}) is empty, negative or over {MAX_SYNC_FRAMES_LENGTH} bytes"
+            )
+        for d, stop in self.history(message):
+            if d.start_position <= start and end <= stop:
+                return d, stop
+        raise RequestError(
+            ERR.INVALID_POSITION,
+            f"no recording here holds [{start}, {end}) of stream {message.stream_id} session {message.session_id}",
+        )
+
+    def on_frames_request(self, session: Any, message: cc.SyncFramesRequest) -> None:
+        d, stop = self._holding(message, message.start, message.end)
+        mask = d.term_length - 1
+        position = max(d.start_position, message.start - (message.start & mask))
+        first = -1
+        out = bytearray()
+        with SegmentReader(
+            self.conductor.ctx.archive_dir, d.recording_id, d.start_position, d.term_length, d.segment_length
+        ) as reader:
+            while position < min(message.end, stop):
+                length = int.from_bytes(reader.read(position, 4), "little", signed=True)
+                if length <= 0:
+                    raise RequestError(ERR.GENERIC, f"no frame at position {position} of recording {d.recording_id}")
+                end = position + dh.align(length)
+                if end > message.start:
+                    if first < 0:
+                        first = position
+                    out += reader.read(position, end - position)
+                    if len(out) > MAX_SYNC_FRAMES_LENGTH + d.mtu:
+                        raise RequestError(ERR.GENERIC, f"frames over {MAX_SYNC_FRAMES_LENGTH} bytes")
+                position = end
+        session.send(
+            cc.SyncFrames(
+                control_session_id=session.control_session_id,
+                correlation_id=message.correlation_id,
+                position=first,
+                frames=bytes(out),
+            )
+        )
+
+    def on_repair_request(self, session: Any, message: cc.SyncRepairRequest) -> None:
+        start, end = message.position, message.position + len(message.frames)
+        d, stop = self._holding(message, start, end)
+        problem = frames_problem(d, start, message.frames)
+        if problem is not None:
+            raise RequestError(ERR.GENERIC, f"sync repair refused: the given {problem}")
+        archive_dir = str(self.conductor.ctx.archive_dir)
+        if _frames_verify(archive_dir, d, start, end, stop):
+            raise RequestError(
+                ERR.GENERIC,
+                f"sync repair refused: this archive's frames in [{start}, {end}) of recording {d.recording_id} "
+                "verify (a conflict between two verifying copies is left to an operator)",
+            )
+        position = start
+        while position < end:
+            base = segment_base_position(d.start_position, position, d.term_length, d.segment_length)
+            piece_end = min(end, base + d.segment_length)
+            fd = os.open(os.path.join(archive_dir, segment_file_name(d.recording_id, base)), os.O_WRONLY)
+            try:
+                _pwrite_all(fd, memoryview(message.frames)[position - start : piece_end - start], position - base)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            position = piece_end
+        self._log.warning(
+            "sync.conflict_repaired", recording_id=d.recording_id, start=start, end=end, stream_id=d.stream_id
+        )
+        session.send_ok(message.correlation_id, end - start)

@@ -20,7 +20,7 @@ from structlog.testing import capture_logs
 from logbuf.archive import control_codec as cc
 from logbuf.archive.catalog import Catalog
 from logbuf.archive.checksum import payload_checksum
-from logbuf.archive.client import ArchiveClient, ArchiveClientContext
+from logbuf.archive.client import ArchiveClient, ArchiveClientContext, ArchiveRequestError
 from logbuf.archive.recording import RecordingDescriptor
 from logbuf.archive.segments import segment_base_position, segment_file_name
 from logbuf.archive.service import ArchiveService
@@ -186,13 +186,40 @@ def test_one_sync_round_fills_a_hole_on_one_side_and_a_missing_beginning_on_the_
             broken: leaves(broken + dh.HEADER_LENGTH),
             restamped: leaves(restamped + dh.SESSION_ID_FIELD_OFFSET, restamped + dh.HEADER_LENGTH),
         }
-        assert [(c.interval, c.peers, c.verdicts, c.winner) for c in found.conflicts] == [
-            (leaf[broken], ("a", "b"), (Verdict.VERIFIES, Verdict.FAILS), "a"),
-            (leaf[restamped], ("a", "b"), (Verdict.VERIFIES, Verdict.VERIFIES), None),
+        assert [(c.interval, c.peers, c.verdicts, c.winner, c.repaired) for c in found.conflicts] == [
+            (leaf[broken], ("a", "b"), (Verdict.VERIFIES, Verdict.FAILS), "a", True),
+            (leaf[restamped], ("a", "b"), (Verdict.VERIFIES, Verdict.VERIFIES), None, False),
         ]
         assert found.digest_rounds <= 6  # 1 MiB blocks -> 64 KiB -> 4 KiB, then the verdicts (one each side)
-        assert recorded_stream(service_b.ctx.archive_dir, 0, end) == before  # never silently overwritten
         assert [e["start"] for e in logs if e["event"] == "sync.conflict"] == [leaf[broken][0], leaf[restamped][0]]
+        after = recorded_stream(service_b.ctx.archive_dir, 0, end)
+        # The failing frame now holds A's bytes; the conflict between two verifying copies is left as it was.
+        assert after[broken : broken + 160] == bytes_a[broken : broken + 160] != before[broken : broken + 160]
+        assert (
+            after[restamped : restamped + 160]
+            == before[restamped : restamped + 160]
+            != bytes_a[restamped : restamped + 160]
+        )
+        assert [i for i in range(end) if after[i] != bytes_a[i]] == [
+            i for i in range(end) if before[i] != bytes_a[i] and not broken <= i < broken + 160
+        ]
+        again = sync_once(peers, digests=small)
+        assert [(c.interval, c.winner) for c in again.conflicts] == [(leaf[restamped], None)]  # stays reported
+        with pytest.raises(ArchiveRequestError, match="frames in .* verify"):  # the archive refuses by itself
+            b.sync_repair(
+                cc.SyncRepairRequest(
+                    0,
+                    0,
+                    own_b.session_id,
+                    STREAM,
+                    own_b.initial_term_id,
+                    own_b.term_length,
+                    restamped,
+                    LIVE,
+                    bytes_a[restamped : restamped + 160],
+                )
+            )
+        assert recorded_stream(service_b.ctx.archive_dir, 0, end) == after
 
 
 def test_a_replication_of_an_unknown_recording_fails_loudly_and_stop_replication_ends_a_live_copy(
