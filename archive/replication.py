@@ -457,6 +457,8 @@ class Replications:
         self._writers: dict[int, Any] = {}
         self._next_id = 1
         self._status_due_ms = 0
+        self._status_dirty = False
+        """A copy was assigned or ended: the status file is rewritten at once."""
         self._log = structlog.get_logger().bind(role="archive")
 
     def handlers(self) -> dict[type[Any], Callable[[Any, Any], None]]:
@@ -562,21 +564,23 @@ class Replications:
             if worker.done:
                 self._ended(replication_id, worker)
                 work += 1
-        if now_ms >= self._status_due_ms and (self.sessions or self._status_due_ms > 0):
+        if self._status_dirty or (self.sessions and now_ms >= self._status_due_ms):
             self._write_status(now_ms)
         return work
 
     def _write_status(self, now_ms: int) -> None:
-        """Copies in progress, for ``logbuf-archive list`` and ``logbuf-stat``; written while there are any
-        (and once more after the last ends)."""
+        """Copies in progress, for ``logbuf-archive list`` and ``logbuf-stat``: rewritten about once a second
+        while there are any, and at once when one is assigned or ends."""
         entries = [worker.describe() for worker in self.sessions.values()]
         try:
             write_replications(self.conductor.ctx.archive_dir, entries, now_ms)
         except OSError as e:
             self._log.warning("replication.status_not_written", error=str(e))
-        self._status_due_ms = now_ms + _STATUS_INTERVAL_MS if entries else 0
+        self._status_due_ms = now_ms + _STATUS_INTERVAL_MS
+        self._status_dirty = False
 
     def _assign(self, replication_id: int, worker: ReplicationSession) -> None:
+        self._status_dirty = True
         conductor = self.conductor
         catalog = conductor.catalog
         d, request = worker.descriptor, worker.request
@@ -658,6 +662,7 @@ class Replications:
         self._log.info("replication.assigned", replication_id=replication_id, dst_recording_id=dst, position=position)
 
     def _ended(self, replication_id: int, worker: ReplicationSession) -> None:
+        self._status_dirty = True
         worker.join()
         self.sessions.pop(replication_id, None)
         self._writers.pop(replication_id, None)

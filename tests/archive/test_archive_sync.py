@@ -13,6 +13,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from structlog.testing import capture_logs
@@ -29,6 +30,7 @@ from logbuf.archive.sync import DigestSettings, Peer, listing, sync_once
 from logbuf.archive.sync_digest import Verdict, merge
 from logbuf.archive.verify import verify_recording
 from logbuf.client import Aeron, Context
+from logbuf.client.stat import archive_counters
 from logbuf.logbuffer import data_header_descriptor as dh
 from tests.archive.service_kit import SequencedPublisher, await_, recorded_seqs, recorded_stream
 from tests.support.driver_process import DriverProcess, DriverSet
@@ -253,6 +255,22 @@ def test_a_replication_of_an_unknown_recording_fails_loudly_and_stop_replication
         publisher = SequencedPublisher(publication, length=LENGTH, rate=5_000).start()
         live = b.replicate(0, "aeron:ipc", src_control_stream_id=10)
         await_(lambda: b.list_recordings() and b.recording_position(0) > 50_000, TIMEOUT_S, "the live copy to advance")
+        # The copy in progress shows, with its source and how far behind it is, in logbuf-stat and in list.
+
+        def copies() -> list[dict[str, Any]]:
+            return list(archive_counters([service_b.ctx.archive_dir])[0]["replications"])
+
+        await_(lambda: [c["dst_recording_id"] for c in copies()] == [0], TIMEOUT_S, "the copy in the status file")
+        (copying,) = copies()
+        assert (copying["dst_recording_id"], copying["src_recording_id"]) == (0, 0) and copying["lag"] >= 0
+        assert copying["source_archive_id"] == a.archive_id() and copying["channel"] == LIVE
+        listed = subprocess.run(
+            [sys.executable, "-m", "logbuf.archive.main", "-d", service_b.ctx.archive_dir, "list"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert f"copy:{a.archive_id()}/0" in listed.stdout and " lag:" in listed.stdout, listed.stdout
         b.stop_replication(live)
         await_(lambda: ended(b, live), TIMEOUT_S, "the stopped replication to end")
         publisher.stop()
