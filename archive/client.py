@@ -631,13 +631,17 @@ class ArchiveClient:
         replication_channel: str = "",
         src_response_channel: str = "",
         src_auth_secret: bytes = b"",
+        live_destination: str = "",
     ) -> int:
         """Ask this archive (the destination) to copy ``src_recording_id`` from the archive on
         ``src_control_channel`` (Aeron's ReplicateRequest2); returns the replication id. ``stop_position`` -1
         copies to the source recording's end, following it while it records; ``dst_recording_id`` -1 makes a
         new copy, or extends this archive's copy of the same source recording if it has one. A remote source
         needs ``src_response_channel`` (this host's endpoint for its answers) and ``replication_channel``
-        (this host's endpoint for the replay). Progress arrives as recording signals (:attr:`signals`)."""
+        (this host's endpoint for the replay). With ``live_destination`` (a channel this archive can subscribe
+        to for the source's live stream) a followed copy merges onto the live stream once caught up: it copies
+        from the live image and drops the replay (a MERGE signal). Progress arrives as recording signals
+        (:attr:`signals`)."""
         sid = self.control_session_id
         return self._request(
             lambda c: cc.ReplicateRequest2(
@@ -652,7 +656,7 @@ class ArchiveClient:
                 file_io_max_length=cc.NULL_INT32,
                 replication_session_id=cc.NULL_INT32,
                 src_control_channel=src_control_channel,
-                live_destination="",
+                live_destination=live_destination,
                 replication_channel=replication_channel,
                 encoded_credentials=src_auth_secret,
                 src_response_channel=src_response_channel,

@@ -278,3 +278,51 @@ def test_a_replication_of_an_unknown_recording_fails_loudly_and_stop_replication
             copy = catalog.recording(0)
         assert not copy.active and copy.stop_position > 50_000
         assert verify_recording(service_b.ctx.archive_dir, copy).ok
+
+
+def test_a_followed_copy_merges_onto_the_live_stream_and_ends_with_it(driver: DriverProcess, tmp_path: Path) -> None:
+    def context(name: str, control_stream_id: int) -> ArchiveContext:
+        return ArchiveContext(
+            archive_dir=str(tmp_path / name),
+            driver_dir=driver.dir,
+            control_stream_id=control_stream_id,
+            checksum="crc32",
+        )
+
+    def signalled(client: ArchiveClient, replication_id: int, signal: cc.RecordingSignal) -> bool:
+        client.poll()
+        return any(s.subscription_id == replication_id and s.signal == signal for s in client.signals)
+
+    with (
+        Aeron.connect(Context(dir=driver.dir)) as aeron,
+        ArchiveService.launch(context("a", 10)) as service_a,
+        ArchiveService.launch(context("b", 11)) as service_b,
+        ArchiveClient.connect(ArchiveClientContext(aeron=aeron, control_stream_id=10)) as a,
+        ArchiveClient.connect(ArchiveClientContext(aeron=aeron, control_stream_id=11)) as b,
+        capture_logs() as logs,
+    ):
+        publication = aeron.add_exclusive_publication(LIVE, STREAM)
+        a.start_recording(LIVE, STREAM)
+        publisher = SequencedPublisher(publication, length=LENGTH, rate=5_000).start()
+        await_(lambda: publisher.sent > 2_000, TIMEOUT_S, "a history to copy")
+        copy = b.replicate(0, "aeron:ipc", src_control_stream_id=10, live_destination=LIVE)
+        await_(
+            lambda: signalled(b, copy, cc.RecordingSignal.MERGE), TIMEOUT_S, "the copy to merge onto the live stream"
+        )
+        merged_at = next(s.position for s in b.signals if s.signal == cc.RecordingSignal.MERGE)
+        await_(lambda: publisher.sent > 20_000, TIMEOUT_S, "the live stream to run on after the merge")
+        publisher.stop()
+        publication.close()  # the live stream ends: A's recording stops, and the merged copy ends with it
+        await_(lambda: signalled(b, copy, cc.RecordingSignal.REPLICATE_END), TIMEOUT_S, "the copy to end")
+        assert not b.errors, b.errors
+        with Catalog.open(service_a.ctx.archive_dir) as catalog:
+            original = catalog.recording(0)
+        with Catalog.open(service_b.ctx.archive_dir) as catalog:
+            copied = catalog.recording(0)
+        assert not original.active and (copied.start_position, copied.stop_position) == (0, original.stop_position)
+        assert 0 < merged_at < original.stop_position
+        bytes_a = recorded_stream(service_a.ctx.archive_dir, 0, original.stop_position)
+        assert recorded_stream(service_b.ctx.archive_dir, 0, original.stop_position) == bytes_a
+        assert recorded_seqs(bytes_a, LENGTH) == list(range(publisher.sent))
+        assert verify_recording(service_b.ctx.archive_dir, copied).ok
+        assert [e["event"] for e in logs if e["event"].startswith("replication.merged")] == ["replication.merged"]
