@@ -326,6 +326,7 @@ def _sync_summary(report: Any) -> dict[str, Any]:
             }
             for c in report.conflicts
         ],
+        "behind_bytes": report.behind_bytes,
         "compared_bytes": report.compared_bytes,
         "digest_rounds": report.digest_rounds,
         "exchanged_bytes": report.exchanged_bytes,

@@ -216,6 +216,8 @@ class SyncReport:
     """Bytes of SyncDigestRequest and SyncDigests messages on the wire, both ways, all pairs."""
     coverage_bytes: int = 0
     """Bytes of the listings (recording descriptors) that gave every side's coverage."""
+    behind_bytes: dict[str, int] = field(default_factory=dict)
+    """How far behind the union each peer was when the round planned its fetches (bytes it lacked)."""
 
     @property
     def exchanged_bytes(self) -> int:
@@ -419,6 +421,8 @@ def sync_once(
             if src is dst:
                 continue
             fetches, unfetchable = plan(listings[dst.name][0], listings[src.name][0], listings[dst.name][1])
+            lacking = sum(f.end - f.start for f in fetches) + sum(i[1] - i[0] for _, i in unfetchable)
+            report.behind_bytes[dst.name] = report.behind_bytes.get(dst.name, 0) + lacking
             report.unfetchable.extend((dst.name, key, interval) for key, interval in unfetchable)
             for fetch in fetches:
                 if bandwidth_bytes_per_s > 0:

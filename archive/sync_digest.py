@@ -162,9 +162,10 @@ def top_blocks(common: Sequence[Interval], block_length: int) -> list[Interval]:
     return blocks
 
 
-def children(block: Interval, fanout: int) -> list[Interval]:
+def children(block: Interval, fanout: int, min_length: int = 1) -> list[Interval]:
+    """``block`` cut into ``fanout`` equal parts, none shorter than ``min_length`` (the leaf length)."""
     start, end = block
-    step = max((end - start) // fanout, 1)
+    step = max((end - start) // fanout, min_length, 1)
     return [(lo, min(lo + step, end)) for lo in range(start, end, step)]
 
 
@@ -207,5 +208,5 @@ def reconcile(
             if block[1] - block[0] <= leaf_length:
                 conflicts.extend(clip(common, *block))
             else:
-                pending.extend(children(block, fanout))
+                pending.extend(children(block, fanout, leaf_length))
     return ReconcileResult(merge(conflicts), rounds, exchanged)

@@ -138,6 +138,7 @@ def test_one_sync_round_fills_a_hole_on_one_side_and_a_missing_beginning_on_the_
         beginning = 0, before_b[0][0]
         assert sorted((name, f.start, f.end) for name, f in report.fetched) == [("a", *hole), ("b", *beginning)]
         assert report.fetched_bytes == (hole[1] - hole[0]) + (beginning[1] - beginning[0])
+        assert report.behind_bytes == {"a": hole[1] - hole[0], "b": beginning[1] - beginning[0]}
         assert covered(a) == covered(b) == [(0, end)]
         a.stop_recording(LIVE, STREAM)
         b.stop_recording(LIVE, STREAM)
@@ -222,6 +223,20 @@ def test_one_sync_round_fills_a_hole_on_one_side_and_a_missing_beginning_on_the_
                 )
             )
         assert recorded_stream(service_b.ctx.archive_dir, 0, end) == after
+
+        cli = subprocess.run(
+            [sys.executable, "-m", "logbuf.archive.main", "sync", "--driver-dir", driver.dir]
+            + ["--peer", "aeron:ipc@10", "--peer", "aeron:ipc@11"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        summary = json.loads(cli.stdout.splitlines()[-1])
+        assert cli.returncode == 1, cli.stderr  # a conflict stays reported: the command says so
+        assert [(c["start"], c["winner"], c["repaired"]) for c in summary["conflicts"]] == [
+            (leaf[restamped][0], None, False)
+        ]
+        assert summary["fetched"] == [] and summary["behind_bytes"] == {"aeron:ipc@10": 0, "aeron:ipc@11": 0}
 
 
 def test_a_replication_of_an_unknown_recording_fails_loudly_and_stop_replication_ends_a_live_copy(

@@ -102,3 +102,17 @@ def test_a_digest_does_not_depend_on_how_the_bytes_are_read() -> None:
         return data[s:e]
 
     assert digest_range(read, cover, 0, 3 << 20) == whole and max(calls) <= 1 << 20
+
+
+def test_a_1_gib_block_descends_to_4_kib_leaves_in_6_rounds() -> None:
+    """1 GiB -> 64 MiB -> 4 MiB -> 256 KiB -> 16 KiB -> 4 KiB (the last cut is 4, not 16: no leaf is
+    shorter than the leaf length); 16 digests per differing block."""
+    changed = 700_000_123
+
+    def side(differs: bool) -> Callable[[list[Interval]], list[bytes]]:
+        return lambda blocks: [bytes([differs and s <= changed < e]) for s, e in blocks]
+
+    result = reconcile(side(False), side(True), [(0, 1 << 30)], block_length=1 << 30, fanout=16, leaf_length=4096)
+    leaf = changed - changed % 4096
+    assert result.conflicts == [(leaf, leaf + 4096)]
+    assert result.rounds == 6 and result.digests_exchanged == 2 * (1 + 16 * 4 + 4)
