@@ -31,7 +31,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import structlog
 
@@ -64,6 +64,9 @@ DEFAULT_RESPONSE_STREAM_ID = 20
 def replay_image_session_id(replay_session_id: int) -> int:
     """The replay image's session id: the low 32 bits of the replay session id, as a signed int32."""
     return ((replay_session_id & 0xFFFFFFFF) ^ 0x80000000) - 0x80000000
+
+
+_Answer = TypeVar("_Answer", cc.SyncDigests, cc.SyncFrames)
 
 
 class ArchiveError(LogbufError):
@@ -664,42 +667,33 @@ class ArchiveClient:
             f"replicate recording {src_recording_id} from {src_control_channel}",
         )
 
-    def sync_digests(self, request: cc.SyncDigestRequest) -> cc.SyncDigests:
-        """Send a sync digest request (its session and correlation ids are this client's) and await the
-        archive's digests of its blocks (a logbuf extension: :mod:`logbuf.archive.sync` drives the rounds)."""
+    def _ask(self, request: Any, answer: type[_Answer], what: str) -> _Answer:
+        """Send ``request`` (its session and correlation ids are this client's) and await its ``answer``
+        message, or raise the archive's error."""
         self._check_session()
         correlation_id = self._next_correlation_id()
         self._send(
             dataclasses.replace(request, control_session_id=self.control_session_id, correlation_id=correlation_id)
         )
         response = self._await_message(
-            lambda m: isinstance(m, (cc.SyncDigests, cc.ControlResponse)) and m.correlation_id == correlation_id,
-            f"the archive did not answer a sync digest request within {self.ctx.message_timeout_ms} ms",
+            lambda m: isinstance(m, (answer, cc.ControlResponse)) and m.correlation_id == correlation_id,
+            f"the archive did not answer {what} within {self.ctx.message_timeout_ms} ms",
         )
-        self._raise_if_error(response, "sync digests")
-        if not isinstance(response, cc.SyncDigests):
+        self._raise_if_error(response, what)
+        if not isinstance(response, answer):
             raise ArchiveRequestError(
-                f"archive sync digests: unexpected {response.code.name}", cc.ArchiveErrorCode.GENERIC, correlation_id
+                f"archive {what}: unexpected {response.code.name}", cc.ArchiveErrorCode.GENERIC, correlation_id
             )
         return response
 
+    def sync_digests(self, request: cc.SyncDigestRequest) -> cc.SyncDigests:
+        """The archive's digests of a history's blocks (a logbuf extension: :mod:`logbuf.archive.sync` drives
+        the rounds)."""
+        return self._ask(request, cc.SyncDigests, "a sync digest request")
+
     def sync_frames(self, request: cc.SyncFramesRequest) -> cc.SyncFrames:
         """The archive's frames of a history that overlap a range, as stored (a logbuf extension)."""
-        self._check_session()
-        correlation_id = self._next_correlation_id()
-        self._send(
-            dataclasses.replace(request, control_session_id=self.control_session_id, correlation_id=correlation_id)
-        )
-        response = self._await_message(
-            lambda m: isinstance(m, (cc.SyncFrames, cc.ControlResponse)) and m.correlation_id == correlation_id,
-            f"the archive did not answer a sync frames request within {self.ctx.message_timeout_ms} ms",
-        )
-        self._raise_if_error(response, "sync frames")
-        if not isinstance(response, cc.SyncFrames):
-            raise ArchiveRequestError(
-                f"archive sync frames: unexpected {response.code.name}", cc.ArchiveErrorCode.GENERIC, correlation_id
-            )
-        return response
+        return self._ask(request, cc.SyncFrames, "a sync frames request")
 
     def sync_repair(self, request: cc.SyncRepairRequest) -> int:
         """Ask the archive to replace its failing frames with verifying ones; returns the bytes written."""

@@ -31,6 +31,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import structlog
 
@@ -225,18 +226,25 @@ class SyncReport:
         return self.coverage_bytes + self.digest_bytes
 
 
+def _history_fields(key: HistoryKey) -> dict[str, Any]:
+    """The fields that name a stream history in the sync messages (ids are filled in by the client)."""
+    return {
+        "control_session_id": 0,
+        "correlation_id": 0,
+        "session_id": key.session_id,
+        "stream_id": key.stream_id,
+        "initial_term_id": key.initial_term_id,
+        "term_buffer_length": key.term_length,
+        "channel": key.channel,
+    }
+
+
 def _digest_request(
     key: HistoryKey, common: Sequence[Interval], blocks: Sequence[Interval], verify: bool
 ) -> cc.SyncDigestRequest:
     return cc.SyncDigestRequest(
-        control_session_id=0,
-        correlation_id=0,
-        session_id=key.session_id,
-        stream_id=key.stream_id,
-        initial_term_id=key.initial_term_id,
-        term_buffer_length=key.term_length,
+        **_history_fields(key),
         verify=cc.BooleanType.TRUE if verify else cc.BooleanType.FALSE,
-        channel=key.channel,
         common=pack_intervals(common),
         blocks=pack_intervals(blocks),
     )
@@ -312,29 +320,9 @@ def _repair(winner: Peer, loser: Peer, key: HistoryKey, interval: Interval, leaf
     """Copy the winner's frames over the loser's, one leaf at a time; returns the bytes on the wire."""
     wire = 0
     for start in range(interval[0], interval[1], leaf_length):
-        ask = cc.SyncFramesRequest(
-            control_session_id=0,
-            correlation_id=0,
-            session_id=key.session_id,
-            stream_id=key.stream_id,
-            initial_term_id=key.initial_term_id,
-            term_buffer_length=key.term_length,
-            start=start,
-            end=min(interval[1], start + leaf_length),
-            channel=key.channel,
-        )
+        ask = cc.SyncFramesRequest(**_history_fields(key), start=start, end=min(interval[1], start + leaf_length))
         frames = winner.client.sync_frames(ask)
-        write = cc.SyncRepairRequest(
-            control_session_id=0,
-            correlation_id=0,
-            session_id=key.session_id,
-            stream_id=key.stream_id,
-            initial_term_id=key.initial_term_id,
-            term_buffer_length=key.term_length,
-            position=frames.position,
-            channel=key.channel,
-            frames=frames.frames,
-        )
+        write = cc.SyncRepairRequest(**_history_fields(key), position=frames.position, frames=frames.frames)
         loser.client.sync_repair(write)
         wire += len(cc.encode(ask)) + len(cc.encode(frames)) + len(cc.encode(write))
     return wire

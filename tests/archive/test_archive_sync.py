@@ -63,6 +63,19 @@ def flip_payload_byte(archive_dir: str, d: RecordingDescriptor, position: int, *
         f.write(frame)
 
 
+def archive_context(
+    driver: DriverProcess, archive_dir: Path, control_stream_id: int, **settings: int
+) -> ArchiveContext:
+    """An archive service on the test's driver, with per-frame CRCs."""
+    return ArchiveContext(
+        archive_dir=str(archive_dir),
+        driver_dir=driver.dir,
+        control_stream_id=control_stream_id,
+        checksum="crc32",
+        **settings,
+    )
+
+
 @pytest.fixture
 def driver(request: pytest.FixtureRequest) -> Iterator[DriverProcess]:
     with DriverSet(request) as drivers:
@@ -73,13 +86,7 @@ def test_one_sync_round_fills_a_hole_on_one_side_and_a_missing_beginning_on_the_
     driver: DriverProcess, tmp_path: Path
 ) -> None:
     def context(name: str, control_stream_id: int) -> ArchiveContext:
-        return ArchiveContext(
-            archive_dir=str(tmp_path / name),
-            driver_dir=driver.dir,
-            control_stream_id=control_stream_id,
-            segment_length=1 << 20,
-            checksum="crc32",
-        )
+        return archive_context(driver, tmp_path / name, control_stream_id, segment_length=1 << 20)
 
     with (
         Aeron.connect(Context(dir=driver.dir)) as aeron,
@@ -297,12 +304,7 @@ def test_a_replication_of_an_unknown_recording_fails_loudly_and_stop_replication
 
 def test_a_followed_copy_merges_onto_the_live_stream_and_ends_with_it(driver: DriverProcess, tmp_path: Path) -> None:
     def context(name: str, control_stream_id: int) -> ArchiveContext:
-        return ArchiveContext(
-            archive_dir=str(tmp_path / name),
-            driver_dir=driver.dir,
-            control_stream_id=control_stream_id,
-            checksum="crc32",
-        )
+        return archive_context(driver, tmp_path / name, control_stream_id)
 
     def signalled(client: ArchiveClient, replication_id: int, signal: cc.RecordingSignal) -> bool:
         client.poll()

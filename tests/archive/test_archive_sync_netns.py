@@ -26,7 +26,14 @@ from logbuf.archive.sync import Peer, SyncReport, sync_forever
 from logbuf.archive.sync_digest import merge
 from logbuf.archive.verify import verify_recording
 from logbuf.client import Aeron, Context
-from tests.archive.service_kit import SequencedPublisher, ServeProcess, await_, recorded_seqs, recorded_stream
+from tests.archive.service_kit import (
+    NETNS_DRIVER_ARGS,
+    SequencedPublisher,
+    ServeProcess,
+    await_,
+    recorded_seqs,
+    recorded_stream,
+)
 from tests.support.driver_process import DriverSet
 from tests.support.netns import SUBNET, NetnsDriverProcess, NetnsNetwork, make_network
 
@@ -39,11 +46,6 @@ LIVE = f"aeron:udp?endpoint=224.0.1.27:40740|interface={SUBNET}.0/24"
 LIVE_STREAM = 1001
 LENGTH = 200
 TIMEOUT_S = 30
-DRIVER_ARGS = [
-    *("--dir-delete-on-shutdown", "false", "--driver-timeout", "5s", "--client-liveness-timeout", "5s"),
-    *("--image-liveness-timeout", "2s", "--publication-connection-timeout", "2s", "--term-length", "1m"),
-    *("--publication-linger-timeout", "1s"),
-]
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +76,7 @@ def test_three_archives_converge_after_a_link_cut_and_a_killed_recorder(
     common = ["--segment-length", str(1 << 20), "--checksum", "crc32", "--allowed-clients", f"{SUBNET}.0/24"]
     with DriverSet(request) as drivers:
         driver_dirs = [
-            drivers.start(NetnsDriverProcess(args=list(DRIVER_ARGS), namespace=net.host(i))).dir for i in range(3)
+            drivers.start(NetnsDriverProcess(args=list(NETNS_DRIVER_ARGS), namespace=net.host(i))).dir for i in range(3)
         ]
         serves = [
             ServeProcess(
