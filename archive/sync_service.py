@@ -3,19 +3,22 @@
 A ``SyncDigestRequest`` names one stream history (the publication: session, stream, initial term id, term
 length, channel), the common coverage both archives hold, and the blocks to digest. The service finds its
 recordings of that history in the catalog (an active one up to its recorded position), checks that it holds
-all of ``common``, and answers one ``SyncDigests`` with the :func:`archive.sync_digest.digest_range` of each
+all of ``common``, and answers one ``SyncDigests`` (worked out on a digest thread: reading and hashing a 1 GiB
+block takes seconds, and the conductor records meanwhile) with the :func:`archive.sync_digest.digest_range` of each
 block, and, when asked, a :class:`archive.sync_digest.Verdict` per block (do the frames that overlap the
 block verify?). Which blocks to ask for next is the asker's business (:func:`archive.sync.compare`).
 
 Bounds: at most :data:`MAX_SYNC_BLOCKS` blocks per request and :data:`MAX_SYNC_COMMON` common intervals (a
 request that asks more is refused, naming the limit); the answer is 17 bytes per block, so a request never
-amplifies (a block costs 16 bytes to ask for). Digesting reads the bytes once, on the conductor's thread.
+amplifies (a block costs 16 bytes to ask for); at most :data:`MAX_SYNC_JOBS` requests are worked on at once.
 """
 
 from __future__ import annotations
 
 import os
+from collections import deque
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Final
 
 import structlog
@@ -34,6 +37,7 @@ __all__ = [
     "MAX_SYNC_BLOCKS",
     "MAX_SYNC_COMMON",
     "MAX_SYNC_FRAMES_LENGTH",
+    "MAX_SYNC_JOBS",
     "SyncDigestService",
     "frames_problem",
     "history_reader",
@@ -44,6 +48,8 @@ MAX_SYNC_BLOCKS: Final = 4096
 """Blocks per SyncDigestRequest (64 KiB of digests in the answer)."""
 MAX_SYNC_COMMON: Final = 4096
 """Common-coverage intervals per SyncDigestRequest."""
+MAX_SYNC_JOBS: Final = 8
+"""Digest requests being worked on at once (more are refused, to be asked again)."""
 MAX_SYNC_FRAMES_LENGTH: Final = 1 << 20
 """Bytes of frames per SyncFramesRequest or SyncRepairRequest."""
 
@@ -59,7 +65,10 @@ def history_reader(
         out = bytearray()
         position = start
         while position < end:
-            d, stop = next((d, stop) for d, stop in recordings if d.start_position <= position < stop)
+            found = next(((d, stop) for d, stop in recordings if d.start_position <= position < stop), None)
+            if found is None:
+                raise RequestError(ERR.GENERIC, f"no recording here holds position {position} any more")
+            d, stop = found
             reader = readers.get(d.recording_id)
             if reader is None:
                 reader = SegmentReader(archive_dir, d.recording_id, d.start_position, d.term_length, d.segment_length)
@@ -142,6 +151,23 @@ def frames_problem(d: RecordingDescriptor, position: int, frames: bytes) -> str 
     return None
 
 
+def _digest_job(
+    archive_dir: str,
+    recordings: list[tuple[RecordingDescriptor, int]],
+    common: list[Interval],
+    blocks: list[Interval],
+    verify: bool,
+) -> tuple[bytes, bytes]:
+    """The digests (and verdicts) of ``blocks``: run on the digest thread (hashing and reading release the GIL)."""
+    read, close = history_reader(archive_dir, recordings)
+    try:
+        digests = b"".join(digest_range(read, common, start, end) for start, end in blocks)
+        verdicts = bytes(verdict_of(archive_dir, recordings, clip(common, *b)) for b in blocks) if verify else b""
+    finally:
+        close()
+    return digests, verdicts
+
+
 class SyncDigestService:
     """A conductor extension (:meth:`archive.archive_conductor.ArchiveConductor.add_extension`)."""
 
@@ -149,6 +175,9 @@ class SyncDigestService:
         self.conductor = conductor
         self.digests_sent = 0
         self._log = structlog.get_logger().bind(role="archive")
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="logbuf-sync-digests")
+        self._jobs: deque[tuple[Any, int, int, Future[tuple[bytes, bytes]]]] = deque()
+        """(session, correlation id, block count, digests being worked out), in request order."""
 
     def handlers(self) -> dict[type[Any], Callable[[Any, Any], None]]:
         return {
@@ -158,10 +187,37 @@ class SyncDigestService:
         }
 
     def do_work(self) -> int:
-        return 0
+        """Answer the digest requests whose digests are done (they are worked out on a thread of their own,
+        reading only recorded bytes, so recording goes on meanwhile)."""
+        work = 0
+        while self._jobs and self._jobs[0][3].done():
+            session, correlation_id, count, job = self._jobs.popleft()
+            work += 1
+            if session.is_done:
+                continue
+            try:
+                digests, verdicts = job.result()
+            except RequestError as e:
+                session.send_error(correlation_id, e.code, str(e))
+                continue
+            except Exception as e:  # a file truncated or purged meanwhile, ...: the asker is told, the service goes on
+                session.send_error(correlation_id, ERR.GENERIC, f"sync digests failed: {type(e).__name__}: {e}")
+                continue
+            self.digests_sent += count
+            session.send(
+                cc.SyncDigests(
+                    control_session_id=session.control_session_id,
+                    correlation_id=correlation_id,
+                    block_count=count,
+                    digests=digests,
+                    verdicts=verdicts,
+                )
+            )
+        return work
 
     def close(self) -> None:
-        pass
+        self._executor.shutdown(wait=True, cancel_futures=True)
+        self._jobs.clear()
 
     def history(
         self, m: cc.SyncDigestRequest | cc.SyncFramesRequest | cc.SyncRepairRequest
@@ -201,25 +257,13 @@ class SyncDigestService:
                 f"this archive does not hold [{lacking[0][0]}, {lacking[0][1]}) of stream {message.stream_id} "
                 f"session {message.session_id} (the common coverage asked for)",
             )
-        archive_dir = str(self.conductor.ctx.archive_dir)
-        read, close = history_reader(archive_dir, recordings)
-        try:
-            digests = b"".join(digest_range(read, common, start, end) for start, end in blocks)
-            verdicts = b""
-            if message.verify == cc.BooleanType.TRUE:
-                verdicts = bytes(verdict_of(archive_dir, recordings, clip(common, *block)) for block in blocks)
-        finally:
-            close()
-        self.digests_sent += len(blocks)
-        session.send(
-            cc.SyncDigests(
-                control_session_id=session.control_session_id,
-                correlation_id=message.correlation_id,
-                block_count=len(blocks),
-                digests=digests,
-                verdicts=verdicts,
-            )
+        if len(self._jobs) >= MAX_SYNC_JOBS:
+            raise RequestError(ERR.GENERIC, f"{MAX_SYNC_JOBS} sync digest requests are being worked on: try again")
+        verify = message.verify == cc.BooleanType.TRUE
+        job = self._executor.submit(
+            _digest_job, str(self.conductor.ctx.archive_dir), recordings, common, blocks, verify
         )
+        self._jobs.append((session, message.correlation_id, len(blocks), job))
 
     def _holding(
         self, message: cc.SyncFramesRequest | cc.SyncRepairRequest, start: int, end: int
