@@ -38,6 +38,7 @@ import structlog
 from logbuf.archive import control_codec as cc
 from logbuf.archive.client import ArchiveClient, ArchiveError
 from logbuf.archive.sync_digest import (
+    DIGEST_LENGTH,
     Interval,
     ReconcileResult,
     Verdict,
@@ -265,10 +266,13 @@ class _DigestAsker:
             response = self.peer.client.sync_digests(request)
             self.wire_bytes += len(cc.encode(request)) + len(cc.encode(response))
             got = response.digests
-            length = len(got) // max(response.block_count, 1)
-            digests.extend(got[j : j + length] for j in range(0, len(got), length))
+            digests.extend(got[j : j + DIGEST_LENGTH] for j in range(0, len(got), DIGEST_LENGTH))
             verdicts += response.verdicts
-        if len(digests) != len(blocks) or (verify and len(verdicts) != len(blocks)):
+        if (
+            any(len(x) != DIGEST_LENGTH for x in digests)
+            or len(digests) != len(blocks)
+            or (verify and len(verdicts) != len(blocks))
+        ):
             raise ValueError(f"peer {self.peer.name} answered {len(digests)} digests for {len(blocks)} blocks")
         return digests, verdicts
 
