@@ -76,7 +76,7 @@ _INT32 = struct.Struct("<i")
 _IDS = struct.Struct("<ii")
 
 
-class _LiveGap(Exception):
+class _LiveGap(LogbufError):
     """The live image went past the copy's position (it lost data the copy needs): back to a replay."""
 
 
