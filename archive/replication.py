@@ -99,6 +99,8 @@ class ReplicaSource:
     src_response_channel: str = ""
     replication_channel: str = ""
     stop_position: int = -1
+    live_destination: str = ""
+    """Where the copy merges onto the live stream once caught up (empty: it follows by replay)."""
     complete: bool = True
     """False while the copy is in progress: a restarted service resumes it (without credentials)."""
 
@@ -582,7 +584,7 @@ class Replications:
                 file_io_max_length=cc.NULL_INT32,
                 replication_session_id=cc.NULL_INT32,
                 src_control_channel=source.source_control_channel,
-                live_destination="",
+                live_destination=source.live_destination,
                 replication_channel=source.replication_channel,
                 encoded_credentials=b"",
                 src_response_channel=source.src_response_channel,
@@ -718,6 +720,7 @@ class Replications:
                         src_response_channel=request.src_response_channel,
                         replication_channel=request.replication_channel,
                         stop_position=request.stop_position,
+                        live_destination=request.live_destination,
                         complete=False,
                     ),
                     catalog.file_mode,
