@@ -326,9 +326,3 @@ def check_stream_id(stream_id: int) -> int:
     if isinstance(stream_id, bool) or not isinstance(stream_id, int):
         raise InvalidChannelError(f"stream_id={stream_id!r} is not an integer")
     return check_int_range("stream_id", stream_id)
-
-
-def check_channel_supported(uri: ChannelUri, supported_media: set[str]) -> None:
-    """Raise InvalidChannelError if this driver does not support the channel's media yet."""
-    if uri.media not in supported_media:
-        raise InvalidChannelError(f"channel media {uri.media!r} is not supported yet by this driver: {uri}")
