@@ -39,6 +39,7 @@ import structlog
 from prometheus_client.core import Metric
 
 from logbuf.client import Subscription
+from logbuf.durations import parse_duration_ns
 from logbuf.errors import LogbufError
 from logbuf.jetstream import BUNDLED_ZSTD_DICTIONARY
 from logbuf.jetstream.backfill import (
@@ -86,19 +87,13 @@ DEFAULT_DRIVER_TIMEOUT_S = 10.0
 
 
 def _duration_s(text: str) -> float:
-    """``90``, ``90s``, ``15m``, ``24h``, ``1.5d`` -> seconds."""
-    t = text.strip().lower()
-    for suffix, mult in (("ms", 0.001), ("s", 1.0), ("m", 60.0), ("h", 3600.0), ("d", 86400.0)):
-        if t.endswith(suffix):
-            t, m = t[: -len(suffix)], mult
-            break
-    else:
-        m = 1.0
+    """Durations in :mod:`logbuf.durations`' grammar (``90s``, ``15m``, ``24h``, ``1.5d``; a bare number is
+    seconds) -> seconds."""
     try:
-        value = float(t) * m
+        value = parse_duration_ns(text.strip().removeprefix("-"), bare_unit="s") / 1e9
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a duration (e.g. 90s, 15m, 24h)") from None
-    if not value > 0 or value == float("inf"):
+    if not value > 0 or text.strip().startswith("-"):
         raise argparse.ArgumentTypeError(f"{text!r} must be a positive duration")
     return value
 
