@@ -3,25 +3,18 @@ registry, and never an exception out of a poll (the filter calls it from inside 
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from logbuf.client.topics import TopicDirectory
 from logbuf.conduit.topic_registry import TopicRegistry
 from logbuf.topic_names import topic_id
-from tests.support.driver_process import unique_dir
 
 
 @pytest.fixture
-def directory() -> Iterator[str]:
-    path = unique_dir()
-    os.makedirs(path, mode=0o700)
-    yield path
-    for name in os.listdir(path):
-        os.unlink(os.path.join(path, name))
-    os.rmdir(path)
+def directory(tmp_path: Path) -> str:
+    return str(tmp_path)
 
 
 def test_a_learnt_name_is_shared_through_the_registry_and_bad_definitions_are_counted(directory: str) -> None:
