@@ -94,8 +94,8 @@ __all__ = [
     "IngestStats",
     "OriginClock",
     "PublicationClosedError",
-    "TopicTee",
     "Sequencer",
+    "TopicTee",
     "UpstreamSource",
     "check_rate",
     "check_upstream_url",
@@ -143,9 +143,6 @@ class TopicPublisher(Protocol):
     """What the topic tee needs from a topic publication (``client.topics.TopicPublication`` has it)."""
 
     def offer(self, topic: str, payload: bytes) -> int: ...
-
-    @property
-    def topic_count(self) -> int: ...
 
 
 def wall_clock_us() -> int:
