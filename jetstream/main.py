@@ -306,6 +306,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="stream id of the event stream (default: %(default)s)",
     )
     st.add_argument(
+        "--topics-stream-id",
+        type=_stream_id,
+        default=None,
+        metavar="STREAM_ID",
+        help="also publish each event on this stream of --channel with its collection (e.g. app.bsky.feed.post; "
+        "identity, account) as the topic, for topic subscribers (wildcards: app.bsky.feed.*, app.bsky.>); "
+        "copies are dropped and counted while no topic subscriber exists (default: off)",
+    )
+    st.add_argument(
         "--driver",
         choices=("auto", "embedded", "external"),
         default="auto",
@@ -520,7 +529,13 @@ def _shutdown(run: _Running, log: Any) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.topics_stream_id is not None and args.topics_stream_id == args.stream_id:
+        parser.error(
+            f"--topics-stream-id {args.topics_stream_id} must differ from --stream-id (a topic stream's "
+            "reserved value is the topic id, the event stream's is time_us)"
+        )
     configure_logging(args.log_level)
     log = structlog.get_logger().bind(role="jetstream")
     if args.record is not None and not os.path.isabs(args.record):
@@ -571,6 +586,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 publish=publishing,
                 subscribe=serving,
                 holder=holder,
+                topics_stream_id=args.topics_stream_id,
             ),
             make_source=(lambda floor: _make_source(args, floor)) if publishing else None,
             floor_us=floor_us,
