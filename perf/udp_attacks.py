@@ -37,11 +37,11 @@ from logbuf.client import Aeron, Context, FragmentAssembler, OfferResult
 from logbuf.conduit.cnc import CncFile
 from logbuf.logbuffer import data_header_descriptor as dh
 from logbuf.protocol import DataFrame, HeartbeatFrame, SetupFrame, StatusMessageFrame
+from logbuf.testing.driver_process import DriverProcess
 from tests.driver.test_client_limits import free_ports
 from tests.driver.test_local_hardening import rss_bytes
 from tests.driver.test_nak_amplification import flood, naks_at_term_start, stepped_naks_at, system_counters
 from tests.driver.test_udp import BASE_ARGS, await_, counters, free_port, message, stream
-from tests.support.driver_process import DriverProcess
 
 WATCHED = ("Errors", "Invalid packets", "Spoofed frames dropped", "Images rejected", "Active images")
 

@@ -10,7 +10,7 @@ import pytest
 
 from logbuf.client import Aeron, Context, RegistrationError
 from logbuf.conduit.cnc import CncFile, is_driver_active
-from tests.support.driver_process import DriverProcess, DriverSet
+from logbuf.testing.driver_process import DriverProcess, DriverSet
 
 
 def provoke_an_invalid_channel_error(driver: DriverProcess) -> None:

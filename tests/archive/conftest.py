@@ -17,7 +17,7 @@ import pytest
 
 from logbuf.client import Publication
 from logbuf.logbuffer.publication import OfferResult
-from tests.support.driver_process import DriverProcess, DriverSet
+from logbuf.testing.driver_process import DriverProcess, DriverSet
 
 # Credentials for the S3 API server the tests start (moto accepts any), set before any Spark JVM starts so
 # that its Python workers inherit them; no request ever leaves 127.0.0.1.

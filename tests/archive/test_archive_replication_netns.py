@@ -24,9 +24,9 @@ from logbuf.archive.client import ArchiveClient, ArchiveClientContext
 from logbuf.archive.replication import read_source
 from logbuf.archive.verify import verify_recording
 from logbuf.client import Aeron, Context
+from logbuf.testing.driver_process import DriverSet
+from logbuf.testing.netns import SUBNET, NetnsDriverProcess, NetnsNetwork, make_network
 from tests.archive.service_kit import SequencedPublisher, ServeProcess, await_, recorded_seqs, recorded_stream
-from tests.support.driver_process import DriverSet
-from tests.support.netns import SUBNET, NetnsDriverProcess, NetnsNetwork, make_network
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("CI") != "true" and os.geteuid() != 0, reason="network namespaces need root (run in CI)"

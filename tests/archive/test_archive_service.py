@@ -34,9 +34,9 @@ from logbuf.client import Aeron, Context, Subscription
 from logbuf.conduit import counters_descriptor as cd
 from logbuf.conduit.archive_counters import read_counters
 from logbuf.conduit.counters import CountersReader
+from logbuf.testing.driver_process import DriverProcess
 from tests.archive.conftest import archive_cli, publish
 from tests.archive.service_kit import Received, SequencedPublisher, ServeProcess, await_, sequenced
-from tests.support.driver_process import DriverProcess
 
 TIMEOUT_S = 30
 _streams = iter(range(4000, 5000))

@@ -1,4 +1,4 @@
-"""The archive service across hosts: two network namespaces (:mod:`tests.support.netns`), a driver on each.
+"""The archive service across hosts: two network namespaces (:mod:`logbuf.testing.netns`), a driver on each.
 
 Host A (10.13.0.1) runs a driver, a publisher sending to host B and the archive service recording that
 publication (a spy of it: the bytes A sends), with its control channel on UDP. Host B (10.13.0.2) lists A's
@@ -25,10 +25,10 @@ from logbuf.archive.replay_merge import ReplayMerge
 from logbuf.archive.service import ArchiveService
 from logbuf.archive.service_context import ArchiveContext
 from logbuf.client import Aeron, Context
+from logbuf.testing.driver_process import DriverProcess, DriverSet
+from logbuf.testing.netns import NetnsDriverProcess, NetnsNetwork, make_network
 from tests.archive.conftest import archive_cli
 from tests.archive.service_kit import Received, SequencedPublisher, await_
-from tests.support.driver_process import DriverProcess, DriverSet
-from tests.support.netns import NetnsDriverProcess, NetnsNetwork, make_network
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("CI") != "true" and os.geteuid() != 0, reason="network namespaces need root (run in CI)"

@@ -16,9 +16,9 @@ from logbuf.archive.client import ArchiveClient, ArchiveClientContext, ArchiveRe
 from logbuf.archive.service import ArchiveService
 from logbuf.archive.service_context import ArchiveContext
 from logbuf.client import Aeron, Context
+from logbuf.testing.driver_process import DriverProcess
 from tests.archive.conftest import free_port
 from tests.archive.service_kit import await_, sequenced
-from tests.support.driver_process import DriverProcess
 
 SESSION_TIMEOUT_MS = 600
 CONNECT_TIMEOUT_MS = 400

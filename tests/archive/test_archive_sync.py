@@ -25,8 +25,8 @@ from logbuf.archive.sync import Peer, listing, sync_once
 from logbuf.archive.sync_digest import merge
 from logbuf.archive.verify import verify_recording
 from logbuf.client import Aeron, Context
+from logbuf.testing.driver_process import DriverProcess, DriverSet
 from tests.archive.service_kit import SequencedPublisher, await_, recorded_seqs, recorded_stream
-from tests.support.driver_process import DriverProcess, DriverSet
 
 LIVE, STREAM, LENGTH, TIMEOUT_S = "aeron:ipc", 1001, 100, 30
 

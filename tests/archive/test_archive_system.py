@@ -22,8 +22,8 @@ from logbuf.archive.segments import segment_base_position, segment_file_name, se
 from logbuf.archive.verify import verify_recording
 from logbuf.client import Aeron, Context, FragmentAssembler
 from logbuf.logbuffer import data_header_descriptor as dh
+from logbuf.testing.driver_process import DriverProcess, DriverSet
 from tests.archive.conftest import ARCHIVE_DRIVER_ARGS, RecorderProcess, await_, publish
-from tests.support.driver_process import DriverProcess, DriverSet
 
 pytestmark = pytest.mark.slow
 STREAM = 10

@@ -18,8 +18,8 @@ import pytest
 from logbuf.archive import catalog_descriptor as cat
 from logbuf.archive.catalog import Catalog, CatalogError
 from logbuf.client import Aeron, Context
+from logbuf.testing.driver_process import DriverProcess
 from tests.archive.conftest import RecorderProcess, await_, publish
-from tests.support.driver_process import DriverProcess
 
 STREAM = 16
 

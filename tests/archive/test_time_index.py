@@ -14,9 +14,9 @@ from logbuf.archive.catalog import Catalog
 from logbuf.archive.segments import segment_files
 from logbuf.archive.spark_frames import TIMESTAMP_UNITS_US
 from logbuf.client import Aeron, Context
+from logbuf.testing.driver_process import DriverProcess
 from tests.archive.conftest import RecorderProcess, archive_cli, await_, publish
 from tests.archive.test_spark.synthetic import SyntheticRecording, build_archive, recording
-from tests.support.driver_process import DriverProcess
 from tests.test_protocol_spec import tables
 
 US = TIMESTAMP_UNITS_US["us"]

@@ -8,55 +8,16 @@ into the CnC ring and reads the same responses from the broadcast buffer, one st
 
 from __future__ import annotations
 
-from typing import Any
-
 from logbuf.conduit import command_descriptor as cmd
 from logbuf.conduit import counters_descriptor as cd
 from logbuf.conduit.broadcast import CopyBroadcastReceiver
 from logbuf.conduit.cnc import CncFile
 from logbuf.conduit.ring_buffer import ManyToOneRingBuffer
-from logbuf.driver.conductor import DriverConductor
-from logbuf.driver.context import DriverContext
-from logbuf.driver.media_driver import MediaDriver
-from logbuf.driver.system_counters import SystemCounterId
 from logbuf.logbuffer.image import Image
 from logbuf.logbuffer.log_buffer import LogBuffers
 from logbuf.logbuffer.publication import Publication
-from tests.support.clock import FakeClock
 
 SMALL_TERM = 64 * 1024
-
-
-class SteppedDriver:
-    """A :class:`MediaDriver` whose agents (conductor, sender, receiver) the test steps with :meth:`do_work`;
-    its clocks are ``clock``'s and its UDP transports come from ``udp_transport`` when given."""
-
-    def __init__(self, directory: str, clock: FakeClock, **settings: Any) -> None:
-        settings.setdefault("ipc_term_length", SMALL_TERM)
-        settings.setdefault("term_length", SMALL_TERM)
-        ctx = DriverContext(dir=directory, clock_ns=clock.now_ns, epoch_clock_ms=clock.epoch_ms, **settings)
-        self.driver = MediaDriver.launch(ctx)
-        self.driver.agents.on_start()
-        self.expected_errors: list[str] = []
-        """Parts of error-log entries a test expects (the others fail it)."""
-        self._closed = False
-
-    @property
-    def conductor(self) -> DriverConductor:
-        return self.driver.conductor
-
-    def do_work(self) -> int:
-        """One duty cycle of all three agents."""
-        return self.driver.agents.do_work()
-
-    def counter(self, counter_id: SystemCounterId) -> int:
-        return self.driver.system_counters.get(counter_id)
-
-    def close(self) -> None:
-        if not self._closed:
-            self._closed = True
-            self.driver.agents.on_close()
-            self.driver.close()
 
 
 class CncClient:

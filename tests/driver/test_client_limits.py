@@ -19,8 +19,8 @@ import pytest
 from logbuf.client import Aeron, Context, RegistrationError
 from logbuf.driver.system_counters import SystemCounterId
 from logbuf.errors import ErrorCode
+from logbuf.testing.driver_process import DriverProcess, DriverSet
 from tests.driver.test_local_hardening import await_condition, rss_bytes
-from tests.support.driver_process import DriverProcess, DriverSet
 
 HOG_ENDPOINTS = 2_000
 RSS_GROWTH_BOUND = 128 * 1024 * 1024

@@ -16,8 +16,9 @@ from logbuf.conduit.error_log import read_error_log
 from logbuf.driver.lifecycle import PublicationState
 from logbuf.driver.system_counters import SystemCounterId
 from logbuf.errors import ErrorCode
-from tests.driver._stepped import CncClient, SteppedDriver
-from tests.support.clock import FakeClock
+from logbuf.testing.clock import FakeClock
+from logbuf.testing.stepped import SteppedDriver
+from tests.driver._stepped import CncClient
 
 MS = 1_000_000
 S = 1_000_000_000

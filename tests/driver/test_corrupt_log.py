@@ -19,7 +19,7 @@ import pytest
 
 from logbuf.client import Aeron, Context
 from logbuf.logbuffer import data_header_descriptor as dh
-from tests.support.driver_process import DEFAULT_ARGS, DriverProcess, DriverSet
+from logbuf.testing.driver_process import DEFAULT_ARGS, DriverProcess, DriverSet
 
 INT32_MIN = -(2**31)
 

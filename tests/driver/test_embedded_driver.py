@@ -15,7 +15,7 @@ import pytest
 from logbuf.client import Aeron, Context
 from logbuf.driver.context import DriverContext
 from logbuf.driver.media_driver import InvokerModeError, MediaDriver
-from tests.support.driver_process import DriverSet, unique_dir
+from logbuf.testing.driver_process import DriverSet, unique_dir
 
 TIMEOUT_S = 20.0
 

@@ -15,7 +15,7 @@ from logbuf.client import Aeron, Context, DriverTimeoutError, OfferResult, Regis
 from logbuf.conduit.cnc import CncFile
 from logbuf.conduit.ring_buffer import ManyToOneRingBuffer
 from logbuf.errors import ErrorCode, InvalidChannelError
-from tests.support.driver_process import DriverProcess, DriverSet
+from logbuf.testing.driver_process import DriverProcess, DriverSet
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

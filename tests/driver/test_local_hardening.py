@@ -31,9 +31,9 @@ from logbuf.conduit.counters import CountersReader
 from logbuf.conduit.ring_buffer import ManyToOneRingBuffer
 from logbuf.driver.system_counters import SystemCounterId
 from logbuf.errors import ErrorCode
+from logbuf.testing.driver_process import system_counter_name_matches
 from tests.archive.conftest import RecorderProcess
 from tests.driver.conftest import DriverProcess, unique_dir
-from tests.support.driver_process import system_counter_name_matches
 
 
 def await_condition(condition: Callable[[], object], timeout_s: float = 10.0, what: str = "condition") -> None:

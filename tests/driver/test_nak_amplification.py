@@ -21,8 +21,8 @@ import pytest
 from logbuf.client import Aeron, Context, Subscription
 from logbuf.conduit.system_counters_descriptor import SYSTEM_COUNTER_TYPE_IDS
 from logbuf.protocol import NakFrame, StatusMessageFrame
+from logbuf.testing.driver_process import DriverProcess, DriverSet
 from tests.driver.test_udp import BASE_ARGS, await_, free_port, stream
-from tests.support.driver_process import DriverProcess, DriverSet
 
 NAK_LENGTH = 28
 """A NAK frame's bytes (the UDP payload; IP and UDP headers not counted, nor in what the sender resends)."""

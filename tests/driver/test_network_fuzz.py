@@ -43,10 +43,10 @@ from logbuf.protocol import (
     SetupFrame,
     StatusMessageFrame,
 )
+from logbuf.testing.driver_process import DriverProcess, DriverSet
 from tests.archive.test_catalog import add, write_recording
 from tests.driver.test_local_hardening import Cnc, fuzz_command_ring, rss_bytes
 from tests.driver.test_udp import BASE_ARGS, free_port
-from tests.support.driver_process import DriverProcess, DriverSet
 
 SEED = 1414
 FUZZ_SECONDS = 30.0

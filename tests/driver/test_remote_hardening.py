@@ -22,9 +22,9 @@ from logbuf.logbuffer import data_header_descriptor as dh
 from logbuf.protocol import DataFrame, HeartbeatFrame, SetupFrame, StatusMessageFrame, decode_datagram
 from logbuf.protocol import setup as setup_codec
 from logbuf.protocol.frame_header import COMMON_HEADER, HDR_TYPE_DATA, HDR_TYPE_SETUP
+from logbuf.testing.driver_process import DriverProcess, DriverSet
 from tests.driver.test_local_hardening import rss_bytes
 from tests.driver.test_udp import BASE_ARGS, await_, counters, free_port, stream
-from tests.support.driver_process import DriverProcess, DriverSet
 
 SPOOFED = "Spoofed frames dropped"
 REJECTED = "Images rejected"

@@ -13,7 +13,7 @@ import urllib.request
 from logbuf.client import Aeron, Context, OfferResult
 from logbuf.client.stat import UDP_SYSTEM_COUNTER_IDS, ReceiverStat, Snapshot, StatReader, StreamStat, render
 from logbuf.logbuffer import data_header_descriptor as dh
-from tests.support.driver_process import DriverProcess, DriverSet, unique_dir
+from logbuf.testing.driver_process import DriverProcess, DriverSet, unique_dir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

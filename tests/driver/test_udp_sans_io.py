@@ -28,9 +28,10 @@ from logbuf.driver.system_counters import SystemCounterId
 from logbuf.logbuffer import data_header_descriptor as dh
 from logbuf.logbuffer.image import Image
 from logbuf.protocol import DataFrame, ErrorFrame, NakFrame, SetupFrame, StatusMessageFrame, status
-from tests.driver._stepped import CncClient, SteppedDriver
-from tests.support.clock import FakeClock
-from tests.support.link import LinkNetwork
+from logbuf.testing.clock import FakeClock
+from logbuf.testing.link import LinkNetwork
+from logbuf.testing.stepped import SteppedDriver
+from tests.driver._stepped import CncClient
 
 TERM = 64 * 1024
 MTU = 1408

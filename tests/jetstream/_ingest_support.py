@@ -33,7 +33,7 @@ from websockets.http11 import Request, Response
 
 from logbuf.client import Aeron, Context, FragmentAssembler
 from logbuf.jetstream.generator import EventGenerator
-from tests.support.driver_process import DriverProcess, DriverSet, unique_dir
+from logbuf.testing.driver_process import DriverProcess, DriverSet, unique_dir
 
 DRIVER_ARGS = [
     "--ipc-term-length",
@@ -52,7 +52,7 @@ DRIVER_ARGS = [
 @contextmanager
 def driver_process(args: list[str] | None = None) -> Iterator[DriverProcess]:
     """A real media driver process in a fresh directory; its error log must stay empty (the kit's
-    :class:`~tests.support.driver_process.DriverSet` checks it, and reports on failure)."""
+    :class:`~logbuf.testing.driver_process.DriverSet` checks it, and reports on failure)."""
     drivers = DriverSet()
     failed = False
     try:

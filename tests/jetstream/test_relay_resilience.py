@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from logbuf.conduit.cnc import is_process_alive
+from logbuf.testing.driver_process import DriverProcess
 from tests.jetstream._ingest_support import (
     DRIVER_ARGS,
     ROOT,
@@ -31,7 +32,6 @@ from tests.jetstream._ingest_support import (
     time_us_of,
     unique_driver_dir,
 )
-from tests.support.driver_process import DriverProcess
 
 
 class Follower:

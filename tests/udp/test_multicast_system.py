@@ -1,6 +1,6 @@
 """One publication, many receiver drivers on many hosts: multicast, MDC and the flow-control strategies.
 
-A real network on this machine (:mod:`tests.support.netns`): host 0 publishes, hosts 1-3 receive,
+A real network on this machine (:mod:`logbuf.testing.netns`): host 0 publishes, hosts 1-3 receive,
 each host a network namespace with its own media driver, joined by a bridge. Publishers and
 subscribers are the ``tests.udp._children`` processes, which check every message (sequence, length,
 body CRC) and the whole stream (a running CRC-32 compared with the publisher's). 20,000 messages of
@@ -32,8 +32,8 @@ from logbuf.conduit.cnc import CncFile
 from logbuf.conduit.counters import CountersReader
 from logbuf.errors import ErrorCode
 from logbuf.protocol import NakFrame
-from tests.support.driver_process import DriverProcess, DriverSet
-from tests.support.netns import NetnsDriverProcess, NetnsNetwork, make_network
+from logbuf.testing.driver_process import DriverProcess, DriverSet
+from logbuf.testing.netns import NetnsDriverProcess, NetnsNetwork, make_network
 from tests.udp._children import HEADER
 from tests.udp.test_udp_system import Child, InOrderReader, await_condition
 

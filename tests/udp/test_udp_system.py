@@ -38,7 +38,7 @@ from logbuf.protocol.nak import NakFrame
 from logbuf.protocol.rttm import RttMeasurementFrame
 from logbuf.protocol.setup import SetupFrame
 from logbuf.protocol.status import StatusMessageFrame
-from tests.support.driver_process import DriverProcess, DriverSet
+from logbuf.testing.driver_process import DriverProcess, DriverSet
 from tests.udp._children import END_SEQ, HEADER, HEADER_LENGTH
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

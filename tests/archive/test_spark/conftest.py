@@ -18,9 +18,9 @@ import pytest
 
 from logbuf.archive.catalog import Catalog, RecordingDescriptor
 from logbuf.client import Aeron, Context, Publication
+from logbuf.testing.driver_process import DriverProcess, DriverSet
 from tests.archive.conftest import RecorderProcess, await_
 from tests.archive.conftest import publish as publish_stamped
-from tests.support.driver_process import DriverProcess, DriverSet
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING
 import pytest
 
 from logbuf.client import Aeron
+from logbuf.testing.driver_process import DriverProcess
 from tests.archive.conftest import RecorderProcess, await_
 from tests.archive.test_spark.conftest import await_recorded, payloads_for, publish
 from tests.archive.test_spark.synthetic import build_archive, recording
-from tests.support.driver_process import DriverProcess
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
