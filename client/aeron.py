@@ -143,6 +143,11 @@ class Publication(_Publication):
         self._log_file_name = log_file_name
         self._log_buffers = log_buffers
 
+    @property
+    def log_file_name(self) -> str:
+        """The path of the log this publication writes (the driver's file)."""
+        return self._log_file_name
+
     def close(self) -> None:
         """Remove the publication from the driver; further offers return CLOSED."""
         if self.is_closed:
@@ -218,6 +223,11 @@ class Image(_Image):
         self.channel = subscription.channel
         self._log_file_name = log_file_name
         self._log_buffers = log_buffers
+
+    @property
+    def log_file_name(self) -> str:
+        """The path of the log this image reads (the driver's file)."""
+        return self._log_file_name
 
 
 class Subscription(SubscriptionCore):
