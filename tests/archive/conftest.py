@@ -10,13 +10,14 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import pytest
 
 from logbuf.client import Publication
 from logbuf.logbuffer.publication import OfferResult
+from logbuf.testing import wait_until
 from logbuf.testing.driver_process import DriverProcess, DriverSet
 
 # Credentials for the S3 API server the tests start (moto accepts any), set before any Spark JVM starts so
@@ -43,13 +44,6 @@ ARCHIVE_DRIVER_ARGS = [
     "--dir-delete-on-shutdown",
     "false",
 ]
-
-
-def await_(condition: Callable[[], object], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out after {timeout_s} s waiting for {what}"
-        time.sleep(0.005)
 
 
 def publish(pub: Publication, payloads: list[bytes], timeout_s: float = 20) -> tuple[list[int], list[int]]:
@@ -198,7 +192,7 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
             except OSError:
                 return False
 
-        await_(listening, 30, "the S3 server to listen")
+        wait_until(listening, 30, "the S3 server to listen")
         yield S3Server(port, proc)
     finally:
         proc.terminate()

@@ -25,8 +25,9 @@ from logbuf.archive.sync import Peer, listing, sync_once
 from logbuf.archive.sync_digest import merge
 from logbuf.archive.verify import verify_recording
 from logbuf.client import Aeron, Context
+from logbuf.testing import wait_until
 from logbuf.testing.driver_process import DriverProcess, DriverSet
-from tests.archive.service_kit import SequencedPublisher, await_, recorded_seqs, recorded_stream
+from tests.archive.service_kit import SequencedPublisher, recorded_seqs, recorded_stream
 
 LIVE, STREAM, LENGTH, TIMEOUT_S = "aeron:ipc", 1001, 100, 30
 
@@ -61,10 +62,10 @@ def test_one_sync_round_fills_a_hole_on_one_side_and_a_missing_beginning_on_the_
 
         def publish(count: int) -> None:
             target = publisher.sent + count
-            await_(lambda: publisher.sent >= target, TIMEOUT_S, f"{count} more messages")
+            wait_until(lambda: publisher.sent >= target, TIMEOUT_S, f"{count} more messages")
 
         def caught_up(client: ArchiveClient) -> None:
-            await_(
+            wait_until(
                 lambda: all(
                     client.recording_position(d.recording_id) >= publication.position
                     for d in client.list_recordings()
@@ -154,7 +155,7 @@ def test_a_replication_of_an_unknown_recording_fails_loudly_and_stop_replication
         ArchiveClient.connect(ArchiveClientContext(aeron=aeron, control_stream_id=11)) as b,
     ):
         unknown = b.replicate(99, "aeron:ipc", src_control_stream_id=10)
-        await_(lambda: ended(b, unknown), TIMEOUT_S, "the failed replication to end")
+        wait_until(lambda: ended(b, unknown), TIMEOUT_S, "the failed replication to end")
         assert any("unknown recording 99" in e.error_message for e in b.errors), b.errors
         assert b.list_recordings() == []  # nothing was made for it
 
@@ -162,9 +163,11 @@ def test_a_replication_of_an_unknown_recording_fails_loudly_and_stop_replication
         a.start_recording(LIVE, STREAM)
         publisher = SequencedPublisher(publication, length=LENGTH, rate=5_000).start()
         live = b.replicate(0, "aeron:ipc", src_control_stream_id=10)
-        await_(lambda: b.list_recordings() and b.recording_position(0) > 50_000, TIMEOUT_S, "the live copy to advance")
+        wait_until(
+            lambda: b.list_recordings() and b.recording_position(0) > 50_000, TIMEOUT_S, "the live copy to advance"
+        )
         b.stop_replication(live)
-        await_(lambda: ended(b, live), TIMEOUT_S, "the stopped replication to end")
+        wait_until(lambda: ended(b, live), TIMEOUT_S, "the stopped replication to end")
         publisher.stop()
         with Catalog.open(service_b.ctx.archive_dir) as catalog:
             copy = catalog.recording(0)

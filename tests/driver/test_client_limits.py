@@ -19,8 +19,9 @@ import pytest
 from logbuf.client import Aeron, Context, RegistrationError
 from logbuf.driver.system_counters import SystemCounterId
 from logbuf.errors import ErrorCode
+from logbuf.testing import wait_until
 from logbuf.testing.driver_process import DriverProcess, DriverSet
-from tests.driver.test_local_hardening import await_condition, rss_bytes
+from tests.driver.test_local_hardening import rss_bytes
 
 HOG_ENDPOINTS = 2_000
 RSS_GROWTH_BOUND = 128 * 1024 * 1024
@@ -67,12 +68,12 @@ def round_trip(aeron: Aeron, channel: str, stream_id: int) -> None:
     sub = aeron.add_subscription(channel, stream_id)
     pub = aeron.add_publication(channel, stream_id)
     try:
-        await_condition(lambda: pub.is_connected and sub.is_connected, 10, f"{channel} connected")
+        wait_until(lambda: pub.is_connected and sub.is_connected, 10, f"{channel} connected")
         sent = [b"one", b"two", b"three"]
         for message in sent:
-            await_condition(lambda m=message: pub.offer(m) > 0, 10, "offer")  # type: ignore[misc]
+            wait_until(lambda m=message: pub.offer(m) > 0, 10, "offer")  # type: ignore[misc]
         got: list[bytes] = []
-        await_condition(lambda: sub.poll(lambda b, h: got.append(bytes(b)), 10) >= 0 and len(got) >= 3, 10, "messages")
+        wait_until(lambda: sub.poll(lambda b, h: got.append(bytes(b)), 10) >= 0 and len(got) >= 3, 10, "messages")
         assert got == sent
     finally:
         pub.close()
@@ -113,7 +114,7 @@ def test_a_client_with_2000_udp_subscriptions_leaves_the_driver_up_small_and_ser
         round_trip(honest, "aeron:ipc", 2001)
         round_trip(honest, f"aeron:udp?endpoint=127.0.0.1:{honest_port}", 2002)
         assert driver.alive
-    await_condition(lambda: driver.system_counter("Active clients") == 0, 10, "clients closed")
+    wait_until(lambda: driver.system_counter("Active clients") == 0, 10, "clients closed")
     assert driver.alive
 
 

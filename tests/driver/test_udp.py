@@ -16,6 +16,7 @@ import pytest
 from logbuf.client import Aeron, Context, FragmentAssembler, OfferResult
 from logbuf.protocol import DataFrame, SetupFrame, StatusMessageFrame, encode_datagram
 from logbuf.protocol import rttm as rttm_codec
+from logbuf.testing import wait_until
 from logbuf.testing.driver_process import DriverProcess, DriverSet
 
 BASE_ARGS = ["--dir-delete-on-shutdown", "false", "--term-length", "1m", "--image-liveness-timeout", "2s"]
@@ -102,13 +103,6 @@ def connect(a: DriverProcess, b: DriverProcess, stream_id: int) -> tuple[Aeron, 
     return Aeron.connect(Context(dir=a.dir)), Aeron.connect(Context(dir=b.dir)), channel
 
 
-def await_(condition: Any, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.005)
-
-
 def test_messages_cross_to_two_subscribers_and_a_spy_in_order(drivers: tuple[DriverProcess, DriverProcess]) -> None:
     a, b = drivers
     sender, receiver, channel = connect(a, b, 10)
@@ -116,7 +110,7 @@ def test_messages_cross_to_two_subscribers_and_a_spy_in_order(drivers: tuple[Dri
         subs = [receiver.add_subscription(channel, 10), receiver.add_subscription(channel, 10)]
         spy = sender.add_subscription("aeron-spy:" + channel, 10)
         pub = sender.add_publication(channel, 10)
-        await_(lambda: pub.is_connected and all(s.images for s in subs), 10, "connection")
+        wait_until(lambda: pub.is_connected and all(s.images for s in subs), 10, "connection")
         assert subs[0].images[0].source_identity.startswith("127.0.0.1:")
         got = stream(pub, [*subs, spy], 20_000, 90)
         assert got == [list(range(20_000))] * 3
@@ -169,7 +163,7 @@ def test_loss_duplication_and_reordering_are_repaired(drivers: tuple[DriverProce
     with sender, receiver:
         sub = receiver.add_subscription(channel, 11)
         pub = sender.add_publication(channel, 11)
-        await_(lambda: pub.is_connected and bool(sub.images), 10, "connection")
+        wait_until(lambda: pub.is_connected and bool(sub.images), 10, "connection")
         got = stream(pub, [sub], 10_000, 120)
         assert got == [list(range(10_000))]
     sent, received = counters(a), counters(b)
@@ -185,7 +179,7 @@ def test_garbage_is_counted_and_dropped_while_the_stream_carries_on(
     with sender, receiver, socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as raw:
         sub = receiver.add_subscription(channel, 12)
         pub = sender.add_publication(channel, 12)
-        await_(lambda: pub.is_connected and bool(sub.images), 10, "connection")
+        wait_until(lambda: pub.is_connected and bool(sub.images), 10, "connection")
         valid = encode_datagram([DataFrame(0, 5, 12, 0, b"x" * 100)])
         garbage = [
             b"",
@@ -212,11 +206,11 @@ def test_image_goes_unavailable_when_the_sending_driver_dies(drivers: tuple[Driv
     with receiver:
         sub = receiver.add_subscription(channel, 13, on_unavailable_image=unavailable.append)
         pub = sender.add_publication(channel, 13)
-        await_(lambda: pub.is_connected and bool(sub.images), 10, "connection")
+        wait_until(lambda: pub.is_connected and bool(sub.images), 10, "connection")
         assert pub.offer(b"before") > 0
         assert [i.session_id for i in sub.images] == [pub.session_id]
         a.kill()  # no data, heartbeats or setups any more: the image times out (image liveness 2 s)
-        await_(lambda: (sub.poll(lambda b, h: None, 10), bool(unavailable))[1], 10, "image unavailable")
+        wait_until(lambda: (sub.poll(lambda b, h: None, 10), bool(unavailable))[1], 10, "image unavailable")
         assert [i.session_id for i in unavailable] == [pub.session_id]
         assert not sub.images
     sender.close()  # its driver is gone: closes locally without waiting
@@ -229,7 +223,7 @@ def test_an_unreliable_subscription_skips_lost_data_without_naks(drivers: tuple[
     with sender, receiver:
         sub = receiver.add_subscription(channel + "|reliable=false", 14)
         pub = sender.add_publication(channel, 14)
-        await_(lambda: pub.is_connected and bool(sub.images), 10, "connection")
+        wait_until(lambda: pub.is_connected and bool(sub.images), 10, "connection")
         got: list[int] = []
 
         def on_message(buffer: memoryview, header: Any) -> None:
@@ -257,7 +251,7 @@ def test_a_publication_sends_from_its_interface_address(drivers: tuple[DriverPro
     with sender, receiver:
         sub = receiver.add_subscription(channel, 15)
         pub = sender.add_publication(f"{channel}|interface=127.0.0.1:{source_port}", 15)
-        await_(lambda: pub.is_connected and bool(sub.images), 10, "connection")
+        wait_until(lambda: pub.is_connected and bool(sub.images), 10, "connection")
         assert sub.images[0].source_identity == f"127.0.0.1:{source_port}"
         # a subnet picks the local address inside it (loopback here)
         other = sender.add_publication(f"aeron:udp?endpoint=127.0.0.1:{free_port()}|interface=127.0.0.0/8", 15)
@@ -306,7 +300,7 @@ def test_a_sender_answers_an_rtt_probe_as_aeron_does(drivers: tuple[DriverProces
     with sender, receiver, socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as raw:
         sub = receiver.add_subscription(channel, 19)
         pub = sender.add_publication(channel, 19)
-        await_(lambda: pub.is_connected and bool(sub.images), 10, "connection")
+        wait_until(lambda: pub.is_connected and bool(sub.images), 10, "connection")
         host, port = sub.images[0].source_identity.rsplit(":", 1)
         raw.settimeout(5)
         probe = rttm_codec.RttMeasurementFrame(pub.session_id, 19, 123_456_789, 0, 42, rttm_codec.REPLY_FLAG)
@@ -328,7 +322,7 @@ def test_busy_cpu_time_counts_each_agents_work_and_not_its_idling(drivers: tuple
     with sender, receiver:
         sub = receiver.add_subscription(channel, 20)
         pub = sender.add_publication(channel, 20)
-        await_(lambda: pub.is_connected and bool(sub.images), 10, "connection")
+        wait_until(lambda: pub.is_connected and bool(sub.images), 10, "connection")
         assert stream(pub, [sub], 5_000, 60) == [list(range(5_000))]
     time.sleep(0.5)  # idle duty cycles now: the process's CPU time grows, the busy counters do not (much)
     sent, received = counters(a), counters(b)

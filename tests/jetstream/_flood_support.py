@@ -378,14 +378,6 @@ class LagMeter:
         self._thread.join(WAIT_S)
 
 
-def wait_until(condition: Any, timeout_s: float = WAIT_S, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
-
-
 def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

@@ -14,14 +14,8 @@ import pytest
 
 from logbuf.jetstream.limits import FrameMeter
 from logbuf.jetstream.server import DEFAULT_MAX_CLIENT_MESSAGE_LENGTH
-from tests.jetstream._relay_support import (
-    BASE_US,
-    RelayHandle,
-    make_events,
-    recv_events,
-    running_relay,
-    wait_for,
-)
+from logbuf.testing import wait_until
+from tests.jetstream._relay_support import BASE_US, RelayHandle, make_events, recv_events, running_relay
 
 UPGRADE = (
     "GET /subscribe{query} HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
@@ -113,7 +107,7 @@ def test_garbage_instead_of_http_closes_that_connection_only(tmp_path: Path) -> 
             with raw_connection(relay) as sock:
                 sock.sendall(garbage)
                 read_until_closed(sock)
-        wait_for(lambda: relay.server.counters.handshakes["invalid_http"] >= 2, what="both refused")
+        wait_until(lambda: relay.server.counters.handshakes["invalid_http"] >= 2, what="both refused")
         still_serves(relay, BASE_US)
 
 
@@ -204,14 +198,14 @@ def test_unfinished_large_frames_are_refused_with_1009_before_they_are_buffered(
                     refused += 1
             counters = relay.server.counters
             fits = budget // declared
-            wait_for(lambda: counters.clients_dropped["incoming_full"] == len(socks) - fits, what="refusals")
+            wait_until(lambda: counters.clients_dropped["incoming_full"] == len(socks) - fits, what="refusals")
             assert relay.on_loop(lambda: relay.server._incoming_reserved) == fits * declared
             grown = rss_bytes() - before
             assert grown < 64 * 1024 * 1024, f"relay grew by {grown} bytes"
         finally:
             for sock in socks:
                 sock.close()
-        wait_for(lambda: relay.on_loop(lambda: relay.server._incoming_reserved) == 0, what="reservations released")
+        wait_until(lambda: relay.on_loop(lambda: relay.server._incoming_reserved) == 0, what="reservations released")
         still_serves(relay, BASE_US)
 
 
