@@ -51,13 +51,17 @@ def settled_stream(
     log, the sender stores snd-pos after the send, so subscribers that already have every message
     can be ahead of what the counters say for a while (longer on a loaded machine). Wait for them.
     """
-    deadline = time.monotonic() + timeout_s
-    while True:
+    last: list[dict[str, Any]] = []
+
+    def settled() -> dict[str, Any] | None:
         [entry] = [s for s in driver.stat_json()["streams"] if s["stream_id"] == stream_id]
-        if check(entry):
-            return entry  # type: ignore[no-any-return]
-        assert time.monotonic() < deadline, f"timed out after {timeout_s} s waiting for {what}: {entry}"
-        time.sleep(0.05)
+        last[:] = [entry]
+        return entry if check(entry) else None
+
+    try:
+        return wait_until(settled, timeout_s, what, max_idle_s=0.05)  # each check runs logbuf-stat
+    except AssertionError as e:
+        raise AssertionError(f"{e}: {last}") from None
 
 
 def message(seq: int) -> bytes:
