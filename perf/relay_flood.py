@@ -34,7 +34,8 @@ from typing import Any
 from _common import ROOT, cpu_seconds, new_results, quiet, write_results
 
 from logbuf.testing import wait_until
-from tests.jetstream._flood_support import FloodReport, LagMeter, flood, relay_process, rss_bytes, scrape_during
+from logbuf.testing.host import rss_bytes
+from tests.jetstream._flood_support import FloodReport, LagMeter, flood, relay_process, scrape_during
 
 BASELINE_PACKAGE = "jetstream_baseline"
 

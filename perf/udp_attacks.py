@@ -39,17 +39,16 @@ from logbuf.logbuffer import data_header_descriptor as dh
 from logbuf.protocol import DataFrame, HeartbeatFrame, SetupFrame, StatusMessageFrame
 from logbuf.testing import wait_until
 from logbuf.testing.driver_process import DriverProcess
-from tests.driver.test_client_limits import free_ports
-from tests.driver.test_local_hardening import rss_bytes
+from logbuf.testing.host import free_udp_port, free_udp_ports, rss_bytes
 from tests.driver.test_nak_amplification import flood, naks_at_term_start, stepped_naks_at, system_counters
-from tests.driver.test_udp import BASE_ARGS, counters, free_port, message, stream
+from tests.driver.test_udp import BASE_ARGS, counters, message, stream
 
 WATCHED = ("Errors", "Invalid packets", "Spoofed frames dropped", "Images rejected", "Active images")
 
 
 def run_case(name: str, attack: Any) -> dict[str, Any]:
     a, b = DriverProcess(args=BASE_ARGS).start(), DriverProcess(args=BASE_ARGS).start()
-    channel = f"aeron:udp?endpoint=127.0.0.1:{free_port()}"
+    channel = f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}"
     port = int(channel.rsplit(":", 1)[1])
     result: dict[str, Any] = {"case": name}
     try:
@@ -163,7 +162,7 @@ def udp_endpoint_hog(raw: socket.socket, target: Any, pub: Any, sub: Any) -> dic
     cnc = CncFile.open(directory)
     pid = cnc.pid
     cnc.close()
-    ports = free_ports(HOG_ENDPOINTS)
+    ports = free_udp_ports(HOG_ENDPOINTS)
     rss_before = rss_bytes(pid)
     with Aeron.connect(Context(dir=directory)) as hog:
         started = time.monotonic()
@@ -253,7 +252,7 @@ def run_nak_case(
     name: str, *, mdc: bool, source: str, rate: int, pattern: Callable[..., list[bytes]]
 ) -> dict[str, Any]:
     a, b = DriverProcess(args=BASE_ARGS).start(), DriverProcess(args=BASE_ARGS).start()
-    data, control = free_port(), free_port()
+    data, control = free_udp_port(), free_udp_port()
     if mdc:
         pub_channel = f"aeron:udp?control=127.0.0.1:{control}|control-mode=dynamic"
         sub_channel = f"aeron:udp?endpoint=127.0.0.1:{data}|control=127.0.0.1:{control}"
@@ -318,7 +317,7 @@ def run_mdc_victim_case(name: str, allow: list[str]) -> dict[str, Any]:
         print(result, flush=True)
         return result
     b = DriverProcess(args=BASE_ARGS).start()
-    data, control = free_port(), free_port()
+    data, control = free_udp_port(), free_udp_port()
     try:
         with (
             Aeron.connect(Context(dir=a.dir)) as sender,

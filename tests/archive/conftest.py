@@ -19,6 +19,7 @@ from logbuf.client import Publication
 from logbuf.logbuffer.publication import OfferResult
 from logbuf.testing import wait_until
 from logbuf.testing.driver_process import DriverProcess, DriverSet
+from logbuf.testing.host import free_tcp_port
 
 # Credentials for the S3 API server the tests start (moto accepts any), set before any Spark JVM starts so
 # that its Python workers inherit them; no request ever leaves 127.0.0.1.
@@ -142,12 +143,6 @@ def archive_cli(archive: str | os.PathLike[str], *args: str) -> int:
     return main(["-d", str(archive), "--log-level", "error", *args])
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @dataclass
 class S3Server:
     """moto's S3 API server on 127.0.0.1 (a real HTTP server speaking S3, not a mock of our code)."""
@@ -176,7 +171,7 @@ class S3Server:
 @pytest.fixture(scope="session")
 def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
     """One moto S3 server for the run, on a free loopback port, stopped at the end."""
-    port = free_port()
+    port = free_tcp_port()
     log = tmp_path_factory.mktemp("moto") / "moto.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen(

@@ -18,7 +18,7 @@ from logbuf.archive.service_context import ArchiveContext
 from logbuf.client import Aeron, Context
 from logbuf.testing import wait_until
 from logbuf.testing.driver_process import DriverProcess
-from tests.archive.conftest import free_port
+from logbuf.testing.host import free_tcp_port
 from tests.archive.service_kit import sequenced
 
 SESSION_TIMEOUT_MS = 600
@@ -127,7 +127,7 @@ def test_the_recordings_cap_refuses_one_more_with_max_recordings_until_one_stops
 def test_a_remote_source_records_the_network_image_and_needs_a_udp_channel(
     service: ArchiveService, aeron: Aeron
 ) -> None:
-    channel = f"aeron:udp?endpoint=127.0.0.1:{free_port()}"
+    channel = f"aeron:udp?endpoint=127.0.0.1:{free_tcp_port()}"
     with ArchiveClient.connect(ArchiveClientContext(aeron=aeron)) as client:
         with pytest.raises(ArchiveRequestError, match="REMOTE source needs an aeron:udp channel"):
             client.start_recording("aeron:ipc", 8_200, remote=True)

@@ -6,7 +6,6 @@ import json
 import os
 import random
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -24,6 +23,7 @@ from logbuf.client import Aeron, Context, FragmentAssembler
 from logbuf.logbuffer import data_header_descriptor as dh
 from logbuf.testing import wait_until
 from logbuf.testing.driver_process import DriverProcess, DriverSet
+from logbuf.testing.host import free_udp_port
 from tests.archive.conftest import ARCHIVE_DRIVER_ARGS, RecorderProcess, publish
 
 pytestmark = pytest.mark.slow
@@ -392,16 +392,10 @@ def test_recorder_killed_mid_stream_leaves_an_interrupted_recording_with_its_val
     assert [g[2] for g in got] == ends[:count]
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_a_udp_image_is_recorded_and_replays_identically(
     archive_driver: DriverProcess, aeron: Aeron, tmp_path: Any
 ) -> None:
-    channel = f"aeron:udp?endpoint=127.0.0.1:{free_port()}|term-length=64k"
+    channel = f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}|term-length=64k"
     archive = str(tmp_path / "udp")
     r = RecorderProcess(archive, archive_driver.dir, channel, 13).start()
     try:

@@ -7,10 +7,7 @@ setting (and counted), and that another client's streams keep working meanwhile.
 
 from __future__ import annotations
 
-import contextlib
-import random
 import resource
-import socket
 import time
 from collections.abc import Iterator
 
@@ -21,7 +18,7 @@ from logbuf.driver.system_counters import SystemCounterId
 from logbuf.errors import ErrorCode
 from logbuf.testing import wait_until
 from logbuf.testing.driver_process import DriverProcess, DriverSet
-from tests.driver.test_local_hardening import rss_bytes
+from logbuf.testing.host import free_udp_ports, rss_bytes
 
 HOG_ENDPOINTS = 2_000
 RSS_GROWTH_BOUND = 128 * 1024 * 1024
@@ -41,22 +38,6 @@ def open_files() -> Iterator[None]:
         yield
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
-
-
-def free_ports(count: int) -> list[int]:
-    """``count`` distinct UDP ports on 127.0.0.1 free now, below the kernel's ephemeral range (so that
-    the sockets other tests bind to port 0 meanwhile cannot take them), from a random start."""
-    with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
-        ephemeral_low = int(f.read().split()[0])
-    port = random.randrange(10_000, ephemeral_low - 2 * count)
-    ports: list[int] = []
-    while len(ports) < count:
-        assert port < ephemeral_low, f"only {len(ports)} free ports below {ephemeral_low}"
-        with contextlib.suppress(OSError), socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            s.bind(("127.0.0.1", port))
-            ports.append(port)
-        port += 1
-    return ports
 
 
 def connect(driver: DriverProcess) -> Aeron:
@@ -90,7 +71,7 @@ def test_a_client_with_2000_udp_subscriptions_leaves_the_driver_up_small_and_ser
     driver = driver_factory("--max-client-endpoints", str(HOG_ENDPOINTS))
     driver.expected_errors.append("max_client_endpoints")
     rss_at_start = rss_bytes(driver.pid)
-    ports = free_ports(HOG_ENDPOINTS + 2)
+    ports = free_udp_ports(HOG_ENDPOINTS + 2)
     honest_port = ports.pop()
     with connect(driver) as honest, connect(driver) as hog:
         for port in ports[:HOG_ENDPOINTS]:

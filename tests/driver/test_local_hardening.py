@@ -33,6 +33,7 @@ from logbuf.driver.system_counters import SystemCounterId
 from logbuf.errors import ErrorCode
 from logbuf.testing import wait_until
 from logbuf.testing.driver_process import system_counter_name_matches
+from logbuf.testing.host import rss_bytes
 from tests.archive.conftest import RecorderProcess
 from tests.driver.conftest import DriverProcess, unique_dir
 
@@ -623,14 +624,6 @@ with Aeron.connect(Context(dir=sys.argv[1], driver_timeout_ms=10_000)) as aeron:
         assert time.monotonic() < deadline, f"subscriber stuck at {state['next']}"
     print(json.dumps({"received": state["next"], "errors": state["errors"]}))
 """
-
-
-def rss_bytes(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise AssertionError(f"no VmRSS for pid {pid}")
 
 
 def fuzz_command_ring(cnc: Cnc, rng: random.Random, count: int) -> dict[str, int]:

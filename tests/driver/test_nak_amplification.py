@@ -23,7 +23,8 @@ from logbuf.conduit.system_counters_descriptor import SYSTEM_COUNTER_TYPE_IDS
 from logbuf.protocol import NakFrame, StatusMessageFrame
 from logbuf.testing import wait_until
 from logbuf.testing.driver_process import DriverProcess, DriverSet
-from tests.driver.test_udp import BASE_ARGS, free_port, stream
+from logbuf.testing.host import free_udp_port
+from tests.driver.test_udp import BASE_ARGS, stream
 
 NAK_LENGTH = 28
 """A NAK frame's bytes (the UDP payload; IP and UDP headers not counted, nor in what the sender resends)."""
@@ -142,7 +143,7 @@ def test_a_flood_of_forged_naks_from_the_receivers_address_costs_at_most_16_time
     """Before: stepping the offset defeated the linger, and each NAK got everything from its offset to
     the sender position: thousands of times its bytes."""
     a, b = driver_factory(base=BASE_ARGS), driver_factory(base=BASE_ARGS)
-    port = free_port()
+    port = free_udp_port()
     channel = f"aeron:udp?endpoint=127.0.0.1:{port}"
     receiver_address = ("127.0.0.1", port)  # the receive endpoint's socket sends the SMs and NAKs
     with Aeron.connect(Context(dir=a.dir)) as sender, Aeron.connect(Context(dir=b.dir)) as receiver:
@@ -180,7 +181,7 @@ def test_naks_from_an_address_that_is_no_destination_of_an_mdc_publication_get_n
 ) -> None:
     """Before: 127.0.0.2 is no destination, yet each of its NAKs was answered (to every destination)."""
     a, b = driver_factory(base=BASE_ARGS), driver_factory(base=BASE_ARGS)
-    control, data = free_port(), free_port()
+    control, data = free_udp_port(), free_udp_port()
     endpoint = f"127.0.0.1:{data}"
     if mode == "dynamic":
         pub_channel = f"aeron:udp?control=127.0.0.1:{control}|control-mode=dynamic"
@@ -228,7 +229,7 @@ def test_naks_with_unaligned_offsets_or_lengths_are_counted_as_malformed_and_get
     """Before: lengths 100 and 1 were answered (offsets 4 and 16 were already refused by the decoder, as
     invalid packets), and no counter said why any was dropped."""
     a, b = driver_factory(base=BASE_ARGS), driver_factory(base=BASE_ARGS)
-    port = free_port()
+    port = free_udp_port()
     channel = f"aeron:udp?endpoint=127.0.0.1:{port}"
     with Aeron.connect(Context(dir=a.dir)) as sender, Aeron.connect(Context(dir=b.dir)) as receiver:
         sub = receiver.add_subscription(channel, 42)
@@ -265,7 +266,7 @@ def test_with_an_allow_list_a_forged_sm_does_not_make_a_dynamic_mdc_publication_
     """Without the list (Aeron's behaviour too), one SM from the victim's address makes it a destination."""
     a = driver_factory("--mdc-dynamic-allow", "127.0.0.1", base=BASE_ARGS)
     b = driver_factory(base=BASE_ARGS)
-    control, data = free_port(), free_port()
+    control, data = free_udp_port(), free_udp_port()
     with (
         Aeron.connect(Context(dir=a.dir)) as sender,
         Aeron.connect(Context(dir=b.dir)) as receiver,

@@ -24,8 +24,8 @@ from logbuf.protocol import setup as setup_codec
 from logbuf.protocol.frame_header import COMMON_HEADER, HDR_TYPE_DATA, HDR_TYPE_SETUP
 from logbuf.testing import wait_until
 from logbuf.testing.driver_process import DriverProcess, DriverSet
-from tests.driver.test_local_hardening import rss_bytes
-from tests.driver.test_udp import BASE_ARGS, counters, free_port, stream
+from logbuf.testing.host import free_udp_port, rss_bytes
+from tests.driver.test_udp import BASE_ARGS, counters, stream
 
 SPOOFED = "Spoofed frames dropped"
 REJECTED = "Images rejected"
@@ -121,7 +121,7 @@ def test_a_setup_with_its_active_term_before_its_initial_term_leaks_nothing_and_
     driver_factory: DriverSet, raw: socket.socket
 ) -> None:
     b = driver_factory("--image-liveness-timeout", "30s", base=BASE_ARGS)  # the good image outlives the checks
-    port = free_port()
+    port = free_udp_port()
     with Aeron.connect(Context(dir=b.dir)) as receiver:
         sub = receiver.add_subscription(f"aeron:udp?endpoint=127.0.0.1:{port}", 22)
         invalid_before = counters(b)["Invalid packets"]
@@ -141,7 +141,7 @@ def test_a_setup_flood_is_capped_per_endpoint_and_the_real_stream_is_unaffected(
 ) -> None:
     cap = ["--max-images-per-endpoint", "8", "--max-image-term-length", "1m"]
     a, b = driver_factory(base=BASE_ARGS), driver_factory(*cap, base=BASE_ARGS)
-    channel = f"aeron:udp?endpoint=127.0.0.1:{free_port()}"
+    channel = f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}"
     port = int(channel.rsplit(":", 1)[1])
     with Aeron.connect(Context(dir=a.dir)) as sender, Aeron.connect(Context(dir=b.dir)) as receiver:
         sub = receiver.add_subscription(channel, 23)
@@ -167,7 +167,7 @@ def test_a_setup_flood_is_capped_per_endpoint_and_the_real_stream_is_unaffected(
 def test_data_with_random_session_ids_does_not_grow_the_driver(driver_factory: DriverSet, raw: socket.socket) -> None:
     b = driver_factory(base=BASE_ARGS)
     assert b.proc is not None
-    port = free_port()
+    port = free_udp_port()
     rng = random.Random(4)
     with Aeron.connect(Context(dir=b.dir)) as receiver:
         receiver.add_subscription(f"aeron:udp?endpoint=127.0.0.1:{port}", 24)
@@ -198,7 +198,7 @@ def test_frames_for_a_session_from_another_address_are_dropped_as_spoofed(
     """Before: forged DATA at the receive position was delivered as the session's (the real frame
     then dropped as a duplicate), and a forged end-of-stream heartbeat ended the image."""
     a, b = driver_factory(base=BASE_ARGS), driver_factory(base=BASE_ARGS)
-    channel = f"aeron:udp?endpoint=127.0.0.1:{free_port()}"
+    channel = f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}"
     port = int(channel.rsplit(":", 1)[1])
     with Aeron.connect(Context(dir=a.dir)) as sender, Aeron.connect(Context(dir=b.dir)) as receiver:
         sub: Subscription = receiver.add_subscription(channel, 25)

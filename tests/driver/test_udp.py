@@ -18,14 +18,9 @@ from logbuf.protocol import DataFrame, SetupFrame, StatusMessageFrame, encode_da
 from logbuf.protocol import rttm as rttm_codec
 from logbuf.testing import wait_until
 from logbuf.testing.driver_process import DriverProcess, DriverSet
+from logbuf.testing.host import free_udp_port
 
 BASE_ARGS = ["--dir-delete-on-shutdown", "false", "--term-length", "1m", "--image-liveness-timeout", "2s"]
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture
@@ -103,7 +98,7 @@ def stream(
 
 
 def connect(a: DriverProcess, b: DriverProcess, stream_id: int) -> tuple[Aeron, Aeron, str]:
-    channel = f"aeron:udp?endpoint=127.0.0.1:{free_port()}"
+    channel = f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}"
     return Aeron.connect(Context(dir=a.dir)), Aeron.connect(Context(dir=b.dir)), channel
 
 
@@ -251,14 +246,14 @@ def test_an_unreliable_subscription_skips_lost_data_without_naks(drivers: tuple[
 def test_a_publication_sends_from_its_interface_address(drivers: tuple[DriverProcess, DriverProcess]) -> None:
     a, b = drivers
     sender, receiver, channel = connect(a, b, 15)
-    source_port = free_port()
+    source_port = free_udp_port()
     with sender, receiver:
         sub = receiver.add_subscription(channel, 15)
         pub = sender.add_publication(f"{channel}|interface=127.0.0.1:{source_port}", 15)
         wait_until(lambda: pub.is_connected and bool(sub.images), 10, "connection")
         assert sub.images[0].source_identity == f"127.0.0.1:{source_port}"
         # a subnet picks the local address inside it (loopback here)
-        other = sender.add_publication(f"aeron:udp?endpoint=127.0.0.1:{free_port()}|interface=127.0.0.0/8", 15)
+        other = sender.add_publication(f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}|interface=127.0.0.0/8", 15)
         other.close()
 
 
@@ -280,13 +275,13 @@ def test_bad_udp_parameters_name_the_problem(
     a.expected_errors.append("INVALID_CHANNEL")
     with Aeron.connect(Context(dir=a.dir)) as aeron:
         with pytest.raises(Exception, match=re.escape(problem)):
-            aeron.add_publication(f"aeron:udp?endpoint=127.0.0.1:{free_port()}{channel_suffix}", 16)
+            aeron.add_publication(f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}{channel_suffix}", 16)
 
 
 def test_subscriptions_to_one_stream_must_agree_on_reliability(drivers: tuple[DriverProcess, DriverProcess]) -> None:
     _, b = drivers
     b.expected_errors.append("INVALID_CHANNEL")
-    channel = f"aeron:udp?endpoint=127.0.0.1:{free_port()}"
+    channel = f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}"
     with Aeron.connect(Context(dir=b.dir)) as aeron:
         first = aeron.add_subscription(channel, 17)
         with pytest.raises(

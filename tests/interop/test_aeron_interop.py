@@ -19,7 +19,8 @@ import pytest
 from logbuf.conduit import command_descriptor as cmd
 from logbuf.conduit.cnc import CncFile
 from logbuf.conduit.ring_buffer import ManyToOneRingBuffer
-from tests.interop.conftest import Interop, free_udp_port
+from logbuf.testing.host import free_udp_port
+from tests.interop.conftest import Interop
 
 COUNTS = {32: 20_000, 1024: 5_000, 65536: 200}
 LIVENESS_S = 30.0

@@ -1,3 +1,4 @@
+
 """Test kit for control-message floods against the relay: a relay process that produces live events,
 flooder processes that send ``options_update`` messages as fast as TCP takes them, and an honest reader
 that measures its lag.
@@ -46,15 +47,6 @@ UPGRADE = (
     b"Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
 )
 _MASK = b"\x9a\x1f\x77\x03"
-
-
-def rss_bytes(pid: int, field: str = "VmRSS") -> int:
-    """A process's resident memory now (``VmHWM``: its peak so far)."""
-    with open(f"/proc/{pid}/status") as status:
-        for line in status:
-            if line.startswith(f"{field}:"):
-                return int(line.split()[1]) * 1024
-    raise AssertionError(f"no {field} for pid {pid}")
 
 
 def raise_nofile(want: int) -> None:

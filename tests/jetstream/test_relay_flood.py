@@ -9,7 +9,8 @@ import time
 from pathlib import Path
 
 from logbuf.testing import wait_until
-from tests.jetstream._flood_support import FloodReport, LagMeter, flood, relay_process, rss_bytes, scrape_during
+from logbuf.testing.host import rss_bytes
+from tests.jetstream._flood_support import FloodReport, LagMeter, flood, relay_process, scrape_during
 
 FLOODERS = 200
 PER_ADDRESS = 10  # 20 addresses, under the per-address connection cap (100)

@@ -40,6 +40,7 @@ from logbuf.protocol.setup import SetupFrame
 from logbuf.protocol.status import StatusMessageFrame
 from logbuf.testing import wait_until
 from logbuf.testing.driver_process import DriverProcess, DriverSet
+from logbuf.testing.host import free_udp_port
 from tests.udp._children import END_SEQ, HEADER, HEADER_LENGTH
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -61,12 +62,6 @@ def faults(rate: float, seed: int) -> list[str]:
         "--udp-fault-seed",
         str(seed),
     ]
-
-
-def free_udp_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def udp_channel(port: int, **params: object) -> str:

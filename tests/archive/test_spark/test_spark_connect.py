@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import pytest
 
 from logbuf.testing import wait_until
-from tests.archive.conftest import free_port
+from logbuf.testing.host import free_tcp_port
 from tests.archive.test_spark.conftest import RecordedArchive
 from tests.archive.test_spark.test_spark_cluster import cluster_env, spark_home
 
@@ -25,7 +25,7 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def connect_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     work = tmp_path_factory.mktemp("spark-connect")
-    port = free_port()
+    port = free_tcp_port()
     log = work / "connect-server.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen(
