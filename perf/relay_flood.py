@@ -35,7 +35,7 @@ from _common import ROOT, cpu_seconds, new_results, quiet, write_results
 
 from logbuf.testing import wait_until
 from logbuf.testing.host import rss_bytes
-from tests.jetstream._flood_support import FloodReport, LagMeter, flood, relay_process, scrape_during
+from logbuf.testing.relay_flood import FloodReport, LagMeter, flood, relay_process, scrape_during
 
 BASELINE_PACKAGE = "jetstream_baseline"
 

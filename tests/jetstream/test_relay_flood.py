@@ -10,7 +10,7 @@ from pathlib import Path
 
 from logbuf.testing import wait_until
 from logbuf.testing.host import rss_bytes
-from tests.jetstream._flood_support import FloodReport, LagMeter, flood, relay_process, scrape_during
+from logbuf.testing.relay_flood import FloodReport, LagMeter, flood, relay_process, scrape_during
 
 FLOODERS = 200
 PER_ADDRESS = 10  # 20 addresses, under the per-address connection cap (100)

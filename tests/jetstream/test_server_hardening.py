@@ -4,9 +4,7 @@ clients send is bounded in memory per connection and in total."""
 from __future__ import annotations
 
 import json
-import os
 import socket
-import struct
 import time
 from pathlib import Path
 
@@ -15,26 +13,13 @@ import pytest
 from logbuf.jetstream.limits import FrameMeter
 from logbuf.jetstream.server import DEFAULT_MAX_CLIENT_MESSAGE_LENGTH
 from logbuf.testing import wait_until
+from logbuf.testing.relay_flood import client_frame
 from tests.jetstream._relay_support import BASE_US, RelayHandle, make_events, recv_events, running_relay
 
 UPGRADE = (
     "GET /subscribe{query} HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
     "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
 )
-
-
-def client_frame(opcode: int, payload: bytes, *, fin: bool = True, declared: int | None = None) -> bytes:
-    """A masked client frame; ``declared``: the length its header claims (default: the payload's)."""
-    length = len(payload) if declared is None else declared
-    first = (0x80 if fin else 0) | opcode
-    if length < 126:
-        header = struct.pack("!BB", first, 0x80 | length)
-    elif length < 1 << 16:
-        header = struct.pack("!BBH", first, 0x80 | 126, length)
-    else:
-        header = struct.pack("!BBQ", first, 0x80 | 127, length)
-    mask = os.urandom(4)
-    return header + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
 
 
 def read_until_closed(sock: socket.socket, timeout_s: float = 10.0) -> bytes:

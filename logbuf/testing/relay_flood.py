@@ -1,5 +1,4 @@
-
-"""Test kit for control-message floods against the relay: a relay process that produces live events,
+"""Load for the jetstream relay, for its tests and benchmarks (needs the relay's ``websockets``): control-message floods: a relay process that produces live events,
 flooder processes that send ``options_update`` messages as fast as TCP takes them, and an honest reader
 that measures its lag.
 
@@ -13,6 +12,8 @@ that measures its lag.
 * :class:`LagMeter`: the honest client. Its lag is the age of the newest ``time_us`` it has read,
   sampled before each read (every 50 ms at most), so a client that receives nothing counts too (the
   way ``perf/jetstream_fanout.py`` measures lag).
+
+* :func:`client_frame`: one masked websocket client frame, built by hand (a header may lie about its length).
 
 Every wait has a timeout; the child processes are killed in ``finally``.
 """
@@ -250,8 +251,9 @@ def _flood(
     end = time.monotonic() + seconds
     while offsets and time.monotonic() < end:
         for key, mask in selector.select(0.05):
-            sock = key.fileobj
-            assert isinstance(sock, socket.socket)
+            fileobj = key.fileobj
+            assert isinstance(fileobj, socket.socket)
+            sock = fileobj
             if mask & selectors.EVENT_READ:
                 try:
                     data = sock.recv(65536)
@@ -376,3 +378,17 @@ def pid_alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+def client_frame(opcode: int, payload: bytes, *, fin: bool = True, declared: int | None = None) -> bytes:
+    """A masked client frame; ``declared``: the length its header claims (default: the payload's)."""
+    length = len(payload) if declared is None else declared
+    first = (0x80 if fin else 0) | opcode
+    if length < 126:
+        header = struct.pack("!BB", first, 0x80 | length)
+    elif length < 1 << 16:
+        header = struct.pack("!BBH", first, 0x80 | 126, length)
+    else:
+        header = struct.pack("!BBQ", first, 0x80 | 127, length)
+    mask = os.urandom(4)
+    return header + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
