@@ -21,6 +21,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
+from operator import attrgetter
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
@@ -517,31 +518,26 @@ class ClientConductor:
     def _response_table(self) -> dict[int, Callable[[int, bytes], None]]:
         """What the conductor does with each response type the driver broadcasts (as the driver's command table)."""
         return {
-            cmd.ON_ERROR: self._on_error,
-            cmd.ON_PUBLICATION_READY: self._on_publication_ready,
-            cmd.ON_EXCLUSIVE_PUBLICATION_READY: self._on_publication_ready,
-            cmd.ON_SUBSCRIPTION_READY: self._on_subscription_ready,
-            cmd.ON_OPERATION_SUCCESS: self._on_operation_success,
+            cmd.ON_ERROR: self._completes(cmd.ErrorResponse.decode, attrgetter("offending_correlation_id")),
+            cmd.ON_PUBLICATION_READY: self._completes(cmd.PublicationReady.decode),
+            cmd.ON_EXCLUSIVE_PUBLICATION_READY: self._completes(cmd.PublicationReady.decode),
+            cmd.ON_SUBSCRIPTION_READY: self._completes(cmd.SubscriptionReady.decode),
+            cmd.ON_OPERATION_SUCCESS: self._completes(cmd.OperationSuccess.decode),
             cmd.ON_AVAILABLE_IMAGE: lambda _, payload: self._on_available_image(cmd.ImageReady.decode(payload)),
             cmd.ON_UNAVAILABLE_IMAGE: lambda _, payload: self._on_unavailable_image(cmd.ImageMessage.decode(payload)),
             cmd.ON_CLIENT_TIMEOUT: self._on_client_timeout,
         }
 
-    def _on_error(self, msg_type_id: int, payload: bytes) -> None:
-        error = cmd.ErrorResponse.decode(payload)
-        self._complete(error.offending_correlation_id, msg_type_id, error)
+    def _completes(
+        self, decode: Callable[[bytes], Any], correlation_id: Callable[[Any], int] = attrgetter("correlation_id")
+    ) -> Callable[[int, bytes], None]:
+        """A handler for a response that answers a command: decoded, it completes the command it names."""
 
-    def _on_publication_ready(self, msg_type_id: int, payload: bytes) -> None:
-        ready = cmd.PublicationReady.decode(payload)
-        self._complete(ready.correlation_id, msg_type_id, ready)
+        def on_response(msg_type_id: int, payload: bytes) -> None:
+            response = decode(payload)
+            self._complete(correlation_id(response), msg_type_id, response)
 
-    def _on_subscription_ready(self, msg_type_id: int, payload: bytes) -> None:
-        ready = cmd.SubscriptionReady.decode(payload)
-        self._complete(ready.correlation_id, msg_type_id, ready)
-
-    def _on_operation_success(self, msg_type_id: int, payload: bytes) -> None:
-        success = cmd.OperationSuccess.decode(payload)
-        self._complete(success.correlation_id, msg_type_id, success)
+        return on_response
 
     def _on_client_timeout(self, msg_type_id: int, payload: bytes) -> None:
         if cmd.ClientTimeout.decode(payload).client_id == self.client_id:
