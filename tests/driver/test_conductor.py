@@ -11,6 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 from logbuf.client import Aeron, Image
+from logbuf.conduit import command_descriptor as cmd
 from logbuf.conduit.cnc import cnc_driver_heartbeat_ms
 from logbuf.conduit.error_log import read_error_log
 from logbuf.driver.lifecycle import PublicationState
@@ -107,6 +108,7 @@ def test_a_client_that_keeps_alive_stays_and_a_silent_one_is_timed_out(
     driver: SteppedDriver, client: Client, clock: FakeClock
 ) -> None:
     publication = client.aeron.add_publication(IPC, 10)
+    subscription = client.aeron.add_subscription(IPC, 11)
     log_file_name = publication.log_file_name
     assert driver.counter(SystemCounterId.ACTIVE_CLIENTS) == 1
     for _ in range(3):  # three liveness timeouts pass, with a keepalive every half
@@ -122,6 +124,7 @@ def test_a_client_that_keeps_alive_stays_and_a_silent_one_is_timed_out(
     client.aeron.do_work()  # and hears that the driver timed it out: its own client id
     assert [str(e) for e in client.errors] == ["the media driver timed this client out"]
     assert isinstance(client.errors[0], ClosedError) and client.aeron.is_closed
+    assert publication.is_closed and subscription.is_closed  # the client closed them itself
     assert driver.counter(SystemCounterId.CLIENT_TIMEOUTS) == 1
     assert driver.counter(SystemCounterId.ACTIVE_CLIENTS) == 0
     # its publication was released, and with no subscriber to drain it went in the same timer pass
@@ -173,3 +176,9 @@ def test_a_bad_command_is_answered_with_an_error_and_the_conductor_goes_on(
     errors = read_error_log(driver.driver.cnc.error_log)
     assert [e.text.split(":")[0] for e in errors] == ["NOT_SUPPORTED"]
     driver.expected_errors.append("NOT_SUPPORTED: control-mode=response")
+
+
+def test_the_client_has_a_handler_for_every_response_the_driver_broadcasts(client: Client) -> None:
+    responses = {value for name, value in vars(cmd).items() if name.startswith("ON_") and isinstance(value, int)}
+    assert len(responses) == 8
+    assert set(client.aeron._conductor._response_handlers) == responses
