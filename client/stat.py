@@ -624,8 +624,29 @@ def archive_counters(directories: Sequence[str]) -> list[dict[str, Any]]:
             found.append({"archive_dir": directory, "error": "no archive counters (is a service serving it?)"})
             continue
         pid, values = read
-        found.append({"archive_dir": directory, "pid": pid, "alive": pid_alive(pid), "counters": values})
+        found.append(
+            {
+                "archive_dir": directory,
+                "pid": pid,
+                "alive": pid_alive(pid),
+                "counters": values,
+                "replications": _replications(directory),
+            }
+        )
     return found
+
+
+def _replications(directory: str) -> list[dict[str, Any]]:
+    """The archive's copies in progress, each with its source identity and lag (bytes behind the source)."""
+    from logbuf.archive.replication import read_replications, read_source
+
+    out = []
+    for entry in read_replications(directory):
+        source = read_source(directory, int(entry.get("dst_recording_id", -1)))
+        if source is not None:
+            entry = {**entry, "source_identity": source.source_identity, "channel": source.channel}
+        out.append(entry)
+    return out
 
 
 def render_archive(archive: dict[str, Any]) -> Any:
@@ -637,6 +658,11 @@ def render_archive(archive: dict[str, Any]) -> Any:
     table.add_column("value", justify="right")
     for label, value in archive.get("counters", {}).items():
         table.add_row(label, f"{value:,}")
+    for r in archive.get("replications", []):
+        source = f"archive {r.get('source_archive_id')} recording {r.get('src_recording_id')}"
+        if r.get("source_identity"):
+            source += f" ({r['source_identity']})"
+        table.add_row(f"copy into recording {r.get('dst_recording_id')} from {source}: lag", f"{r.get('lag', -1):,} B")
     return table
 
 
