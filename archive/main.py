@@ -41,6 +41,7 @@ from logbuf.archive.remote_cli import (
 from logbuf.archive.replication import read_replications, read_source
 from logbuf.archive.segments import DEFAULT_SEGMENT_LENGTH, SegmentError, segment_files
 from logbuf.archive.verify import verify_recording
+from logbuf.durations import parse_duration_ns
 from logbuf.errors import ConfigurationError, LogbufError
 from logbuf.logging_config import configure_logging
 
@@ -62,16 +63,9 @@ def _size(text: str) -> int:
 
 
 def _duration_ms(text: str) -> int:
-    """Durations: a number with ms/s/m/h/d (a bare number is seconds)."""
-    t = text.strip().lower()
-    for suffix, mult in (("ms", 1), ("s", 1_000), ("m", 60_000), ("h", 3_600_000), ("d", 86_400_000)):
-        if t.endswith(suffix):
-            t, factor = t[: -len(suffix)], mult
-            break
-    else:
-        factor = 1_000
+    """Durations in :mod:`logbuf.durations`' grammar (``500ms``, ``30s``, ``2h``, ``7d``); a bare number is seconds."""
     try:
-        return int(float(t) * factor)
+        return parse_duration_ns(text, bare_unit="s") // 1_000_000
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a duration (e.g. 500ms, 30s, 10m, 2h, 7d)") from None
 

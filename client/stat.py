@@ -23,6 +23,7 @@ to 32 bytes (a 32-byte message takes 64), so they run ahead of payload rates.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import sys
@@ -708,9 +709,20 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
+def require_tools_extra(module: str, feature: str) -> None:
+    """Exit naming the ``[tools]`` extra if ``module`` (rich, prometheus_client) is not installed: the core
+    install is the transport alone."""
+    if importlib.util.find_spec(module) is None:
+        raise SystemExit(f"{feature} needs the [tools] extra ({module} is not installed): pip install 'logbuf[tools]'")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     configure_logging("warning")
+    if not (args.json or args.loss or args.topics):
+        require_tools_extra("rich", "logbuf-stat's view")
+    if args.prometheus is not None:
+        require_tools_extra("prometheus_client", "logbuf-stat --prometheus")
     from logbuf.directory import resolve_dir
 
     directory = resolve_dir(args.dir)
