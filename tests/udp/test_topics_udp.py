@@ -138,7 +138,9 @@ def test_two_publishers_on_one_host_each_arrive_once_in_order_and_a_lagging_subs
     a, b = clients
     wild, idle = (b.add_topic_subscription(_channel(PORT + 2), 32, p) for p in (["q.*"], ["q.one"]))
     pubs = [a.add_topic_publication(_channel(PORT + 2), 32, exclusive=True) for _ in range(2)]
-    _wait(lambda: all(p.is_connected for p in pubs) and wild.image_count == idle.image_count == 2, "not connected")
+    wait_until(
+        lambda: all(p.is_connected for p in pubs) and wild.image_count == idle.image_count == 2, 15, "not connected"
+    )
     sent: list[tuple[int, str, str]] = []
     for i in range(400):
         for k, pub in enumerate(pubs):
@@ -155,8 +157,9 @@ def test_two_publishers_on_one_host_each_arrive_once_in_order_and_a_lagging_subs
     behind = max(p.position for p in pubs)
     reader = TopicStatReader(hosts[1].dir)
     try:
-        _wait(
+        wait_until(
             lambda: _lag_of(reader, idle.registration_id) == behind,
+            15,
             f"idle's lag to reach {behind} bytes (is {_lag_of(reader, idle.registration_id)})",
         )
         assert _lag_of(reader, wild.registration_id) == 0
