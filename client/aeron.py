@@ -21,6 +21,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
+from operator import attrgetter
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +30,7 @@ from logbuf.conduit import command_descriptor as cmd
 from logbuf.conduit import counters_descriptor as cd
 from logbuf.conduit.broadcast import CopyBroadcastReceiver
 from logbuf.conduit.cnc import ClientLivenessLock, CncFile, cnc_driver_heartbeat_ms
+from logbuf.conduit.error_log import epoch_ms
 from logbuf.conduit.ring_buffer import ManyToOneRingBuffer
 from logbuf.conduit.system_counters_descriptor import SLOTS, SystemCounterId
 from logbuf.directory import ENV_PREFIX, DirectoryPermissionError, check_directory, resolve_dir
@@ -76,6 +78,12 @@ class Context:
     group_access: bool = False
     """Trust a driver directory owned by one of this user's groups, as a driver run with
     ``--group-access`` by another member makes (also ``LOGBUF_GROUP_ACCESS=true``)."""
+    clock_ns: Callable[[], int] = field(default=time.monotonic_ns, repr=False, compare=False)
+    """The monotonic clock the conductor's timers and command deadlines read (keepalives, lingering
+    resources, the driver timeout). Tests give a fake clock's, as they do to the driver's context."""
+    epoch_clock_ms: Callable[[], int] = field(default=epoch_ms, repr=False, compare=False)
+    """Wall-clock milliseconds, compared with the driver's heartbeat in the CnC (which the driver writes
+    from its own ``epoch_clock_ms``)."""
     pre_touch_mapped_memory: bool = True
     """Map every page of a log when it is mapped (a publication added, an image available) rather than on
     first use: a page fault on the data path cost 20-30 us here, on every 4 KiB of a fresh log (every
@@ -105,10 +113,41 @@ class Publication(_Publication):
 
     _async_calls = 0
 
-    channel: str
-    registration_id: int
-    _conductor: ClientConductor
-    _log_buffers: LogBuffers
+    def __new__(
+        cls,
+        conductor: ClientConductor,
+        registration_id: int,
+        channel: str,
+        log_file_name: str,
+        log_buffers: LogBuffers,
+        limit_offset: int,
+        exclusive: bool,
+    ) -> Publication:
+        # The native core takes its log and limit counter when it is made (in tp_new), before __init__.
+        return super().__new__(cls, log_buffers.view, conductor.cnc.counters_values, limit_offset, exclusive, None)
+
+    def __init__(
+        self,
+        conductor: ClientConductor,
+        registration_id: int,
+        channel: str,
+        log_file_name: str,
+        log_buffers: LogBuffers,
+        limit_offset: int,
+        exclusive: bool,
+    ) -> None:
+        """Made by the client conductor from the driver's PUBLICATION_READY (``limit_offset``: where the
+        publisher-limit counter is in the CnC's counter values); use :meth:`Aeron.add_publication`."""
+        self._conductor = conductor
+        self.registration_id = registration_id
+        self.channel = channel
+        self._log_file_name = log_file_name
+        self._log_buffers = log_buffers
+
+    @property
+    def log_file_name(self) -> str:
+        """The path of the log this publication writes (the driver's file)."""
+        return self._log_file_name
 
     def close(self) -> None:
         """Remove the publication from the driver; further offers return CLOSED."""
@@ -154,11 +193,42 @@ class Publication(_Publication):
 class Image(_Image):
     """One publisher's stream as seen by a subscription."""
 
-    correlation_id: int
-    subscription: Subscription
-    source_identity: str
-    _log_buffers: LogBuffers
-    _log_file_name: str
+    def __new__(
+        cls,
+        subscription: Subscription,
+        correlation_id: int,
+        source_identity: str,
+        log_file_name: str,
+        log_buffers: LogBuffers,
+        counters_values: Any,
+        position_offset: int,
+    ) -> Image:
+        # The native core takes its log and subscriber-position counter when it is made, before __init__.
+        return super().__new__(cls, log_buffers.view, counters_values, position_offset)
+
+    def __init__(
+        self,
+        subscription: Subscription,
+        correlation_id: int,
+        source_identity: str,
+        log_file_name: str,
+        log_buffers: LogBuffers,
+        counters_values: Any,
+        position_offset: int,
+    ) -> None:
+        """Made by the client conductor from the driver's AVAILABLE_IMAGE (``position_offset``: where the
+        subscriber-position counter is in ``counters_values``)."""
+        self.subscription = subscription
+        self.correlation_id = correlation_id
+        self.source_identity = source_identity
+        self.channel = subscription.channel
+        self._log_file_name = log_file_name
+        self._log_buffers = log_buffers
+
+    @property
+    def log_file_name(self) -> str:
+        """The path of the log this image reads (the driver's file)."""
+        return self._log_file_name
 
 
 class Subscription(SubscriptionCore):
@@ -282,6 +352,13 @@ class Subscription(SubscriptionCore):
             self._closed = True
             self._conductor.release_subscription(self)
 
+    def internal_close(self) -> list[Image]:
+        """Closed by the client conductor itself (the client closing, the driver gone or timing it out): no
+        command to the driver. Returns the images it held, for the conductor to retire."""
+        self._closed = True
+        images, self._images = self._images, ()
+        return list(images)
+
     def __enter__(self) -> Subscription:
         return self
 
@@ -321,6 +398,7 @@ class ClientConductor:
         self._liveness_lock = ClientLivenessLock(self.cnc.path, self.client_id)  # so no one else can close us
         self._lock = threading.RLock()
         self._pending: dict[int, _Pending] = {}
+        self._response_handlers = self._response_table()
         self._subscriptions: dict[int, Subscription] = {}
         self._publications: dict[int, Publication] = {}
         self._logs: dict[str, _MappedLog] = {}
@@ -350,7 +428,7 @@ class ClientConductor:
             if self._closed:
                 return 0
             work = self.to_clients.receive(self._on_response)
-            now_ns = time.monotonic_ns()
+            now_ns = self.ctx.clock_ns()
             if now_ns >= self._next_keepalive_ns:
                 self._next_keepalive_ns = now_ns + self.ctx.keepalive_interval_ms * 1_000_000
                 self._check_driver()
@@ -370,7 +448,7 @@ class ClientConductor:
     def _check_driver(self) -> None:
         if self._driver_error is not None:
             return
-        age_ms = time.time_ns() // 1_000_000 - cnc_driver_heartbeat_ms(self.cnc)
+        age_ms = self.ctx.epoch_clock_ms() - cnc_driver_heartbeat_ms(self.cnc)
         if age_ms > self.ctx.driver_timeout_ms:
             self._driver_error = DriverTimeoutError(
                 f"media driver in {self.ctx.dir} has not heartbeated for {age_ms} ms "
@@ -392,9 +470,9 @@ class ClientConductor:
 
     # -- commands -----------------------------------------------------------------------------------------
     def _send(self, msg_type_id: int, payload: bytes) -> None:
-        deadline = time.monotonic() + self.ctx.driver_timeout_ms / 1000
+        deadline_ns = self.ctx.clock_ns() + self.ctx.driver_timeout_ms * 1_000_000
         while not self.to_driver.write(msg_type_id, payload):
-            if time.monotonic() > deadline:
+            if self.ctx.clock_ns() > deadline_ns:
                 raise DriverTimeoutError(f"command ring full for {self.ctx.driver_timeout_ms} ms: driver not consuming")
             self._idle(0.001)
 
@@ -410,13 +488,13 @@ class ClientConductor:
         pending = self._pending[correlation_id] = _Pending(correlation_id)
         try:
             self._send(msg_type_id, payload)
-            deadline = time.monotonic() + self.ctx.driver_timeout_ms / 1000
+            deadline_ns = self.ctx.clock_ns() + self.ctx.driver_timeout_ms * 1_000_000
             while pending.response is None:
                 self.do_work()
                 if pending.response is not None:
                     break
                 self._ensure_usable()
-                if time.monotonic() > deadline:
+                if self.ctx.clock_ns() > deadline_ns:
                     with self._lock:  # a dead driver closes this client's resources, whenever the keepalive is due
                         self._check_driver()
                     self._ensure_usable()
@@ -433,29 +511,41 @@ class ClientConductor:
         return type_id, response
 
     def _on_response(self, msg_type_id: int, payload: bytes) -> None:
-        if msg_type_id == cmd.ON_ERROR:
-            error = cmd.ErrorResponse.decode(payload)
-            self._complete(error.offending_correlation_id, msg_type_id, error)
-        elif msg_type_id in (cmd.ON_PUBLICATION_READY, cmd.ON_EXCLUSIVE_PUBLICATION_READY):
-            ready = cmd.PublicationReady.decode(payload)
-            self._complete(ready.correlation_id, msg_type_id, ready)
-        elif msg_type_id == cmd.ON_SUBSCRIPTION_READY:
-            sub_ready = cmd.SubscriptionReady.decode(payload)
-            self._complete(sub_ready.correlation_id, msg_type_id, sub_ready)
-        elif msg_type_id == cmd.ON_OPERATION_SUCCESS:
-            success = cmd.OperationSuccess.decode(payload)
-            self._complete(success.correlation_id, msg_type_id, success)
-        elif msg_type_id == cmd.ON_AVAILABLE_IMAGE:
-            self._on_available_image(cmd.ImageReady.decode(payload))
-        elif msg_type_id == cmd.ON_UNAVAILABLE_IMAGE:
-            self._on_unavailable_image(cmd.ImageMessage.decode(payload))
-        elif msg_type_id == cmd.ON_CLIENT_TIMEOUT:
-            if cmd.ClientTimeout.decode(payload).client_id == self.client_id:
-                self._log.error("client.timed_out_by_driver")
-                self._force_close_resources()
-                self._liveness_lock.release()
-                self._closed = True
-                self._handle_error(ClosedError("the media driver timed this client out"))
+        handler = self._response_handlers.get(msg_type_id)
+        if handler is not None:  # responses of types this client does not know are another client's business
+            handler(msg_type_id, payload)
+
+    def _response_table(self) -> dict[int, Callable[[int, bytes], None]]:
+        """What the conductor does with each response type the driver broadcasts (as the driver's command table)."""
+        return {
+            cmd.ON_ERROR: self._completes(cmd.ErrorResponse.decode, attrgetter("offending_correlation_id")),
+            cmd.ON_PUBLICATION_READY: self._completes(cmd.PublicationReady.decode),
+            cmd.ON_EXCLUSIVE_PUBLICATION_READY: self._completes(cmd.PublicationReady.decode),
+            cmd.ON_SUBSCRIPTION_READY: self._completes(cmd.SubscriptionReady.decode),
+            cmd.ON_OPERATION_SUCCESS: self._completes(cmd.OperationSuccess.decode),
+            cmd.ON_AVAILABLE_IMAGE: lambda _, payload: self._on_available_image(cmd.ImageReady.decode(payload)),
+            cmd.ON_UNAVAILABLE_IMAGE: lambda _, payload: self._on_unavailable_image(cmd.ImageMessage.decode(payload)),
+            cmd.ON_CLIENT_TIMEOUT: self._on_client_timeout,
+        }
+
+    def _completes(
+        self, decode: Callable[[bytes], Any], correlation_id: Callable[[Any], int] = attrgetter("correlation_id")
+    ) -> Callable[[int, bytes], None]:
+        """A handler for a response that answers a command: decoded, it completes the command it names."""
+
+        def on_response(msg_type_id: int, payload: bytes) -> None:
+            response = decode(payload)
+            self._complete(correlation_id(response), msg_type_id, response)
+
+        return on_response
+
+    def _on_client_timeout(self, msg_type_id: int, payload: bytes) -> None:
+        if cmd.ClientTimeout.decode(payload).client_id == self.client_id:
+            self._log.error("client.timed_out_by_driver")
+            self._force_close_resources()
+            self._liveness_lock.release()
+            self._closed = True
+            self._handle_error(ClosedError("the media driver timed this client out"))
 
     def _complete(self, correlation_id: int, msg_type_id: int, response: Any) -> None:
         pending = self._pending.get(correlation_id)
@@ -483,7 +573,7 @@ class ClientConductor:
                 self._linger(mapped.log)
 
     def _linger(self, resource: Any) -> None:
-        self._lingering.append((time.monotonic_ns() + RESOURCE_LINGER_NS, resource))
+        self._lingering.append((self.ctx.clock_ns() + RESOURCE_LINGER_NS, resource))
 
     def _close_lingering(self, now_ns: int) -> None:
         keep = []
@@ -509,13 +599,14 @@ class ClientConductor:
             )
             log = self._map_log(ready.log_file_name)
             publication = Publication(
-                log.view, self.cnc.counters_values, cd.values_offset(ready.position_limit_counter_id), exclusive, None
+                self,
+                correlation_id,
+                channel,
+                ready.log_file_name,
+                log,
+                cd.values_offset(ready.position_limit_counter_id),
+                exclusive,
             )
-            publication.channel = channel
-            publication.registration_id = correlation_id
-            publication._conductor = self
-            publication._log_buffers = log
-            publication._log_file_name = ready.log_file_name  # type: ignore[attr-defined]
             self._publications[correlation_id] = publication
             self._log.info(
                 "client.publication_added",
@@ -531,7 +622,7 @@ class ClientConductor:
         with self._lock:
             if self._publications.pop(publication.registration_id, None) is None:
                 return
-            self._unmap_log(publication._log_file_name)  # type: ignore[attr-defined]
+            self._unmap_log(publication._log_file_name)
             if self._closed or self._driver_error is not None:
                 return
             correlation_id = self.to_driver.next_correlation_id()
@@ -624,16 +715,18 @@ class ClientConductor:
         if subscription is None or subscription.is_closed:
             return
         log = self._map_log(event.log_file_name)
-        image = Image(log.view, self.cnc.counters_values, cd.values_offset(event.subscriber_position_id))
-        image.correlation_id = event.correlation_id
-        image.subscription = subscription
-        image.source_identity = event.source_identity
-        image.channel = subscription.channel
+        image = Image(
+            subscription,
+            event.correlation_id,
+            event.source_identity,
+            event.log_file_name,
+            log,
+            self.cnc.counters_values,
+            cd.values_offset(event.subscriber_position_id),
+        )
         fault_counter = self._corrupt_log_frames_offset()
         if fault_counter is not None:  # the poll counts a corrupt frame it meets there, as well as raising
             image.set_fault_counter(self.cnc.counters_values, fault_counter)
-        image._log_buffers = log
-        image._log_file_name = event.log_file_name
         subscription._add_image(image)
         if subscription.on_available_image is not None:
             try:
@@ -665,9 +758,7 @@ class ClientConductor:
         for publication in list(self._publications.values()):
             _Publication.close(publication)
         for subscription in list(self._subscriptions.values()):
-            subscription._closed = True
-            for image in subscription.images:
-                subscription._remove_image(image.correlation_id)
+            for image in subscription.internal_close():
                 self._linger(image)
 
     def close(self) -> None:
@@ -708,13 +799,13 @@ class ClientConductor:
 
 def _await_cnc(ctx: Context) -> CncFile:
     """Map the driver's CnC, waiting up to the driver timeout for an active driver."""
-    deadline = time.monotonic() + ctx.driver_timeout_ms / 1000
+    deadline_ns = ctx.clock_ns() + ctx.driver_timeout_ms * 1_000_000
     last_error: Exception | None = None
     while True:
         try:
             check_directory(ctx.dir, group_access=ctx.group_access)  # DirectoryPermissionError: no point waiting
             cnc = CncFile.open(ctx.dir)
-            age_ms = time.time_ns() // 1_000_000 - cnc_driver_heartbeat_ms(cnc)
+            age_ms = ctx.epoch_clock_ms() - cnc_driver_heartbeat_ms(cnc)
             if age_ms <= ctx.driver_timeout_ms:
                 return cnc
             cnc.close()
@@ -723,7 +814,7 @@ def _await_cnc(ctx: Context) -> CncFile:
             raise
         except (ShmError, ValueError, OSError) as e:
             last_error = e
-        if time.monotonic() > deadline:
+        if ctx.clock_ns() > deadline_ns:
             raise DriverTimeoutError(
                 f"no active media driver found in {ctx.dir} within {ctx.driver_timeout_ms} ms: {last_error}"
             )

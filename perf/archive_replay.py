@@ -3,7 +3,7 @@
     sudo python perf/archive_replay.py            # 3 s per rate case, 10 s of history for the catch-up
     sudo python perf/archive_replay.py --quick    # 1 s per case, 3 s of history
 
-A network of two namespaces (:mod:`tests.support.netns`, needs root): host A (10.13.0.1) runs a driver
+A network of two namespaces (:mod:`logbuf.testing.netns`, needs root): host A (10.13.0.1) runs a driver
 and the archive service (in this process, on its own thread); host B (10.13.0.2) a driver. Publishers and
 subscribers are child processes; a subscriber counts with ``poll_batch`` (no Python per message). For
 32 B and 512 B:
@@ -191,8 +191,8 @@ def main(argv: list[str] | None = None) -> int:
     from logbuf.archive.client import ArchiveClient, ArchiveClientContext
     from logbuf.archive.service import ArchiveService
     from logbuf.archive.service_context import ArchiveContext
-    from tests.support.driver_process import DriverSet
-    from tests.support.netns import NetnsDriverProcess, NetnsNetwork
+    from logbuf.testing.driver_process import DriverSet
+    from logbuf.testing.netns import NetnsDriverProcess, NetnsNetwork
 
     results = new_results("archive_replay", seconds=seconds, behind_s=behind, term_length="16m", note=args.note)
     mpx = mp.get_context("spawn")

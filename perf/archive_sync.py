@@ -57,7 +57,7 @@ def main() -> int:
     from logbuf.archive.sync import Peer, coverage, sync_once
     from logbuf.archive.sync_digest import subtract
     from logbuf.client import Aeron, Context
-    from tests.support.driver_process import DriverProcess
+    from logbuf.testing.driver_process import DriverProcess
 
     total = args.size << 20
     segment = 16 << 20 if total >= 64 << 20 else 1 << 20

@@ -27,7 +27,8 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from tests.interop.conftest import Interop, _pyaeron_python, free_udp_port  # noqa: E402
+from logbuf.testing.host import free_udp_port  # noqa: E402
+from tests.interop.conftest import Interop, _pyaeron_python  # noqa: E402
 
 UDP_PAIRINGS = [
     (("aeron", "pyaeron"), ("aeron", "pyaeron")),

@@ -491,7 +491,7 @@ def run_step(kind: str, clients: int, args: argparse.Namespace) -> dict[str, Any
     port = 0
     if kind == "relay":
         if args.workers > 1:
-            from tests.support.driver_process import DriverProcess
+            from logbuf.testing.driver_process import DriverProcess
 
             driver = DriverProcess(args=WORKER_DRIVER_ARGS, check_errors=False).start()
         for _ in range(args.workers):  # the first binds a free port, other workers join it (SO_REUSEPORT)

@@ -36,7 +36,7 @@ from logbuf.client import Aeron, Context, RegistrationError
 from logbuf.conduit.cnc import CncFile
 from logbuf.conduit.error_log import read_error_log
 from logbuf.logbuffer import data_header_descriptor as dh
-from tests.support.driver_process import DEFAULT_ARGS, DriverProcess
+from logbuf.testing.driver_process import DEFAULT_ARGS, DriverProcess
 
 INT32_MIN = -(2**31)
 TERM = 64 * 1024

@@ -20,8 +20,8 @@ from _common import new_results, quiet, write_results
 
 from logbuf.driver.udp import SendChannelEndpoint
 from logbuf.protocol import NakFrame, StatusMessageFrame
+from logbuf.testing.link import LinkNetwork
 from tests.interop.test_protocol_fixes import TERM, Wire, connect
-from tests.support.link import LinkNetwork
 
 GROUP = ("239.1.2.3", 4000)
 SENDER = ("10.0.0.1", 5000)

@@ -33,15 +33,9 @@ from typing import Any
 
 from _common import ROOT, cpu_seconds, new_results, quiet, write_results
 
-from tests.jetstream._flood_support import (
-    FloodReport,
-    LagMeter,
-    flood,
-    relay_process,
-    rss_bytes,
-    scrape_during,
-    wait_until,
-)
+from logbuf.testing import wait_until
+from logbuf.testing.host import rss_bytes
+from logbuf.testing.relay_flood import FloodReport, LagMeter, flood, relay_process, scrape_during
 
 BASELINE_PACKAGE = "jetstream_baseline"
 
@@ -66,7 +60,7 @@ def run_case(label: str, args: argparse.Namespace, package: str, path: str) -> d
         with relay_process(data_dir, rate=args.rate, package=package, path=path) as relay:
             honest = LagMeter(relay.url())
             try:
-                wait_until(lambda: honest.events >= 20 or honest.error is not None, what="the first events")
+                wait_until(lambda: honest.events >= 20 or honest.error is not None, 30, "the first events")
                 rss_before = rss_bytes(relay.pid)
                 cpu_before = cpu_seconds(relay.pid)
                 with flood(

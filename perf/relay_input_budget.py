@@ -28,8 +28,7 @@ from relay_flood import BASELINE_PACKAGE, extract_baseline
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect
 
-from tests.jetstream._flood_support import UPGRADE, relay_process
-from tests.jetstream.test_server_hardening import client_frame
+from logbuf.testing.relay_flood import UPGRADE, client_frame, relay_process
 
 #: Each holder's declared message: 128 of them fill the default 64 MiB budget exactly.
 DECLARED = 512 * 1024

@@ -37,18 +37,18 @@ from logbuf.client import Aeron, Context, FragmentAssembler, OfferResult
 from logbuf.conduit.cnc import CncFile
 from logbuf.logbuffer import data_header_descriptor as dh
 from logbuf.protocol import DataFrame, HeartbeatFrame, SetupFrame, StatusMessageFrame
-from tests.driver.test_client_limits import free_ports
-from tests.driver.test_local_hardening import rss_bytes
+from logbuf.testing import wait_until
+from logbuf.testing.driver_process import DriverProcess
+from logbuf.testing.host import free_udp_port, free_udp_ports, rss_bytes
 from tests.driver.test_nak_amplification import flood, naks_at_term_start, stepped_naks_at, system_counters
-from tests.driver.test_udp import BASE_ARGS, await_, counters, free_port, message, stream
-from tests.support.driver_process import DriverProcess
+from tests.driver.test_udp import BASE_ARGS, counters, message, stream
 
 WATCHED = ("Errors", "Invalid packets", "Spoofed frames dropped", "Images rejected", "Active images")
 
 
 def run_case(name: str, attack: Any) -> dict[str, Any]:
     a, b = DriverProcess(args=BASE_ARGS).start(), DriverProcess(args=BASE_ARGS).start()
-    channel = f"aeron:udp?endpoint=127.0.0.1:{free_port()}"
+    channel = f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}"
     port = int(channel.rsplit(":", 1)[1])
     result: dict[str, Any] = {"case": name}
     try:
@@ -60,7 +60,7 @@ def run_case(name: str, attack: Any) -> dict[str, Any]:
             raw.bind(("127.0.0.1", 0))
             sub = receiver.add_subscription(channel, 30)
             pub = sender.add_publication(channel, 30)
-            await_(lambda: pub.is_connected and bool(sub.images), 20, "connection")
+            wait_until(lambda: pub.is_connected and bool(sub.images), 20, "connection")
             assert stream(pub, [sub], 200, 60) == [list(range(200))]
             rss_before = rss_bytes(b.pid)
             started = time.monotonic()
@@ -162,7 +162,7 @@ def udp_endpoint_hog(raw: socket.socket, target: Any, pub: Any, sub: Any) -> dic
     cnc = CncFile.open(directory)
     pid = cnc.pid
     cnc.close()
-    ports = free_ports(HOG_ENDPOINTS)
+    ports = free_udp_ports(HOG_ENDPOINTS)
     rss_before = rss_bytes(pid)
     with Aeron.connect(Context(dir=directory)) as hog:
         started = time.monotonic()
@@ -252,7 +252,7 @@ def run_nak_case(
     name: str, *, mdc: bool, source: str, rate: int, pattern: Callable[..., list[bytes]]
 ) -> dict[str, Any]:
     a, b = DriverProcess(args=BASE_ARGS).start(), DriverProcess(args=BASE_ARGS).start()
-    data, control = free_port(), free_port()
+    data, control = free_udp_port(), free_udp_port()
     if mdc:
         pub_channel = f"aeron:udp?control=127.0.0.1:{control}|control-mode=dynamic"
         sub_channel = f"aeron:udp?endpoint=127.0.0.1:{data}|control=127.0.0.1:{control}"
@@ -264,7 +264,7 @@ def run_nak_case(
         with Aeron.connect(Context(dir=a.dir)) as sender, Aeron.connect(Context(dir=b.dir)) as receiver:
             sub = receiver.add_subscription(sub_channel, 50)
             pub = sender.add_publication(pub_channel, 50)
-            await_(lambda: pub.is_connected and bool(sub.images), 20, "connection")
+            wait_until(lambda: pub.is_connected and bool(sub.images), 20, "connection")
             image = sub.images[0]
             host, port = image.source_identity.rsplit(":", 1)
             live = LiveStream(pub, sub)
@@ -280,7 +280,7 @@ def run_nak_case(
             )
             child.start()
             try:
-                await_(lambda: sent.value > 0, 30, "the flood started")
+                wait_until(lambda: sent.value > 0, 30, "the flood started")
                 before, naks_before = system_counters(a), sent.value
                 got = live.run(PHASE_S, lambda: setattr(position, "value", image.position))
                 after, naks = system_counters(a), sent.value - naks_before
@@ -317,7 +317,7 @@ def run_mdc_victim_case(name: str, allow: list[str]) -> dict[str, Any]:
         print(result, flush=True)
         return result
     b = DriverProcess(args=BASE_ARGS).start()
-    data, control = free_port(), free_port()
+    data, control = free_udp_port(), free_udp_port()
     try:
         with (
             Aeron.connect(Context(dir=a.dir)) as sender,
@@ -328,7 +328,7 @@ def run_mdc_victim_case(name: str, allow: list[str]) -> dict[str, Any]:
             victim.setblocking(False)
             sub = receiver.add_subscription(f"aeron:udp?endpoint=127.0.0.1:{data}|control=127.0.0.1:{control}", 51)
             pub = sender.add_publication(f"aeron:udp?control=127.0.0.1:{control}|control-mode=dynamic", 51)
-            await_(lambda: pub.is_connected and bool(sub.images), 20, "connection")
+            wait_until(lambda: pub.is_connected and bool(sub.images), 20, "connection")
             image = sub.images[0]
             term_id = image.initial_term_id + image.position // image.term_length
             for i in range(6):  # as the attack measured: six SMs from the victim's address

@@ -4,7 +4,7 @@
     sudo python perf/udp_fanout.py --quick    # ~1 s per case
     sudo python perf/udp_fanout.py --quick --rounds 3 --note "..."   # each case 3 times, median ratios
 
-A real network on this machine (:mod:`tests.support.netns`, needs root): host 0 runs the
+A real network on this machine (:mod:`logbuf.testing.netns`, needs root): host 0 runs the
 publishing driver, hosts 1-3 a receiving driver each. Modes:
 
 - ``multicast``: one publication to ``239.13.0.1`` (``fc=min,g:/N``: paced to the slowest of the N);
@@ -263,8 +263,8 @@ def main(argv: list[str] | None = None) -> int:
     only = set(filter(None, args.only.split(",")))
     sender_args = [*SENDER_DRIVER_ARGS, "--idle-strategy", args.sender_idle_strategy]
     sys.path.insert(0, ROOT)
-    from tests.support.driver_process import DriverSet
-    from tests.support.netns import NetnsDriverProcess, NetnsNetwork
+    from logbuf.testing.driver_process import DriverSet
+    from logbuf.testing.netns import NetnsDriverProcess, NetnsNetwork
 
     name = "udp_fanout" if args.sender_idle_strategy == "backoff" else f"udp_fanout_{args.sender_idle_strategy}"
     if args.steer_switch:

@@ -9,7 +9,7 @@ import pytest
 import structlog
 
 # The test kit's fixtures for every test: ``driver_factory`` (real media driver processes).
-pytest_plugins = ["tests.support.driver_process"]
+pytest_plugins = ["logbuf.testing.pytest_plugin"]
 
 # On a failing example Hypothesis imports libcst (to suggest a patch), whose import warns
 # (mypy_extensions.TypedDict); with filterwarnings=error that turns the failure report into a

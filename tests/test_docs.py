@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from tests.support.driver_process import DriverProcess, DriverSet
+from logbuf.testing.driver_process import DriverProcess, DriverSet
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"

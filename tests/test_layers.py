@@ -22,6 +22,13 @@ LAYERS: dict[str, tuple[str, frozenset[str]]] = {
         "logbuf.jetstream",
         frozenset({"logbuf.native", "logbuf.conduit", "logbuf.logbuffer", "logbuf.client", "logbuf.archive"}),
     ),
+    # The test kit builds drivers and clients to test them with: it may import every layer but the services.
+    "logbuf/testing": (
+        "logbuf.testing",
+        frozenset(
+            {"logbuf.native", "logbuf.conduit", "logbuf.logbuffer", "logbuf.protocol", "logbuf.driver", "logbuf.client"}
+        ),
+    ),
 }
 LAYERED = {package for package, _ in LAYERS.values()}
 # The relay may run a media driver inside its own process (embedded): its entry point starts one and its

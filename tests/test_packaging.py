@@ -99,6 +99,7 @@ def test_everything_importable_is_under_logbuf(wheel: Wheel) -> None:
         "logbuf/archive/control_schema.xml",  # read by the control protocol tests from the installed package
         "logbuf/jetstream/main.py",
         "logbuf/jetstream/data/jetstream-zstd.dict",
+        "logbuf/testing/wait.py",  # the public test kit
     ):
         assert expected in record, expected
     assert any(re.fullmatch(r"logbuf/.+\.cpython-.+\.so", p) for p in record), "no compiled native core"

@@ -1,7 +1,7 @@
 """Type stubs for logbuf.native.publisher (publisher.pyx)."""
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Self
 
 from typing_extensions import Buffer
 
@@ -32,6 +32,14 @@ class PublicationCore:
     stream_id: int
     exclusive: bool
     limit_updater: Callable[[], object] | None
+    def __new__(
+        cls,
+        log: LogView,
+        limit_buffer: Buffer,
+        limit_offset: int,
+        exclusive: bool = False,
+        limit_updater: Callable[[], object] | None = None,
+    ) -> Self: ...
     def __init__(
         self,
         log: LogView,

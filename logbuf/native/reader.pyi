@@ -1,7 +1,7 @@
 """Type stubs for logbuf.native.reader (reader.pyx)."""
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Generator
-from typing import Any
+from typing import Any, Self
 
 from typing_extensions import Buffer
 
@@ -67,6 +67,7 @@ class ImageCore:
     channel: str | None
     @property
     def corrupt_frame_count(self) -> int: ...
+    def __new__(cls, log: LogView, position_buffer: Buffer, position_offset: int) -> Self: ...
     def __init__(self, log: LogView, position_buffer: Buffer, position_offset: int) -> None: ...
     def set_fault_counter(self, counter_buffer: Buffer, offset: int) -> None: ...
     @property

@@ -10,14 +10,16 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import pytest
 
 from logbuf.client import Publication
 from logbuf.logbuffer.publication import OfferResult
-from tests.support.driver_process import DriverProcess, DriverSet
+from logbuf.testing import wait_until
+from logbuf.testing.driver_process import DriverProcess, DriverSet
+from logbuf.testing.host import free_tcp_port
 
 # Credentials for the S3 API server the tests start (moto accepts any), set before any Spark JVM starts so
 # that its Python workers inherit them; no request ever leaves 127.0.0.1.
@@ -43,13 +45,6 @@ ARCHIVE_DRIVER_ARGS = [
     "--dir-delete-on-shutdown",
     "false",
 ]
-
-
-def await_(condition: Callable[[], object], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out after {timeout_s} s waiting for {what}"
-        time.sleep(0.005)
 
 
 def publish(pub: Publication, payloads: list[bytes], timeout_s: float = 20) -> tuple[list[int], list[int]]:
@@ -148,12 +143,6 @@ def archive_cli(archive: str | os.PathLike[str], *args: str) -> int:
     return main(["-d", str(archive), "--log-level", "error", *args])
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @dataclass
 class S3Server:
     """moto's S3 API server on 127.0.0.1 (a real HTTP server speaking S3, not a mock of our code)."""
@@ -182,7 +171,7 @@ class S3Server:
 @pytest.fixture(scope="session")
 def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
     """One moto S3 server for the run, on a free loopback port, stopped at the end."""
-    port = free_port()
+    port = free_tcp_port()
     log = tmp_path_factory.mktemp("moto") / "moto.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen(
@@ -198,7 +187,7 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
             except OSError:
                 return False
 
-        await_(listening, 30, "the S3 server to listen")
+        wait_until(listening, 30, "the S3 server to listen")
         yield S3Server(port, proc)
     finally:
         proc.terminate()

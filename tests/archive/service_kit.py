@@ -9,12 +9,12 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from logbuf.client import Publication
 from logbuf.logbuffer.publication import OfferResult
+from logbuf.testing import wait_until
 
 SEQ_BYTES = 8
 
@@ -111,18 +111,6 @@ class Received:
             raise AssertionError(f"got {len(self.seqs)} messages, expected {len(expected)}")
 
 
-def await_(
-    condition: Callable[[], object], timeout_s: float, what: str, step: Callable[[], object] | None = None
-) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out after {timeout_s} s waiting for {what}"
-        if step is not None:
-            step()
-        else:
-            time.sleep(0.005)
-
-
 @dataclass
 class ServeProcess:
     """``logbuf-archive -d DIR serve ...`` as a child process (output to a file shown on failure)."""
@@ -159,7 +147,7 @@ class ServeProcess:
                 stdout=out,
                 stderr=subprocess.STDOUT,
             )
-        await_(
+        wait_until(
             lambda: "archive.started" in self.output() or self.proc is None or self.proc.poll() is not None,
             30,
             "the archive service to start",

@@ -24,16 +24,16 @@ from logbuf.archive.client import ArchiveClient, ArchiveClientContext
 from logbuf.archive.replication import read_source
 from logbuf.archive.verify import verify_recording
 from logbuf.client import Aeron, Context
+from logbuf.testing import wait_until
+from logbuf.testing.driver_process import DriverSet
+from logbuf.testing.netns import SUBNET, NetnsDriverProcess, NetnsNetwork, make_network
 from tests.archive.service_kit import (
     NETNS_DRIVER_ARGS,
     SequencedPublisher,
     ServeProcess,
-    await_,
     recorded_seqs,
     recorded_stream,
 )
-from tests.support.driver_process import DriverSet
-from tests.support.netns import SUBNET, NetnsDriverProcess, NetnsNetwork, make_network
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("CI") != "true" and os.geteuid() != 0, reason="network namespaces need root (run in CI)"
@@ -69,7 +69,7 @@ def restart(serve: ServeProcess) -> None:
     started = serve.output().count("archive.started")
     serve.proc = None
     serve.start()
-    await_(lambda: serve.output().count("archive.started") > started, TIMEOUT_S, "the service to start again")
+    wait_until(lambda: serve.output().count("archive.started") > started, TIMEOUT_S, "the service to start again")
 
 
 def recording(archive_dir: str, recording_id: int) -> RecordingDescriptor:
@@ -101,7 +101,7 @@ def test_b_replicates_a_live_recording_through_a_link_cut_and_kill_9_of_either_s
                 publication = aeron_a.add_exclusive_publication(LIVE, LIVE_STREAM)
                 with ArchiveClient.connect(ArchiveClientContext(aeron=aeron_a)) as local_a:
                     local_a.start_recording(LIVE, LIVE_STREAM)
-                    await_(lambda: local_a.signals, TIMEOUT_S, "A's recording to start", local_a.poll)
+                    wait_until(lambda: local_a.signals, TIMEOUT_S, "A's recording to start", local_a.poll)
                 publisher = SequencedPublisher(publication, length=LENGTH, rate=4_000).start()
 
                 def replicate() -> int:
@@ -123,29 +123,33 @@ def test_b_replicates_a_live_recording_through_a_link_cut_and_kill_9_of_either_s
                     return recording(a.archive_dir, 0).stop_position
 
                 replicate()
-                await_(lambda: b_position() > 200_000, TIMEOUT_S, "B's copy to follow A's recording")
+                wait_until(lambda: b_position() > 200_000, TIMEOUT_S, "B's copy to follow A's recording")
 
                 net.add_loss(1, 1.0)  # the link into B is cut
                 time.sleep(3)
                 at_cut_end = a_position()
                 net.clear_loss(1)
-                await_(lambda: b_position() >= at_cut_end, TIMEOUT_S, "B's copy to catch up after the link cut")
+                wait_until(lambda: b_position() >= at_cut_end, TIMEOUT_S, "B's copy to catch up after the link cut")
 
                 restart(b)  # SIGKILL of the destination mid-copy
                 at_restart = b_position()
                 assert recording(b.archive_dir, 0).active is False  # recovered at its valid prefix
-                await_(lambda: b_position() > at_restart + 100_000, TIMEOUT_S, "B's copy to go on after its restart")
+                wait_until(
+                    lambda: b_position() > at_restart + 100_000, TIMEOUT_S, "B's copy to go on after its restart"
+                )
 
                 restart(a)  # SIGKILL of the source mid-copy: its recording ends at its valid prefix
                 publisher.stop()
                 final = recording(a.archive_dir, 0)
                 assert not final.active
-                await_(lambda: b_position() >= final.stop_position, TIMEOUT_S, "B's copy to reach A's stop position")
-                await_(lambda: not recording(b.archive_dir, 0).active, TIMEOUT_S, "the replication to end")
+                wait_until(
+                    lambda: b_position() >= final.stop_position, TIMEOUT_S, "B's copy to reach A's stop position"
+                )
+                wait_until(lambda: not recording(b.archive_dir, 0).active, TIMEOUT_S, "the replication to end")
 
                 replicate()  # the same request again, once A's recording is copied whole: extends, nothing to add
                 time.sleep(1)
-                await_(lambda: not recording(b.archive_dir, 0).active, TIMEOUT_S, "the second request to end")
+                wait_until(lambda: not recording(b.archive_dir, 0).active, TIMEOUT_S, "the second request to end")
                 with Catalog.open(b.archive_dir) as catalog_b:
                     copies = catalog_b.recordings()
                 assert [d.recording_id for d in copies] == [0], "the second request duplicated the copy"

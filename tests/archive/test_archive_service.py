@@ -34,9 +34,10 @@ from logbuf.client import Aeron, Context, Subscription
 from logbuf.conduit import counters_descriptor as cd
 from logbuf.conduit.archive_counters import read_counters
 from logbuf.conduit.counters import CountersReader
+from logbuf.testing import wait_until
+from logbuf.testing.driver_process import DriverProcess
 from tests.archive.conftest import archive_cli, publish
-from tests.archive.service_kit import Received, SequencedPublisher, ServeProcess, await_, sequenced
-from tests.support.driver_process import DriverProcess
+from tests.archive.service_kit import Received, SequencedPublisher, ServeProcess, sequenced
 
 TIMEOUT_S = 30
 _streams = iter(range(4000, 5000))
@@ -77,7 +78,7 @@ def drain(subscription: Subscription, received: Received, count: int, session_id
         else:
             time.sleep(0.001)
 
-    await_(lambda: len(received.seqs) >= count, TIMEOUT_S, f"{count} messages", step)
+    wait_until(lambda: len(received.seqs) >= count, TIMEOUT_S, f"{count} messages", step)
 
 
 def ipc_merge(archive: ArchiveClient, rid: int, stream_id: int, **kw: Any) -> ReplayMerge:
@@ -98,7 +99,7 @@ def record_some(archive: ArchiveClient, aeron: Aeron, count: int, length: int = 
     stream_id = next(_streams)
     archive.start_recording("aeron:ipc", stream_id)
     publication = aeron.add_publication("aeron:ipc", stream_id)
-    await_(lambda: publication.is_connected, TIMEOUT_S, "the recording to subscribe")
+    wait_until(lambda: publication.is_connected, TIMEOUT_S, "the recording to subscribe")
     ends = []
     for i in range(count):
         while (position := publication.offer(sequenced(i, length))) < 0:
@@ -107,7 +108,7 @@ def record_some(archive: ArchiveClient, aeron: Aeron, count: int, length: int = 
     recordings = [d for d in archive.list_recordings() if d.stream_id == stream_id]
     assert len(recordings) == 1
     rid = recordings[0].recording_id
-    await_(lambda: archive.max_recorded_position(rid) >= ends[-1], TIMEOUT_S, "the recording to catch up")
+    wait_until(lambda: archive.max_recorded_position(rid) >= ends[-1], TIMEOUT_S, "the recording to catch up")
     archive.stop_recording("aeron:ipc", stream_id)
     publication.close()
     return rid, ends, stream_id
@@ -219,7 +220,7 @@ def test_a_late_joiner_catches_up_from_the_recording_onto_the_live_stream(archiv
     stream_id = next(_streams)
     archive.start_recording("aeron:ipc", stream_id)
     publication = aeron.add_publication("aeron:ipc", stream_id)
-    await_(lambda: publication.is_connected, TIMEOUT_S, "the recording to subscribe")
+    wait_until(lambda: publication.is_connected, TIMEOUT_S, "the recording to subscribe")
     publisher = SequencedPublisher(publication, length=64, rate=20_000).start()
     time.sleep(2.0)
     rid = next(d.recording_id for d in archive.list_recordings() if d.stream_id == stream_id)
@@ -230,14 +231,14 @@ def test_a_late_joiner_catches_up_from_the_recording_onto_the_live_stream(archiv
         stream_id,
         start_position=0,
     ) as merge:
-        await_(lambda: merge.is_merged, TIMEOUT_S, "the merge", lambda: merge.poll(received.handler, 200))
+        wait_until(lambda: merge.is_merged, TIMEOUT_S, "the merge", lambda: merge.poll(received.handler, 200))
         assert merge.live_join_position > 0
         replayed = len(received.seqs)
         deadline = time.monotonic() + 0.5
         while time.monotonic() < deadline:
             merge.poll(received.handler, 200)
         sent = publisher.stop()
-        await_(
+        wait_until(
             lambda: len(received.seqs) >= sent, TIMEOUT_S, "the live tail", lambda: merge.poll(received.handler, 200)
         )
     received.check_once_in_order(0, sent - 1)
@@ -297,14 +298,14 @@ def test_the_shared_secret_challenge_admits_only_the_right_answer(
 def test_a_client_of_another_major_version_is_refused_with_a_clear_error(service: ArchiveService, aeron: Aeron) -> None:
     responses = aeron.add_subscription("aeron:ipc", 88)
     control = aeron.add_exclusive_publication("aeron:ipc", service.ctx.control_stream_id)
-    await_(lambda: control.is_connected, TIMEOUT_S, "control connected")
+    wait_until(lambda: control.is_connected, TIMEOUT_S, "control connected")
     request = cc.ConnectRequest(
         correlation_id=7, response_stream_id=88, version=cc.semantic_version(2, 0, 0), response_channel="aeron:ipc"
     )
     while control.offer(cc.encode(request)) < 0:
         time.sleep(0.001)
     got: list[cc.ControlMessage] = []
-    await_(lambda: got, TIMEOUT_S, "the refusal", lambda: responses.poll(lambda b, h: got.append(cc.decode(b)), 10))
+    wait_until(lambda: got, TIMEOUT_S, "the refusal", lambda: responses.poll(lambda b, h: got.append(cc.decode(b)), 10))
     response = got[0]
     assert isinstance(response, cc.ControlResponse) and response.code == cc.ControlResponseCode.ERROR
     assert "client protocol version 2.0.0 is not compatible" in response.error_message
@@ -336,7 +337,7 @@ def test_fuzzed_control_messages_are_dropped_while_an_honest_client_is_served(
     ]
     encoded = [cc.encode(m) for m in valid]
     attacker = aeron.add_publication("aeron:ipc", service.ctx.control_stream_id)
-    await_(lambda: attacker.is_connected, TIMEOUT_S, "the attacker's publication")
+    wait_until(lambda: attacker.is_connected, TIMEOUT_S, "the attacker's publication")
     before = service.counters.requests_dropped.get() if service.counters else 0
     for round_ in range(40):
         for _ in range(50):
@@ -384,7 +385,7 @@ def test_kill_9_of_the_service_mid_replay_is_a_clear_client_error_and_a_restart_
     serve.start()
     try:
         publication = aeron.add_publication("aeron:ipc", stream_id)
-        await_(lambda: publication.is_connected, TIMEOUT_S, "the service to record")
+        wait_until(lambda: publication.is_connected, TIMEOUT_S, "the service to record")
         publisher = SequencedPublisher(publication, length=64, rate=5_000).start()
         time.sleep(0.5)
         client = ArchiveClient.connect(ArchiveClientContext(aeron=aeron, control_stream_id=41))
@@ -437,7 +438,7 @@ def test_recording_events_and_the_service_counters_in_logbuf_stat(
     archive: ArchiveClient, aeron: Aeron, service: ArchiveService
 ) -> None:
     events = aeron.add_subscription("aeron:ipc", service.ctx.events_stream_id)
-    await_(lambda: events.is_connected, TIMEOUT_S, "the events stream")
+    wait_until(lambda: events.is_connected, TIMEOUT_S, "the events stream")
     rid, ends, _ = record_some(archive, aeron, 500)
     seen: list[cc.ControlMessage] = []
 
@@ -445,7 +446,7 @@ def test_recording_events_and_the_service_counters_in_logbuf_stat(
         events.poll(lambda b, h: seen.append(cc.decode(b)), 100)
         return any(isinstance(m, cc.RecordingStopped) for m in seen)
 
-    await_(stopped, TIMEOUT_S, "the recording stopped event")
+    wait_until(stopped, TIMEOUT_S, "the recording stopped event")
     started = [m for m in seen if isinstance(m, cc.RecordingStarted)]
     assert [(m.recording_id, m.start_position) for m in started] == [(rid, 0)]
     progress = [m.position for m in seen if isinstance(m, cc.RecordingProgress)]
@@ -485,10 +486,10 @@ def test_a_catch_up_can_start_from_a_time_through_the_time_index(
     stream_id = next(_streams)
     archive.start_recording("aeron:ipc", stream_id)
     publication = aeron.add_publication("aeron:ipc", stream_id)
-    await_(lambda: publication.is_connected, TIMEOUT_S, "the recording to subscribe")
+    wait_until(lambda: publication.is_connected, TIMEOUT_S, "the recording to subscribe")
     stamps, ends = publish(publication, [sequenced(i, 200) for i in range(3_000)])  # ~700 KiB: 5 segments
     rid = next(d.recording_id for d in archive.list_recordings() if d.stream_id == stream_id)
-    await_(lambda: archive.max_recorded_position(rid) >= ends[-1], TIMEOUT_S, "the recording")
+    wait_until(lambda: archive.max_recorded_position(rid) >= ends[-1], TIMEOUT_S, "the recording")
     archive.stop_recording("aeron:ipc", stream_id)
     starts = [0, *ends[:-1]]
     seeks: dict[str, Callable[[int], int]] = {
@@ -513,7 +514,7 @@ def test_a_catch_up_can_start_from_a_time_through_the_time_index(
         )
         assert merge.start_position == starts[first]
         received = Received(length=200)
-        await_(
+        wait_until(
             lambda: len(received.seqs) >= 100,
             TIMEOUT_S,
             f"the replay from that time (archive_dir={archive_dir})",
@@ -533,14 +534,14 @@ def test_a_bounded_replay_stops_at_its_limit_counter_and_goes_on_when_it_grows(
     limit_stream = next(_streams)
     limit_sub = aeron.add_subscription("aeron:ipc", limit_stream)
     limit_pub = aeron.add_publication("aeron:ipc", limit_stream)
-    await_(lambda: limit_pub.is_connected and limit_sub.image_count == 1, TIMEOUT_S, "the limit stream")
+    wait_until(lambda: limit_pub.is_connected and limit_sub.image_count == 1, TIMEOUT_S, "the limit stream")
     consumed = Received(length=100)
 
     def advance_limit(count: int) -> None:  # the same sizes, so the limit stream's positions are the recording's
         for i in range(len(consumed.seqs), count):
             while limit_pub.offer(sequenced(i, 100)) < 0:
                 limit_sub.poll(consumed.handler, count - len(consumed.seqs))
-        await_(
+        wait_until(
             lambda: len(consumed.seqs) >= count,
             TIMEOUT_S,
             "the limit",

@@ -1,4 +1,4 @@
-"""The archive service across hosts: two network namespaces (:mod:`tests.support.netns`), a driver on each.
+"""The archive service across hosts: two network namespaces (:mod:`logbuf.testing.netns`), a driver on each.
 
 Host A (10.13.0.1) runs a driver, a publisher sending to host B and the archive service recording that
 publication (a spy of it: the bytes A sends), with its control channel on UDP. Host B (10.13.0.2) lists A's
@@ -25,10 +25,11 @@ from logbuf.archive.replay_merge import ReplayMerge
 from logbuf.archive.service import ArchiveService
 from logbuf.archive.service_context import ArchiveContext
 from logbuf.client import Aeron, Context
+from logbuf.testing import wait_until
+from logbuf.testing.driver_process import DriverProcess, DriverSet
+from logbuf.testing.netns import NetnsDriverProcess, NetnsNetwork, make_network
 from tests.archive.conftest import archive_cli
-from tests.archive.service_kit import Received, SequencedPublisher, await_
-from tests.support.driver_process import DriverProcess, DriverSet
-from tests.support.netns import NetnsDriverProcess, NetnsNetwork, make_network
+from tests.archive.service_kit import Received, SequencedPublisher
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("CI") != "true" and os.geteuid() != 0, reason="network namespaces need root (run in CI)"
@@ -113,7 +114,7 @@ def hosts(
             publication = aeron_a.add_publication(LIVE, LIVE_STREAM)
             with ArchiveClient.connect(ArchiveClientContext(aeron=aeron_a)) as local:  # A records its own stream
                 local.start_recording(LIVE, LIVE_STREAM)
-            await_(lambda: publication.is_connected, TIMEOUT_S, "A's publication to reach B")
+            wait_until(lambda: publication.is_connected, TIMEOUT_S, "A's publication to reach B")
             publisher = SequencedPublisher(publication, length=64, rate=10_000).start()
             try:
                 yield Hosts(a, b, aeron_a, aeron_b, service, publisher)
@@ -134,7 +135,7 @@ def remote_client(hosts: Hosts, response_port: int) -> ArchiveClient:
 
 
 def test_host_b_lists_a_recordings_and_replays_a_range_over_udp_byte_for_byte(hosts: Hosts) -> None:
-    await_(lambda: hosts.publisher.sent > 5_000, TIMEOUT_S, "some history on A")
+    wait_until(lambda: hosts.publisher.sent > 5_000, TIMEOUT_S, "some history on A")
     with remote_client(hosts, 8020) as archive:
         recordings = archive.list_recordings()
         assert [(d.stream_id, d.original_channel) for d in recordings] == [(LIVE_STREAM, LIVE)]
@@ -164,7 +165,7 @@ def test_host_b_lists_a_recordings_and_replays_a_range_over_udp_byte_for_byte(ho
                 else:
                     time.sleep(0.001)
 
-            await_(lambda: len(received.seqs) >= 3_000, TIMEOUT_S, f"the replay on {channel}", step)
+            wait_until(lambda: len(received.seqs) >= 3_000, TIMEOUT_S, f"the replay on {channel}", step)
             received.check_once_in_order(1_000, 3_999)
             assert received.positions == positions[1_000:4_000]
             subscription.close()
@@ -179,7 +180,7 @@ def test_the_remote_list_command_on_b_prints_a_recording_of_a(hosts: Hosts, caps
 
 
 def test_a_late_joiner_on_b_catches_up_from_a_onto_the_live_stream(hosts: Hosts) -> None:
-    await_(lambda: hosts.publisher.sent > 20_000, TIMEOUT_S, "2 s of history on A")
+    wait_until(lambda: hosts.publisher.sent > 20_000, TIMEOUT_S, "2 s of history on A")
     with remote_client(hosts, 8021) as archive:
         rid = archive.list_recordings()[0].recording_id
         received = Received(length=64)
@@ -192,9 +193,9 @@ def test_a_late_joiner_on_b_catches_up_from_a_onto_the_live_stream(hosts: Hosts)
             replay_stream_id=2003,
             start_position=0,
         ) as merge:
-            await_(lambda: merge.is_merged, 60, "the merge", lambda: merge.poll(received.handler, 500))
+            wait_until(lambda: merge.is_merged, 60, "the merge", lambda: merge.poll(received.handler, 500))
             target = hosts.publisher.sent + 2_000
-            await_(
+            wait_until(
                 lambda: len(received.seqs) >= target,
                 TIMEOUT_S,
                 "live messages after the merge",
@@ -212,13 +213,13 @@ def test_remote_connects_outside_the_allow_list_or_answered_elsewhere_are_droppe
     assert hosts.service.counters is not None
     before = hosts.service.counters.requests_dropped.get()
     control = hosts.aeron_b.add_exclusive_publication(CONTROL, 10)
-    await_(lambda: control.is_connected, TIMEOUT_S, "B's control publication")
+    wait_until(lambda: control.is_connected, TIMEOUT_S, "B's control publication")
     reflect = cc.ConnectRequest(  # from B, naming A's address: the service would send at a host that did not ask
         correlation_id=1, response_stream_id=20, version=0, response_channel=f"aeron:udp?endpoint={A}:8030"
     )
     while control.offer(cc.encode(reflect)) < 0:
         time.sleep(0.001)
-    await_(lambda: hosts.service.counters.requests_dropped.get() > before, TIMEOUT_S, "the connect to be dropped")
+    wait_until(lambda: hosts.service.counters.requests_dropped.get() > before, TIMEOUT_S, "the connect to be dropped")
     assert hosts.service.conductor is not None
     assert not [s for s in hosts.service.conductor.sessions.values() if s.response_channel.endswith(":8030")]
     control.close()

@@ -16,9 +16,10 @@ from logbuf.archive.client import ArchiveClient, ArchiveClientContext, ArchiveRe
 from logbuf.archive.service import ArchiveService
 from logbuf.archive.service_context import ArchiveContext
 from logbuf.client import Aeron, Context
-from tests.archive.conftest import free_port
-from tests.archive.service_kit import await_, sequenced
-from tests.support.driver_process import DriverProcess
+from logbuf.testing import wait_until
+from logbuf.testing.driver_process import DriverProcess
+from logbuf.testing.host import free_tcp_port
+from tests.archive.service_kit import sequenced
 
 SESSION_TIMEOUT_MS = 600
 CONNECT_TIMEOUT_MS = 400
@@ -72,7 +73,7 @@ def test_without_the_keep_alive_thread_an_idle_client_is_closed_by_the_service(
     with ArchiveClient.connect(ctx) as client:
         session_id = client.control_session_id
         assert session_id in _open_sessions(service)
-        await_(lambda: session_id not in _open_sessions(service), 10, "the idle session to time out")
+        wait_until(lambda: session_id not in _open_sessions(service), 10, "the idle session to time out")
         assert client.keep_alives_sent == 0
 
 
@@ -83,7 +84,7 @@ def test_a_flood_of_connects_is_capped_each_timed_out_and_counted_and_an_honest_
     assert counters is not None
     dropped, closed = counters.requests_dropped.get(), counters.sessions_closed.get()
     flood = aeron.add_exclusive_publication(service.ctx.local_control_channel, service.ctx.control_stream_id)
-    await_(lambda: flood.is_connected, 10, "the control stream")
+    wait_until(lambda: flood.is_connected, 10, "the control stream")
     for i in range(50):  # response channels nobody subscribes to: they never connect
         request = cc.ConnectRequest(
             correlation_id=i,
@@ -100,9 +101,9 @@ def test_a_flood_of_connects_is_capped_each_timed_out_and_counted_and_an_honest_
         most = max(most, len(_open_sessions(service)))
         time.sleep(0.001)
 
-    await_(lambda: counters.requests_dropped.get() - dropped >= 50 - MAX_SESSIONS, 10, "the surplus dropped", watch)
+    wait_until(lambda: counters.requests_dropped.get() - dropped >= 50 - MAX_SESSIONS, 10, "the surplus dropped", watch)
     assert most <= MAX_SESSIONS
-    await_(lambda: not _open_sessions(service), 10, "the unconnected sessions to time out", watch)
+    wait_until(lambda: not _open_sessions(service), 10, "the unconnected sessions to time out", watch)
     assert most <= MAX_SESSIONS
     assert counters.sessions_closed.get() - closed == MAX_SESSIONS  # each one that was opened, timed out
     flood.close()
@@ -126,19 +127,19 @@ def test_the_recordings_cap_refuses_one_more_with_max_recordings_until_one_stops
 def test_a_remote_source_records_the_network_image_and_needs_a_udp_channel(
     service: ArchiveService, aeron: Aeron
 ) -> None:
-    channel = f"aeron:udp?endpoint=127.0.0.1:{free_port()}"
+    channel = f"aeron:udp?endpoint=127.0.0.1:{free_tcp_port()}"
     with ArchiveClient.connect(ArchiveClientContext(aeron=aeron)) as client:
         with pytest.raises(ArchiveRequestError, match="REMOTE source needs an aeron:udp channel"):
             client.start_recording("aeron:ipc", 8_200, remote=True)
         client.start_recording(channel, 8_200, remote=True)
         publication = aeron.add_publication(channel, 8_200)
-        await_(lambda: publication.is_connected, 10, "the recording's network subscription")
+        wait_until(lambda: publication.is_connected, 10, "the recording's network subscription")
         end = 0
         for i in range(200):
             while (end := publication.offer(sequenced(i, 100))) < 0:
                 time.sleep(0.0001)
         (d,) = [d for d in client.list_recordings() if d.stream_id == 8_200]
         assert d.source_identity.startswith("127.0.0.1:")  # the sender's address: a network image, not a spy
-        await_(lambda: client.max_recorded_position(d.recording_id) >= end, 10, "the recording")
+        wait_until(lambda: client.max_recorded_position(d.recording_id) >= end, 10, "the recording")
         client.stop_recording(channel, 8_200)
         publication.close()

@@ -33,8 +33,9 @@ from logbuf.archive.verify import verify_recording
 from logbuf.client import Aeron, Context
 from logbuf.client.stat import archive_counters
 from logbuf.logbuffer import data_header_descriptor as dh
-from tests.archive.service_kit import SequencedPublisher, await_, recorded_seqs, recorded_stream
-from tests.support.driver_process import DriverProcess, DriverSet
+from logbuf.testing import wait_until
+from logbuf.testing.driver_process import DriverProcess, DriverSet
+from tests.archive.service_kit import SequencedPublisher, recorded_seqs, recorded_stream
 
 LIVE, STREAM, LENGTH, TIMEOUT_S = "aeron:ipc", 1001, 100, 30
 
@@ -101,10 +102,10 @@ def test_one_sync_round_fills_a_hole_on_one_side_and_a_missing_beginning_on_the_
 
         def publish(count: int) -> None:
             target = publisher.sent + count
-            await_(lambda: publisher.sent >= target, TIMEOUT_S, f"{count} more messages")
+            wait_until(lambda: publisher.sent >= target, TIMEOUT_S, f"{count} more messages")
 
         def caught_up(client: ArchiveClient) -> None:
-            await_(
+            wait_until(
                 lambda: all(
                     client.recording_position(d.recording_id) >= publication.position
                     for d in client.list_recordings()
@@ -271,7 +272,7 @@ def test_a_replication_of_an_unknown_recording_fails_loudly_and_stop_replication
         ArchiveClient.connect(ArchiveClientContext(aeron=aeron, control_stream_id=11)) as b,
     ):
         unknown = b.replicate(99, "aeron:ipc", src_control_stream_id=10)
-        await_(lambda: ended(b, unknown), TIMEOUT_S, "the failed replication to end")
+        wait_until(lambda: ended(b, unknown), TIMEOUT_S, "the failed replication to end")
         assert any("unknown recording 99" in e.error_message for e in b.errors), b.errors
         assert b.list_recordings() == []  # nothing was made for it
 
@@ -279,13 +280,15 @@ def test_a_replication_of_an_unknown_recording_fails_loudly_and_stop_replication
         a.start_recording(LIVE, STREAM)
         publisher = SequencedPublisher(publication, length=LENGTH, rate=5_000).start()
         live = b.replicate(0, "aeron:ipc", src_control_stream_id=10)
-        await_(lambda: b.list_recordings() and b.recording_position(0) > 50_000, TIMEOUT_S, "the live copy to advance")
+        wait_until(
+            lambda: b.list_recordings() and b.recording_position(0) > 50_000, TIMEOUT_S, "the live copy to advance"
+        )
         # The copy in progress shows, with its source and how far behind it is, in logbuf-stat and in list.
 
         def copies() -> list[dict[str, Any]]:
             return list(archive_counters([service_b.ctx.archive_dir])[0]["replications"])
 
-        await_(lambda: [c["dst_recording_id"] for c in copies()] == [0], TIMEOUT_S, "the copy in the status file")
+        wait_until(lambda: [c["dst_recording_id"] for c in copies()] == [0], TIMEOUT_S, "the copy in the status file")
         (copying,) = copies()
         assert (copying["dst_recording_id"], copying["src_recording_id"]) == (0, 0) and copying["lag"] >= 0
         assert copying["source_archive_id"] == a.archive_id() and copying["channel"] == LIVE
@@ -297,7 +300,7 @@ def test_a_replication_of_an_unknown_recording_fails_loudly_and_stop_replication
         )
         assert f"copy:{a.archive_id()}/0" in listed.stdout and " lag:" in listed.stdout, listed.stdout
         b.stop_replication(live)
-        await_(lambda: ended(b, live), TIMEOUT_S, "the stopped replication to end")
+        wait_until(lambda: ended(b, live), TIMEOUT_S, "the stopped replication to end")
         publisher.stop()
         with Catalog.open(service_b.ctx.archive_dir) as catalog:
             copy = catalog.recording(0)
@@ -324,16 +327,16 @@ def test_a_followed_copy_merges_onto_the_live_stream_and_ends_with_it(driver: Dr
         publication = aeron.add_exclusive_publication(LIVE, STREAM)
         a.start_recording(LIVE, STREAM)
         publisher = SequencedPublisher(publication, length=LENGTH, rate=5_000).start()
-        await_(lambda: publisher.sent > 2_000, TIMEOUT_S, "a history to copy")
+        wait_until(lambda: publisher.sent > 2_000, TIMEOUT_S, "a history to copy")
         copy = b.replicate(0, "aeron:ipc", src_control_stream_id=10, live_destination=LIVE)
-        await_(
+        wait_until(
             lambda: signalled(b, copy, cc.RecordingSignal.MERGE), TIMEOUT_S, "the copy to merge onto the live stream"
         )
         merged_at = next(s.position for s in b.signals if s.signal == cc.RecordingSignal.MERGE)
-        await_(lambda: publisher.sent > 20_000, TIMEOUT_S, "the live stream to run on after the merge")
+        wait_until(lambda: publisher.sent > 20_000, TIMEOUT_S, "the live stream to run on after the merge")
         publisher.stop()
         publication.close()  # the live stream ends: A's recording stops, and the merged copy ends with it
-        await_(lambda: signalled(b, copy, cc.RecordingSignal.REPLICATE_END), TIMEOUT_S, "the copy to end")
+        wait_until(lambda: signalled(b, copy, cc.RecordingSignal.REPLICATE_END), TIMEOUT_S, "the copy to end")
         assert not b.errors, b.errors
         with Catalog.open(service_a.ctx.archive_dir) as catalog:
             original = catalog.recording(0)

@@ -26,16 +26,16 @@ from logbuf.archive.sync import Peer, SyncReport, sync_forever
 from logbuf.archive.sync_digest import merge
 from logbuf.archive.verify import verify_recording
 from logbuf.client import Aeron, Context
+from logbuf.testing import wait_until
+from logbuf.testing.driver_process import DriverSet
+from logbuf.testing.netns import SUBNET, NetnsDriverProcess, NetnsNetwork, make_network
 from tests.archive.service_kit import (
     NETNS_DRIVER_ARGS,
     SequencedPublisher,
     ServeProcess,
-    await_,
     recorded_seqs,
     recorded_stream,
 )
-from tests.support.driver_process import DriverSet
-from tests.support.netns import SUBNET, NetnsDriverProcess, NetnsNetwork, make_network
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("CI") != "true" and os.geteuid() != 0, reason="network namespaces need root (run in CI)"
@@ -105,7 +105,7 @@ def test_three_archives_converge_after_a_link_cut_and_a_killed_recorder(
                 publication = aeron_0.add_exclusive_publication(LIVE + "|fc=max", LIVE_STREAM)
                 for i in range(3):
                     record(i)
-                await_(
+                wait_until(
                     lambda: all(recording_count(s.archive_dir) for s in serves), TIMEOUT_S, "the recordings to start"
                 )
                 publisher = SequencedPublisher(publication, length=LENGTH, rate=4_000).start()
@@ -137,7 +137,7 @@ def test_three_archives_converge_after_a_link_cut_and_a_killed_recorder(
                 )
                 sync_thread.start()
 
-                await_(lambda: publisher.sent > 4_000, TIMEOUT_S, "the stream to run")
+                wait_until(lambda: publisher.sent > 4_000, TIMEOUT_S, "the stream to run")
                 net.add_loss(2, 1.0)  # host 2 is cut off
                 time.sleep(2)
                 serves[1].kill()  # host 1's recorder is killed during the cut
@@ -145,14 +145,16 @@ def test_three_archives_converge_after_a_link_cut_and_a_killed_recorder(
                 started = serves[1].output().count("archive.started")
                 serves[1].proc = None
                 serves[1].start()
-                await_(lambda: serves[1].output().count("archive.started") > started, TIMEOUT_S, "h1 to start again")
+                wait_until(
+                    lambda: serves[1].output().count("archive.started") > started, TIMEOUT_S, "h1 to start again"
+                )
                 record(1)
                 net.clear_loss(2)
-                await_(lambda: publisher.sent > 40_000, TIMEOUT_S, "the stream to run on after the partition")
+                wait_until(lambda: publisher.sent > 40_000, TIMEOUT_S, "the stream to run on after the partition")
                 publisher.stop()
                 end = publication.position
 
-                await_(
+                wait_until(
                     lambda: all(coverage(s.archive_dir) == [(0, end)] for s in serves),
                     TIMEOUT_S,
                     "continuous sync to make every archive hold the whole stream",

@@ -6,7 +6,6 @@ import json
 import os
 import random
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -22,8 +21,10 @@ from logbuf.archive.segments import segment_base_position, segment_file_name, se
 from logbuf.archive.verify import verify_recording
 from logbuf.client import Aeron, Context, FragmentAssembler
 from logbuf.logbuffer import data_header_descriptor as dh
-from tests.archive.conftest import ARCHIVE_DRIVER_ARGS, RecorderProcess, await_, publish
-from tests.support.driver_process import DriverProcess, DriverSet
+from logbuf.testing import wait_until
+from logbuf.testing.driver_process import DriverProcess, DriverSet
+from logbuf.testing.host import free_udp_port
+from tests.archive.conftest import ARCHIVE_DRIVER_ARGS, RecorderProcess, publish
 
 pytestmark = pytest.mark.slow
 STREAM = 10
@@ -54,7 +55,7 @@ def recording_of(archive_dir: str, session_id: int) -> RecordingDescriptor | Non
 
 
 def await_stopped(archive_dir: str, session_id: int, timeout_s: float = 15) -> RecordingDescriptor:
-    await_(
+    wait_until(
         lambda: (d := recording_of(archive_dir, session_id)) is not None and not d.active,
         timeout_s,
         f"the recording of session {session_id} to stop",
@@ -109,7 +110,7 @@ def recorder(archive_driver: DriverProcess, tmp_path_factory: pytest.TempPathFac
 def recorded(recorder: RecorderProcess, aeron: Aeron) -> tuple[RecordingDescriptor, Published]:
     """2000 mixed messages (a third fragmented) recorded from a publication that then closes."""
     pub = aeron.add_publication("aeron:ipc", STREAM)
-    await_(lambda: pub.is_connected, 20, "the recorder to subscribe")
+    wait_until(lambda: pub.is_connected, 20, "the recorder to subscribe")
     payloads = payloads_for(1, 2000)
     reserved, ends = publish(pub, payloads)
     session_id = pub.session_id
@@ -207,10 +208,10 @@ def test_replay_rejects_bad_positions_naming_the_problem(
 
 def test_replay_follows_a_recording_that_is_still_active(recorder: RecorderProcess, aeron: Aeron) -> None:
     pub = aeron.add_publication("aeron:ipc", STREAM)
-    await_(lambda: pub.is_connected, 10, "the recorder to subscribe")
+    wait_until(lambda: pub.is_connected, 10, "the recorder to subscribe")
     before, after = payloads_for(2, 300), payloads_for(3, 300)
     publish(pub, before)
-    await_(
+    wait_until(
         lambda: (
             (r := recording_of(recorder.archive_dir, pub.session_id)) is not None and r.stop_position == pub.position
         ),
@@ -364,7 +365,7 @@ def test_recorder_killed_mid_stream_leaves_an_interrupted_recording_with_its_val
     r = RecorderProcess(archive, archive_driver.dir, "aeron:ipc", 12).start()
     pub = aeron.add_publication("aeron:ipc", 12)
     try:
-        await_(lambda: pub.is_connected, 20, "the recorder to subscribe")
+        wait_until(lambda: pub.is_connected, 20, "the recorder to subscribe")
         payloads, ends = payloads_for(4, 4000), []
         for i in range(0, len(payloads), 50):
             ends += publish(pub, payloads[i : i + 50])[1]
@@ -391,21 +392,15 @@ def test_recorder_killed_mid_stream_leaves_an_interrupted_recording_with_its_val
     assert [g[2] for g in got] == ends[:count]
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_a_udp_image_is_recorded_and_replays_identically(
     archive_driver: DriverProcess, aeron: Aeron, tmp_path: Any
 ) -> None:
-    channel = f"aeron:udp?endpoint=127.0.0.1:{free_port()}|term-length=64k"
+    channel = f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}|term-length=64k"
     archive = str(tmp_path / "udp")
     r = RecorderProcess(archive, archive_driver.dir, channel, 13).start()
     try:
         pub = aeron.add_publication(channel, 13)
-        await_(lambda: pub.is_connected, 20, "the UDP image to connect")
+        wait_until(lambda: pub.is_connected, 20, "the UDP image to connect")
         payloads = payloads_for(5, 500)
         _, ends = publish(pub, payloads)
         session_id = pub.session_id
@@ -427,11 +422,11 @@ def test_recording_survives_a_driver_restart(tmp_path: Any, driver_factory: Driv
     try:
         with Aeron.connect(Context(dir=driver.dir, driver_timeout_ms=1000)) as client:
             pub = client.add_publication("aeron:ipc", 14)
-            await_(lambda: pub.is_connected, 20, "the recorder to subscribe")
+            wait_until(lambda: pub.is_connected, 20, "the recorder to subscribe")
             first = payloads_for(6, 300)
             _, ends = publish(pub, first)
             session_id = pub.session_id
-            await_(
+            wait_until(
                 lambda: (x := recording_of(archive, session_id)) is not None and x.stop_position == ends[-1],
                 10,
                 "the recording to catch up",
@@ -442,7 +437,7 @@ def test_recording_survives_a_driver_restart(tmp_path: Any, driver_factory: Driv
         driver.start()  # a new driver takes the directory over (its predecessor's heartbeat is stale by now)
         with Aeron.connect(Context(dir=driver.dir)) as client:
             pub = client.add_publication("aeron:ipc", 14)
-            await_(lambda: pub.is_connected, 20, "the recorder to resubscribe to the new driver")
+            wait_until(lambda: pub.is_connected, 20, "the recorder to resubscribe to the new driver")
             second = payloads_for(7, 300)
             publish(pub, second)
             session2 = pub.session_id
@@ -533,7 +528,7 @@ def test_a_recording_that_cannot_write_stops_interrupted_and_no_longer_holds_the
         )
     try:
         pub = aeron.add_publication("aeron:ipc", 15)
-        await_(lambda: pub.is_connected, 20, "the recorder to subscribe")
+        wait_until(lambda: pub.is_connected, 20, "the recorder to subscribe")
         publish(pub, payloads_for(8, 600), timeout_s=20)  # several term windows: the recorder must not hold them
         d = recording_of(archive, pub.session_id)
         pub.close()
@@ -550,7 +545,7 @@ def test_a_recording_with_checksums_verifies_replays_identically_and_catches_a_c
     recorder = RecorderProcess(archive, archive_driver.dir, "aeron:ipc", 14, ["--checksum", "crc32"]).start()
     try:
         pub = aeron.add_publication("aeron:ipc", 14)
-        await_(lambda: pub.is_connected, 20, "the recorder to subscribe")
+        wait_until(lambda: pub.is_connected, 20, "the recorder to subscribe")
         payloads = payloads_for(14, 400)
         reserved, ends = publish(pub, payloads)
         session_id = pub.session_id

@@ -18,8 +18,9 @@ import pytest
 from logbuf.archive import catalog_descriptor as cat
 from logbuf.archive.catalog import Catalog, CatalogError
 from logbuf.client import Aeron, Context
-from tests.archive.conftest import RecorderProcess, await_, publish
-from tests.support.driver_process import DriverProcess
+from logbuf.testing import wait_until
+from logbuf.testing.driver_process import DriverProcess
+from tests.archive.conftest import RecorderProcess, publish
 
 STREAM = 16
 
@@ -117,18 +118,18 @@ def test_the_recorder_fails_a_recording_that_does_not_fit_and_keeps_recording_th
         with Aeron.connect(Context(dir=archive_driver.dir, driver_timeout_ms=8_000)) as aeron:
             pubs = [aeron.add_exclusive_publication("aeron:ipc", STREAM) for _ in range(3)]
             for pub in pubs:
-                await_(lambda: pub.is_connected, 20, "the recorder to subscribe")  # noqa: B023
+                wait_until(lambda: pub.is_connected, 20, "the recorder to subscribe")  # noqa: B023
                 publish(pub, [b"before the disk filled"] * 10)
-            await_(lambda: recorded(archive) == {p.session_id: p.position for p in pubs}, 20, "three recordings")
+            wait_until(lambda: recorded(archive) == {p.session_id: p.position for p in pubs}, 20, "three recordings")
             filler = fill(small_tmpfs)
             fourth = aeron.add_exclusive_publication("aeron:ipc", STREAM)
-            await_(lambda: "recording.start_failed" in recorder.output(), 20, "the fourth recording to fail")
+            wait_until(lambda: "recording.start_failed" in recorder.output(), 20, "the fourth recording to fail")
             assert recorder.proc is not None and recorder.proc.poll() is None, recorder.output()  # alive: no SIGBUS
             assert "No space left on device" in recorder.output() and "cannot add recording 3" in recorder.output()
             publish(fourth, [b"not recorded"] * 200)  # drained and discarded: its publisher is not held back
             os.unlink(filler)
             publish(pubs[0], [b"after"] * 10)  # the recorder goes on recording the others
-            await_(lambda: recorded(archive).get(pubs[0].session_id) == pubs[0].position, 20, "the first to go on")
+            wait_until(lambda: recorded(archive).get(pubs[0].session_id) == pubs[0].position, 20, "the first to go on")
             assert set(recorded(archive)) == {p.session_id for p in pubs}
     finally:
         assert recorder.stop() == 0, recorder.output()

@@ -23,6 +23,7 @@ from logbuf.archive.storage import (
     parse_location,
     upload,
 )
+from logbuf.testing import wait_until
 from tests.archive.conftest import S3Server, archive_cli
 from tests.archive.test_spark.synthetic import build_archive, recording
 
@@ -130,8 +131,6 @@ def test_upload_follow_repeats_until_sigterm(tmp_path: pathlib.Path) -> None:
     import subprocess
     import sys
 
-    from tests.archive.conftest import await_
-
     build_archive(tmp_path / "src", [recording(0, 10, 50, seed=8)])
     proc = subprocess.Popen(
         [sys.executable, "-m", "logbuf.archive.main", "-d", str(tmp_path / "src"), "--log-level", "error",
@@ -140,7 +139,7 @@ def test_upload_follow_repeats_until_sigterm(tmp_path: pathlib.Path) -> None:
         text=True,
     )  # fmt: skip
     try:
-        await_(lambda: (tmp_path / "dst" / cat.CATALOG_FILE_NAME).exists(), 30, "the first upload")
+        wait_until(lambda: (tmp_path / "dst" / cat.CATALOG_FILE_NAME).exists(), 30, "the first upload")
         build_archive(tmp_path / "src2", [recording(0, 10, 5, seed=9)])  # unrelated: the loop keeps going
     finally:
         proc.send_signal(signal.SIGTERM)

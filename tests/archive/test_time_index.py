@@ -14,9 +14,10 @@ from logbuf.archive.catalog import Catalog
 from logbuf.archive.segments import segment_files
 from logbuf.archive.spark_frames import TIMESTAMP_UNITS_US
 from logbuf.client import Aeron, Context
-from tests.archive.conftest import RecorderProcess, archive_cli, await_, publish
+from logbuf.testing import wait_until
+from logbuf.testing.driver_process import DriverProcess
+from tests.archive.conftest import RecorderProcess, archive_cli, publish
 from tests.archive.test_spark.synthetic import SyntheticRecording, build_archive, recording
-from tests.support.driver_process import DriverProcess
 from tests.test_protocol_spec import tables
 
 US = TIMESTAMP_UNITS_US["us"]
@@ -117,7 +118,7 @@ def test_recorder_appends_an_entry_per_completed_segment(archive_driver: DriverP
     try:
         with Aeron.connect(Context(dir=archive_driver.dir)) as aeron:
             pub = aeron.add_publication("aeron:ipc", 31)
-            await_(lambda: pub.is_connected, 20, "the recorder to subscribe")
+            wait_until(lambda: pub.is_connected, 20, "the recorder to subscribe")
             reserved, ends = publish(pub, [bytes(range(256)) * 4] * 1200)
             session_id = pub.session_id
 
@@ -127,7 +128,7 @@ def test_recorder_appends_an_entry_per_completed_segment(archive_driver: DriverP
                 with Catalog.open(archive) as catalog:
                     return any(d.session_id == session_id and d.stop_position >= ends[-1] for d in catalog.recordings())
 
-            await_(recorded, 20, "the messages to be recorded")
+            wait_until(recorded, 20, "the messages to be recorded")
             middle = ti.read_index_file(os.path.join(archive, "0.times"), 0)
             pub.close()
     finally:
@@ -175,7 +176,7 @@ def record_until_stopped(recorder: RecorderProcess, count: int) -> list[int]:
     try:
         with Aeron.connect(Context(dir=recorder.driver_dir)) as aeron:
             pub = aeron.add_publication(recorder.channel, recorder.stream_id)
-            await_(lambda: pub.is_connected, 20, "the recorder to subscribe")
+            wait_until(lambda: pub.is_connected, 20, "the recorder to subscribe")
             _, ends = publish(pub, [bytes(1000)] * count)
             pub.close()
 
@@ -185,7 +186,7 @@ def record_until_stopped(recorder: RecorderProcess, count: int) -> list[int]:
                 with Catalog.open(archive) as catalog:
                     return any(not d.active and d.stop_position >= ends[-1] for d in catalog.recordings())
 
-            await_(stopped, 20, "the recording to stop")
+            wait_until(stopped, 20, "the recording to stop")
     finally:
         assert recorder.stop() == 0, recorder.output()
     return ends

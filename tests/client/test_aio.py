@@ -13,7 +13,7 @@ import pytest
 
 from logbuf.client import Aeron, ClosedError, Context
 from logbuf.client.aio import AsyncAeron, AsyncIdle
-from tests.support.driver_process import DriverProcess, DriverSet
+from logbuf.testing.driver_process import DriverProcess, DriverSet
 
 SEQ = struct.Struct("<iq")  # publisher id, sequence number
 CHANNEL = "aeron:ipc"

@@ -14,8 +14,8 @@ from logbuf.conduit.topic_registry import (
     TopicRegistryError,
     TopicRegistryFullError,
 )
+from logbuf.testing.driver_process import unique_dir
 from logbuf.topic_names import topic_id
-from tests.support.driver_process import unique_dir
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
 """A real media driver per test (``media_driver``), with the settings a module may override (``driver_args``).
 
-The driver kit itself is :mod:`tests.support.driver_process`; its names are re-exported here for the
+The driver kit itself is :mod:`logbuf.testing.driver_process`; its names are re-exported here for the
 tests that import them from this module.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.driver_process import DriverProcess, DriverSet, unique_dir
+from logbuf.testing.driver_process import DriverProcess, DriverSet, unique_dir
 
 __all__ = ["DriverProcess", "unique_dir"]
 

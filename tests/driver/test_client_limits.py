@@ -7,10 +7,7 @@ setting (and counted), and that another client's streams keep working meanwhile.
 
 from __future__ import annotations
 
-import contextlib
-import random
 import resource
-import socket
 import time
 from collections.abc import Iterator
 
@@ -19,8 +16,9 @@ import pytest
 from logbuf.client import Aeron, Context, RegistrationError
 from logbuf.driver.system_counters import SystemCounterId
 from logbuf.errors import ErrorCode
-from tests.driver.test_local_hardening import await_condition, rss_bytes
-from tests.support.driver_process import DriverProcess, DriverSet
+from logbuf.testing import wait_until
+from logbuf.testing.driver_process import DriverProcess, DriverSet
+from logbuf.testing.host import free_udp_ports, rss_bytes
 
 HOG_ENDPOINTS = 2_000
 RSS_GROWTH_BOUND = 128 * 1024 * 1024
@@ -42,22 +40,6 @@ def open_files() -> Iterator[None]:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
-def free_ports(count: int) -> list[int]:
-    """``count`` distinct UDP ports on 127.0.0.1 free now, below the kernel's ephemeral range (so that
-    the sockets other tests bind to port 0 meanwhile cannot take them), from a random start."""
-    with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
-        ephemeral_low = int(f.read().split()[0])
-    port = random.randrange(10_000, ephemeral_low - 2 * count)
-    ports: list[int] = []
-    while len(ports) < count:
-        assert port < ephemeral_low, f"only {len(ports)} free ports below {ephemeral_low}"
-        with contextlib.suppress(OSError), socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            s.bind(("127.0.0.1", port))
-            ports.append(port)
-        port += 1
-    return ports
-
-
 def connect(driver: DriverProcess) -> Aeron:
     return Aeron.connect(Context(dir=driver.dir, driver_timeout_ms=8_000))
 
@@ -67,12 +49,12 @@ def round_trip(aeron: Aeron, channel: str, stream_id: int) -> None:
     sub = aeron.add_subscription(channel, stream_id)
     pub = aeron.add_publication(channel, stream_id)
     try:
-        await_condition(lambda: pub.is_connected and sub.is_connected, 10, f"{channel} connected")
+        wait_until(lambda: pub.is_connected and sub.is_connected, 10, f"{channel} connected")
         sent = [b"one", b"two", b"three"]
         for message in sent:
-            await_condition(lambda m=message: pub.offer(m) > 0, 10, "offer")  # type: ignore[misc]
+            wait_until(lambda m=message: pub.offer(m) > 0, 10, "offer")  # type: ignore[misc]
         got: list[bytes] = []
-        await_condition(lambda: sub.poll(lambda b, h: got.append(bytes(b)), 10) >= 0 and len(got) >= 3, 10, "messages")
+        wait_until(lambda: sub.poll(lambda b, h: got.append(bytes(b)), 10) >= 0 and len(got) >= 3, 10, "messages")
         assert got == sent
     finally:
         pub.close()
@@ -89,7 +71,7 @@ def test_a_client_with_2000_udp_subscriptions_leaves_the_driver_up_small_and_ser
     driver = driver_factory("--max-client-endpoints", str(HOG_ENDPOINTS))
     driver.expected_errors.append("max_client_endpoints")
     rss_at_start = rss_bytes(driver.pid)
-    ports = free_ports(HOG_ENDPOINTS + 2)
+    ports = free_udp_ports(HOG_ENDPOINTS + 2)
     honest_port = ports.pop()
     with connect(driver) as honest, connect(driver) as hog:
         for port in ports[:HOG_ENDPOINTS]:
@@ -113,7 +95,7 @@ def test_a_client_with_2000_udp_subscriptions_leaves_the_driver_up_small_and_ser
         round_trip(honest, "aeron:ipc", 2001)
         round_trip(honest, f"aeron:udp?endpoint=127.0.0.1:{honest_port}", 2002)
         assert driver.alive
-    await_condition(lambda: driver.system_counter("Active clients") == 0, 10, "clients closed")
+    wait_until(lambda: driver.system_counter("Active clients") == 0, 10, "clients closed")
     assert driver.alive
 
 
@@ -139,14 +121,15 @@ def test_one_client_takes_at_most_its_share_of_the_counters_and_others_still_pub
         # attempts before that may find all of them taken, the honest streams' lingering included)
         driver.expected_errors.append("counters are full")
         held.pop().close()
-        deadline = time.monotonic() + 10
-        while True:
+
+        def added() -> bool:
             try:
                 held.append(hog.add_publication("aeron:ipc", 400))
-                break
             except RegistrationError:
-                assert time.monotonic() < deadline, "the hog's freed counters never came back to it"
-                time.sleep(0.2)
+                return False
+            return True
+
+        wait_until(added, 10, "the hog's freed counters to come back to it", max_idle_s=0.2)
     assert driver.alive
 
 

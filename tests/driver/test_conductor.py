@@ -1,6 +1,6 @@
-"""The conductor's duty cycle on a fake clock: a real CnC in a temporary directory, commands written into
-its ring as a client writes them, ``do_work()`` called by hand on this thread; time moves only when
-the test advances it."""
+"""The conductor's duty cycle on a fake clock: a real CnC in a temporary directory, the real client on the
+same thread and clock sending its commands, ``do_work()`` called by hand on this thread; time moves only
+when the test advances it (and by 1 ms for each step a command waits on)."""
 
 from __future__ import annotations
 
@@ -10,14 +10,15 @@ from collections.abc import Iterator
 
 import pytest
 
+from logbuf.client import Aeron, Image
 from logbuf.conduit import command_descriptor as cmd
 from logbuf.conduit.cnc import cnc_driver_heartbeat_ms
 from logbuf.conduit.error_log import read_error_log
 from logbuf.driver.lifecycle import PublicationState
 from logbuf.driver.system_counters import SystemCounterId
-from logbuf.errors import ErrorCode
-from tests.driver._stepped import CncClient, SteppedDriver
-from tests.support.clock import FakeClock
+from logbuf.errors import ClosedError, ErrorCode, RegistrationError
+from logbuf.testing.clock import FakeClock
+from logbuf.testing.stepped import SteppedDriver, stepped_client_context
 
 MS = 1_000_000
 S = 1_000_000_000
@@ -51,13 +52,35 @@ def driver(clock: FakeClock) -> Iterator[SteppedDriver]:
             stepped.close()
 
 
+class Client:
+    """The real client of the stepped driver, with what its callbacks heard."""
+
+    def __init__(self, driver: SteppedDriver, clock: FakeClock) -> None:
+        self.errors: list[BaseException] = []
+        self.lost_images: list[Image] = []
+
+        def step() -> None:  # while a command waits: time passes and the driver works
+            clock.advance(MS)
+            driver.do_work()
+
+        self.aeron = Aeron.connect(
+            stepped_client_context(
+                driver.driver.ctx.dir,
+                clock,
+                step,
+                error_handler=self.errors.append,
+                on_unavailable_image=self.lost_images.append,
+            )
+        )
+
+
 @pytest.fixture
-def client(driver: SteppedDriver) -> Iterator[CncClient]:
-    c = CncClient(driver.driver.ctx.dir)
+def client(driver: SteppedDriver, clock: FakeClock) -> Iterator[Client]:
+    c = Client(driver, clock)
     try:
         yield c
     finally:
-        c.close()
+        c.aeron.close()
 
 
 def run_for(driver: SteppedDriver, clock: FakeClock, ns: int, step_ns: int = 10 * MS) -> None:
@@ -67,96 +90,95 @@ def run_for(driver: SteppedDriver, clock: FakeClock, ns: int, step_ns: int = 10 
         driver.do_work()
 
 
-def ready_publication(client: CncClient, driver: SteppedDriver, channel: str = IPC) -> cmd.PublicationReady:
-    correlation_id = client.add_publication(channel, 10)
-    driver.do_work()
-    (payload,) = client.of_type(cmd.ON_PUBLICATION_READY)
-    ready = cmd.PublicationReady.decode(payload)
-    assert ready.correlation_id == correlation_id
-    return ready
-
-
 def test_the_conductor_heartbeats_into_the_cnc_once_per_timer_interval(
-    driver: SteppedDriver, client: CncClient, clock: FakeClock
+    driver: SteppedDriver, client: Client, clock: FakeClock
 ) -> None:
     started_ms = clock.epoch_ms()
     driver.do_work()
-    assert cnc_driver_heartbeat_ms(client.cnc) == started_ms
+    assert cnc_driver_heartbeat_ms(client.aeron.cnc) == started_ms
     clock.advance(TIMER_NS // 2)
     driver.do_work()
-    assert cnc_driver_heartbeat_ms(client.cnc) == started_ms, "heartbeat before the timer was due"
+    assert cnc_driver_heartbeat_ms(client.aeron.cnc) == started_ms, "heartbeat before the timer was due"
     clock.advance(TIMER_NS // 2)
     driver.do_work()
-    assert cnc_driver_heartbeat_ms(client.cnc) == started_ms + TIMER_NS // MS
+    assert cnc_driver_heartbeat_ms(client.aeron.cnc) == started_ms + TIMER_NS // MS
 
 
 def test_a_client_that_keeps_alive_stays_and_a_silent_one_is_timed_out(
-    driver: SteppedDriver, client: CncClient, clock: FakeClock
+    driver: SteppedDriver, client: Client, clock: FakeClock
 ) -> None:
-    ready = ready_publication(client, driver)
+    publication = client.aeron.add_publication(IPC, 10)
+    subscription = client.aeron.add_subscription(IPC, 11)
+    log_file_name = publication.log_file_name
     assert driver.counter(SystemCounterId.ACTIVE_CLIENTS) == 1
     for _ in range(3):  # three liveness timeouts pass, with a keepalive every half
         for _ in range(2):
             run_for(driver, clock, LIVENESS_NS // 2)
-            client.keepalive()
+            client.aeron.do_work()  # its keepalive is due (every 500 ms)
     driver.do_work()
-    assert client.of_type(cmd.ON_CLIENT_TIMEOUT) == []
+    client.aeron.do_work()
+    assert client.errors == [] and not client.aeron.is_closed
     assert driver.counter(SystemCounterId.CLIENT_TIMEOUTS) == 0
 
-    run_for(driver, clock, LIVENESS_NS + TIMER_NS)
-    (timeout,) = client.of_type(cmd.ON_CLIENT_TIMEOUT)
-    assert cmd.ClientTimeout.decode(timeout).client_id == client.client_id
+    run_for(driver, clock, LIVENESS_NS + TIMER_NS)  # the client falls silent
+    client.aeron.do_work()  # and hears that the driver timed it out: its own client id
+    assert [str(e) for e in client.errors] == ["the media driver timed this client out"]
+    assert isinstance(client.errors[0], ClosedError) and client.aeron.is_closed
+    assert publication.is_closed and subscription.is_closed  # the client closed them itself
     assert driver.counter(SystemCounterId.CLIENT_TIMEOUTS) == 1
     assert driver.counter(SystemCounterId.ACTIVE_CLIENTS) == 0
     # its publication was released, and with no subscriber to drain it went in the same timer pass
     assert driver.conductor.publications == []
-    assert not os.path.exists(ready.log_file_name)
+    assert not os.path.exists(log_file_name)
 
 
 def test_a_removed_publication_lingers_for_its_slow_subscriber_then_is_deleted(
-    driver: SteppedDriver, client: CncClient, clock: FakeClock
+    driver: SteppedDriver, client: Client, clock: FakeClock
 ) -> None:
-    ready = ready_publication(client, driver)
-    subscription_id = client.add_subscription(IPC, 10)
+    publication = client.aeron.add_publication(IPC, 10)
+    subscription = client.aeron.add_subscription(IPC, 10)
     driver.do_work()
-    (available,) = client.of_type(cmd.ON_AVAILABLE_IMAGE)
-    image_ready = cmd.ImageReady.decode(available)
-    assert image_ready.subscription_registration_id == subscription_id
-    publication = client.publication(ready)
-    client.image(image_ready)  # mapped, never polled: the subscriber stays at its join position
+    client.aeron.do_work()
+    (image,) = subscription.images  # mapped, never polled: the subscriber stays at its join position
+    assert image.subscription is subscription
+    assert image.log_file_name == publication.log_file_name
     assert publication.offer(b"unread") > 0
 
-    client.remove_publication(ready.registration_id)
+    publication.close()
     driver.do_work()
     (state,) = [p.state for p in driver.conductor.publications]
     assert state is PublicationState.DRAINING
     keepalive_every = LIVENESS_NS // 4
     for _ in range(LINGER_NS // keepalive_every - 1):  # the linger has not passed yet
         run_for(driver, clock, keepalive_every)
-        client.keepalive()
+        client.aeron.do_work()
     assert [p.state for p in driver.conductor.publications] == [PublicationState.DRAINING]
-    assert os.path.exists(ready.log_file_name)
-    assert client.of_type(cmd.ON_UNAVAILABLE_IMAGE) == []
+    assert os.path.exists(publication.log_file_name)
+    assert client.lost_images == [] and subscription.images == (image,)
 
     run_for(driver, clock, keepalive_every + TIMER_NS)
     assert driver.conductor.publications == []
     assert driver.counter(SystemCounterId.ACTIVE_PUBLICATIONS) == 0
-    assert not os.path.exists(ready.log_file_name)
-    (unavailable,) = client.of_type(cmd.ON_UNAVAILABLE_IMAGE)
-    assert cmd.ImageMessage.decode(unavailable).correlation_id == ready.registration_id
+    assert not os.path.exists(publication.log_file_name)
+    client.aeron.do_work()
+    assert client.lost_images == [image] and subscription.images == ()
+    assert image.correlation_id == publication.registration_id
 
 
 def test_a_bad_command_is_answered_with_an_error_and_the_conductor_goes_on(
-    driver: SteppedDriver, client: CncClient, clock: FakeClock
+    driver: SteppedDriver, client: Client, clock: FakeClock
 ) -> None:
-    correlation_id = client.add_publication("aeron:udp?endpoint=127.0.0.1:40001|control-mode=response", 10)
-    driver.do_work()
-    (error,) = client.of_type(cmd.ON_ERROR)
-    response = cmd.ErrorResponse.decode(error)
-    assert response.offending_correlation_id == correlation_id
-    assert response.error_code == ErrorCode.NOT_SUPPORTED
+    with pytest.raises(RegistrationError) as refused:
+        client.aeron.add_publication("aeron:udp?endpoint=127.0.0.1:40001|control-mode=response", 10)
+    assert refused.value.error_code == ErrorCode.NOT_SUPPORTED
     assert driver.counter(SystemCounterId.ERRORS) == 1
-    ready_publication(client, driver)  # the next command is served
+    client.aeron.add_publication(IPC, 10)  # the next command is served
     errors = read_error_log(driver.driver.cnc.error_log)
     assert [e.text.split(":")[0] for e in errors] == ["NOT_SUPPORTED"]
     driver.expected_errors.append("NOT_SUPPORTED: control-mode=response")
+
+
+def test_the_client_has_a_handler_for_every_response_the_driver_broadcasts(client: Client) -> None:
+    responses = {value for name, value in vars(cmd).items() if name.startswith("ON_") and isinstance(value, int)}
+    assert len(responses) == 8
+    assert set(client.aeron._conductor._response_handlers) == responses

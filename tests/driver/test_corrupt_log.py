@@ -19,7 +19,8 @@ import pytest
 
 from logbuf.client import Aeron, Context
 from logbuf.logbuffer import data_header_descriptor as dh
-from tests.support.driver_process import DEFAULT_ARGS, DriverProcess, DriverSet
+from logbuf.testing import wait_until
+from logbuf.testing.driver_process import DEFAULT_ARGS, DriverProcess, DriverSet
 
 INT32_MIN = -(2**31)
 
@@ -56,14 +57,6 @@ def driver(request: pytest.FixtureRequest) -> Iterator[DriverProcess]:
         d = drivers(*DEFAULT_ARGS, "--publication-unblock-timeout", "1s", base=[])
         d.expected_errors.append("corrupt log")
         yield d
-
-
-def await_(condition: object, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():  # type: ignore[operator]
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
-        time.sleep(0.01)
 
 
 @pytest.mark.parametrize(
@@ -107,7 +100,7 @@ def run_case(
     assert child.stdout.readline().strip() == "ready"
     with Aeron.connect(Context(dir=driver.dir, driver_timeout_ms=8_000)) as aeron:
         pub = aeron.add_publication("aeron:ipc", stream_id)
-        await_(lambda: pub.is_connected, 20, "the child's subscription")
+        wait_until(lambda: pub.is_connected, 20, "the child's subscription")
         positions = []
         for text in ("m0", "m1", "m2"):
             positions.append(pub.position)
@@ -127,17 +120,19 @@ def run_case(
         assert f"frame_length={frame_length} at position={bad_position}" in error["message"]
         assert "channel=aeron:ipc" in error["message"]
         # the driver's unblocker, seeing the subscriber stuck for 1 s, refuses to pad from the garbage
-        await_(lambda: driver.system_counter("Corrupt log frames") >= counted_before + 2, 20, "the driver's refusal")
+        wait_until(
+            lambda: driver.system_counter("Corrupt log frames") >= counted_before + 2, 20, "the driver's refusal"
+        )
         assert any("corrupt log" in e and "not padded over" in e for e in driver.errors())
         assert driver.system_counter("Unblocked Publications") == 0
         # the driver serves other streams
         sub = aeron.add_subscription("aeron:ipc", stream_id + 1)
         other = aeron.add_publication("aeron:ipc", stream_id + 1)
-        await_(lambda: other.is_connected, 20, "another stream")
+        wait_until(lambda: other.is_connected, 20, "another stream")
         while other.offer(b"still serving") < 0:
             time.sleep(0.001)
         got: list[bytes] = []
-        await_(lambda: sub.poll(lambda b, h: got.append(bytes(b)), 10) > 0, 20, "a message on another stream")
+        wait_until(lambda: sub.poll(lambda b, h: got.append(bytes(b)), 10) > 0, 20, "a message on another stream")
         assert got == [b"still serving"]
         child.stdin.write("exit\n")
         child.stdin.flush()

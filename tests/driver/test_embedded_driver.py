@@ -15,15 +15,10 @@ import pytest
 from logbuf.client import Aeron, Context
 from logbuf.driver.context import DriverContext
 from logbuf.driver.media_driver import InvokerModeError, MediaDriver
-from tests.support.driver_process import DriverSet, unique_dir
+from logbuf.testing.driver_process import DriverSet, unique_dir
+from logbuf.testing.host import free_udp_port
 
 TIMEOUT_S = 20.0
-
-
-def free_udp_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture

@@ -14,8 +14,8 @@ from logbuf.driver.system_counters import SystemCounterId, SystemCounters
 from logbuf.driver.udp import MAX_ELICITED_SESSIONS, ReceiveChannelEndpoint, SendChannelEndpoint
 from logbuf.logbuffer import data_header_descriptor as dh
 from logbuf.protocol import DataFrame, HeartbeatFrame, NakFrame, StatusMessageFrame
+from logbuf.testing.link import LinkNetwork
 from tests.interop.test_protocol_fixes import TERM, NoImages, Wire, connect, deliver, workdir
-from tests.support.link import LinkNetwork
 
 __all__ = ["workdir"]  # the fixture, imported for this module's tests
 

@@ -15,7 +15,8 @@ from logbuf.client import Aeron, Context, DriverTimeoutError, OfferResult, Regis
 from logbuf.conduit.cnc import CncFile
 from logbuf.conduit.ring_buffer import ManyToOneRingBuffer
 from logbuf.errors import ErrorCode, InvalidChannelError
-from tests.support.driver_process import DriverProcess, DriverSet
+from logbuf.testing import wait_until
+from logbuf.testing.driver_process import DriverProcess, DriverSet
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -54,14 +55,6 @@ def result_of(proc: subprocess.Popen[str], timeout_s: float) -> dict[str, int]:
 def aeron(media_driver: DriverProcess) -> Iterator[Aeron]:
     with Aeron.connect(Context(dir=media_driver.dir, driver_timeout_ms=3_000)) as client:
         yield client
-
-
-def await_condition(condition, timeout_s: float = 10.0, what: str = "condition") -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
-        time.sleep(0.01)
 
 
 @pytest.mark.slow
@@ -128,12 +121,12 @@ def test_three_subscribers_at_different_speeds_lose_nothing_and_the_slowest_back
 def test_publication_and_subscription_round_trip(aeron: Aeron) -> None:
     pub = aeron.add_publication("aeron:ipc", 7)
     sub = aeron.add_subscription("aeron:ipc", 7)
-    await_condition(lambda: sub.image_count == 1 and pub.is_connected, what="image and connection")
+    wait_until(lambda: sub.image_count == 1 and pub.is_connected, what="image and connection")
     received: list[bytes] = []
     for i in range(100):
         while pub.offer(b"msg-%d" % i) < 0:
             pass
-    await_condition(
+    wait_until(
         lambda: (
             sub.poll(lambda b, h: received.append(bytes(b)), 100) == 0 and len(received) == 100 or len(received) == 100
         ),
@@ -146,17 +139,17 @@ def test_publication_and_subscription_round_trip(aeron: Aeron) -> None:
 def test_late_subscriber_starts_at_the_tail(aeron: Aeron) -> None:
     pub = aeron.add_publication("aeron:ipc", 8)
     early = aeron.add_subscription("aeron:ipc", 8)
-    await_condition(lambda: pub.is_connected, what="connection")
+    wait_until(lambda: pub.is_connected, what="connection")
     for i in range(10):
         while pub.offer(b"early-%d" % i) < 0:
             pass
     late = aeron.add_subscription("aeron:ipc", 8)
-    await_condition(lambda: late.image_count == 1, what="late image")
+    wait_until(lambda: late.image_count == 1, what="late image")
     assert late.images[0].position == pub.position
     while pub.offer(b"after") < 0:
         pass
     got: list[bytes] = []
-    await_condition(lambda: late.poll(lambda b, h: got.append(bytes(b)), 10) > 0 or bool(got), what="late message")
+    wait_until(lambda: late.poll(lambda b, h: got.append(bytes(b)), 10) > 0 or bool(got), what="late message")
     assert got == [b"after"]
     early.close()
 
@@ -228,13 +221,13 @@ def test_garbage_in_the_command_ring_is_counted_and_the_driver_keeps_serving(
         assert ring.write(0x04, b"\x00" * 4)  # ADD_SUBSCRIPTION, too short
     finally:
         cnc.close()
-    await_condition(lambda: len(media_driver.errors()) >= 2, what="errors recorded")
+    wait_until(lambda: len(media_driver.errors()) >= 2, what="errors recorded")
     errors = media_driver.errors()
     assert any("UNKNOWN_COMMAND_TYPE_ID" in e for e in errors)
     assert any("MALFORMED_COMMAND" in e for e in errors)
     pub = aeron.add_publication("aeron:ipc", 12)
     sub = aeron.add_subscription("aeron:ipc", 12)
-    await_condition(lambda: pub.is_connected and sub.image_count == 1, what="connection after garbage")
+    wait_until(lambda: pub.is_connected and sub.image_count == 1, what="connection after garbage")
     stat = media_driver.stat_json()
     errors_counter = [c for c in stat["counters"] if c["label"].startswith("Errors: version=")]
     assert errors_counter and errors_counter[0]["value"] >= 3
@@ -253,15 +246,15 @@ def test_killed_client_is_timed_out_and_its_resources_reclaimed(aeron: Aeron, me
     victim.kill()
     victim.communicate(timeout=10)  # reaps it and closes its pipes
     # client liveness timeout 2 s + linger 1 s: everything of stream 21 goes away
-    await_condition(lambda: not stream_counters(21), timeout_s=15, what="victim's stream reclaimed")
+    wait_until(lambda: not stream_counters(21), timeout_s=15, what="victim's stream reclaimed")
     stat = media_driver.stat_json()
     timeouts = [c["value"] for c in stat["counters"] if c["label"] == "Client liveness timeouts"]
     assert timeouts == [1]
     # the survivor goes on
-    await_condition(lambda: survivor_pub.is_connected, what="survivor connected")
+    wait_until(lambda: survivor_pub.is_connected, what="survivor connected")
     assert survivor_pub.offer(b"still here") > 0
     got: list[bytes] = []
-    await_condition(lambda: survivor_sub.poll(lambda b, h: got.append(bytes(b)), 10) > 0, what="survivor message")
+    wait_until(lambda: survivor_sub.poll(lambda b, h: got.append(bytes(b)), 10) > 0, what="survivor message")
     assert got == [b"still here"]
 
 

@@ -17,7 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
@@ -31,17 +31,11 @@ from logbuf.conduit.counters import CountersReader
 from logbuf.conduit.ring_buffer import ManyToOneRingBuffer
 from logbuf.driver.system_counters import SystemCounterId
 from logbuf.errors import ErrorCode
+from logbuf.testing import wait_until
+from logbuf.testing.driver_process import system_counter_name_matches
+from logbuf.testing.host import rss_bytes
 from tests.archive.conftest import RecorderProcess
 from tests.driver.conftest import DriverProcess, unique_dir
-from tests.support.driver_process import system_counter_name_matches
-
-
-def await_condition(condition: Callable[[], object], timeout_s: float = 10.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
-        time.sleep(0.01)
 
 
 class Cnc:
@@ -92,10 +86,10 @@ def round_trip(aeron: Aeron, stream_id: int, message: bytes = b"hello") -> None:
     """A publication and a subscription on ``stream_id`` that carry ``message``."""
     sub = aeron.add_subscription("aeron:ipc", stream_id)
     pub = aeron.add_publication("aeron:ipc", stream_id)
-    await_condition(lambda: pub.is_connected, what="publication connected")
+    wait_until(lambda: pub.is_connected, what="publication connected")
     assert pub.offer(message) > 0
     got: list[bytes] = []
-    await_condition(lambda: sub.poll(lambda b, h: got.append(bytes(b)), 10) > 0, what="message")
+    wait_until(lambda: sub.poll(lambda b, h: got.append(bytes(b)), 10) > 0, what="message")
     assert got == [message]
     pub.close()
     sub.close()
@@ -248,15 +242,16 @@ def test_a_stream_refused_for_want_of_counters_leaves_nothing_behind(media_drive
         pub, sub = pairs.pop()
         pub.close()
         sub.close()
+
         # linger (100 ms) and the counters' free-to-reuse time (1 s) later, the room is there again
-        deadline = time.monotonic() + 10
-        while True:
+        def added() -> bool:
             try:
                 pairs.append((aeron.add_publication("aeron:ipc", 300), aeron.add_subscription("aeron:ipc", 300)))
-                break
             except RegistrationError:
-                assert time.monotonic() < deadline, "freed counters never reused"
-                time.sleep(0.2)
+                return False
+            return True
+
+        wait_until(added, 10, "freed counters to be reused", max_idle_s=0.2)  # each refusal is a driver error
 
 
 @pytest.mark.parametrize(  # one client takes every counter: no per-client share
@@ -459,10 +454,10 @@ def test_archive_files_get_the_drivers_modes_not_the_umasks(
     try:
         with connect(driver.dir) as aeron:
             pub = aeron.add_publication("aeron:ipc", 92)
-            await_condition(lambda: pub.is_connected, timeout_s=20, what="recorder subscribed")
+            wait_until(lambda: pub.is_connected, timeout_s=20, what="recorder subscribed")
             while pub.offer(b"recorded") < 0:
                 time.sleep(0.001)
-            await_condition(lambda: any(n.endswith(".rec") for n in os.listdir(archive_dir)), what="a segment file")
+            wait_until(lambda: any(n.endswith(".rec") for n in os.listdir(archive_dir)), what="a segment file")
         modes = modes_under(archive_dir)
         written = {name: mode for name, mode in modes.items() if name.endswith((".rec", ".catalog"))}
         assert "archive.catalog" in written and len(written) >= 2, written
@@ -553,10 +548,10 @@ def test_a_client_close_naming_another_client_is_refused_and_the_victim_goes_on(
     try:
         sub = victim.add_subscription("aeron:ipc", 71)
         pub = victim.add_publication("aeron:ipc", 71)
-        await_condition(lambda: pub.is_connected, what="victim connected")
+        wait_until(lambda: pub.is_connected, what="victim connected")
         assert cnc.counter("Active clients") == 1
         assert cnc.ring.write(cmd.CLIENT_CLOSE, cmd.CorrelatedCommand(victim.client_id, 0).encode())  # forged
-        await_condition(
+        wait_until(
             lambda: any("refused: that client is still open" in e for e in media_driver.errors()), what="refusal"
         )
         assert cnc.counter("Active clients") == 1
@@ -579,7 +574,7 @@ def test_a_client_close_naming_another_client_is_refused_and_the_victim_goes_on(
     finally:
         victim.close()
     # its own close is honoured at once (not after the 30 s liveness timeout): it let go of its lock first
-    await_condition(lambda: cnc.counter("Active clients") == 0, timeout_s=10, what="the victim's own close")
+    wait_until(lambda: cnc.counter("Active clients") == 0, timeout_s=10, what="the victim's own close")
     assert cnc.counter("Client liveness timeouts") == 0
 
 
@@ -631,14 +626,6 @@ with Aeron.connect(Context(dir=sys.argv[1], driver_timeout_ms=10_000)) as aeron:
 """
 
 
-def rss_bytes(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise AssertionError(f"no VmRSS for pid {pid}")
-
-
 def fuzz_command_ring(cnc: Cnc, rng: random.Random, count: int) -> dict[str, int]:
     """Write ``count`` random records: framed with random type ids and payloads, committed with lying
     lengths, claims left uncommitted (one at a time, each waited out), and bytes scribbled past the tail."""
@@ -681,7 +668,7 @@ def fuzz_command_ring(cnc: Cnc, rng: random.Random, count: int) -> dict[str, int
             if rng.random() < 0.5:
                 rd.record_length_fenced(ring.buffer, offset, -64)  # died after its first store, or before it
             done["dead"] += 1
-            await_condition(lambda: ring.consumer_position() > claimed_at, timeout_s=20, what="dead claim unblocked")
+            wait_until(lambda: ring.consumer_position() > claimed_at, timeout_s=20, what="dead claim unblocked")
     return done
 
 
@@ -707,13 +694,13 @@ def test_random_records_in_the_command_ring_leave_the_driver_and_a_live_stream_u
         def stream_position() -> int:
             return max([c.value for c in cnc.counters if c.label.startswith("pub-pos")], default=0)
 
-        await_condition(lambda: stream_position() > 0, timeout_s=20, what="the stream flowing")
+        wait_until(lambda: stream_position() > 0, timeout_s=20, what="the stream flowing")
         position_before = stream_position()
         rss_before = rss_bytes(driver.proc.pid)
         heartbeat_before = cnc.heartbeat_ms()
         done = fuzz_command_ring(cnc, random.Random(14), 3_000)
         assert stream_position() > position_before  # the stream ran while the ring was attacked
-        await_condition(lambda: cnc.ring.consumer_position() == cnc.ring.producer_position(), what="ring drained")
+        wait_until(lambda: cnc.ring.consumer_position() == cnc.ring.producer_position(), what="ring drained")
         assert driver.proc.poll() is None, "the driver died"
         assert cnc.heartbeat_ms() > heartbeat_before
         assert is_driver_active(driver.dir, 2_000)

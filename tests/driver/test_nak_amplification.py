@@ -21,8 +21,10 @@ import pytest
 from logbuf.client import Aeron, Context, Subscription
 from logbuf.conduit.system_counters_descriptor import SYSTEM_COUNTER_TYPE_IDS
 from logbuf.protocol import NakFrame, StatusMessageFrame
-from tests.driver.test_udp import BASE_ARGS, await_, free_port, stream
-from tests.support.driver_process import DriverProcess, DriverSet
+from logbuf.testing import wait_until
+from logbuf.testing.driver_process import DriverProcess, DriverSet
+from logbuf.testing.host import free_udp_port
+from tests.driver.test_udp import BASE_ARGS, stream
 
 NAK_LENGTH = 28
 """A NAK frame's bytes (the UDP payload; IP and UDP headers not counted, nor in what the sender resends)."""
@@ -141,13 +143,13 @@ def test_a_flood_of_forged_naks_from_the_receivers_address_costs_at_most_16_time
     """Before: stepping the offset defeated the linger, and each NAK got everything from its offset to
     the sender position: thousands of times its bytes."""
     a, b = driver_factory(base=BASE_ARGS), driver_factory(base=BASE_ARGS)
-    port = free_port()
+    port = free_udp_port()
     channel = f"aeron:udp?endpoint=127.0.0.1:{port}"
     receiver_address = ("127.0.0.1", port)  # the receive endpoint's socket sends the SMs and NAKs
     with Aeron.connect(Context(dir=a.dir)) as sender, Aeron.connect(Context(dir=b.dir)) as receiver:
         sub = receiver.add_subscription(channel, 40)
         pub = sender.add_publication(channel, 40)
-        await_(lambda: pub.is_connected and bool(sub.images), 20, "connection")
+        wait_until(lambda: pub.is_connected and bool(sub.images), 20, "connection")
         target = sender_address(sub)
         image = sub.images[0]
         spawn = multiprocessing.get_context("spawn")
@@ -156,7 +158,7 @@ def test_a_flood_of_forged_naks_from_the_receivers_address_costs_at_most_16_time
         child = spawn.Process(target=flood, args=(target, receiver_address, stream_fields, position, sent, stop))
         child.start()
         try:
-            await_(lambda: sent.value > 0, 30, "the flood started")
+            wait_until(lambda: sent.value > 0, 30, "the flood started")
             before, naks_before = system_counters(a), sent.value
             [got] = stream(pub, [sub], 2_000, 60, lambda: setattr(position, "value", image.position))
             after, naks = system_counters(a), sent.value - naks_before
@@ -179,7 +181,7 @@ def test_naks_from_an_address_that_is_no_destination_of_an_mdc_publication_get_n
 ) -> None:
     """Before: 127.0.0.2 is no destination, yet each of its NAKs was answered (to every destination)."""
     a, b = driver_factory(base=BASE_ARGS), driver_factory(base=BASE_ARGS)
-    control, data = free_port(), free_port()
+    control, data = free_udp_port(), free_udp_port()
     endpoint = f"127.0.0.1:{data}"
     if mode == "dynamic":
         pub_channel = f"aeron:udp?control=127.0.0.1:{control}|control-mode=dynamic"
@@ -197,7 +199,7 @@ def test_naks_from_an_address_that_is_no_destination_of_an_mdc_publication_get_n
         pub = sender.add_publication(pub_channel, 41)
         if mode == "manual":
             pub.add_destination(f"aeron:udp?endpoint={endpoint}")
-        await_(lambda: pub.is_connected and bool(sub.images), 20, "connection")
+        wait_until(lambda: pub.is_connected and bool(sub.images), 20, "connection")
         target = sender_address(sub)
         before_a, before_b = system_counters(a), system_counters(b)
         naks = 0
@@ -227,17 +229,19 @@ def test_naks_with_unaligned_offsets_or_lengths_are_counted_as_malformed_and_get
     """Before: lengths 100 and 1 were answered (offsets 4 and 16 were already refused by the decoder, as
     invalid packets), and no counter said why any was dropped."""
     a, b = driver_factory(base=BASE_ARGS), driver_factory(base=BASE_ARGS)
-    port = free_port()
+    port = free_udp_port()
     channel = f"aeron:udp?endpoint=127.0.0.1:{port}"
     with Aeron.connect(Context(dir=a.dir)) as sender, Aeron.connect(Context(dir=b.dir)) as receiver:
         sub = receiver.add_subscription(channel, 42)
         pub = sender.add_publication(channel, 42)
-        await_(lambda: pub.is_connected and bool(sub.images), 20, "connection")
+        wait_until(lambda: pub.is_connected and bool(sub.images), 20, "connection")
         got: list[bytes] = []
         for i in range(50):
             while pub.offer(b"m%03d" % i + bytes(200)) < 0:
                 sub.poll(lambda buffer, header: got.append(bytes(buffer)), 64)
-        await_(lambda: sub.poll(lambda buffer, header: got.append(bytes(buffer)), 64) >= 0 and len(got) == 50, 20, "50")
+        wait_until(
+            lambda: sub.poll(lambda buffer, header: got.append(bytes(buffer)), 64) >= 0 and len(got) == 50, 20, "50"
+        )
         image = sub.images[0]
         term_id = image.initial_term_id + image.position // image.term_length
         before = system_counters(a)
@@ -246,7 +250,7 @@ def test_naks_with_unaligned_offsets_or_lengths_are_counted_as_malformed_and_get
             forger.send(
                 NakFrame(pub.session_id, 42, term_id, offset, length).encode(), ("127.0.0.1", port), sender_address(sub)
             )
-        await_(
+        wait_until(
             lambda: system_counters(a)["NAKs malformed"] - before.get("NAKs malformed", 0) == len(malformed),
             10,
             "the malformed NAKs counted",
@@ -262,7 +266,7 @@ def test_with_an_allow_list_a_forged_sm_does_not_make_a_dynamic_mdc_publication_
     """Without the list (Aeron's behaviour too), one SM from the victim's address makes it a destination."""
     a = driver_factory("--mdc-dynamic-allow", "127.0.0.1", base=BASE_ARGS)
     b = driver_factory(base=BASE_ARGS)
-    control, data = free_port(), free_port()
+    control, data = free_udp_port(), free_udp_port()
     with (
         Aeron.connect(Context(dir=a.dir)) as sender,
         Aeron.connect(Context(dir=b.dir)) as receiver,
@@ -272,13 +276,13 @@ def test_with_an_allow_list_a_forged_sm_does_not_make_a_dynamic_mdc_publication_
         victim.settimeout(0.05)
         sub = receiver.add_subscription(f"aeron:udp?endpoint=127.0.0.1:{data}|control=127.0.0.1:{control}", 43)
         pub = sender.add_publication(f"aeron:udp?control=127.0.0.1:{control}|control-mode=dynamic", 43)
-        await_(lambda: pub.is_connected and bool(sub.images), 20, "connection")
+        wait_until(lambda: pub.is_connected and bool(sub.images), 20, "connection")
         image = sub.images[0]
         term_id = image.initial_term_id + image.position // image.term_length
         for setup in (True, False):  # a setup-eliciting SM, then one with a position
             sm = StatusMessageFrame(pub.session_id, 43, term_id, 0, 64 * 1024, 666, flags=0x80 if setup else 0)
             victim.sendto(sm.encode(), ("127.0.0.1", control))
-        await_(lambda: system_counters(a)["Status Messages rejected"] >= 2, 10, "the victim's SMs rejected")
+        wait_until(lambda: system_counters(a)["Status Messages rejected"] >= 2, 10, "the victim's SMs rejected")
         got: list[bytes] = []
         for i in range(200):
             while pub.offer(b"m%03d" % i) < 0:

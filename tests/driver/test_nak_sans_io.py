@@ -7,8 +7,8 @@ from __future__ import annotations
 from logbuf.driver.system_counters import SystemCounterId
 from logbuf.driver.udp import SendChannelEndpoint
 from logbuf.protocol import NakFrame, StatusMessageFrame
+from logbuf.testing.link import LinkNetwork
 from tests.interop.test_protocol_fixes import TERM, Wire, connect, workdir
-from tests.support.link import LinkNetwork
 
 __all__ = ["workdir"]  # the fixture, imported for this module's tests
 

@@ -43,10 +43,11 @@ from logbuf.protocol import (
     SetupFrame,
     StatusMessageFrame,
 )
+from logbuf.testing.driver_process import DriverProcess, DriverSet
+from logbuf.testing.host import free_udp_port, rss_bytes
 from tests.archive.test_catalog import add, write_recording
-from tests.driver.test_local_hardening import Cnc, fuzz_command_ring, rss_bytes
-from tests.driver.test_udp import BASE_ARGS, free_port
-from tests.support.driver_process import DriverProcess, DriverSet
+from tests.driver.test_local_hardening import Cnc, fuzz_command_ring
+from tests.driver.test_udp import BASE_ARGS
 
 SEED = 1414
 FUZZ_SECONDS = 30.0
@@ -254,7 +255,7 @@ def test_a_stream_survives_fuzzed_frames_command_rings_and_archives(
     b: DriverProcess = driver_factory(*args, base=BASE_ARGS)
     for driver in (a, b):
         driver.check_errors = False  # the command-ring fuzz leaves errors on purpose; the network's are checked below
-    port = free_port()
+    port = free_udp_port()
     channel = f"aeron:udp?endpoint=127.0.0.1:{port}"
     stop_path = str(tmp_path / "stop")
     pristine = tmp_path / "pristine"

@@ -13,7 +13,7 @@ import pytest
 
 from logbuf.client import Aeron, Context, OfferResult
 from logbuf.native import publisher
-from tests.support.driver_process import DriverProcess
+from logbuf.testing.driver_process import DriverProcess
 
 TERM_LENGTH = 1 << 20  # the media_driver fixture's --ipc-term-length
 START_TERM_ID = 1 << 20  # the stream starts at position 2^20 terms * 2^20 bytes = 2^40

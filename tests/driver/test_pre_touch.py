@@ -10,7 +10,7 @@ import re
 import pytest
 
 from logbuf.client import Aeron, Context
-from tests.support.driver_process import DriverProcess
+from logbuf.testing.driver_process import DriverProcess
 
 HEADER = re.compile(r"^[0-9a-f]+-[0-9a-f]+$")
 

@@ -22,9 +22,10 @@ from logbuf.logbuffer import data_header_descriptor as dh
 from logbuf.protocol import DataFrame, HeartbeatFrame, SetupFrame, StatusMessageFrame, decode_datagram
 from logbuf.protocol import setup as setup_codec
 from logbuf.protocol.frame_header import COMMON_HEADER, HDR_TYPE_DATA, HDR_TYPE_SETUP
-from tests.driver.test_local_hardening import rss_bytes
-from tests.driver.test_udp import BASE_ARGS, await_, counters, free_port, stream
-from tests.support.driver_process import DriverProcess, DriverSet
+from logbuf.testing import wait_until
+from logbuf.testing.driver_process import DriverProcess, DriverSet
+from logbuf.testing.host import free_udp_port, rss_bytes
+from tests.driver.test_udp import BASE_ARGS, counters, stream
 
 SPOOFED = "Spoofed frames dropped"
 REJECTED = "Images rejected"
@@ -84,7 +85,7 @@ def test_a_forged_status_message_is_counted_and_dropped_and_the_sender_goes_on(
             raw.sendto(sm.encode(), control)
 
         honest_sm()
-        await_(lambda: pub.is_connected, 10, "the publication connected by the raw receiver")
+        wait_until(lambda: pub.is_connected, 10, "the publication connected by the raw receiver")
         invalid_before = counters(a)["Invalid packets"]
         forged = [
             (setup.active_term_id + 1000, 0, 0),  # far ahead of anything sent: overflowed int32
@@ -96,7 +97,7 @@ def test_a_forged_status_message_is_counted_and_dropped_and_the_sender_goes_on(
             raw.sendto(
                 StatusMessageFrame(pub.session_id, 21, term_id, term_offset, window, receiver_id).encode(), control
             )
-        await_(lambda: counters(a)["Invalid packets"] >= invalid_before + len(forged), 10, "forged SMs counted")
+        wait_until(lambda: counters(a)["Invalid packets"] >= invalid_before + len(forged), 10, "forged SMs counted")
         # the sender still sends what honest SMs allow
         drain(raw)
         deadline = time.monotonic() + 30
@@ -120,7 +121,7 @@ def test_a_setup_with_its_active_term_before_its_initial_term_leaks_nothing_and_
     driver_factory: DriverSet, raw: socket.socket
 ) -> None:
     b = driver_factory("--image-liveness-timeout", "30s", base=BASE_ARGS)  # the good image outlives the checks
-    port = free_port()
+    port = free_udp_port()
     with Aeron.connect(Context(dir=b.dir)) as receiver:
         sub = receiver.add_subscription(f"aeron:udp?endpoint=127.0.0.1:{port}", 22)
         invalid_before = counters(b)["Invalid packets"]
@@ -128,7 +129,7 @@ def test_a_setup_with_its_active_term_before_its_initial_term_leaks_nothing_and_
         good = SetupFrame(0, 502, 22, initial_term_id=7, active_term_id=9, term_length=65536, mtu_length=1408)
         raw.sendto(bad.encode(), ("127.0.0.1", port))
         raw.sendto(good.encode(), ("127.0.0.1", port))  # the same receive batch, most likely
-        await_(lambda: [i.session_id for i in sub.images] == [502], 10, "the good SETUP's image")
+        wait_until(lambda: [i.session_id for i in sub.images] == [502], 10, "the good SETUP's image")
         assert counters(b)["Invalid packets"] >= invalid_before + 1
         assert len(images_dir_files(b)) == 1
     assert b.errors() == []
@@ -140,12 +141,12 @@ def test_a_setup_flood_is_capped_per_endpoint_and_the_real_stream_is_unaffected(
 ) -> None:
     cap = ["--max-images-per-endpoint", "8", "--max-image-term-length", "1m"]
     a, b = driver_factory(base=BASE_ARGS), driver_factory(*cap, base=BASE_ARGS)
-    channel = f"aeron:udp?endpoint=127.0.0.1:{free_port()}"
+    channel = f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}"
     port = int(channel.rsplit(":", 1)[1])
     with Aeron.connect(Context(dir=a.dir)) as sender, Aeron.connect(Context(dir=b.dir)) as receiver:
         sub = receiver.add_subscription(channel, 23)
         pub = sender.add_publication(channel, 23)
-        await_(lambda: pub.is_connected and bool(sub.images), 10, "connection")
+        wait_until(lambda: pub.is_connected and bool(sub.images), 10, "connection")
         counters_before = len(b.counters())
         # a term longer than the cap: refused before anything is allocated
         raw.sendto(SetupFrame(0, 900, 23, 0, 0, 2 * 1024 * 1024, 1408).encode(), ("127.0.0.1", port))
@@ -153,7 +154,7 @@ def test_a_setup_flood_is_capped_per_endpoint_and_the_real_stream_is_unaffected(
             raw.sendto(SetupFrame(0, session_id, 23, 0, 0, 65536, 1408).encode(), ("127.0.0.1", port))
             if session_id % 50 == 0:
                 time.sleep(0.01)  # within the driver's socket buffer
-        await_(lambda: counters(b)[REJECTED] >= 150, 20, "the flood rejected")
+        wait_until(lambda: counters(b)[REJECTED] >= 150, 20, "the flood rejected")
         got = stream(pub, [sub], 2_000, 60)
         assert got == [list(range(2_000))]
         assert 900 not in [i.session_id for i in sub.images]
@@ -166,7 +167,7 @@ def test_a_setup_flood_is_capped_per_endpoint_and_the_real_stream_is_unaffected(
 def test_data_with_random_session_ids_does_not_grow_the_driver(driver_factory: DriverSet, raw: socket.socket) -> None:
     b = driver_factory(base=BASE_ARGS)
     assert b.proc is not None
-    port = free_port()
+    port = free_udp_port()
     rng = random.Random(4)
     with Aeron.connect(Context(dir=b.dir)) as receiver:
         receiver.add_subscription(f"aeron:udp?endpoint=127.0.0.1:{port}", 24)
@@ -183,7 +184,7 @@ def test_data_with_random_session_ids_does_not_grow_the_driver(driver_factory: D
         received_before = counters(b)["Datagrams received"]
         rss_before = rss_bytes(b.pid)
         flood(60_000)
-        await_(lambda: counters(b)["Datagrams received"] >= received_before + 30_000, 30, "the flood read")
+        wait_until(lambda: counters(b)["Datagrams received"] >= received_before + 30_000, 30, "the flood read")
         rss_after = rss_bytes(b.pid)
     # 60,000 unknown sessions kept for good cost ~12 MB; bounded, nothing grows
     assert rss_after - rss_before < 6 * 1024 * 1024, (rss_before, rss_after)
@@ -197,19 +198,19 @@ def test_frames_for_a_session_from_another_address_are_dropped_as_spoofed(
     """Before: forged DATA at the receive position was delivered as the session's (the real frame
     then dropped as a duplicate), and a forged end-of-stream heartbeat ended the image."""
     a, b = driver_factory(base=BASE_ARGS), driver_factory(base=BASE_ARGS)
-    channel = f"aeron:udp?endpoint=127.0.0.1:{free_port()}"
+    channel = f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}"
     port = int(channel.rsplit(":", 1)[1])
     with Aeron.connect(Context(dir=a.dir)) as sender, Aeron.connect(Context(dir=b.dir)) as receiver:
         sub: Subscription = receiver.add_subscription(channel, 25)
         pub = sender.add_publication(channel, 25)
-        await_(lambda: pub.is_connected and bool(sub.images), 10, "connection")
+        wait_until(lambda: pub.is_connected and bool(sub.images), 10, "connection")
         got: list[bytes] = []
 
         def poll() -> Any:
             return sub.poll(lambda buffer, header: got.append(bytes(buffer)), 100)
 
         assert pub.offer(b"first") > 0
-        await_(lambda: (poll(), got == [b"first"])[1], 10, "the first message")
+        wait_until(lambda: (poll(), got == [b"first"])[1], 10, "the first message")
         image = sub.images[0]
         position = image.position
         term_id = image.initial_term_id + position // image.term_length
@@ -226,9 +227,9 @@ def test_frames_for_a_session_from_another_address_are_dropped_as_spoofed(
             StatusMessageFrame(pub.session_id, 25, term_id, term_offset, 512 * 1024, 5).encode(),
             (control[0], int(control[1])),
         )
-        await_(lambda: counters(b)[SPOOFED] >= 2 and counters(a)[SPOOFED] >= 1, 10, "spoofed frames counted")
+        wait_until(lambda: counters(b)[SPOOFED] >= 2 and counters(a)[SPOOFED] >= 1, 10, "spoofed frames counted")
         assert pub.offer(b"second") > 0
-        await_(lambda: (poll(), len(got) >= 2)[1], 10, "the second message")
+        wait_until(lambda: (poll(), len(got) >= 2)[1], 10, "the second message")
         assert got == [b"first", b"second"]
         assert not image.is_end_of_stream
         assert stream(pub, [sub], 500, 60) == [list(range(500))]  # the image is still live

@@ -13,7 +13,8 @@ import urllib.request
 from logbuf.client import Aeron, Context, OfferResult
 from logbuf.client.stat import UDP_SYSTEM_COUNTER_IDS, ReceiverStat, Snapshot, StatReader, StreamStat, render
 from logbuf.logbuffer import data_header_descriptor as dh
-from tests.support.driver_process import DriverProcess, DriverSet, unique_dir
+from logbuf.testing import wait_until
+from logbuf.testing.driver_process import DriverProcess, DriverSet, unique_dir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -107,14 +108,15 @@ def test_once_json_prometheus_and_live_view(media_driver: DriverProcess) -> None
             text=True,
         )
         try:
-            body = ""
-            deadline = time.monotonic() + 15
-            while "logbuf_subscriber_lag_bytes" not in body:
-                assert time.monotonic() < deadline, "no /metrics"
+
+            def scraped() -> str:
                 try:
                     body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read().decode()
-                except OSError:
-                    time.sleep(0.1)
+                except OSError:  # not listening yet
+                    return ""
+                return body if "logbuf_subscriber_lag_bytes" in body else ""
+
+            body = wait_until(scraped, 15, "/metrics with a subscriber's lag", max_idle_s=0.1)
             lines = body.splitlines()
             assert f'logbuf_driver_alive{{dir="{media_driver.dir}"}} 1.0' in lines
             [lag] = [line for line in lines if line.startswith("logbuf_subscriber_lag_bytes{")]

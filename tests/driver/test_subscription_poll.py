@@ -12,7 +12,7 @@ import pytest
 
 from logbuf.client import Aeron, Context
 from logbuf.native import SubscriptionCore
-from tests.support.driver_process import DriverProcess
+from logbuf.testing.driver_process import DriverProcess
 
 
 @pytest.fixture

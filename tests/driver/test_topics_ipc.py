@@ -15,8 +15,8 @@ import pytest
 from logbuf.client import Aeron, Context, ControlledPollAction, FragmentBatch, TopicNameError
 from logbuf.client.topics import TopicPublication, TopicSubscription
 from logbuf.conduit.topic_registry import TopicRegistry
+from logbuf.testing.driver_process import DriverProcess, DriverSet
 from logbuf.topic_names import TopicPatterns, topic_id
-from tests.support.driver_process import DriverProcess, DriverSet
 
 CHANNEL = "aeron:ipc"
 

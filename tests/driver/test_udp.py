@@ -16,15 +16,11 @@ import pytest
 from logbuf.client import Aeron, Context, FragmentAssembler, OfferResult
 from logbuf.protocol import DataFrame, SetupFrame, StatusMessageFrame, encode_datagram
 from logbuf.protocol import rttm as rttm_codec
-from tests.support.driver_process import DriverProcess, DriverSet
+from logbuf.testing import wait_until
+from logbuf.testing.driver_process import DriverProcess, DriverSet
+from logbuf.testing.host import free_udp_port
 
 BASE_ARGS = ["--dir-delete-on-shutdown", "false", "--term-length", "1m", "--image-liveness-timeout", "2s"]
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture
@@ -50,13 +46,17 @@ def settled_stream(
     log, the sender stores snd-pos after the send, so subscribers that already have every message
     can be ahead of what the counters say for a while (longer on a loaded machine). Wait for them.
     """
-    deadline = time.monotonic() + timeout_s
-    while True:
+    last: list[dict[str, Any]] = []
+
+    def settled() -> dict[str, Any] | None:
         [entry] = [s for s in driver.stat_json()["streams"] if s["stream_id"] == stream_id]
-        if check(entry):
-            return entry  # type: ignore[no-any-return]
-        assert time.monotonic() < deadline, f"timed out after {timeout_s} s waiting for {what}: {entry}"
-        time.sleep(0.05)
+        last[:] = [entry]
+        return entry if check(entry) else None
+
+    try:
+        return wait_until(settled, timeout_s, what, max_idle_s=0.05)  # each check runs logbuf-stat
+    except AssertionError as e:
+        raise AssertionError(f"{e}: {last}") from None
 
 
 def message(seq: int) -> bytes:
@@ -98,15 +98,8 @@ def stream(
 
 
 def connect(a: DriverProcess, b: DriverProcess, stream_id: int) -> tuple[Aeron, Aeron, str]:
-    channel = f"aeron:udp?endpoint=127.0.0.1:{free_port()}"
+    channel = f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}"
     return Aeron.connect(Context(dir=a.dir)), Aeron.connect(Context(dir=b.dir)), channel
-
-
-def await_(condition: Any, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.005)
 
 
 def test_messages_cross_to_two_subscribers_and_a_spy_in_order(drivers: tuple[DriverProcess, DriverProcess]) -> None:
@@ -116,7 +109,7 @@ def test_messages_cross_to_two_subscribers_and_a_spy_in_order(drivers: tuple[Dri
         subs = [receiver.add_subscription(channel, 10), receiver.add_subscription(channel, 10)]
         spy = sender.add_subscription("aeron-spy:" + channel, 10)
         pub = sender.add_publication(channel, 10)
-        await_(lambda: pub.is_connected and all(s.images for s in subs), 10, "connection")
+        wait_until(lambda: pub.is_connected and all(s.images for s in subs), 10, "connection")
         assert subs[0].images[0].source_identity.startswith("127.0.0.1:")
         got = stream(pub, [*subs, spy], 20_000, 90)
         assert got == [list(range(20_000))] * 3
@@ -169,7 +162,7 @@ def test_loss_duplication_and_reordering_are_repaired(drivers: tuple[DriverProce
     with sender, receiver:
         sub = receiver.add_subscription(channel, 11)
         pub = sender.add_publication(channel, 11)
-        await_(lambda: pub.is_connected and bool(sub.images), 10, "connection")
+        wait_until(lambda: pub.is_connected and bool(sub.images), 10, "connection")
         got = stream(pub, [sub], 10_000, 120)
         assert got == [list(range(10_000))]
     sent, received = counters(a), counters(b)
@@ -185,7 +178,7 @@ def test_garbage_is_counted_and_dropped_while_the_stream_carries_on(
     with sender, receiver, socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as raw:
         sub = receiver.add_subscription(channel, 12)
         pub = sender.add_publication(channel, 12)
-        await_(lambda: pub.is_connected and bool(sub.images), 10, "connection")
+        wait_until(lambda: pub.is_connected and bool(sub.images), 10, "connection")
         valid = encode_datagram([DataFrame(0, 5, 12, 0, b"x" * 100)])
         garbage = [
             b"",
@@ -212,11 +205,11 @@ def test_image_goes_unavailable_when_the_sending_driver_dies(drivers: tuple[Driv
     with receiver:
         sub = receiver.add_subscription(channel, 13, on_unavailable_image=unavailable.append)
         pub = sender.add_publication(channel, 13)
-        await_(lambda: pub.is_connected and bool(sub.images), 10, "connection")
+        wait_until(lambda: pub.is_connected and bool(sub.images), 10, "connection")
         assert pub.offer(b"before") > 0
         assert [i.session_id for i in sub.images] == [pub.session_id]
         a.kill()  # no data, heartbeats or setups any more: the image times out (image liveness 2 s)
-        await_(lambda: (sub.poll(lambda b, h: None, 10), bool(unavailable))[1], 10, "image unavailable")
+        wait_until(lambda: (sub.poll(lambda b, h: None, 10), bool(unavailable))[1], 10, "image unavailable")
         assert [i.session_id for i in unavailable] == [pub.session_id]
         assert not sub.images
     sender.close()  # its driver is gone: closes locally without waiting
@@ -229,7 +222,7 @@ def test_an_unreliable_subscription_skips_lost_data_without_naks(drivers: tuple[
     with sender, receiver:
         sub = receiver.add_subscription(channel + "|reliable=false", 14)
         pub = sender.add_publication(channel, 14)
-        await_(lambda: pub.is_connected and bool(sub.images), 10, "connection")
+        wait_until(lambda: pub.is_connected and bool(sub.images), 10, "connection")
         got: list[int] = []
 
         def on_message(buffer: memoryview, header: Any) -> None:
@@ -253,14 +246,14 @@ def test_an_unreliable_subscription_skips_lost_data_without_naks(drivers: tuple[
 def test_a_publication_sends_from_its_interface_address(drivers: tuple[DriverProcess, DriverProcess]) -> None:
     a, b = drivers
     sender, receiver, channel = connect(a, b, 15)
-    source_port = free_port()
+    source_port = free_udp_port()
     with sender, receiver:
         sub = receiver.add_subscription(channel, 15)
         pub = sender.add_publication(f"{channel}|interface=127.0.0.1:{source_port}", 15)
-        await_(lambda: pub.is_connected and bool(sub.images), 10, "connection")
+        wait_until(lambda: pub.is_connected and bool(sub.images), 10, "connection")
         assert sub.images[0].source_identity == f"127.0.0.1:{source_port}"
         # a subnet picks the local address inside it (loopback here)
-        other = sender.add_publication(f"aeron:udp?endpoint=127.0.0.1:{free_port()}|interface=127.0.0.0/8", 15)
+        other = sender.add_publication(f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}|interface=127.0.0.0/8", 15)
         other.close()
 
 
@@ -282,13 +275,13 @@ def test_bad_udp_parameters_name_the_problem(
     a.expected_errors.append("INVALID_CHANNEL")
     with Aeron.connect(Context(dir=a.dir)) as aeron:
         with pytest.raises(Exception, match=re.escape(problem)):
-            aeron.add_publication(f"aeron:udp?endpoint=127.0.0.1:{free_port()}{channel_suffix}", 16)
+            aeron.add_publication(f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}{channel_suffix}", 16)
 
 
 def test_subscriptions_to_one_stream_must_agree_on_reliability(drivers: tuple[DriverProcess, DriverProcess]) -> None:
     _, b = drivers
     b.expected_errors.append("INVALID_CHANNEL")
-    channel = f"aeron:udp?endpoint=127.0.0.1:{free_port()}"
+    channel = f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}"
     with Aeron.connect(Context(dir=b.dir)) as aeron:
         first = aeron.add_subscription(channel, 17)
         with pytest.raises(
@@ -306,7 +299,7 @@ def test_a_sender_answers_an_rtt_probe_as_aeron_does(drivers: tuple[DriverProces
     with sender, receiver, socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as raw:
         sub = receiver.add_subscription(channel, 19)
         pub = sender.add_publication(channel, 19)
-        await_(lambda: pub.is_connected and bool(sub.images), 10, "connection")
+        wait_until(lambda: pub.is_connected and bool(sub.images), 10, "connection")
         host, port = sub.images[0].source_identity.rsplit(":", 1)
         raw.settimeout(5)
         probe = rttm_codec.RttMeasurementFrame(pub.session_id, 19, 123_456_789, 0, 42, rttm_codec.REPLY_FLAG)
@@ -328,7 +321,7 @@ def test_busy_cpu_time_counts_each_agents_work_and_not_its_idling(drivers: tuple
     with sender, receiver:
         sub = receiver.add_subscription(channel, 20)
         pub = sender.add_publication(channel, 20)
-        await_(lambda: pub.is_connected and bool(sub.images), 10, "connection")
+        wait_until(lambda: pub.is_connected and bool(sub.images), 10, "connection")
         assert stream(pub, [sub], 5_000, 60) == [list(range(5_000))]
     time.sleep(0.5)  # idle duty cycles now: the process's CPU time grows, the busy counters do not (much)
     sent, received = counters(a), counters(b)

@@ -5,7 +5,8 @@ Everything the driver runs is real (the conductors taking commands from their Cn
 proxies, the sender and receiver agents, each endpoint's ``on_datagram`` dispatch, the network
 publication and the publication image); only the transport is swapped, through the driver
 context's ``udp_transport``. The sender's datagrams take the per-datagram path
-(``NetworkPublication`` without the socket's ``sendmmsg`` batch).
+(``NetworkPublication`` without the socket's ``sendmmsg`` batch). The clients are the real client too,
+on the same fake clock and thread (:func:`logbuf.testing.stepped.stepped_client_context`).
 """
 
 from __future__ import annotations
@@ -19,8 +20,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from logbuf.client import FragmentAssembler
-from logbuf.conduit import command_descriptor as cmd
+from logbuf.client import Aeron, FragmentAssembler
 from logbuf.conduit import counters_descriptor as cd
 from logbuf.conduit.counters import CountersReader
 from logbuf.conduit.loss_report import LossReportFile
@@ -28,9 +28,9 @@ from logbuf.driver.system_counters import SystemCounterId
 from logbuf.logbuffer import data_header_descriptor as dh
 from logbuf.logbuffer.image import Image
 from logbuf.protocol import DataFrame, ErrorFrame, NakFrame, SetupFrame, StatusMessageFrame, status
-from tests.driver._stepped import CncClient, SteppedDriver
-from tests.support.clock import FakeClock
-from tests.support.link import LinkNetwork
+from logbuf.testing.clock import FakeClock
+from logbuf.testing.link import LinkNetwork
+from logbuf.testing.stepped import SteppedDriver, stepped_client_context
 
 TERM = 64 * 1024
 MTU = 1408
@@ -61,8 +61,9 @@ class Pair:
         )
         self.a = SteppedDriver(os.path.join(workdir, "a"), self.clock, **common)
         self.b = SteppedDriver(os.path.join(workdir, "b"), self.clock, **common)
-        self.publisher = CncClient(self.a.driver.ctx.dir)
-        self.subscriber = CncClient(self.b.driver.ctx.dir)
+        # the real client, on the same clock: a command it sends steps both drivers until the answer comes
+        self.publisher = Aeron.connect(stepped_client_context(self.a.driver.ctx.dir, self.clock, self.step))
+        self.subscriber = Aeron.connect(stepped_client_context(self.b.driver.ctx.dir, self.clock, self.step))
 
     def step(self) -> None:
         self.clock.advance(STEP_NS)
@@ -96,11 +97,8 @@ def run(
     were consumed or skipped as lost); returns what the subscriber got and its image."""
     got: list[bytes] = []
     assembler = FragmentAssembler(lambda buffer, header: got.append(bytes(buffer)))
-    p.subscriber.add_subscription(SUBSCRIPTION_CHANNEL + ("" if reliable else "|reliable=false"), STREAM)
-    p.publisher.add_publication(PUBLICATION_CHANNEL, STREAM, exclusive=True)
-    p.step()
-    (ready,) = p.publisher.of_type(cmd.ON_EXCLUSIVE_PUBLICATION_READY)
-    publication = p.publisher.publication(cmd.PublicationReady.decode(ready), exclusive=True)
+    subscription = p.subscriber.add_subscription(SUBSCRIPTION_CHANNEL + ("" if reliable else "|reliable=false"), STREAM)
+    publication = p.publisher.add_exclusive_publication(PUBLICATION_CHANNEL, STREAM)
     image: Image | None = None
     sent = 0
     for _ in range(max_steps):
@@ -108,9 +106,9 @@ def run(
             sent += 1
         p.step()
         if image is None:
-            available = p.subscriber.of_type(cmd.ON_AVAILABLE_IMAGE)
-            if available:
-                image = p.subscriber.image(cmd.ImageReady.decode(available[0]))
+            p.subscriber.do_work()  # the client conductor hears of the image
+            if subscription.images:
+                (image,) = subscription.images
             continue
         image.poll(assembler, 100)
         if len(got) == len(messages):
@@ -182,9 +180,8 @@ def test_each_nak_is_a_loss_observation_in_the_receivers_loss_report() -> None:
         naks = p.b.counter(SystemCounterId.NAK_MESSAGES_SENT)
         assert naks > 0 and entry.observation_count == naks
         assert naks * dh.FRAME_ALIGNMENT <= entry.total_bytes_lost <= naks * TERM // 2
-        ready = cmd.ImageReady.decode(p.subscriber.of_type(cmd.ON_AVAILABLE_IMAGE)[0])
-        assert (entry.session_id, entry.stream_id) == (ready.session_id, STREAM) == (image.session_id, STREAM)
-        assert entry.channel == SUBSCRIPTION_CHANNEL and entry.source == ready.source_identity
+        assert (entry.session_id, entry.stream_id) == (image.session_id, STREAM)
+        assert entry.channel == SUBSCRIPTION_CHANNEL and entry.source == image.source_identity
         assert p.clock.epoch_ms() >= entry.last_observation_ms > entry.first_observation_ms > 0
         # the stream's own counters (Aeron's rcv-naks-sent, snd-naks-received, snd-bpe) agree with the system's
         assert stream_counter(p.b, cd.RECEIVER_NAKS_SENT_TYPE_ID) == naks

@@ -251,12 +251,4 @@ def interop(pyaeron_python: str) -> Iterator[Interop]:
         session.close()
 
 
-def free_udp_port() -> int:
-    import socket
-
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 Factory = Callable[..., Any]

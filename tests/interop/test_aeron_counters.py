@@ -26,7 +26,8 @@ from logbuf.conduit import system_counters_descriptor as scd
 from logbuf.conduit.cnc import CncFile
 from logbuf.conduit.counters import CounterInfo, CountersReader
 from logbuf.conduit.loss_report import LossEntry, LossReportFile
-from tests.interop.conftest import Interop, free_udp_port
+from logbuf.testing.host import free_udp_port
+from tests.interop.conftest import Interop
 from tests.interop.test_aeron_interop import check_messages, start_driver, transfer
 
 VERSION = re.compile(r"version=\S+ commit=\S*")

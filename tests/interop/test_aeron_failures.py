@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from tests.interop.conftest import Interop, Peer, free_udp_port
+from logbuf.testing.host import free_udp_port
+from tests.interop.conftest import Interop, Peer
 from tests.interop.test_aeron_interop import logbuf_args
 
 CLIENT = {"logbuf": "logbuf", "aeron": "pyaeron"}

@@ -19,7 +19,9 @@ import pytest
 from logbuf.conduit import command_descriptor as cmd
 from logbuf.conduit.cnc import CncFile
 from logbuf.conduit.ring_buffer import ManyToOneRingBuffer
-from tests.interop.conftest import Interop, free_udp_port
+from logbuf.testing import wait_until
+from logbuf.testing.host import free_udp_port
+from tests.interop.conftest import Interop
 
 COUNTS = {32: 20_000, 1024: 5_000, 65536: 200}
 LIVENESS_S = 30.0
@@ -268,15 +270,12 @@ def test_wiresharks_aeron_dissector_decodes_every_datagram_and_sees_end_of_strea
         text=True,
     )
     try:
-        deadline = time.monotonic() + 30
-        while not os.path.exists(capture) and time.monotonic() < deadline:
-            time.sleep(0.1)  # tshark creates the file once capturing
-        assert os.path.exists(capture), "tshark did not start capturing"
-        time.sleep(0.5)
+        wait_until(lambda: os.path.exists(capture), 30, "tshark to start capturing (it creates the file then)")
+        time.sleep(0.5)  # no condition to wait on: tshark says nothing when its capture is live
         channel = f"aeron:udp?endpoint=127.0.0.1:{port}"
         sub_result, _, _ = transfer(interop, pub, sub, channel, 1024, 2_000)
         check_messages(sub_result, 2_000)
-        time.sleep(0.5)
+        time.sleep(0.5)  # no condition to wait on: tshark says nothing when it has written the last packet
     finally:
         dumper.terminate()
         _, stderr = dumper.communicate(timeout=30)

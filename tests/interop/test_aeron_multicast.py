@@ -1,6 +1,6 @@
 """Mixed pairings on a multi-host network: Aeron's C driver among logbuf drivers, multicast and MDC.
 
-Three hosts, each a network namespace (:mod:`tests.support.netns`) with a media driver: logbuf's, or
+Three hosts, each a network namespace (:mod:`logbuf.testing.netns`) with a media driver: logbuf's, or
 Aeron's C driver (pyaeron's embedded one) with a pyaeron client. Host 0 publishes, hosts 1 and 2
 subscribe. Either a logbuf publisher feeds a logbuf and an Aeron receiver, or an Aeron publisher feeds
 two logbuf receivers; over multicast and dynamic MDC. Every receiver gets every message once, in
@@ -17,9 +17,9 @@ from collections.abc import Iterator
 
 import pytest
 
+from logbuf.testing.driver_process import DriverProcess, DriverSet
+from logbuf.testing.netns import NetnsDriverProcess, NetnsNetwork, make_network
 from tests.interop.conftest import IN_CI, PEER, Interop, Peer
-from tests.support.driver_process import DriverProcess, DriverSet
-from tests.support.netns import NetnsDriverProcess, NetnsNetwork, make_network
 
 pytestmark = pytest.mark.skipif(not IN_CI and os.geteuid() != 0, reason="network namespaces need root (run in CI)")
 

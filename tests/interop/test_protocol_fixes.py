@@ -27,7 +27,7 @@ from logbuf.protocol import data as data_codec
 from logbuf.protocol import setup as setup_codec
 from logbuf.protocol import status as status_codec
 from logbuf.protocol.data import HeartbeatFrame
-from tests.support.link import LinkNetwork
+from logbuf.testing.link import LinkNetwork
 
 MS = 1_000_000
 TERM = 64 * 1024

@@ -23,7 +23,7 @@ import sys
 import threading
 import time
 import urllib.parse
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -33,7 +33,8 @@ from websockets.http11 import Request, Response
 
 from logbuf.client import Aeron, Context, FragmentAssembler
 from logbuf.jetstream.generator import EventGenerator
-from tests.support.driver_process import DriverProcess, DriverSet, unique_dir
+from logbuf.testing import wait_until
+from logbuf.testing.driver_process import DriverProcess, DriverSet, unique_dir
 
 DRIVER_ARGS = [
     "--ipc-term-length",
@@ -52,7 +53,7 @@ DRIVER_ARGS = [
 @contextmanager
 def driver_process(args: list[str] | None = None) -> Iterator[DriverProcess]:
     """A real media driver process in a fresh directory; its error log must stay empty (the kit's
-    :class:`~tests.support.driver_process.DriverSet` checks it, and reports on failure)."""
+    :class:`~logbuf.testing.driver_process.DriverSet` checks it, and reports on failure)."""
     drivers = DriverSet()
     failed = False
     try:
@@ -281,7 +282,7 @@ class StreamReader:
                 time.sleep(0.0005)
 
     def wait_for(self, count: int, timeout_s: float = 20.0) -> list[tuple[bytes, int]]:
-        await_condition(lambda: len(self.messages) >= count, timeout_s, f"{count} messages (have {len(self.messages)})")
+        wait_until(lambda: len(self.messages) >= count, timeout_s, f"{count} messages (have {len(self.messages)})")
         return self.messages
 
     def close(self) -> None:
@@ -330,7 +331,7 @@ class RelayProcess:
                 )
             return any(entry.get("event") == event for entry in self.log)
 
-        await_condition(found, timeout_s, f"log event {event!r}")
+        wait_until(found, timeout_s, f"log event {event!r}")
         return next(entry for entry in self.log if entry.get("event") == event)
 
     def port(self, timeout_s: float = 20.0) -> int:
@@ -369,14 +370,6 @@ class RelayProcess:
             shutil.rmtree(self.args[self.args.index("--driver-dir") + 1], ignore_errors=True)
 
 
-def await_condition(condition: Callable[[], bool], timeout_s: float = 10.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
-        time.sleep(0.005)
-
-
 __all__ = [
     "DRIVER_ARGS",
     "TcpProxy",
@@ -385,7 +378,6 @@ __all__ = [
     "RelayProcess",
     "StreamReader",
     "UpstreamStandIn",
-    "await_condition",
     "driver_process",
     "make_events",
     "time_us_of",

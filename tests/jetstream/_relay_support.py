@@ -148,14 +148,6 @@ def assert_silent(ws: ClientConnection, for_s: float = 0.3) -> None:
     raise AssertionError(f"unexpected message: {str(message)[:120]}")
 
 
-def wait_for(condition: Callable[[], bool], timeout_s: float = WAIT_S, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.01)
-
-
 DID_A = "did:plc:aaaaaaaaaaaaaaaaaaaaaaaa"
 DID_B = "did:plc:bbbbbbbbbbbbbbbbbbbbbbbb"
 

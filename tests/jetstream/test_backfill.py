@@ -31,11 +31,11 @@ from logbuf.jetstream.backfill import (
 )
 from logbuf.jetstream.events import EventMeta
 from logbuf.jetstream.generator import EventGenerator
+from logbuf.testing import wait_until
 from tests.archive.conftest import publish
 from tests.jetstream._ingest_support import (
     RelayProcess,
     UpstreamStandIn,
-    await_condition,
     driver_process,
     make_events,
     read_events,
@@ -102,14 +102,14 @@ def recorded() -> Iterator[tuple[str, list[bytes]]]:
         aeron = Aeron.connect(Context(dir=driver.dir))
         try:
             pub = aeron.add_exclusive_publication(CHANNEL, STREAM_ID)
-            await_condition(lambda: pub.is_connected, 10, "the recorder to subscribe")
+            wait_until(lambda: pub.is_connected, 10, "the recorder to subscribe")
             _, ends = publish(pub, payloads)
 
             def recorded_all() -> bool:
                 with Catalog.open(archive_dir) as catalog:
                     return any(d.stop_position >= ends[-1] for d in catalog.recordings())
 
-            await_condition(recorded_all, 20, "the recorder to write everything")
+            wait_until(recorded_all, 20, "the recorder to write everything")
             pub.close()
         finally:
             recorder.stop()
@@ -198,7 +198,7 @@ def test_the_relay_serves_while_a_background_backfill_loads(recorded: tuple[str,
             with relay.connect({"cursor": 0}) as replay, relay.connect({"cursor": 0, "compress": "true"}) as packed:
                 assert [m.encode() for m in recv_raw(replay, len(expected), 60)] == expected  # type: ignore[union-attr]
                 frames = recv_raw(packed, len(expected), 60)
-            await_condition(lambda: background.done, 30, "the backfill to finish")
+            wait_until(lambda: background.done, 30, "the backfill to finish")
             assert not server.backfilling and background.error is None
             assert background.result.events == len(expected)
             assert_silent(live, 0.3)  # the history is not for a live client
@@ -315,7 +315,7 @@ def test_relay_restarts_from_its_recording_after_sigterm_and_sigkill(tmp_path: A
             daemon=True,
         )
         reader.start()
-        await_condition(lambda: len(seen_first) >= 800, 15, "800 events from the first run")
+        wait_until(lambda: len(seen_first) >= 800, 15, "800 events from the first run")
         assert first.stop() == 0
         reader.join(10)
         published = next(e for e in first.log if e.get("event") == "jetstream.ingest_stats")
@@ -347,7 +347,7 @@ def test_relay_restarts_from_its_recording_after_sigterm_and_sigkill(tmp_path: A
             daemon=True,
         )
         reader.start()
-        await_condition(lambda: len(seen_second) >= published["published"] + 500, 15, "events of the second run")
+        wait_until(lambda: len(seen_second) >= published["published"] + 500, 15, "events of the second run")
         second.proc.kill()
         second.proc.wait(10)
         reader.join(10)

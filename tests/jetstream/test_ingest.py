@@ -21,10 +21,10 @@ from logbuf.jetstream.ingest import (
     check_upstream_url,
     with_cursor,
 )
+from logbuf.testing import wait_until
 from tests.jetstream._ingest_support import (
     StreamReader,
     UpstreamStandIn,
-    await_condition,
     driver_process,
     make_events,
     time_us_of,
@@ -213,7 +213,7 @@ def test_generator_ingest_publishes_exactly_its_events_with_time_us_as_reserved_
                 assert ingest.join(30), "generator did not finish"
                 assert ingest.error is None
                 messages = reader.wait_for(3000)
-                time.sleep(0.05)
+                time.sleep(0.05)  # the thing under test: nothing more may come
                 assert len(messages) == 3000
                 times = [t for _, t in messages]
                 assert all(a < b for a, b in zip(times, times[1:]))
@@ -246,12 +246,12 @@ def test_back_pressure_delays_the_ingest_without_dropping() -> None:
         try:
             with Aeron.connect(Context(dir=driver.dir, driver_timeout_ms=3_000)) as aeron:
                 pub = aeron.add_exclusive_publication(CHANNEL, 1002)
-                await_condition(lambda: pub.is_connected, 10, "publication connected")
+                wait_until(lambda: pub.is_connected, 10, "publication connected")
                 reader.paused.set()
                 ingest = Ingest(pub, GeneratorSource(EventGenerator(5), 0, count=2000))
                 ingest.start()
-                await_condition(lambda: ingest.stats.back_pressured > 0, 10, "back pressure")
-                time.sleep(0.2)
+                wait_until(lambda: ingest.stats.back_pressured > 0, 10, "back pressure")
+                time.sleep(0.2)  # the thing under test: back-pressured, the ingest stays back (does not drop)
                 assert ingest.stats.published < 2000
                 reader.paused.clear()
                 assert ingest.join(30) and ingest.error is None
@@ -280,9 +280,9 @@ def test_upstream_drops_and_comes_back_without_losing_or_repeating_events() -> N
         reader = StreamReader(driver.dir, CHANNEL, 1003)
         aeron, ingest = _follow(driver.dir, 1003, upstream.url, rewind_us=300_000)
         try:
-            await_condition(lambda: len(reader.messages) >= 1500, 20, "first half")
+            wait_until(lambda: len(reader.messages) >= 1500, 20, "first half")
             upstream.kill()  # mid-stream, no close frame
-            await_condition(lambda: ingest.stats.disconnects >= 1, 10, "the ingest to notice")
+            wait_until(lambda: ingest.stats.disconnects >= 1, 10, "the ingest to notice")
             time.sleep(0.3)  # a few failed reconnects (connection refused) while it is down
             upstream = UpstreamStandIn(events, rate=4000, port=upstream.port).start()
             messages = reader.wait_for(len(events), 30)
@@ -312,11 +312,11 @@ def test_failover_to_an_instance_with_an_earlier_clock_keeps_time_us_strictly_in
         reader = StreamReader(driver.dir, CHANNEL, 1004)
         aeron, ingest = _follow(driver.dir, 1004, upstream.url, rewind_us=400_000)
         try:
-            await_condition(lambda: len(reader.messages) >= 1000, 20, "first part")
+            wait_until(lambda: len(reader.messages) >= 1000, 20, "first part")
             upstream.kill()
             upstream = UpstreamStandIn(shifted, rate=4000, port=upstream.port).start()
             messages = reader.wait_for(len(events), 30)
-            time.sleep(0.2)
+            time.sleep(0.2)  # the thing under test: nothing more may come (no repeat after the reconnect)
             assert len(reader.messages) == len(events)
             assert [without_time_us(raw) for raw, _ in messages] == [without_time_us(e) for e in events]
             times = [t for _, t in messages]
@@ -388,7 +388,7 @@ def test_an_event_longer_than_the_streams_largest_message_is_counted_and_skipped
         aeron, ingest = _follow(driver.dir, 1005, upstream.url, rewind_us=0)
         try:
             reader.wait_for(20, 20)
-            time.sleep(0.1)
+            time.sleep(0.1)  # the thing under test: nothing more may come (the oversized event is dropped)
             assert [raw for raw, _ in reader.messages] == events
             assert ingest.stats.oversized == 1 and ingest.stats.published == 20
         finally:

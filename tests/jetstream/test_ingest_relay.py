@@ -8,7 +8,8 @@ import os
 import time
 
 from logbuf.jetstream.events import parse_event
-from tests.jetstream._ingest_support import RelayProcess, TcpProxy, await_condition, read_events, unique_driver_dir
+from logbuf.testing import wait_until
+from tests.jetstream._ingest_support import RelayProcess, TcpProxy, read_events, unique_driver_dir
 
 
 def test_upstream_relay_drops_and_comes_back_without_losing_or_repeating_events(tmp_path: object) -> None:
@@ -45,13 +46,13 @@ def test_upstream_relay_drops_and_comes_back_without_losing_or_repeating_events(
             ]
         )
         follower_port = follower.port()
-        await_condition(lambda: proxy is not None and proxy.connections >= 1, 20, "the follower to connect")
+        wait_until(lambda: proxy is not None and proxy.connections >= 1, 20, "the follower to connect")
         time.sleep(1.0)  # events flow through the proxy
         proxy_port = proxy.port
         proxy.cut()  # the upstream drops mid-stream...
         time.sleep(0.7)  # ...stays away (reconnects are refused)...
         proxy = TcpProxy(origin_port, port=proxy_port).start()  # ...and comes back
-        await_condition(lambda: proxy is not None and proxy.connections >= 1, 20, "the follower to reconnect")
+        wait_until(lambda: proxy is not None and proxy.connections >= 1, 20, "the follower to reconnect")
         time.sleep(1.0)
         until = time.time_ns() // 1000 - 300_000  # both relays hold every event up to here by now
 

@@ -11,7 +11,8 @@ from logbuf.jetstream.events import EventMeta
 from logbuf.jetstream.generator import EventGenerator
 from logbuf.jetstream.ingest import GeneratorSource, Ingest, OriginClock
 from logbuf.jetstream.stream import EventStreamAdapter
-from tests.jetstream._ingest_support import await_condition, driver_process, time_us_of
+from logbuf.testing import wait_until
+from tests.jetstream._ingest_support import driver_process, time_us_of
 
 CHANNEL = "aeron:ipc"
 
@@ -34,7 +35,7 @@ def test_adapter_appends_ingested_events_in_order_including_fragmented_ones() ->
         ingest = Ingest(pub, GeneratorSource(EventGenerator(9), 0, count=1500, clock=OriginClock()))
         ingest.start()
         # The adapter runs here (as the server loop would) while the ingest publishes.
-        await_condition(lambda: adapter.do_work() >= 0 and not ingest.is_running, 30, "the generator to finish")
+        wait_until(lambda: adapter.do_work() >= 0 and not ingest.is_running, 30, "the generator to finish")
         assert ingest.error is None
         # Plus one ~100 KB event (≈ 73 fragments at MTU 1408; 1 MiB terms carry up to 128 KiB), stamped after the generator's last.
         big_time = ingest.stats.last_time_us + 1
@@ -55,7 +56,7 @@ def test_adapter_appends_ingested_events_in_order_including_fragmented_ones() ->
             separators=(",", ":"),
         ).encode()
         offer_all(pub, [(big, big_time)])
-        await_condition(lambda: adapter.do_work() >= 0 and len(appended) >= 1501, 20, "1501 events appended")
+        wait_until(lambda: adapter.do_work() >= 0 and len(appended) >= 1501, 20, "1501 events appended")
         times = [meta.time_us for _, meta in appended]
         assert all(a < b for a, b in zip(times, times[1:]))
         assert [time_us_of(raw) for raw, _ in appended] == times
@@ -72,7 +73,7 @@ def test_adapter_skips_stale_and_invalid_messages_and_counts_them() -> None:
         appended: list[int] = []
         adapter = EventStreamAdapter(sub, lambda raw, meta: appended.append(meta.time_us), after_us=1_000)
         pub = aeron.add_exclusive_publication(CHANNEL, 1202)
-        await_condition(lambda: pub.is_connected, 10, "publication connected")
+        wait_until(lambda: pub.is_connected, 10, "publication connected")
         offer_all(
             pub,
             [
@@ -83,7 +84,7 @@ def test_adapter_skips_stale_and_invalid_messages_and_counts_them() -> None:
                 (gen.make_event(3_000), 7),
             ],
         )  # reserved value disagrees: JSON wins, counted
-        await_condition(
+        wait_until(
             lambda: (
                 adapter.do_work() >= 0
                 and adapter.stats.appended + adapter.stats.invalid + adapter.stats.out_of_order >= 5

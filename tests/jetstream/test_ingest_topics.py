@@ -14,8 +14,9 @@ from logbuf.client import Aeron, Context
 from logbuf.client.topics import TopicSubscription
 from logbuf.jetstream.ingest import OVERFLOW_TOPIC, Ingest, IngestStats, Sequencer, TopicTee, UpstreamSource
 from logbuf.logbuffer.fragment_assembler import FragmentAssembler
+from logbuf.testing import wait_until
 from logbuf.topic_names import TopicPatterns
-from tests.jetstream._ingest_support import StreamReader, UpstreamStandIn, await_condition, driver_process, make_events
+from tests.jetstream._ingest_support import StreamReader, UpstreamStandIn, driver_process, make_events
 
 CHANNEL = "aeron:ipc"
 EVENTS_STREAM, TOPICS_STREAM = 1011, 1012
@@ -52,7 +53,7 @@ def test_collections_go_out_as_topics_each_matching_event_once_in_order_across_a
         readers = [TopicReader(aeron.add_topic_subscription(CHANNEL, TOPICS_STREAM, p)) for p in pattern_sets]
         pub = aeron.add_exclusive_publication(CHANNEL, EVENTS_STREAM)
         topics = aeron.add_topic_publication(CHANNEL, TOPICS_STREAM, exclusive=True)
-        await_condition(lambda: topics.is_connected and pub.is_connected, 10, "publications connected")
+        wait_until(lambda: topics.is_connected and pub.is_connected, 10, "publications connected")
         source = UpstreamSource(upstream.url, Sequencer(rewind_us=200_000), backoff_initial_s=0.05, backoff_max_s=0.2)
         ingest = Ingest(pub, source, topics=topics)
         ingest.start()

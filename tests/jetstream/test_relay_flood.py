@@ -8,15 +8,9 @@ import re
 import time
 from pathlib import Path
 
-from tests.jetstream._flood_support import (
-    FloodReport,
-    LagMeter,
-    flood,
-    relay_process,
-    rss_bytes,
-    scrape_during,
-    wait_until,
-)
+from logbuf.testing import wait_until
+from logbuf.testing.host import rss_bytes
+from logbuf.testing.relay_flood import FloodReport, LagMeter, flood, relay_process, scrape_during
 
 FLOODERS = 200
 PER_ADDRESS = 10  # 20 addresses, under the per-address connection cap (100)
@@ -44,7 +38,7 @@ def test_an_options_update_flood_leaves_an_honest_client_under_2_s_of_lag(tmp_pa
     with relay_process(str(tmp_path), rate=200.0) as relay:
         honest = LagMeter(relay.url())
         try:
-            wait_until(lambda: honest.events >= 20 or honest.error is not None, what="the first events")
+            wait_until(lambda: honest.events >= 20 or honest.error is not None, 30, "the first events")
             assert honest.error is None, honest.error
             rss_before = rss_bytes(relay.pid)
             with flood(relay, FLOODERS, per_address=PER_ADDRESS, seconds=FLOOD_S) as flooders:

@@ -20,18 +20,18 @@ from typing import Any
 import pytest
 
 from logbuf.conduit.cnc import is_process_alive
+from logbuf.testing import wait_until
+from logbuf.testing.driver_process import DriverProcess
 from tests.jetstream._ingest_support import (
     DRIVER_ARGS,
     ROOT,
     RelayProcess,
     UpstreamStandIn,
-    await_condition,
     make_events,
     read_events,
     time_us_of,
     unique_driver_dir,
 )
-from tests.support.driver_process import DriverProcess
 
 
 class Follower:
@@ -61,7 +61,7 @@ class Follower:
                 self.closed = repr(e)
 
     def wait_for(self, count: int, timeout_s: float = 30.0) -> None:
-        await_condition(lambda: len(self.events) >= count or self.closed is not None, timeout_s, f"{count} events")
+        wait_until(lambda: len(self.events) >= count or self.closed is not None, timeout_s, f"{count} events")
         assert self.closed is None, f"the relay closed the connection: {self.closed}"
 
     def stop(self) -> None:
@@ -107,7 +107,7 @@ def test_a_relay_paused_past_the_driver_timeout_reconnects_and_loses_no_event() 
         reconnected = relay.wait_for_log("jetstream.driver_reconnected")
         stopped = events_named(relay, "ingest.stopped")[0]  # the first session's ingest
         assert reconnected["floor_us"] <= stopped["last_time_us"]  # not above what it published
-        await_condition(lambda: len(upstream.close_codes) >= 1, 10, "the first upstream connection to end")
+        wait_until(lambda: len(upstream.close_codes) >= 1, 10, "the first upstream connection to end")
         assert upstream.close_codes[0] == 1001  # the first session's ingest left its upstream "going away"
         assert relay.stop() == 0, "\n".join(relay.lines)
     finally:
@@ -239,7 +239,7 @@ def test_is_process_alive_sees_exited_and_zombie_processes() -> None:
         with open(f"/proc/{child.pid}/stat") as f:
             return f.read().rsplit(")", 1)[1].split()[0] == "Z"
 
-    await_condition(zombie, 10, "the child to exit")
+    wait_until(zombie, 10, "the child to exit")
     assert not is_process_alive(child.pid)  # exited, not yet reaped
     child.wait(5)
     assert not is_process_alive(child.pid)  # gone

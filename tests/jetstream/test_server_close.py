@@ -28,15 +28,8 @@ from websockets.frames import Close, Frame, Opcode
 
 from logbuf.jetstream.events import parse_event
 from logbuf.jetstream.generator import EventGenerator
-from tests.jetstream._relay_support import (
-    BASE_US,
-    DICTIONARY_PATH,
-    RelayHandle,
-    make_events,
-    recv_raw,
-    running_relay,
-    wait_for,
-)
+from logbuf.testing import wait_until
+from tests.jetstream._relay_support import BASE_US, DICTIONARY_PATH, RelayHandle, make_events, recv_raw, running_relay
 
 STEP_US = 1000
 HISTORY = 3000  # events before the feed starts: a past cursor has a backlog to replay
@@ -85,7 +78,7 @@ def relay(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RelayHandle]:
         handle.append(make_events(HISTORY, step_us=STEP_US))
         feed = Feed(handle)
         handle.on_loop(lambda: handle.server.add_duty(feed))
-        wait_for(lambda: feed.appended >= 200, what="the feed to run")
+        wait_until(lambda: feed.appended >= 200, what="the feed to run")
         yield handle
 
 
@@ -103,7 +96,7 @@ def connections(relay: RelayHandle) -> int:
 @pytest.mark.parametrize("mode", list(MODES))
 def test_a_client_close_completes_promptly_while_events_flow(relay: RelayHandle, mode: str) -> None:
     query, count = query_for(relay, mode)
-    wait_for(lambda: connections(relay) == 0, what="earlier connections to be gone")
+    wait_until(lambda: connections(relay) == 0, what="earlier connections to be gone")
     with relay.connect(query, max_queue=None, close_timeout=10) as ws:
         got = recv_raw(ws, count)
         assert all(isinstance(m, bytes if query.get("compress") else str) for m in got)
@@ -112,7 +105,7 @@ def test_a_client_close_completes_promptly_while_events_flow(relay: RelayHandle,
     close_rcvd = ws.protocol.close_rcvd
     assert close_rcvd is not None, f"{mode}: the relay never answered the close frame"
     assert close_rcvd.code == 1000 and ws.protocol.close_rcvd_then_sent is False  # our close, echoed
-    wait_for(
+    wait_until(
         lambda: connections(relay) == 0,
         timeout_s=CLOSE_TIMEOUT_S,
         what=f"{mode}: the relay to close the TCP connection",
@@ -137,7 +130,7 @@ def test_asyncio_clients_in_every_mode_close_promptly_at_once(relay: RelayHandle
             return await asyncio.gather(*(one(m) for m in modes))
 
     assert asyncio.run(every()) == modes  # every close answered with 1000
-    wait_for(lambda: connections(relay) == 0, timeout_s=CLOSE_TIMEOUT_S, what="the relay to close every connection")
+    wait_until(lambda: connections(relay) == 0, timeout_s=CLOSE_TIMEOUT_S, what="the relay to close every connection")
 
 
 def read_frames(data: bytes) -> tuple[list[tuple[int, bytes]], int]:
@@ -195,6 +188,6 @@ def test_on_the_wire_the_close_frame_is_the_last_frame_and_the_fin_follows(relay
     assert frames and frames[-1][0] == 0x88, f"{mode}: the last frame is not a close frame"
     assert Close.parse(frames[-1][1]) == Close(1000, "bye"), "the close frame echoes ours"
     assert all(b0 == data_byte for b0, _ in frames[:-1]), f"{mode}: only whole event frames before the close"
-    wait_for(
+    wait_until(
         lambda: connections(relay) == 0, timeout_s=CLOSE_TIMEOUT_S, what=f"{mode}: the relay to close the connection"
     )

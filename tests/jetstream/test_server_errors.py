@@ -15,6 +15,7 @@ from websockets.sync.client import ClientConnection
 
 from logbuf.jetstream.filters import MAX_CLIENT_MESSAGE_LENGTH, MAX_WANTED_COLLECTIONS, MAX_WANTED_DIDS
 from logbuf.jetstream.server import DEFAULT_MAX_CLIENT_MESSAGE_LENGTH
+from logbuf.testing import wait_until
 from tests.jetstream._relay_support import (
     BASE_US,
     RelayHandle,
@@ -22,7 +23,6 @@ from tests.jetstream._relay_support import (
     need_dictionary,
     recv_events,
     running_relay,
-    wait_for,
 )
 
 
@@ -204,7 +204,7 @@ def test_client_message_over_the_cap_closes_with_1009(tmp_path: Path) -> None:
 def test_shutdown_closes_clients_with_1001(tmp_path: Path) -> None:
     with running_relay(str(tmp_path)) as relay:
         with relay.connect() as ws:
-            wait_for(lambda: relay.server.counters.handshakes["accepted"] == 1)
+            wait_until(lambda: relay.server.counters.handshakes["accepted"] == 1)
             relay.server.stop()
             assert closed_with(ws) == (1001, "server shutting down")
 
@@ -221,7 +221,7 @@ def test_connections_over_the_per_ip_limit_get_429(tmp_path: Path) -> None:
     with running_relay(str(tmp_path), max_connections_per_ip=2) as relay:
         with relay.connect(), relay.connect():
             assert rejected(relay, {}) == (429, "too many connections from this address")
-        wait_for(lambda: relay.on_loop(lambda: len(relay.server._connections)) == 0, what="connections gone")
+        wait_until(lambda: relay.on_loop(lambda: len(relay.server._connections)) == 0, what="connections gone")
         with relay.connect() as ws:  # freed again
             relay.append(make_events(1))
             assert len(recv_events(ws, 1)) == 1
@@ -232,7 +232,7 @@ def test_pings_both_ways(tmp_path: Path) -> None:
         relay.append(make_events(2000, step_us=10))
         with relay.connect({"cursor": 0}) as ws:
             assert ws.ping().wait(5)  # answered between our frames
-            wait_for(lambda: relay.server.counters.pings_sent >= 2, what="server pings")
+            wait_until(lambda: relay.server.counters.pings_sent >= 2, what="server pings")
             got = recv_events(ws, 2000)  # pings never break a frame
             assert [e["time_us"] for e in got] == [BASE_US + 10 * i for i in range(2000)]
 
@@ -309,7 +309,7 @@ def test_a_failing_duty_stops_the_relay_but_clients_still_get_1001(tmp_path: Pat
     try:
         relay = RelayHandle(server)
         with relay.connect() as ws:
-            wait_for(lambda: server.counters.handshakes["accepted"] == 1)
+            wait_until(lambda: server.counters.handshakes["accepted"] == 1)
             broken[0] = True
             assert closed_with(ws) == (1001, "server shutting down")
     finally:

@@ -11,6 +11,7 @@ import pytest
 from websockets.exceptions import ConnectionClosed
 
 from logbuf.jetstream.filters import MAX_WANTED_COLLECTIONS, MAX_WANTED_DIDS
+from logbuf.testing import wait_until
 from tests.jetstream._relay_support import (
     BASE_US,
     DID_A,
@@ -20,7 +21,6 @@ from tests.jetstream._relay_support import (
     recv_events,
     running_relay,
     shaped_event,
-    wait_for,
 )
 
 # (name, did, kind, collection, pad)
@@ -95,7 +95,7 @@ def test_options_update_replaces_the_filter_and_missing_fields_clear_it(tmp_path
             ws.send(json.dumps({"type": "options_update", "payload": {"wantedCollections": ["app.bsky.graph.*"]}}))
             ws.send(json.dumps({"type": "something_else", "payload": {}}))  # ignored
             ws.send(b"\x00binary is ignored")
-            wait_for(
+            wait_until(
                 lambda: (
                     relay.server.counters.options_updates == 1 and relay.server.counters.client_messages_ignored == 2
                 ),

@@ -4,9 +4,7 @@ clients send is bounded in memory per connection and in total."""
 from __future__ import annotations
 
 import json
-import os
 import socket
-import struct
 import time
 from pathlib import Path
 
@@ -14,33 +12,14 @@ import pytest
 
 from logbuf.jetstream.limits import FrameMeter
 from logbuf.jetstream.server import DEFAULT_MAX_CLIENT_MESSAGE_LENGTH
-from tests.jetstream._relay_support import (
-    BASE_US,
-    RelayHandle,
-    make_events,
-    recv_events,
-    running_relay,
-    wait_for,
-)
+from logbuf.testing import wait_until
+from logbuf.testing.relay_flood import client_frame
+from tests.jetstream._relay_support import BASE_US, RelayHandle, make_events, recv_events, running_relay
 
 UPGRADE = (
     "GET /subscribe{query} HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
     "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
 )
-
-
-def client_frame(opcode: int, payload: bytes, *, fin: bool = True, declared: int | None = None) -> bytes:
-    """A masked client frame; ``declared``: the length its header claims (default: the payload's)."""
-    length = len(payload) if declared is None else declared
-    first = (0x80 if fin else 0) | opcode
-    if length < 126:
-        header = struct.pack("!BB", first, 0x80 | length)
-    elif length < 1 << 16:
-        header = struct.pack("!BBH", first, 0x80 | 126, length)
-    else:
-        header = struct.pack("!BBQ", first, 0x80 | 127, length)
-    mask = os.urandom(4)
-    return header + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
 
 
 def read_until_closed(sock: socket.socket, timeout_s: float = 10.0) -> bytes:
@@ -113,7 +92,7 @@ def test_garbage_instead_of_http_closes_that_connection_only(tmp_path: Path) -> 
             with raw_connection(relay) as sock:
                 sock.sendall(garbage)
                 read_until_closed(sock)
-        wait_for(lambda: relay.server.counters.handshakes["invalid_http"] >= 2, what="both refused")
+        wait_until(lambda: relay.server.counters.handshakes["invalid_http"] >= 2, what="both refused")
         still_serves(relay, BASE_US)
 
 
@@ -204,14 +183,14 @@ def test_unfinished_large_frames_are_refused_with_1009_before_they_are_buffered(
                     refused += 1
             counters = relay.server.counters
             fits = budget // declared
-            wait_for(lambda: counters.clients_dropped["incoming_full"] == len(socks) - fits, what="refusals")
+            wait_until(lambda: counters.clients_dropped["incoming_full"] == len(socks) - fits, what="refusals")
             assert relay.on_loop(lambda: relay.server._incoming_reserved) == fits * declared
             grown = rss_bytes() - before
             assert grown < 64 * 1024 * 1024, f"relay grew by {grown} bytes"
         finally:
             for sock in socks:
                 sock.close()
-        wait_for(lambda: relay.on_loop(lambda: relay.server._incoming_reserved) == 0, what="reservations released")
+        wait_until(lambda: relay.on_loop(lambda: relay.server._incoming_reserved) == 0, what="reservations released")
         still_serves(relay, BASE_US)
 
 

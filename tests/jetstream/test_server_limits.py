@@ -19,15 +19,8 @@ from websockets.sync.client import connect
 from logbuf.jetstream.generator import EventGenerator
 from logbuf.jetstream.limits import EventRateLimiter, MessageBucket
 from logbuf.jetstream.proxy import TrustedProxies, normalize_ip
-from tests.jetstream._relay_support import (
-    BASE_US,
-    WAIT_S,
-    RelayHandle,
-    make_events,
-    recv_events,
-    running_relay,
-    wait_for,
-)
+from logbuf.testing import wait_until
+from tests.jetstream._relay_support import BASE_US, WAIT_S, RelayHandle, make_events, recv_events, running_relay
 from tests.jetstream.test_server_hardening import UPGRADE, client_frame, raw_connection, upgraded
 
 # -- TrustedProxies ----------------------------------------------------------------------------------------
@@ -131,7 +124,7 @@ def test_caps_are_settings(tmp_path: Path) -> None:
             held.enter_context(connect_as(relay))
         assert refused(relay) == 429
         # the refused connection counts until the relay has seen it close
-        wait_for(lambda: relay.on_loop(lambda: len(relay.server._connections)) == 3, what="the refused one gone")
+        wait_until(lambda: relay.on_loop(lambda: len(relay.server._connections)) == 3, what="the refused one gone")
         held.enter_context(connect_as(relay, source="127.0.0.2"))
         assert refused(relay, source="127.0.0.3") == 503
 
@@ -152,7 +145,7 @@ def test_behind_a_trusted_proxy_clients_are_counted_by_their_forwarded_address(t
             for ip, count in (("203.0.113.7", 2), ("203.0.113.8", 1), ("127.0.0.2", 1)):
                 assert f'jetstream_subscribers_connected{{ip_address="{ip}"}} {count}.0' in text
             assert 'ip_address="127.0.0.1"' not in text  # the proxy itself serves no one
-        wait_for(lambda: relay.on_loop(lambda: dict(relay.server._per_ip)) == {}, what="counts released")
+        wait_until(lambda: relay.on_loop(lambda: dict(relay.server._per_ip)) == {}, what="counts released")
 
 
 def test_the_event_rate_per_address_delays_and_never_drops(tmp_path: Path) -> None:
@@ -212,7 +205,7 @@ def test_a_client_over_its_message_rate_is_closed_with_1008_before_the_message_i
         with connect_as(relay) as ws, connect_as(relay) as other:
             for _ in range(3):
                 ws.send(update)  # the burst
-            wait_for(lambda: relay.server.counters.options_updates == 3, what="the burst parsed")
+            wait_until(lambda: relay.server.counters.options_updates == 3, what="the burst parsed")
             ws.send(update)
             code, reason = close_of(ws)
             assert code == 1008
@@ -249,7 +242,7 @@ def test_metrics_answer_while_client_input_fills_the_relay_budget(tmp_path: Path
                 sock.sendall(UPGRADE.format(query="").encode())
                 assert sock.recv(4096).startswith(b"HTTP/1.1 101")
                 sock.sendall(client_frame(0x1, b"x" * 10, declared=300))  # declares 300, sends 10
-            wait_for(lambda: relay.server._incoming_reserved == 600, what="the budget held")
+            wait_until(lambda: relay.server._incoming_reserved == 600, what="the budget held")
             status, _, body = relay.request("/", headers={"X-Pad": "p" * 400})
             assert (status, body) == (503, b"relay busy: too much unfinished input from clients")
             status, _, body = relay.request("/metrics", metrics=True)
@@ -317,10 +310,12 @@ def test_a_full_input_budget_closes_its_biggest_holder_not_an_honest_clients_upd
             for sock in socks:
                 sock.sendall(client_frame(0x1, b"x" * 10, declared=declared))  # declares 100,000, sends 10
             counters = relay.server.counters
-            wait_for(lambda: counters.clients_dropped["incoming_full"] == holders - budget // declared, what="refusals")
+            wait_until(
+                lambda: counters.clients_dropped["incoming_full"] == holders - budget // declared, what="refusals"
+            )
             assert relay.on_loop(lambda: relay.server._incoming_reserved) == budget  # the budget is exhausted
             ws.send(update)
-            wait_for(lambda: counters.options_updates == 1, what="the update applied")
+            wait_until(lambda: counters.options_updates == 1, what="the update applied")
             applied_us = time.time_ns() // 1000
             assert counters.clients_dropped["input_evicted"] == 1
             got: list[tuple[str, float]] = []
@@ -336,7 +331,7 @@ def test_a_full_input_budget_closes_its_biggest_holder_not_an_honest_clients_upd
             # a new client's request head gets in the same way (another holder is closed)
             refill = stack.enter_context(upgraded(relay, "127.0.0.2"))
             refill.sendall(client_frame(0x1, b"x" * 10, declared=declared))
-            wait_for(
+            wait_until(
                 lambda: relay.on_loop(lambda: relay.server._incoming_reserved) == budget, what="the budget refilled"
             )
             with connect_as(relay, "wantedCollections=app.bsky.feed.post") as newcomer:
@@ -362,6 +357,6 @@ def test_the_unfinished_message_timer_restarts_with_each_message(tmp_path: Path)
                 time.sleep(0.25)
                 sock.sendall(frame[cut:] + frame[:cut])  # the end of one message and the start of the next
             sock.sendall(frame[cut:])
-            wait_for(lambda: relay.server.counters.options_updates == 11, what="every update applied")
+            wait_until(lambda: relay.server.counters.options_updates == 11, what="every update applied")
         assert relay.server.counters.clients_dropped["client_message_timeout"] == 0
         assert relay.on_loop(lambda: relay.server._incoming_reserved) == 0

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import zstandard
 
+from logbuf.testing import wait_until
 from tests.jetstream._relay_support import (
     BASE_US,
     DID_A,
@@ -20,7 +21,6 @@ from tests.jetstream._relay_support import (
     recv_raw,
     running_relay,
     time_us_of,
-    wait_for,
 )
 
 STEP_US = 1000
@@ -86,7 +86,7 @@ def test_cursor_older_than_retention_starts_at_the_oldest_kept_event(tmp_path: P
     events = make_events(1000, step_us=STEP_US)  # 1 s of time_us
     with running_relay(str(tmp_path), retention=0.2, retention_check_s=0.02) as relay:
         relay.append(events)
-        wait_for(lambda: relay.on_loop(lambda: relay.server.store.first_seq) > 0, what="retention")
+        wait_until(lambda: relay.on_loop(lambda: relay.server.store.first_seq) > 0, what="retention")
         oldest = relay.on_loop(relay.server.store.oldest_time_us)
         assert oldest == us(999) - 200_000
         with relay.connect({"cursor": BASE_US}) as ws:
@@ -111,7 +111,7 @@ def test_require_hello_holds_everything_until_a_valid_options_update(tmp_path: P
             held.send(json.dumps({"type": "options_update", "payload": {"wantedDids": [], "wantedCollections": []}}))
             assert [e["time_us"] for e in recv_events(held, 15)] == [us(i) for i in range(5, 20)]
             held_live.send(json.dumps({"type": "options_update", "payload": {}}))
-            wait_for(lambda: relay.server.counters.options_updates == 2, what="both hellos")
+            wait_until(lambda: relay.server.counters.options_updates == 2, what="both hellos")
             assert_silent(held_live, 0.1)  # no cursor: live from the hello on
             relay.append(events[20:])
             assert [e["time_us"] for e in recv_events(held_live, 10)] == [us(i) for i in range(20, 30)]
@@ -158,11 +158,11 @@ def test_filtered_and_unfiltered_clients_switch_with_options_update(tmp_path: Pa
         with relay.connect({"cursor": 0}) as ws:
             assert len(recv_events(ws, 100)) == 100
             ws.send(json.dumps({"type": "options_update", "payload": {"wantedDids": [DID_A]}}))
-            wait_for(lambda: relay.server.counters.options_updates == 1, what="the update")
+            wait_until(lambda: relay.server.counters.options_updates == 1, what="the update")
             relay.append(events[100:200])
             assert_silent(ws, 0.3)  # the generator never uses DID_A
             ws.send(json.dumps({"type": "options_update", "payload": {"wantedCollections": ["app.bsky.feed.like"]}}))
-            wait_for(lambda: relay.server.counters.options_updates == 2, what="the second update")
+            wait_until(lambda: relay.server.counters.options_updates == 2, what="the second update")
             relay.append(events[200:300])
             likes = [
                 e
@@ -171,6 +171,6 @@ def test_filtered_and_unfiltered_clients_switch_with_options_update(tmp_path: Pa
             ]
             assert [e["time_us"] for e in recv_events(ws, len(likes))] == [time_us_of(e) for e in likes]
             ws.send(json.dumps({"type": "options_update", "payload": None}))  # everything again
-            wait_for(lambda: relay.server.counters.options_updates == 3, what="the third update")
+            wait_until(lambda: relay.server.counters.options_updates == 3, what="the third update")
             relay.append(events[300:])
             assert [e["time_us"] for e in recv_events(ws, 100)] == [us(i) for i in range(300, 400)]

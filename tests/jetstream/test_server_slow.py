@@ -11,7 +11,8 @@ from pathlib import Path
 
 from websockets.frames import Frame, Opcode
 
-from tests.jetstream._relay_support import BASE_US, make_events, recv_events, running_relay, wait_for
+from logbuf.testing import wait_until
+from tests.jetstream._relay_support import BASE_US, make_events, recv_events, running_relay
 
 STEP_US = 100
 
@@ -80,7 +81,7 @@ def test_a_client_that_never_reads_slows_no_one_and_is_dropped_behind_retention(
                 time.sleep(0.01)
             reader.join(35)  # recv_events gives up after 30 s: the slow client must not hold the fast one back
             assert got == [BASE_US + STEP_US * i for i in range(total)]
-            wait_for(lambda: relay.server.counters.clients_dropped["behind_retention"] == 1, what="the drop")
+            wait_until(lambda: relay.server.counters.clients_dropped["behind_retention"] == 1, what="the drop")
         data = b""
         while True:  # the slow client reads at last: until EOF
             try:
@@ -113,6 +114,6 @@ def test_a_client_whose_socket_takes_nothing_is_dropped_after_the_write_timeout(
                 b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
             )
             relay.append(events)
-            wait_for(lambda: relay.server.counters.clients_dropped["write_timeout"] == 1, what="the drop")
+            wait_until(lambda: relay.server.counters.clients_dropped["write_timeout"] == 1, what="the drop")
             with relay.connect({"cursor": 0}) as fast:  # everything is still there for others
                 assert len(recv_events(fast, len(events), timeout_s=20)) == len(events)

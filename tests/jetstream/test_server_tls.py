@@ -25,8 +25,9 @@ from websockets.exceptions import ConnectionClosed
 from logbuf.errors import ConfigurationError
 from logbuf.jetstream.server import RelayConfig, RelayServer
 from logbuf.jetstream.tls import TLS_CHUNK_LENGTH
+from logbuf.testing import wait_until
 from tests.jetstream._ingest_support import RelayProcess, unique_driver_dir
-from tests.jetstream._relay_support import WAIT_S, RelayHandle, make_events, running_relay, time_us_of, wait_for
+from tests.jetstream._relay_support import WAIT_S, RelayHandle, make_events, running_relay, time_us_of
 
 
 def make_certificate(directory: Path) -> tuple[str, str]:
@@ -121,7 +122,7 @@ def test_plain_http_to_the_tls_port_is_counted_and_dropped(tmp_path: Path) -> No
         with socket.create_connection((relay.host, relay.port), timeout=WAIT_S) as raw:
             raw.sendall(b"GET /subscribe HTTP/1.1\r\nHost: x\r\n\r\n")
             assert raw.recv(4096) == b""  # closed, no plaintext answer
-        wait_for(lambda: relay.server.counters.handshakes["tls_failed"] == 1, what="the failed handshake counted")
+        wait_until(lambda: relay.server.counters.handshakes["tls_failed"] == 1, what="the failed handshake counted")
         relay.append(make_events(5))
 
         async def clients() -> int:

@@ -1,6 +1,4 @@
-"""The test kit: real media driver processes, a fake clock and a lossy in-memory datagram link.
-
-Agents are tested on one thread (STYLE section 9): build them with a :class:`~tests.support.clock.FakeClock`
-and, for UDP, a :class:`~tests.support.link.LinkNetwork` through the driver context, call
-``do_work()``, advance time by hand.
+"""Helpers of logbuf's own tests that are no use outside them (standalone logs, archive control messages,
+the SBE judge). The public test kit (fake clock, lossy link network, driver processes, stepped drivers,
+``wait_until``) is :mod:`logbuf.testing`.
 """

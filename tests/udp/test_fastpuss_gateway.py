@@ -19,8 +19,8 @@ import pytest
 
 from logbuf.client import Aeron, Context
 from logbuf.client.fastpuss import FastpussGateway, GatewayContext, MalformedMessage, Message, logbuf_topic, parse
-from tests.support.driver_process import DriverProcess, DriverSet
-from tests.support.netns import NetnsDriverProcess, NetnsNetwork, make_network
+from logbuf.testing.driver_process import DriverProcess, DriverSet
+from logbuf.testing.netns import NetnsDriverProcess, NetnsNetwork, make_network
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("CI") != "true" and os.geteuid() != 0, reason="network namespaces need root (run in CI)"

@@ -8,7 +8,7 @@ import time
 from logbuf.client import Aeron, Context, FragmentAssembler
 from logbuf.protocol import decode_datagram
 from logbuf.protocol.setup import GROUP_FLAG, SetupFrame
-from tests.support.driver_process import DriverProcess, DriverSet
+from logbuf.testing.driver_process import DriverProcess, DriverSet
 
 
 def test_manual_mdc_sends_setup_with_the_group_flag_to_every_destination_and_stops_when_removed(

@@ -1,6 +1,6 @@
 """One publication, many receiver drivers on many hosts: multicast, MDC and the flow-control strategies.
 
-A real network on this machine (:mod:`tests.support.netns`): host 0 publishes, hosts 1-3 receive,
+A real network on this machine (:mod:`logbuf.testing.netns`): host 0 publishes, hosts 1-3 receive,
 each host a network namespace with its own media driver, joined by a bridge. Publishers and
 subscribers are the ``tests.udp._children`` processes, which check every message (sequence, length,
 body CRC) and the whole stream (a running CRC-32 compared with the publisher's). 20,000 messages of
@@ -32,10 +32,11 @@ from logbuf.conduit.cnc import CncFile
 from logbuf.conduit.counters import CountersReader
 from logbuf.errors import ErrorCode
 from logbuf.protocol import NakFrame
-from tests.support.driver_process import DriverProcess, DriverSet
-from tests.support.netns import NetnsDriverProcess, NetnsNetwork, make_network
+from logbuf.testing import wait_until
+from logbuf.testing.driver_process import DriverProcess, DriverSet
+from logbuf.testing.netns import NetnsDriverProcess, NetnsNetwork, make_network
 from tests.udp._children import HEADER
-from tests.udp.test_udp_system import Child, InOrderReader, await_condition
+from tests.udp.test_udp_system import Child, InOrderReader
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("CI") != "true" and os.geteuid() != 0, reason="network namespaces need root (run in CI)"
@@ -189,9 +190,9 @@ def test_mdc_num_dest_counts_manual_destinations_added_and_removed(
             assert len(values) == 1
             return int(values[0])
 
-        await_condition(lambda: mdc_count() == 3, 10, "mdc-num-dest == 3")
+        wait_until(lambda: mdc_count() == 3, 10, "mdc-num-dest == 3")
         pub.remove_destination(dests[1])
-        await_condition(lambda: mdc_count() == 2, 10, "mdc-num-dest == 2")
+        wait_until(lambda: mdc_count() == 2, 10, "mdc-num-dest == 2")
         hosts[0].expected_errors += ["only be added to a control-mode=manual", "unknown destination"]
         with pytest.raises(RegistrationError, match="unknown destination"):
             pub.remove_destination(dests[1])
@@ -336,7 +337,7 @@ def pump(publisher: Publisher, readers: list[Any], until: Callable[[], bool], ti
         for reader in readers:
             reader.poll()
 
-    await_condition(until, timeout_s, what, step=step)
+    wait_until(until, timeout_s, what, do_work=step)
 
 
 def stalled_then_free(
@@ -351,7 +352,7 @@ def stalled_then_free(
     ]
     publisher = Publisher(clients[0], multicast(port, 0, fc=fc), stream_id)
     readers = [InOrderReader(s) for s in subs[:2]]
-    await_condition(lambda: all(s.image_count for s in subs), 30, "three images", step=publisher.offer_some)
+    wait_until(lambda: all(s.image_count for s in subs), 30, "three images", do_work=publisher.offer_some)
     return publisher, readers, subs[2], clients
 
 
@@ -526,7 +527,7 @@ def test_min_stops_waiting_for_a_killed_receiver_after_its_timeout(
         with Aeron.connect(Context(dir=hosts[3].dir, driver_timeout_ms=5_000)) as third:
             doomed = third.add_subscription(multicast(40691, 3), 1010)
             publisher = Publisher(clients[0], multicast(40691, 0, fc="min,t:2s"), 1010)
-            await_condition(lambda: doomed.image_count > 0, 30, "receiver 3's image", step=publisher.offer_some)
+            wait_until(lambda: doomed.image_count > 0, 30, "receiver 3's image", do_work=publisher.offer_some)
             pump(publisher, [*readers, InOrderReader(doomed)], lambda: readers[0].received >= 2000, 60, "2000 messages")
             assert stream_counter(hosts[0], cd.FLOW_CONTROL_RECEIVERS_TYPE_ID, 40691) == 3
             hosts[3].kill()

@@ -15,9 +15,10 @@ import pytest
 from logbuf.client import Aeron, Context
 from logbuf.client.topics import TopicPublication, TopicSubscription
 from logbuf.conduit.topic_registry import TopicRegistry
+from logbuf.testing import wait_until
+from logbuf.testing.driver_process import DriverProcess, DriverSet
+from logbuf.testing.netns import NetnsDriverProcess, NetnsNetwork, make_network
 from logbuf.topic_names import TopicPatterns
-from tests.support.driver_process import DriverProcess, DriverSet
-from tests.support.netns import NetnsDriverProcess, NetnsNetwork, make_network
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("CI") != "true" and os.geteuid() != 0, reason="network namespaces need root (run in CI)"
@@ -60,13 +61,6 @@ def _channel(port: int) -> str:
     return f"aeron:udp?endpoint=10.13.0.2:{port}"  # host 1 receives
 
 
-def _wait(condition: Any, what: str, timeout_s: float = 15) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.002)
-
-
 def _offer(pub: TopicPublication, topic: str, payload: str) -> None:
     deadline = time.monotonic() + 10
     while pub.offer(topic, payload.encode()) < 0:
@@ -101,7 +95,7 @@ def test_exact_and_wildcard_subscribers_on_another_host_get_every_match_once_in_
     pattern_sets = [["md.fx.B"], ["md.eq.*"], [">"]]
     subs = [b.add_topic_subscription(_channel(PORT), 30, p) for p in pattern_sets]
     pub = a.add_topic_publication(_channel(PORT), 30)
-    _wait(lambda: pub.is_connected and all(s.image_count == 1 for s in subs), "UDP stream not connected")
+    wait_until(lambda: pub.is_connected and all(s.image_count == 1 for s in subs), 15, "UDP stream not connected")
     sent = []
     for i in range(2000):
         topic = TOPICS[i % len(TOPICS)]
@@ -125,11 +119,11 @@ def test_a_later_subscriber_on_the_receiving_host_names_topics_from_its_registry
     a, b = clients
     first = b.add_topic_subscription(_channel(PORT + 1), 31, [">"])
     pub = a.add_topic_publication(_channel(PORT + 1), 31)
-    _wait(lambda: pub.is_connected and first.image_count == 1, "UDP stream not connected")
+    wait_until(lambda: pub.is_connected and first.image_count == 1, 15, "UDP stream not connected")
     _offer(pub, "x.one", "1")  # its definition is seen by `first` only
     _drain(first, [], 1)
     later = b.add_topic_subscription(_channel(PORT + 1), 31, ["x.*"])
-    _wait(lambda: later.image_count == 1, "no image for the later subscription")
+    wait_until(lambda: later.image_count == 1, 15, "no image for the later subscription")
     _offer(pub, "x.one", "2")
     got: list[tuple[str, str]] = []
     _drain(later, got, 1)
@@ -144,7 +138,9 @@ def test_two_publishers_on_one_host_each_arrive_once_in_order_and_a_lagging_subs
     a, b = clients
     wild, idle = (b.add_topic_subscription(_channel(PORT + 2), 32, p) for p in (["q.*"], ["q.one"]))
     pubs = [a.add_topic_publication(_channel(PORT + 2), 32, exclusive=True) for _ in range(2)]
-    _wait(lambda: all(p.is_connected for p in pubs) and wild.image_count == idle.image_count == 2, "not connected")
+    wait_until(
+        lambda: all(p.is_connected for p in pubs) and wild.image_count == idle.image_count == 2, 15, "not connected"
+    )
     sent: list[tuple[int, str, str]] = []
     for i in range(400):
         for k, pub in enumerate(pubs):
@@ -161,8 +157,9 @@ def test_two_publishers_on_one_host_each_arrive_once_in_order_and_a_lagging_subs
     behind = max(p.position for p in pubs)
     reader = TopicStatReader(hosts[1].dir)
     try:
-        _wait(
+        wait_until(
             lambda: _lag_of(reader, idle.registration_id) == behind,
+            15,
             f"idle's lag to reach {behind} bytes (is {_lag_of(reader, idle.registration_id)})",
         )
         assert _lag_of(reader, wild.registration_id) == 0

@@ -38,7 +38,9 @@ from logbuf.protocol.nak import NakFrame
 from logbuf.protocol.rttm import RttMeasurementFrame
 from logbuf.protocol.setup import SetupFrame
 from logbuf.protocol.status import StatusMessageFrame
-from tests.support.driver_process import DriverProcess, DriverSet
+from logbuf.testing import wait_until
+from logbuf.testing.driver_process import DriverProcess, DriverSet
+from logbuf.testing.host import free_udp_port
 from tests.udp._children import END_SEQ, HEADER, HEADER_LENGTH
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -60,12 +62,6 @@ def faults(rate: float, seed: int) -> list[str]:
         "--udp-fault-seed",
         str(seed),
     ]
-
-
-def free_udp_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def udp_channel(port: int, **params: object) -> str:
@@ -171,24 +167,6 @@ class Child:
         self._err.close()
 
 
-def await_condition(
-    condition: Callable[[], object],
-    timeout_s: float = 10.0,
-    what: str = "condition",
-    step: Callable[[], object] | None = None,
-) -> float:
-    """Wait for ``condition``; returns the seconds it took. ``step`` runs between checks (e.g. a poll)."""
-    start = time.monotonic()
-    deadline = start + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
-        if step is not None:
-            step()
-        time.sleep(0.002)
-    return time.monotonic() - start
-
-
 class InOrderReader:
     """Polls a subscription in this process; within each image, sequence numbers must be contiguous."""
 
@@ -220,9 +198,7 @@ class InOrderReader:
 
     def receive(self, count: int, timeout_s: float, what: str) -> None:
         target = self.received + count
-        await_condition(
-            lambda: self.received >= target, timeout_s, f"{what} ({self.received}/{target})", step=self.poll
-        )
+        wait_until(lambda: self.received >= target, timeout_s, f"{what} ({self.received}/{target})", do_work=self.poll)
 
 
 def connect(driver: DriverProcess) -> Aeron:
@@ -238,14 +214,14 @@ def test_channel_params_reach_both_ends_and_counters_track_the_stream(drivers: C
         sub = b.add_subscription(udp_channel(port), stream_id, on_available_image=available.append)
         pub = a.add_exclusive_publication(udp_channel(port, mtu=8192, term_length="1m", session_id=777), stream_id)
         assert (pub.mtu_length, pub.term_length, pub.session_id) == (8192, 1 << 20, 777)
-        await_condition(lambda: pub.is_connected and sub.image_count == 1, 15, "connection and image")
+        wait_until(lambda: pub.is_connected and sub.image_count == 1, 15, "connection and image")
         assert [i.session_id for i in available] == [777]
         image = sub.images[0]
         assert (image.session_id, image.term_length) == (777, 1 << 20)
 
         messages = [b"small-%d" % i for i in range(50)] + [bytes([i]) * 5000 for i in range(5)] + [b"\x07" * 20_000]
         for message in messages:
-            await_condition(lambda: pub.offer(message) > 0, 10, "offer accepted")
+            wait_until(lambda: pub.offer(message) > 0, 10, "offer accepted")
         got: list[bytes] = []
         fragments = 0
         assembler = FragmentAssembler(lambda buffer, header: got.append(bytes(buffer)))
@@ -255,16 +231,16 @@ def test_channel_params_reach_both_ends_and_counters_track_the_stream(drivers: C
             fragments += 1
             assembler(buffer, header)
 
-        await_condition(lambda: len(got) == len(messages), 15, "all messages", step=lambda: sub.poll(on_fragment, 64))
+        wait_until(lambda: len(got) == len(messages), 15, "all messages", do_work=lambda: sub.poll(on_fragment, 64))
         assert got == messages
         # mtu=8192: 5000 B fits one frame (8160 B payload), 20,000 B takes 3
         assert fragments == 50 + 5 + 3
 
         # Positions: sender position on A, receiver HWM/position and subscriber position on B all reach the end.
         end = pub.position
-        await_condition(lambda: sender.stream_counters(cd.SENDER_POSITION_TYPE_ID) == [end], 10, "snd-pos at the end")
+        wait_until(lambda: sender.stream_counters(cd.SENDER_POSITION_TYPE_ID) == [end], 10, "snd-pos at the end")
         for type_id in (cd.RECEIVER_HWM_TYPE_ID, cd.RECEIVER_POSITION_TYPE_ID, cd.SUBSCRIBER_POSITION_TYPE_ID):
-            await_condition(lambda: receiver.stream_counters(type_id) == [end], 10, f"type {type_id} at {end}")
+            wait_until(lambda: receiver.stream_counters(type_id) == [end], 10, f"type {type_id} at {end}")
         assert sender.stream_counters(cd.SENDER_LIMIT_TYPE_ID)[0] >= end
 
         # The stat tool (a separate process) sees the same, by label and type id.
@@ -393,9 +369,7 @@ def test_messages_arrive_once_in_order_with_and_without_udp_gso(
     # the receiver counts datagrams, not reads: with GSO a coalesced read of ~40 datagrams counts ~40
     sent = sender.system_counter("Datagrams sent")
     assert sent > count // 50
-    deadline = time.monotonic() + 10
-    while receiver.system_counter("Datagrams received") < 0.99 * sent and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(lambda: receiver.system_counter("Datagrams received") >= 0.99 * sent, 10, "the datagrams counted")
     assert 0.99 * sent <= receiver.system_counter("Datagrams received") <= 1.01 * sent
 
 
@@ -472,11 +446,11 @@ def test_receiver_driver_killed_and_restarted_the_sender_carries_on_and_a_new_im
     finally:
         first.close()
     killed_at = time.monotonic()
-    await_condition(lambda: not is_driver_active(receiver.dir, 2_000), 10, "the killed driver to be seen dead")
+    wait_until(lambda: not is_driver_active(receiver.dir, 2_000), 10, "the killed driver to be seen dead")
     # A dead driver is taken over at once (its pid is gone); stay down as long as a stale heartbeat would
     # have kept us, so the publisher meets the missing receiver (back-pressure or not-connected) first.
     with CncFile.open(receiver.dir) as cnc:
-        await_condition(
+        wait_until(
             lambda: time.time() * 1000 - cnc_driver_heartbeat_ms(cnc) > 6_000, 20, "six seconds without the receiver"
         )
     receiver.start(heartbeat_timeout_ms=1_000)
@@ -486,7 +460,9 @@ def test_receiver_driver_killed_and_restarted_the_sender_carries_on_and_a_new_im
         again: list[int] = []
         sub = second.add_subscription(channel, stream_id, on_available_image=lambda i: again.append(i.session_id))
         reader = InOrderReader(sub)
-        took = await_condition(lambda: bool(again), 20, "a new image after the restart", step=reader.poll)
+        resubscribed_at = time.monotonic()
+        wait_until(lambda: bool(again), 20, "a new image after the restart", do_work=reader.poll)
+        took = time.monotonic() - resubscribed_at
         reader.receive(300, 20, "messages after the restart")
         assert not reader.errors, reader.errors
         assert min(reader.first_seq.values()) > last_before
@@ -533,7 +509,7 @@ def test_sender_driver_killed_the_image_goes_unavailable_after_the_liveness_time
         sender.kill()
         killed_at = time.monotonic()
         pub.kill()
-        await_condition(lambda: bool(unavailable), IMAGE_LIVENESS_TIMEOUT_S + 8, "image unavailable", step=reader.poll)
+        wait_until(lambda: bool(unavailable), IMAGE_LIVENESS_TIMEOUT_S + 8, "image unavailable", do_work=reader.poll)
         after = unavailable[0][0] - killed_at
         print(f"image unavailable {after:.2f} s after the sending driver was killed")
         assert [s for _, s in unavailable] == [session_id]  # that image, once, and nothing about durations
@@ -648,7 +624,7 @@ def test_garbage_and_truncated_frames_are_counted_as_invalid_and_the_stream_carr
         return receiver.system_counter("Invalid packets") - invalid_before
 
     try:
-        await_condition(lambda: counted() >= must_count, 15, f"'Invalid packets' to grow by {must_count}")
+        wait_until(lambda: counted() >= must_count, 15, f"'Invalid packets' to grow by {must_count}")
     finally:
         time.sleep(0.3)
         print(

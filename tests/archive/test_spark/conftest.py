@@ -18,9 +18,10 @@ import pytest
 
 from logbuf.archive.catalog import Catalog, RecordingDescriptor
 from logbuf.client import Aeron, Context, Publication
-from tests.archive.conftest import RecorderProcess, await_
+from logbuf.testing import wait_until
+from logbuf.testing.driver_process import DriverProcess, DriverSet
+from tests.archive.conftest import RecorderProcess
 from tests.archive.conftest import publish as publish_stamped
-from tests.support.driver_process import DriverProcess, DriverSet
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -62,7 +63,7 @@ def recording_of(archive_dir: str, session_id: int) -> RecordingDescriptor | Non
 
 def await_recorded(archive_dir: str, session_id: int, position: int, timeout_s: float = 20) -> RecordingDescriptor:
     """Wait until the recording of ``session_id`` holds everything up to ``position``."""
-    await_(
+    wait_until(
         lambda: (d := recording_of(archive_dir, session_id)) is not None and d.stop_position >= position,
         timeout_s,
         f"session {session_id} recorded up to {position}",
@@ -120,11 +121,11 @@ def record_archive(
     try:
         with Aeron.connect(Context(dir=driver.dir)) as aeron:
             pub = aeron.add_publication("aeron:ipc", stream_id)
-            await_(lambda: pub.is_connected, 20, "the recorder to subscribe")
+            wait_until(lambda: pub.is_connected, 20, "the recorder to subscribe")
             published = publish(pub, payloads_for(seed, count))
             await_recorded(archive_dir, published.session_id, published.end_positions[-1])
             pub.close()
-            await_(
+            wait_until(
                 lambda: (d := recording_of(archive_dir, published.session_id)) is not None and not d.active,
                 20,
                 "the recording to stop",

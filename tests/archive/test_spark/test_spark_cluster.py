@@ -18,7 +18,9 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from tests.archive.conftest import S3Server, archive_cli, await_, free_port
+from logbuf.testing import wait_until
+from logbuf.testing.host import free_tcp_port
+from tests.archive.conftest import S3Server, archive_cli
 from tests.archive.test_spark.conftest import RecordedArchive
 
 pytestmark = pytest.mark.slow
@@ -69,7 +71,7 @@ def standalone_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sta
     logs.mkdir()
     env = cluster_env(work)
     spark_class = str(spark_home() / "bin" / "spark-class")
-    port, ui_port = free_port(), free_port()
+    port, ui_port = free_tcp_port(), free_tcp_port()
     cluster = StandaloneCluster(f"spark://127.0.0.1:{port}", ui_port, logs)
 
     def start(name: str, *args: str) -> None:
@@ -83,12 +85,12 @@ def standalone_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sta
     try:
         start("master", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
               "--webui-port", str(ui_port))  # fmt: skip
-        await_(lambda: _answers(ui_port), 90, f"the master's web UI on {ui_port}\n{cluster.output()}")
+        wait_until(lambda: _answers(ui_port), 90, f"the master's web UI on {ui_port}\n{cluster.output()}")
         for i in (1, 2):
             start(f"worker-{i}", "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1", "--cores", "1",
-                  "--memory", "768m", "--webui-port", str(free_port()), "--work-dir", str(work / f"work-{i}"),
+                  "--memory", "768m", "--webui-port", str(free_tcp_port()), "--work-dir", str(work / f"work-{i}"),
                   cluster.master_url)  # fmt: skip
-        await_(lambda: cluster.state().get("aliveworkers") == 2, 90, f"two workers\n{cluster.output()}")
+        wait_until(lambda: cluster.state().get("aliveworkers") == 2, 90, f"two workers\n{cluster.output()}")
         yield cluster
     finally:
         for proc in cluster.procs:  # each JVM leads its process group, with the executors its worker started

@@ -14,7 +14,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.archive.conftest import await_, free_port
+from logbuf.testing import wait_until
+from logbuf.testing.host import free_tcp_port
 from tests.archive.test_spark.conftest import RecordedArchive
 from tests.archive.test_spark.test_spark_cluster import cluster_env, spark_home
 
@@ -24,7 +25,7 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def connect_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     work = tmp_path_factory.mktemp("spark-connect")
-    port = free_port()
+    port = free_tcp_port()
     log = work / "connect-server.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen(
@@ -56,7 +57,7 @@ def connect_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             except OSError:
                 return False
 
-        await_(listening, 120, "the Spark Connect server to listen")
+        wait_until(listening, 120, "the Spark Connect server to listen")
         yield f"sc://127.0.0.1:{port}"
     finally:
         if proc.poll() is None:

@@ -8,10 +8,11 @@ from typing import TYPE_CHECKING
 import pytest
 
 from logbuf.client import Aeron
-from tests.archive.conftest import RecorderProcess, await_
+from logbuf.testing import wait_until
+from logbuf.testing.driver_process import DriverProcess
+from tests.archive.conftest import RecorderProcess
 from tests.archive.test_spark.conftest import await_recorded, payloads_for, publish
 from tests.archive.test_spark.synthetic import build_archive, recording
-from tests.support.driver_process import DriverProcess
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -52,7 +53,7 @@ def test_stream_reads_new_positions_and_new_recordings_once_across_restarts(
     recorder = RecorderProcess(archive_dir, spark_driver.dir, "aeron:ipc", STREAM).start()
     try:
         first = aeron.add_publication("aeron:ipc", STREAM)
-        await_(lambda: first.is_connected, 20, "the recorder to subscribe")
+        wait_until(lambda: first.is_connected, 20, "the recorder to subscribe")
         batch1 = publish(first, payloads_for(11, 300))
         d1 = await_recorded(archive_dir, batch1.session_id, batch1.end_positions[-1])
         assert d1.active
@@ -64,7 +65,7 @@ def test_stream_reads_new_positions_and_new_recordings_once_across_restarts(
         # The recorder keeps recording the same image, and a second publisher makes a new recording.
         batch2 = publish(first, payloads_for(12, 200))
         second = aeron.add_exclusive_publication("aeron:ipc", STREAM)
-        await_(lambda: second.is_connected, 20, "the recorder to see the second publication")
+        wait_until(lambda: second.is_connected, 20, "the recorder to see the second publication")
         batch3 = publish(second, payloads_for(13, 100))
         await_recorded(archive_dir, batch2.session_id, batch2.end_positions[-1])
         d2 = await_recorded(archive_dir, batch3.session_id, batch3.end_positions[-1])

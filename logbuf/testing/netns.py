@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from tests.support.driver_process import DriverProcess
+from logbuf.testing.driver_process import DriverProcess
 
 SUBNET = "10.13.0"
 TAG_PREFIX = "h13"

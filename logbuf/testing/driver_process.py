@@ -8,8 +8,9 @@ the end: fails the test if a driver still running has anything in its distinct e
 test did not expect, prints every driver's output and counters (``logbuf-stat --once --json``) if
 a test failed meanwhile, stops the drivers and removes their directories.
 
-Fixtures: ``driver_factory(*args)`` starts a driver for the test (``DEFAULT_ARGS`` plus ``args``);
-modules and sessions use ``with DriverSet(request) as drivers:`` in their own fixture.
+The pytest plugin (:mod:`logbuf.testing.pytest_plugin`) gives the ``driver_factory`` fixture: ``driver_factory(*args)``
+starts a driver for the test (``DEFAULT_ARGS`` plus ``args``); modules and sessions use
+``with DriverSet(request) as drivers:`` in their own fixture.
 
 A test that provokes driver errors says so: ``driver.expected_errors.append("INVALID_CHANNEL")``
 accepts errors that contain that text; ``driver.check_errors = False`` accepts any.
@@ -26,7 +27,6 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
@@ -302,14 +302,6 @@ class DriverSet:
         self.drivers.clear()
         if not failed:
             assert not unexpected, f"driver error logs hold unexpected errors: {unexpected}"
-
-
-@pytest.fixture
-def driver_factory(request: pytest.FixtureRequest) -> Iterator[DriverSet]:
-    """``driver_factory(*args)`` starts a driver (``DEFAULT_ARGS`` plus ``args``) for this test."""
-    drivers = DriverSet(request)
-    yield drivers
-    drivers.close()
 
 
 def system_counter_name_matches(label: str, name: str) -> bool:

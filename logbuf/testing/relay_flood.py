@@ -1,4 +1,4 @@
-"""Test kit for control-message floods against the relay: a relay process that produces live events,
+"""Load for the jetstream relay, for its tests and benchmarks (needs the relay's ``websockets``): control-message floods: a relay process that produces live events,
 flooder processes that send ``options_update`` messages as fast as TCP takes them, and an honest reader
 that measures its lag.
 
@@ -12,6 +12,8 @@ that measures its lag.
 * :class:`LagMeter`: the honest client. Its lag is the age of the newest ``time_us`` it has read,
   sampled before each read (every 50 ms at most), so a client that receives nothing counts too (the
   way ``perf/jetstream_fanout.py`` measures lag).
+
+* :func:`client_frame`: one masked websocket client frame, built by hand (a header may lie about its length).
 
 Every wait has a timeout; the child processes are killed in ``finally``.
 """
@@ -46,15 +48,6 @@ UPGRADE = (
     b"Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
 )
 _MASK = b"\x9a\x1f\x77\x03"
-
-
-def rss_bytes(pid: int, field: str = "VmRSS") -> int:
-    """A process's resident memory now (``VmHWM``: its peak so far)."""
-    with open(f"/proc/{pid}/status") as status:
-        for line in status:
-            if line.startswith(f"{field}:"):
-                return int(line.split()[1]) * 1024
-    raise AssertionError(f"no {field} for pid {pid}")
 
 
 def raise_nofile(want: int) -> None:
@@ -258,8 +251,9 @@ def _flood(
     end = time.monotonic() + seconds
     while offsets and time.monotonic() < end:
         for key, mask in selector.select(0.05):
-            sock = key.fileobj
-            assert isinstance(sock, socket.socket)
+            fileobj = key.fileobj
+            assert isinstance(fileobj, socket.socket)
+            sock = fileobj
             if mask & selectors.EVENT_READ:
                 try:
                     data = sock.recv(65536)
@@ -378,17 +372,23 @@ class LagMeter:
         self._thread.join(WAIT_S)
 
 
-def wait_until(condition: Any, timeout_s: float = WAIT_S, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
-
-
 def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     return True
+
+
+def client_frame(opcode: int, payload: bytes, *, fin: bool = True, declared: int | None = None) -> bytes:
+    """A masked client frame; ``declared``: the length its header claims (default: the payload's)."""
+    length = len(payload) if declared is None else declared
+    first = (0x80 if fin else 0) | opcode
+    if length < 126:
+        header = struct.pack("!BB", first, 0x80 | length)
+    elif length < 1 << 16:
+        header = struct.pack("!BBH", first, 0x80 | 126, length)
+    else:
+        header = struct.pack("!BBQ", first, 0x80 | 127, length)
+    mask = os.urandom(4)
+    return header + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
