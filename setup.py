@@ -49,5 +49,5 @@ setup(
             "cdivision": True,
             "initializedcheck": False,
         },
-    )
+    ),
 )

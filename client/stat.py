@@ -639,7 +639,7 @@ def archive_counters(directories: Sequence[str]) -> list[dict[str, Any]]:
 
 def _replications(directory: str) -> list[dict[str, Any]]:
     """The archive's copies in progress, each with its source identity and lag (bytes behind the source)."""
-    from logbuf.archive.replication import read_replications, read_source
+    from logbuf.conduit.archive_status import read_replications, read_source
 
     out = []
     for entry in read_replications(directory):

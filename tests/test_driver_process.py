@@ -1,4 +1,4 @@
-"""The test kit's driver processes (tests/support/driver_process.py): started and waited for, restarted
+"""The test kit's driver processes (logbuf/testing/driver_process.py): started and waited for, restarted
 in the same directory, and failing the test on driver errors it did not expect, with a report."""
 
 from __future__ import annotations

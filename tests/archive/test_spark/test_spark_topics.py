@@ -16,11 +16,12 @@ from logbuf.archive.spark import LogbufDataSource, LogbufFilteringReader, planne
 from logbuf.archive.spark_frames import RowSpec, arrow_schema, parse_chunk, select_rows
 from logbuf.archive.spark_topics import definitions_in
 from logbuf.client import Aeron, Context
+from logbuf.testing import wait_until
+from logbuf.testing.driver_process import DriverProcess
 from logbuf.topic_names import definition_value, topic_id
-from tests.archive.conftest import RecorderProcess, await_
+from tests.archive.conftest import RecorderProcess
 from tests.archive.test_spark.conftest import await_recorded, recording_of
 from tests.archive.test_spark.synthetic import SyntheticRecording, build_archive
-from tests.support.driver_process import DriverProcess
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -103,7 +104,7 @@ def test_spark_reads_topics_recorded_from_a_topic_publication_with_the_filter_pu
     try:
         with Aeron.connect(Context(dir=spark_driver.dir)) as aeron:
             pub = aeron.add_topic_publication("aeron:ipc", stream)
-            await_(lambda: pub.is_connected, 20, "the recorder to subscribe")
+            wait_until(lambda: pub.is_connected, 20, "the recorder to subscribe")
             for i in range(400):
                 name = TOPICS[i % len(TOPICS)]
                 payload = f"{name}:{i}".encode() * (1 + i % 5)
@@ -113,7 +114,9 @@ def test_spark_reads_topics_recorded_from_a_topic_publication_with_the_filter_pu
             session_id = pub.publication.session_id
             await_recorded(archive_dir, session_id, end)
             pub.close()
-            await_(lambda: (d := recording_of(archive_dir, session_id)) is not None and not d.active, 20, "the stop")
+            wait_until(
+                lambda: (d := recording_of(archive_dir, session_id)) is not None and not d.active, 20, "the stop"
+            )
     finally:
         assert recorder.stop() == 0, recorder.output()
     df = spark.read.format("logbuf").load(archive_dir)
