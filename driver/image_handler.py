@@ -151,24 +151,8 @@ class ImageHandler:
         are made (the caller frees them if this raises)."""
         log.seek_to(setup.active_term_id, setup.term_offset)
         join = log.tail_position()
-        # Aeron labels an image's counters with the channel its (first) subscription gave, owned by that client
-        first = next(
-            (
-                link
-                for link in self.registry.stream_subscriptions(setup.stream_id).values()
-                if link.endpoint_key is not None and link.canonical == endpoint.channel
-            ),
-            None,
-        )
-        original = first.channel if first is not None else endpoint.channel
-        factory = StreamCounters(
-            self.counters,
-            registration_id,
-            setup.session_id,
-            setup.stream_id,
-            original,
-            first.client_id if first is not None else 0,
-        )
+        original, owner_id = self._first_subscription(setup.stream_id, endpoint.channel)
+        factory = StreamCounters(self.counters, registration_id, setup.session_id, setup.stream_id, original, owner_id)
         allocated.append(factory.receiver_hwm(join))
         allocated.append(factory.receiver_position(join))
         allocated.append(factory.receiver_naks_sent())
@@ -201,6 +185,15 @@ class ImageHandler:
             original_channel=original,
             naks_sent_id=allocated[2],
         )
+
+    def _first_subscription(self, stream_id: int, channel: str) -> tuple[str, int]:
+        """The channel as the stream's first subscription on ``channel`` gave it, and its client: Aeron labels
+        an image's counters with that channel and has that client own them (the canonical channel and no
+        client if none)."""
+        for link in self.registry.stream_subscriptions(stream_id).values():
+            if link.endpoint_key is not None and link.canonical == channel:
+                return link.channel, link.client_id
+        return channel, 0
 
     def _nak_delay_generator(
         self, endpoint: ReceiveChannelEndpoint, settings: ImageSettings

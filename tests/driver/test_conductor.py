@@ -14,6 +14,7 @@ from logbuf.conduit import command_descriptor as cmd
 from logbuf.conduit.cnc import cnc_driver_heartbeat_ms
 from logbuf.conduit.error_log import read_error_log
 from logbuf.driver.lifecycle import PublicationState
+from logbuf.driver.proxies import SenderProxy
 from logbuf.driver.system_counters import SystemCounterId
 from logbuf.errors import ErrorCode
 from tests.driver._stepped import CncClient, SteppedDriver
@@ -160,3 +161,65 @@ def test_a_bad_command_is_answered_with_an_error_and_the_conductor_goes_on(
     errors = read_error_log(driver.driver.cnc.error_log)
     assert [e.text.split(":")[0] for e in errors] == ["NOT_SUPPORTED"]
     driver.expected_errors.append("NOT_SUPPORTED: control-mode=response")
+
+
+def test_a_network_publication_gets_aeron_s_stream_counters_in_aeron_s_order(
+    driver: SteppedDriver, client: CncClient
+) -> None:
+    channel = "aeron:udp?control=127.0.0.1:40312"  # dynamic MDC: every kind of publication counter is made
+    ready = ready_publication(client, driver, channel)
+    counters = driver.driver.counters
+    prefix = f": {ready.registration_id} {ready.session_id} 10 {channel}"
+    mine = [c for c in counters if c.registration_id == ready.registration_id and c.label.endswith(prefix)]
+    assert [c.label for c in mine] == [
+        name + prefix
+        for name in (
+            "pub-pos (concurrent)",
+            "pub-lmt",
+            "snd-pos",
+            "snd-lmt",
+            "snd-bpe",
+            "snd-naks-received",
+            "fc-receivers",
+            "mdc-num-dest",
+        )
+    ]
+    assert [c.owner_id for c in mine] == [client.client_id] * 6 + [0, 0]
+    assert mine[1].counter_id == ready.position_limit_counter_id
+
+
+def test_destinations_change_through_the_sender_proxy_and_each_command_is_answered(
+    driver: SteppedDriver, client: CncClient
+) -> None:
+    ready = ready_publication(client, driver, "aeron:udp?control-mode=manual")
+    (endpoint,) = driver.driver.sender.endpoints
+    assert endpoint.destinations is not None
+    mdc_num_dest = next(
+        c.counter_id for c in driver.driver.counters if c.label.startswith(f"mdc-num-dest: {ready.registration_id} ")
+    )
+
+    def destination(msg_type_id: int, channel: str, registration_id: int = ready.registration_id) -> tuple[int, int]:
+        correlation_id = client.to_driver.next_correlation_id()
+        command = cmd.DestinationCommand(client.client_id, correlation_id, registration_id, channel)
+        client._send(msg_type_id, command.encode())
+        driver.do_work()
+        return correlation_id, driver.driver.counters.value(mdc_num_dest)
+
+    first, second = "aeron:udp?endpoint=127.0.0.1:40321", "aeron:udp?endpoint=localhost:40322"
+    answered = [destination(cmd.ADD_DESTINATION, first), destination(cmd.ADD_DESTINATION, second)]
+    answered.append(destination(cmd.ADD_DESTINATION, first))  # there already: no change, still a success
+    assert endpoint.destinations.addresses == [("127.0.0.1", 40321), ("127.0.0.1", 40322)]
+    answered.append(destination(cmd.REMOVE_DESTINATION, first))
+    assert [count for _, count in answered] == [1, 2, 2, 1]
+    assert [cmd.OperationSuccess.decode(p).correlation_id for p in client.of_type(cmd.ON_OPERATION_SUCCESS)] == [
+        correlation_id for correlation_id, _ in answered
+    ]
+    unknown, _ = destination(cmd.REMOVE_DESTINATION, first)
+    (error,) = [cmd.ErrorResponse.decode(p) for p in client.of_type(cmd.ON_ERROR)]
+    assert (error.offending_correlation_id, error.error_code) == (unknown, ErrorCode.UNKNOWN_PUBLICATION)
+    assert endpoint.destinations.addresses == [("127.0.0.1", 40322)]
+    driver.expected_errors.append("UNKNOWN_PUBLICATION: unknown destination")
+
+    # the sender applies the change; the conductor only sends it through the proxy
+    assert SenderProxy(driver.driver.sender).remove_destination(endpoint, ("127.0.0.1", 40322), 0)
+    assert (endpoint.destinations.addresses, driver.driver.counters.value(mdc_num_dest)) == ([], 0)
