@@ -17,7 +17,7 @@ import structlog
 
 from logbuf.conduit.counters import CountersManager
 from logbuf.driver.client_command_adapter import CommandError
-from logbuf.driver.client_proxy import ClientProxy
+from logbuf.driver.client_proxy import ClientProxy, ImageSource
 from logbuf.driver.ipc_publication import IpcPublication, SubscriberPosition
 from logbuf.driver.publication_image import PublicationImage
 from logbuf.driver.udp import Address, ImageSettings, ReceiveChannelEndpoint, SendChannelEndpoint
@@ -83,21 +83,11 @@ class ReceiveChannel:
     images: dict[tuple[int, int], PublicationImage] = field(default_factory=dict)  # (session, stream) -> image
 
 
-class Subscribable(Protocol):
+class Subscribable(ImageSource, Protocol):
     """What subscribers link to: an IPC or network publication (spies), or a publication image."""
 
     @property
-    def registration_id(self) -> int: ...
-    @property
-    def session_id(self) -> int: ...
-    @property
-    def stream_id(self) -> int: ...
-    @property
     def channel(self) -> str: ...
-    @property
-    def log_file_name(self) -> str: ...
-    @property
-    def source_identity(self) -> str: ...
     @property
     def subscribers(self) -> dict[int, SubscriberPosition]: ...
 

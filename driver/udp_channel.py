@@ -13,6 +13,7 @@ is created.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import socket
 from dataclasses import dataclass
@@ -149,32 +150,16 @@ def parse_channel(channel: str, *, spy_allowed: bool = False) -> ChannelUri:
 
 def resolve_publication_channel(uri: ChannelUri, ctx: DriverContext) -> DriverChannel:
     """A publication's channel (from :func:`parse_channel`) with its send plan resolved (UDP)."""
-    udp = uri.media == "udp"
-    return DriverChannel(
-        uri=uri,
-        original=uri.original,
-        canonical=uri.canonical_form(),
-        udp=udp,
-        spy=False,
-        sockets=_socket_settings(uri, ctx),
-        send=_send_plan(uri) if udp else None,
-    )
+    channel = _unresolved(uri, ctx, udp=uri.media == "udp", spy=False)
+    return dataclasses.replace(channel, send=_send_plan(uri)) if channel.udp else channel
 
 
 def resolve_subscription_channel(uri: ChannelUri, ctx: DriverContext) -> DriverChannel:
     """A subscription's channel (from :func:`parse_channel`, spies allowed): a UDP one's data address,
     control address and settings resolved."""
     spy = bool(uri.prefix)
-    udp = uri.media == "udp" and not spy
-    channel = DriverChannel(
-        uri=uri,
-        original=uri.original,
-        canonical=uri.canonical_form(),
-        udp=udp,
-        spy=spy,
-        sockets=_socket_settings(uri, ctx),
-    )
-    if not udp:
+    channel = _unresolved(uri, ctx, udp=uri.media == "udp" and not spy, spy=spy)
+    if not channel.udp:
         return channel
     if uri.endpoint() is None:
         raise CommandError(ErrorCode.INVALID_CHANNEL, f"a udp subscription needs endpoint=host:port: {uri.original}")
@@ -185,13 +170,8 @@ def resolve_subscription_channel(uri: ChannelUri, ctx: DriverContext) -> DriverC
         control = multicast_control_address(address)
     elif uri.control() is not None:
         control = resolve_address(uri, "control")
-    return DriverChannel(
-        uri=uri,
-        original=channel.original,
-        canonical=channel.canonical,
-        udp=True,
-        spy=False,
-        sockets=channel.sockets,
+    return dataclasses.replace(
+        channel,
         endpoint=address,
         control=control,
         multicast=_multicast_settings(uri) if multicast else None,
@@ -222,6 +202,17 @@ def resolve_address(uri: ChannelUri, key: str = "endpoint") -> Address:
                 f"{uri}",
             )
     return address, port
+
+
+def _unresolved(uri: ChannelUri, ctx: DriverContext, *, udp: bool, spy: bool) -> DriverChannel:
+    return DriverChannel(
+        uri=uri,
+        original=uri.original,
+        canonical=uri.canonical_form(),
+        udp=udp,
+        spy=spy,
+        sockets=_socket_settings(uri, ctx),
+    )
 
 
 def _send_plan(uri: ChannelUri) -> SendPlan:
