@@ -142,7 +142,24 @@ class NetworkPublication(IpcPublication):
             if self.nak_sources:
                 self._forget_silent_nak_sources(now_ns)
         if self.should_send_setup and now_ns >= self.next_setup_ns:
-            sent += self._send_setup(now_ns, send)
+            position = self.sender_position.get()
+            term_id, term_offset = self.log.term_of(position)
+            setup = SetupFrame(
+                term_offset,
+                self.session_id,
+                self.stream_id,
+                self.log.initial_term_id,
+                term_id,
+                self.log.term_length,
+                self.mtu_length,
+                self.setup_ttl,
+                self.setup_flags,
+            )
+            sent += self._send(send, setup.encode())
+            counters.increment(SystemCounterId.SETUPS_SENT)
+            self.next_setup_ns = now_ns + SETUP_INTERVAL_NS
+            if self.has_received_sm:
+                self.should_send_setup = False
         if self.has_received_sm:
             position = start_position = self.sender_position.get()
             limit = self.sender_limit
@@ -186,44 +203,14 @@ class NetworkPublication(IpcPublication):
                 and now_ns >= self._next_blocked_check_ns
                 and (idle_ns >= HEARTBEAT_INTERVAL_NS or self._blocked(position, now_ns))
             ):
-                sent += self._send_heartbeat(position, now_ns, send)
-        return sent
-
-    def _send_setup(self, now_ns: int, send: Send) -> int:
-        """A SETUP (due every SETUP_INTERVAL_NS until a status message answers one)."""
-        term_id, term_offset = self.log.term_of(self.sender_position.get())
-        setup = SetupFrame(
-            term_offset,
-            self.session_id,
-            self.stream_id,
-            self.log.initial_term_id,
-            term_id,
-            self.log.term_length,
-            self.mtu_length,
-            self.setup_ttl,
-            self.setup_flags,
-        )
-        sent = self._send(send, setup.encode())
-        counters = self.system_counters
-        assert counters is not None
-        counters.increment(SystemCounterId.SETUPS_SENT)
-        self.next_setup_ns = now_ns + SETUP_INTERVAL_NS
-        if self.has_received_sm:
-            self.should_send_setup = False
-        return sent
-
-    def _send_heartbeat(self, position: int, now_ns: int, send: Send) -> int:
-        """A heartbeat at ``position`` (with the EOS flag once a closing publication is drained)."""
-        term_id, term_offset = self.log.term_of(position)
-        eos = self.state is not PublicationState.ACTIVE and position >= self.log.end_of_stream_position()
-        flags = dh.BEGIN_END_AND_EOS_FLAGS if eos else dh.UNFRAGMENTED
-        sent = self._send(
-            send, HeartbeatFrame(term_offset, self.session_id, self.stream_id, term_id, flags=flags).encode()
-        )
-        counters = self.system_counters
-        assert counters is not None
-        counters.increment(SystemCounterId.HEARTBEATS_SENT)
-        self.time_of_last_send_ns = now_ns
+                term_id, term_offset = self.log.term_of(position)
+                eos = self.state is not PublicationState.ACTIVE and position >= self.log.end_of_stream_position()
+                flags = dh.BEGIN_END_AND_EOS_FLAGS if eos else dh.UNFRAGMENTED
+                sent += self._send(
+                    send, HeartbeatFrame(term_offset, self.session_id, self.stream_id, term_id, flags=flags).encode()
+                )
+                counters.increment(SystemCounterId.HEARTBEATS_SENT)
+                self.time_of_last_send_ns = now_ns
         return sent
 
     def _blocked(self, position: int, now_ns: int) -> bool:
@@ -424,10 +411,6 @@ class NetworkPublication(IpcPublication):
             counter = _OUTCOME_COUNTERS[planned]
             counters.increment(counter)
             return 0
-        return self._resend(term, term_start, planned, now_ns, send)
-
-    def _resend(self, term: memoryview, term_start: int, planned: tuple[int, int], now_ns: int, send: Send) -> int:
-        """Send the term's frames from ``planned`` start to end (stream positions) again."""
         start, end = planned
         offset = start - term_start
         remaining = end - start
@@ -440,8 +423,6 @@ class NetworkPublication(IpcPublication):
             offset += covered
             remaining -= covered
         self.retransmit_handler.on_resent(start, term_start + offset, now_ns)
-        counters = self.system_counters
-        assert counters is not None
         counters.increment(SystemCounterId.RETRANSMITS_SENT)
         counters.increment(SystemCounterId.RETRANSMITTED_BYTES, sent)
         return sent
