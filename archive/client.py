@@ -25,12 +25,13 @@ caller and that thread. :meth:`ArchiveClient.poll` still notices a service that 
 
 from __future__ import annotations
 
+import dataclasses
 import secrets
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import structlog
 
@@ -63,6 +64,9 @@ DEFAULT_RESPONSE_STREAM_ID = 20
 def replay_image_session_id(replay_session_id: int) -> int:
     """The replay image's session id: the low 32 bits of the replay session id, as a signed int32."""
     return ((replay_session_id & 0xFFFFFFFF) ^ 0x80000000) - 0x80000000
+
+
+_Answer = TypeVar("_Answer", cc.SyncDigests, cc.SyncFrames)
 
 
 class ArchiveError(LogbufError):
@@ -630,13 +634,17 @@ class ArchiveClient:
         replication_channel: str = "",
         src_response_channel: str = "",
         src_auth_secret: bytes = b"",
+        live_destination: str = "",
     ) -> int:
         """Ask this archive (the destination) to copy ``src_recording_id`` from the archive on
         ``src_control_channel`` (Aeron's ReplicateRequest2); returns the replication id. ``stop_position`` -1
         copies to the source recording's end, following it while it records; ``dst_recording_id`` -1 makes a
         new copy, or extends this archive's copy of the same source recording if it has one. A remote source
         needs ``src_response_channel`` (this host's endpoint for its answers) and ``replication_channel``
-        (this host's endpoint for the replay). Progress arrives as recording signals (:attr:`signals`)."""
+        (this host's endpoint for the replay). With ``live_destination`` (a channel this archive can subscribe
+        to for the source's live stream) a followed copy merges onto the live stream once caught up: it copies
+        from the live image and drops the replay (a MERGE signal). Progress arrives as recording signals
+        (:attr:`signals`)."""
         sid = self.control_session_id
         return self._request(
             lambda c: cc.ReplicateRequest2(
@@ -651,12 +659,48 @@ class ArchiveClient:
                 file_io_max_length=cc.NULL_INT32,
                 replication_session_id=cc.NULL_INT32,
                 src_control_channel=src_control_channel,
-                live_destination="",
+                live_destination=live_destination,
                 replication_channel=replication_channel,
                 encoded_credentials=src_auth_secret,
                 src_response_channel=src_response_channel,
             ),
             f"replicate recording {src_recording_id} from {src_control_channel}",
+        )
+
+    def _ask(self, request: Any, answer: type[_Answer], what: str) -> _Answer:
+        """Send ``request`` (its session and correlation ids are this client's) and await its ``answer``
+        message, or raise the archive's error."""
+        self._check_session()
+        correlation_id = self._next_correlation_id()
+        self._send(
+            dataclasses.replace(request, control_session_id=self.control_session_id, correlation_id=correlation_id)
+        )
+        response = self._await_message(
+            lambda m: isinstance(m, (answer, cc.ControlResponse)) and m.correlation_id == correlation_id,
+            f"the archive did not answer {what} within {self.ctx.message_timeout_ms} ms",
+        )
+        self._raise_if_error(response, what)
+        if not isinstance(response, answer):
+            raise ArchiveRequestError(
+                f"archive {what}: unexpected {response.code.name}", cc.ArchiveErrorCode.GENERIC, correlation_id
+            )
+        return response
+
+    def sync_digests(self, request: cc.SyncDigestRequest) -> cc.SyncDigests:
+        """The archive's digests of a history's blocks (a logbuf extension: :mod:`logbuf.archive.sync` drives
+        the rounds)."""
+        return self._ask(request, cc.SyncDigests, "a sync digest request")
+
+    def sync_frames(self, request: cc.SyncFramesRequest) -> cc.SyncFrames:
+        """The archive's frames of a history that overlap a range, as stored (a logbuf extension)."""
+        return self._ask(request, cc.SyncFrames, "a sync frames request")
+
+    def sync_repair(self, request: cc.SyncRepairRequest) -> int:
+        """Ask the archive to replace its failing frames with verifying ones; returns the bytes written."""
+        sid = self.control_session_id
+        return self._request(
+            lambda c: dataclasses.replace(request, control_session_id=sid, correlation_id=c),
+            f"sync repair at position {request.position}",
         )
 
     def stop_replication(self, replication_id: int) -> None:

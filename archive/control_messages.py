@@ -77,6 +77,7 @@ __all__ = [
     "ReplicateRequest",
     "ReplicateRequest2",
     "Since",
+    "SYNC_TEMPLATE_ID_BASE",
     "SourceLocation",
     "StartPositionRequest",
     "StartRecordingRequest",
@@ -88,6 +89,11 @@ __all__ = [
     "StopRecordingSubscriptionRequest",
     "StopReplayRequest",
     "StopReplicationRequest",
+    "SyncDigestRequest",
+    "SyncDigests",
+    "SyncFrames",
+    "SyncFramesRequest",
+    "SyncRepairRequest",
     "TIME_TYPE",
     "TaggedReplicateRequest",
     "Time",
@@ -756,6 +762,88 @@ class RecordingPositionAtTimeRequest:
     time: Int64
 
 
+SYNC_TEMPLATE_ID_BASE: Final = 0x4C00
+"""Archive sync's digest exchange (``protocol_spec/archive-sync.md``): logbuf messages from 0x4C00 on."""
+
+
+@dataclass(frozen=True, slots=True)
+class SyncDigestRequest:
+    """logbuf extension: digests of ``blocks`` of one stream history, each over the block clipped to
+    ``common`` (both int64 LE ``[start, end)`` pairs); with ``verify`` TRUE, also whether the frames that
+    overlap each block verify. The history is the archive's recordings of this publication."""
+
+    TEMPLATE_ID: ClassVar[int] = SYNC_TEMPLATE_ID_BASE
+    control_session_id: Int64
+    correlation_id: Int64
+    session_id: Int32
+    stream_id: Int32
+    initial_term_id: Int32
+    term_buffer_length: Int32
+    verify: BooleanType
+    channel: Ascii
+    common: Data
+    blocks: Data
+
+
+@dataclass(frozen=True, slots=True)
+class SyncDigests:
+    """logbuf extension: the answer to a SyncDigestRequest: ``block_count`` 16-byte digests in the request's
+    block order and, when asked, one :class:`logbuf.archive.sync_digest.Verdict` byte per block."""
+
+    TEMPLATE_ID: ClassVar[int] = SYNC_TEMPLATE_ID_BASE + 1
+    control_session_id: Int64
+    correlation_id: Int64
+    block_count: Int32
+    digests: Data
+    verdicts: Data
+
+
+@dataclass(frozen=True, slots=True)
+class SyncFramesRequest:
+    """logbuf extension: the frames of one stream history that overlap ``[start, end)``, as stored (for the
+    repair of a conflict from the side whose frames verify); answered by SyncFrames."""
+
+    TEMPLATE_ID: ClassVar[int] = SYNC_TEMPLATE_ID_BASE + 2
+    control_session_id: Int64
+    correlation_id: Int64
+    session_id: Int32
+    stream_id: Int32
+    initial_term_id: Int32
+    term_buffer_length: Int32
+    start: Int64
+    end: Int64
+    channel: Ascii
+
+
+@dataclass(frozen=True, slots=True)
+class SyncFrames:
+    """logbuf extension: whole frames as stored, the first at ``position``."""
+
+    TEMPLATE_ID: ClassVar[int] = SYNC_TEMPLATE_ID_BASE + 3
+    control_session_id: Int64
+    correlation_id: Int64
+    position: Int64
+    frames: Data
+
+
+@dataclass(frozen=True, slots=True)
+class SyncRepairRequest:
+    """logbuf extension: replace this archive's frames at ``position`` with ``frames``; done only if every
+    given frame verifies (well formed at its position, CRC-32 matching) and this archive's own frames there
+    fail to. The OK response's relevantId is the bytes written."""
+
+    TEMPLATE_ID: ClassVar[int] = SYNC_TEMPLATE_ID_BASE + 4
+    control_session_id: Int64
+    correlation_id: Int64
+    session_id: Int32
+    stream_id: Int32
+    initial_term_id: Int32
+    term_buffer_length: Int32
+    position: Int64
+    channel: Ascii
+    frames: Data
+
+
 ControlMessage: TypeAlias = (
     ControlResponse
     | ConnectRequest
@@ -808,4 +896,9 @@ ControlMessage: TypeAlias = (
     | Ping
     | UpdateChannelRequest
     | RecordingPositionAtTimeRequest
+    | SyncDigestRequest
+    | SyncDigests
+    | SyncFramesRequest
+    | SyncFrames
+    | SyncRepairRequest
 )

@@ -38,9 +38,10 @@ from logbuf.archive.remote_cli import (
     list_line,
     remote_stop,
 )
-from logbuf.archive.replication import read_source
+from logbuf.archive.replication import read_replications, read_source
 from logbuf.archive.segments import DEFAULT_SEGMENT_LENGTH, SegmentError, segment_files
 from logbuf.archive.verify import verify_recording
+from logbuf.durations import parse_duration_ns
 from logbuf.errors import ConfigurationError, LogbufError
 from logbuf.logging_config import configure_logging
 
@@ -62,16 +63,9 @@ def _size(text: str) -> int:
 
 
 def _duration_ms(text: str) -> int:
-    """Durations: a number with ms/s/m/h/d (a bare number is seconds)."""
-    t = text.strip().lower()
-    for suffix, mult in (("ms", 1), ("s", 1_000), ("m", 60_000), ("h", 3_600_000), ("d", 86_400_000)):
-        if t.endswith(suffix):
-            t, factor = t[: -len(suffix)], mult
-            break
-    else:
-        factor = 1_000
+    """Durations in :mod:`logbuf.durations`' grammar (``500ms``, ``30s``, ``2h``, ``7d``); a bare number is seconds."""
     try:
-        return int(float(t) * factor)
+        return parse_duration_ns(text, bare_unit="s") // 1_000_000
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a duration (e.g. 500ms, 30s, 10m, 2h, 7d)") from None
 
@@ -267,16 +261,26 @@ def _cmd_list(archive_dir: str, args: argparse.Namespace) -> int:
     with Catalog.open(archive_dir) as catalog:
         recordings = catalog.recordings()
         problems = catalog.problems()
+    copying = {r["dst_recording_id"]: r for r in read_replications(archive_dir)}
     for d in recordings:
         if d.state.name == "DELETED" and not args.all:
             continue
         source = read_source(archive_dir, d.recording_id)
+        replication = copying.get(d.recording_id)
         if args.json:
-            print(json.dumps({**_descriptor_dict(d), "source": asdict(source) if source else None}))
+            print(
+                json.dumps(
+                    {**_descriptor_dict(d), "source": asdict(source) if source else None, "replication": replication}
+                )
+            )
         else:
             status = "active" if d.active else ("interrupted" if d.interrupted else "stopped")
             if source is not None:
                 status += f" copy:{source.source_archive_id}/{source.source_recording_id}"
+                if source.source_identity:
+                    status += f" from:{source.source_identity}"
+            if replication is not None:
+                status += f" lag:{replication['lag']}"
             print(
                 list_line(
                     d.recording_id,
@@ -292,58 +296,88 @@ def _cmd_list(archive_dir: str, args: argparse.Namespace) -> int:
     return _report_problems(problems, args.json)
 
 
+def _sync_summary(report: Any) -> dict[str, Any]:
+    return {
+        "fetched": [
+            {"peer": name, "stream_id": f.key.stream_id, "session_id": f.key.session_id, "start": f.start, "end": f.end}
+            for name, f in report.fetched
+        ],
+        "fetched_bytes": report.fetched_bytes,
+        "unfetchable": [
+            {"peer": name, "stream_id": k.stream_id, "start": i[0], "end": i[1]} for name, k, i in report.unfetchable
+        ],
+        "failed": [{"peer": name, "error": error} for name, _, error in report.failed],
+        "conflicts": [
+            {
+                "peers": list(c.peers),
+                "stream_id": c.key.stream_id,
+                "session_id": c.key.session_id,
+                "start": c.interval[0],
+                "end": c.interval[1],
+                "verdicts": [v.name for v in c.verdicts],
+                "winner": c.winner,
+                "repaired": c.repaired,
+            }
+            for c in report.conflicts
+        ],
+        "behind_bytes": report.behind_bytes,
+        "compared_bytes": report.compared_bytes,
+        "digest_rounds": report.digest_rounds,
+        "exchanged_bytes": report.exchanged_bytes,
+    }
+
+
 def cmd_sync(args: argparse.Namespace) -> int:
-    """``sync``: one round (or rounds every ``--interval`` seconds until interrupted) between local peers."""
+    """``sync``: one round, or rounds every ``--interval`` seconds until interrupted (anti-entropy: a lost
+    peer is connected again), between archives reached through this host's driver."""
+    import functools
+    import threading
+
     from logbuf.archive.client import ArchiveClient, ArchiveClientContext
-    from logbuf.archive.sync import Peer, sync_once
+    from logbuf.archive.sync import Peer, sync_forever, sync_once
     from logbuf.client import Aeron, Context
 
     if len(args.peer) < 2:
         raise ValueError("give at least two --peer archives")
+    stream_ids = set(args.stream_id) if args.stream_id else None
     with Aeron.connect(Context(dir=args.driver_dir)) as aeron:
-        peers = []
+        peers: list[Peer] = []
         try:
             for spec in args.peer:
                 channel, _, stream = spec.rpartition("@")
                 if not channel or not stream.lstrip("-").isdigit():
                     raise ValueError(f"--peer {spec!r} must be CHANNEL@STREAM, e.g. aeron:ipc@10")
-                client = ArchiveClient.connect(
-                    ArchiveClientContext(aeron=aeron, control_channel=channel, control_stream_id=int(stream))
+                ctx = ArchiveClientContext(aeron=aeron, control_channel=channel, control_stream_id=int(stream))
+                peers.append(
+                    Peer(
+                        spec,
+                        ArchiveClient.connect(ctx),
+                        channel,
+                        int(stream),
+                        connect=functools.partial(ArchiveClient.connect, ctx),
+                    )
                 )
-                peers.append(Peer(spec, client, channel, int(stream)))
-            while True:
+            if args.interval <= 0:
                 report = sync_once(
+                    peers, stream_ids=stream_ids, bandwidth_bytes_per_s=args.bandwidth, timeout_s=args.timeout
+                )
+                print(json.dumps(_sync_summary(report)), flush=True)
+                return 1 if report.failed or report.conflicts else 0
+            stop = threading.Event()
+            signal.signal(signal.SIGTERM, lambda *_: stop.set())
+            try:
+                sync_forever(
                     peers,
-                    stream_ids=set(args.stream_id) if args.stream_id else None,
+                    stop,
+                    interval_s=args.interval,
+                    on_report=lambda report: print(json.dumps(_sync_summary(report)), flush=True),
+                    stream_ids=stream_ids,
                     bandwidth_bytes_per_s=args.bandwidth,
                     timeout_s=args.timeout,
                 )
-                print(
-                    json.dumps(
-                        {
-                            "fetched": [
-                                {
-                                    "peer": name,
-                                    "stream_id": f.key.stream_id,
-                                    "session_id": f.key.session_id,
-                                    "start": f.start,
-                                    "end": f.end,
-                                }
-                                for name, f in report.fetched
-                            ],
-                            "fetched_bytes": report.fetched_bytes,
-                            "unfetchable": [
-                                {"peer": name, "stream_id": k.stream_id, "start": i[0], "end": i[1]}
-                                for name, k, i in report.unfetchable
-                            ],
-                            "failed": [{"peer": name, "error": error} for name, _, error in report.failed],
-                        }
-                    ),
-                    flush=True,
-                )
-                if args.interval <= 0:
-                    return 1 if report.failed else 0
-                time.sleep(args.interval)
+            except KeyboardInterrupt:
+                pass
+            return 0
         finally:
             for peer in peers:
                 peer.client.close()

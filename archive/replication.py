@@ -60,7 +60,9 @@ from logbuf.logbuffer import data_header_descriptor as dh
 __all__ = [
     "ReplicaSource",
     "ReplicationSession",
+    "REPLICATIONS_FILE",
     "find_replica",
+    "read_replications",
     "read_source",
     "source_file_name",
     "write_source",
@@ -72,6 +74,10 @@ REPLICATION_STREAM_ID_BASE = 0x5EC0_0000
 _FIRST_WORD = 4
 _INT32 = struct.Struct("<i")
 _IDS = struct.Struct("<ii")
+
+
+class _LiveGap(LogbufError):
+    """The live image went past the copy's position (it lost data the copy needs): back to a replay."""
 
 
 def source_file_name(recording_id: int) -> str:
@@ -93,6 +99,8 @@ class ReplicaSource:
     src_response_channel: str = ""
     replication_channel: str = ""
     stop_position: int = -1
+    live_destination: str = ""
+    """Where the copy merges onto the live stream once caught up (empty: it follows by replay)."""
     complete: bool = True
     """False while the copy is in progress: a restarted service resumes it (without credentials)."""
 
@@ -117,6 +125,29 @@ def read_source(archive_dir: str | os.PathLike[str], recording_id: int) -> Repli
         return ReplicaSource(**data)
     except (OSError, ValueError, TypeError):
         return None
+
+
+REPLICATIONS_FILE = "replications.json"
+"""The copies in progress (each one's ``describe()``), rewritten by the service about once a second."""
+_STATUS_INTERVAL_MS = 1000
+
+
+def write_replications(archive_dir: str | os.PathLike[str], entries: list[dict[str, Any]], now_ms: int) -> None:
+    path = Path(archive_dir) / REPLICATIONS_FILE
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"updated_ms": now_ms, "pid": os.getpid(), "replications": entries}, sort_keys=True))
+    os.replace(tmp, path)
+
+
+def read_replications(archive_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """The copies in progress as the serving archive last wrote them (none if no file or a dead service)."""
+    try:
+        data = json.loads((Path(archive_dir) / REPLICATIONS_FILE).read_bytes())
+        pid = int(data["pid"])
+        os.kill(pid, 0)
+        return list(data["replications"])
+    except (OSError, ValueError, TypeError, KeyError):
+        return []
 
 
 def find_replica(archive_dir: str | os.PathLike[str], source_archive_id: int, source_recording_id: int) -> int | None:
@@ -186,6 +217,10 @@ class ReplicationSession:
         self.persistent = False
         """Resumed after a restart: retry the first lookup for ever (the source may be down as long)."""
         self.stopped_by_request = False
+        self.merged = False
+        """Copying from the live stream (``live_destination``) rather than from a replay."""
+        self.merges = 0
+        """Times the copy merged onto the live stream (the conductor sends a MERGE signal for each)."""
         self.done = False
         self.error: str | None = None
         self._stop = threading.Event()
@@ -303,12 +338,14 @@ class ReplicationSession:
                 d.recording_id, stream_id=stream_id, channel=channel, position=self.position, length=length
             )
             try:
-                return self._copy(client, subscription, replay_image_session_id(replay_session_id))
+                return self._copy(client, subscription, replay_image_session_id(replay_session_id), aeron)
             finally:
                 subscription.close()
 
-    def _copy(self, client: ArchiveClient, subscription: Subscription, session_id: int) -> bool:
+    def _copy(self, client: ArchiveClient, subscription: Subscription, session_id: int, aeron: Aeron) -> bool:
         start = self.position
+        d = self.descriptor
+        assert d is not None
         deadline = time.monotonic() + self.message_timeout_ms / 1000
         image: Image | None = None
         while image is None:
@@ -319,26 +356,41 @@ class ReplicationSession:
                 time.sleep(0.001)
         last_poll = 0.0
         idle = 0.0
-        while not self._stop.is_set():
-            if image.is_closed:
-                break
-            n = image.block_poll(self._on_block, self.block_length)
-            if self.target >= 0 and self.position >= self.target:
-                self.done = True
-                break
-            if n:
-                idle = 0.0
-                continue
-            if image.is_end_of_stream:
-                break
-            now = time.monotonic()
-            if now - last_poll > 0.2:
-                last_poll = now
-                client.poll()
-                for error in client.errors:
-                    raise ArchiveError(f"the source's replay failed: {error.error_message}")
-            idle = min(idle * 2 or 0.0001, 0.002)
-            time.sleep(idle)
+        live: Subscription | None = None
+        try:
+            while not self._stop.is_set():
+                if image.is_closed:
+                    break
+                n = image.block_poll(self._on_block, self.block_length)
+                if self.target >= 0 and self.position >= self.target:
+                    self.done = True
+                    break
+                if live is not None:
+                    live_image = live.image_by_session_id(d.session_id)
+                    if live_image is not None and live_image.position <= self.position:
+                        self._follow_live(client, live_image)
+                        return self.position > start
+                if n:
+                    idle = 0.0
+                    continue
+                if image.is_end_of_stream:
+                    break
+                if live is None and self.request.live_destination and self.target < 0:
+                    # caught up with what the source has recorded: join the live stream, and leave the replay
+                    # once it reaches the live image's position
+                    live = aeron.add_subscription(self.request.live_destination, d.stream_id)
+                    self._log.info("replication.joining_live", live_destination=self.request.live_destination)
+                now = time.monotonic()
+                if now - last_poll > 0.2:
+                    last_poll = now
+                    client.poll()
+                    for error in client.errors:
+                        raise ArchiveError(f"the source's replay failed: {error.error_message}")
+                idle = min(idle * 2 or 0.0001, 0.002)
+                time.sleep(idle)
+        finally:
+            if live is not None:
+                live.close()
         if not self.done and self.target < 0:
             stop = client.stop_position(self.request.src_recording_id)
             self.source_position = client.max_recorded_position(self.request.src_recording_id)
@@ -346,6 +398,46 @@ class ReplicationSession:
                 self.target = stop
                 self.done = True
         return self.position > start
+
+    def _follow_live(self, client: ArchiveClient, live_image: Image) -> None:
+        """Merged: copy from the live image (whose frames are the source's, at the same positions) until it
+        ends or leaves a gap; the replay is given up. A live stream lost before the source recording stops
+        sends the copy back to a replay from where it stands (the next attempt)."""
+        self.merged = True
+        self.merges += 1
+        self._log.info("replication.merged", position=self.position, live_position=live_image.position)
+        last_poll = 0.0
+        idle = 0.0
+        try:
+            while not self._stop.is_set() and not live_image.is_closed:
+                n = live_image.block_poll(self._on_live_block, self.block_length)
+                if n:
+                    idle = 0.0
+                    continue
+                if live_image.is_end_of_stream:
+                    break
+                now = time.monotonic()
+                if now - last_poll > 0.2:
+                    last_poll = now
+                    client.poll()  # the source session stays alive for the stop position asked after
+                idle = min(idle * 2 or 0.0001, 0.002)
+                time.sleep(idle)
+        except _LiveGap as e:
+            self._log.info("replication.live_gap", error=str(e), position=self.position)
+        finally:
+            self.merged = False
+
+    def _on_live_block(self, block: memoryview, term_offset: int, session_id: int, term_id: int) -> None:
+        d = self.descriptor
+        assert d is not None
+        shift = d.term_buffer_length.bit_length() - 1
+        position = (((term_id - d.initial_term_id) & 0xFFFFFFFF) << shift) + term_offset
+        end = position + len(block)
+        if end <= self.position:
+            return
+        if position > self.position:
+            raise _LiveGap(f"the live image is at {position}, the copy at {self.position}")
+        self._on_block(block[self.position - position :], term_offset, session_id, term_id)
 
     def _on_block(self, block: memoryview, term_offset: int, session_id: int, term_id: int) -> None:
         assignment = self.assignment
@@ -413,6 +505,7 @@ class ReplicationSession:
             "dst_recording_id": self.assignment.recording_id if self.assignment else -1,
             "position": self.position,
             "lag": self.lag,
+            "merged": self.merged,
             "attempts": self.attempts,
         }
 
@@ -431,6 +524,10 @@ class Replications:
         """replication id -> (control session id, correlation id of the request)."""
         self._writers: dict[int, Any] = {}
         self._next_id = 1
+        self._status_due_ms = 0
+        self._status_dirty = False
+        """A copy was assigned or ended: the status file is rewritten at once."""
+        self._merges_signalled: dict[int, int] = {}
         self._log = structlog.get_logger().bind(role="archive")
 
     def handlers(self) -> dict[type[Any], Callable[[Any, Any], None]]:
@@ -487,7 +584,7 @@ class Replications:
                 file_io_max_length=cc.NULL_INT32,
                 replication_session_id=cc.NULL_INT32,
                 src_control_channel=source.source_control_channel,
-                live_destination="",
+                live_destination=source.live_destination,
                 replication_channel=source.replication_channel,
                 encoded_credentials=b"",
                 src_response_channel=source.src_response_channel,
@@ -533,12 +630,31 @@ class Replications:
             if writer is not None and worker.position >= 0:
                 writer.set_position(worker.position)
                 writer.heartbeat(now_ms)
+            if worker.merges > self._merges_signalled.get(replication_id, 0) and worker.assignment is not None:
+                self._merges_signalled[replication_id] = worker.merges
+                self._signal(replication_id, worker.assignment.recording_id, worker.position, cc.RecordingSignal.MERGE)
+                work += 1
             if worker.done:
+                self._merges_signalled.pop(replication_id, None)
                 self._ended(replication_id, worker)
                 work += 1
+        if self._status_dirty or (self.sessions and now_ms >= self._status_due_ms):
+            self._write_status(now_ms)
         return work
 
+    def _write_status(self, now_ms: int) -> None:
+        """Copies in progress, for ``logbuf-archive list`` and ``logbuf-stat``: rewritten about once a second
+        while there are any, and at once when one is assigned or ends."""
+        entries = [worker.describe() for worker in self.sessions.values()]
+        try:
+            write_replications(self.conductor.ctx.archive_dir, entries, now_ms)
+        except OSError as e:
+            self._log.warning("replication.status_not_written", error=str(e))
+        self._status_due_ms = now_ms + _STATUS_INTERVAL_MS
+        self._status_dirty = False
+
     def _assign(self, replication_id: int, worker: ReplicationSession) -> None:
+        self._status_dirty = True
         conductor = self.conductor
         catalog = conductor.catalog
         d, request = worker.descriptor, worker.request
@@ -604,6 +720,7 @@ class Replications:
                         src_response_channel=request.src_response_channel,
                         replication_channel=request.replication_channel,
                         stop_position=request.stop_position,
+                        live_destination=request.live_destination,
                         complete=False,
                     ),
                     catalog.file_mode,
@@ -620,6 +737,7 @@ class Replications:
         self._log.info("replication.assigned", replication_id=replication_id, dst_recording_id=dst, position=position)
 
     def _ended(self, replication_id: int, worker: ReplicationSession) -> None:
+        self._status_dirty = True
         worker.join()
         self.sessions.pop(replication_id, None)
         self._writers.pop(replication_id, None)

@@ -139,10 +139,6 @@ class SegmentReader:
         self._maps[base_position] = mapped
         return mapped
 
-    def mapped_length(self, base_position: int) -> int:
-        mapped = self.segment(base_position)
-        return 0 if mapped is None else len(mapped)
-
     def term_view(self, position: int) -> memoryview:
         """The mapped bytes of the term holding ``position``, from the term's start (maybe short)."""
         base = self.base_of(position)

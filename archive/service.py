@@ -25,6 +25,7 @@ from logbuf.archive.archive_conductor import ArchiveConductor
 from logbuf.archive.catalog import Catalog
 from logbuf.archive.replication import Replications
 from logbuf.archive.service_context import ArchiveContext
+from logbuf.archive.sync_service import SyncDigestService
 from logbuf.client import Aeron, Context
 from logbuf.conduit.archive_counters import ArchiveCounters
 from logbuf.directory import access_modes, resolve_dir, shares_with_group
@@ -61,6 +62,7 @@ class ArchiveService:
             self.conductor = ArchiveConductor(ctx, self.aeron, self.catalog, self.counters)
             replications = Replications(self.conductor)
             self.conductor.add_extension(replications)
+            self.conductor.add_extension(SyncDigestService(self.conductor))
             replications.resume()  # copies a previous run left in progress (after a kill -9: recovered)
             self.conductor.on_start()
         except BaseException:

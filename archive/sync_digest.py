@@ -24,28 +24,70 @@ All functions here are pure: intervals and byte readers in, intervals and digest
 
 from __future__ import annotations
 
+import enum
 import hashlib
+import struct
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Final
 
 __all__ = [
     "DIGEST_LENGTH",
+    "INTERVAL_LENGTH",
     "Interval",
     "ReconcileResult",
+    "Verdict",
     "children",
     "clip",
     "digest_range",
     "intersect",
     "merge",
+    "pack_intervals",
     "reconcile",
     "subtract",
     "top_blocks",
+    "unpack_intervals",
 ]
 
 Interval = tuple[int, int]
 """``[start, end)`` in stream positions."""
 DIGEST_LENGTH = 16
 """BLAKE2b-128: collisions are not a concern at archive sizes (2^64 work for one by chance)."""
+READ_CHUNK_LENGTH: Final = 1 << 20
+"""digest_range reads at most this many bytes at a time (a 1 GiB block is never one bytes object)."""
+_INTERVAL: Final = struct.Struct("<qq")
+INTERVAL_LENGTH: Final = _INTERVAL.size
+"""An interval on the wire: start and end as int64 LE (16 bytes)."""
+
+
+class Verdict(enum.IntEnum):
+    """Whether the frames that overlap a block verify (one byte per block in a ``SyncDigests``)."""
+
+    NOT_ASKED = 0
+    VERIFIES = 1
+    """Every frame is well formed and its payload's CRC-32 matches (the recording has checksums)."""
+    WELL_FORMED = 2
+    """Every frame is well formed; the recording has no checksums, so its bytes cannot be proven."""
+    FAILS = 3
+    """A frame is malformed or its CRC-32 does not match."""
+
+
+def pack_intervals(intervals: Sequence[Interval]) -> bytes:
+    return b"".join(_INTERVAL.pack(start, end) for start, end in intervals)
+
+
+def unpack_intervals(data: bytes) -> list[Interval]:
+    """Intervals off the wire; raises ValueError naming the problem (a length that is not a multiple of 16,
+    an empty or reversed interval, intervals out of order or overlapping)."""
+    if len(data) % INTERVAL_LENGTH:
+        raise ValueError(f"{len(data)} bytes of intervals is not a multiple of {INTERVAL_LENGTH}")
+    out = [(int(s), int(e)) for s, e in _INTERVAL.iter_unpack(data)]
+    for i, (start, end) in enumerate(out):
+        if start < 0 or end <= start:
+            raise ValueError(f"interval {i} [{start}, {end}) is empty, reversed or negative")
+        if i and start < out[i - 1][1]:
+            raise ValueError(f"interval {i} [{start}, {end}) overlaps or precedes the one before it")
+    return out
 
 
 def merge(intervals: Iterable[Interval]) -> list[Interval]:
@@ -102,8 +144,9 @@ def digest_range(read: Callable[[int, int], bytes], coverage: Sequence[Interval]
     """The digest of ``[start, end)``: the covered sub-intervals (as two int64) and their bytes, in order."""
     h = hashlib.blake2b(digest_size=DIGEST_LENGTH)
     for s, e in clip(coverage, start, end):
-        h.update(s.to_bytes(8, "little", signed=True) + e.to_bytes(8, "little", signed=True))
-        h.update(read(s, e))
+        h.update(_INTERVAL.pack(s, e))
+        for lo in range(s, e, READ_CHUNK_LENGTH):  # the digest is the same however the bytes are cut
+            h.update(read(lo, min(e, lo + READ_CHUNK_LENGTH)))
     return h.digest()
 
 
@@ -119,9 +162,10 @@ def top_blocks(common: Sequence[Interval], block_length: int) -> list[Interval]:
     return blocks
 
 
-def children(block: Interval, fanout: int) -> list[Interval]:
+def children(block: Interval, fanout: int, min_length: int = 1) -> list[Interval]:
+    """``block`` cut into ``fanout`` equal parts, none shorter than ``min_length`` (the leaf length)."""
     start, end = block
-    step = max((end - start) // fanout, 1)
+    step = max((end - start) // fanout, min_length, 1)
     return [(lo, min(lo + step, end)) for lo in range(start, end, step)]
 
 
@@ -164,5 +208,5 @@ def reconcile(
             if block[1] - block[0] <= leaf_length:
                 conflicts.extend(clip(common, *block))
             else:
-                pending.extend(children(block, fanout))
+                pending.extend(children(block, fanout, leaf_length))
     return ReconcileResult(merge(conflicts), rounds, exchanged)

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from logbuf.client.aeron import ASYNC_YIELD_EVERY
@@ -42,6 +42,7 @@ from logbuf.errors import ClosedError, LogbufError
 from logbuf.logbuffer.fragment_assembler import FragmentAssembler
 from logbuf.logbuffer.publication import OfferResult
 from logbuf.logging_config import library_logger
+from logbuf.native.reader import BytesSink, MessageStream
 
 if TYPE_CHECKING:
     from logbuf.client.aeron import Aeron, Context, Image, Publication, Subscription
@@ -140,30 +141,42 @@ async def yield_to_loop() -> None:
     await asyncio.sleep(0)
 
 
-async def messages(
-    subscription: Subscription, fragment_limit: int = 256, idle: AsyncIdle | None = None
-) -> AsyncIterator[bytes]:
+def messages(subscription: Subscription, fragment_limit: int = 256, idle: AsyncIdle | None = None) -> MessageStream:
     """Every whole message of ``subscription`` as ``bytes`` (fragmented ones reassembled), in order per
-    publisher, waiting when there are none; ends when the subscription is closed."""
+    publisher, waiting when there are none; ends when the subscription is closed.
+
+    A native async iterator (:class:`~logbuf.native.reader.MessageStream`): a step that finds a message
+    buffered, or polled at once, costs about what a poll handler call does; only a wait runs a coroutine
+    (:func:`_wait_for_message`)."""
     idle = idle or DEFAULT_IDLE
-    ready: list[bytes] = []
-    append = ready.append
-    assembler = FragmentAssembler(lambda buffer, header: append(bytes(buffer)))
-    poll = subscription.poll
-    polls = 0
-    while True:
-        step = 0
-        while not poll(assembler, fragment_limit):
-            if subscription.is_closed:
-                return
-            step = await idle.idle(step)
-        polls += 1
-        if polls >= ASYNC_YIELD_EVERY:
-            polls = 0
-            await asyncio.sleep(0)
-        for message in ready:
-            yield message
-        ready.clear()
+    sink = BytesSink()
+
+    async def wait(stream: MessageStream, yield_first: bool) -> bytes:
+        return await _wait_for_message(subscription, stream, idle, yield_first)
+
+    return MessageStream(
+        subscription.poll, FragmentAssembler(sink), sink, fragment_limit, ASYNC_YIELD_EVERY, wait, _ready
+    )
+
+
+async def _ready(message: bytes) -> bytes:
+    """A step of :func:`messages` whose message is already here (from CPython 3.12 the interpreter runs
+    such a coroutine inline: cheaper than any awaitable completed by ``StopIteration``)."""
+    return message
+
+
+async def _wait_for_message(
+    subscription: Subscription, stream: MessageStream, idle: AsyncIdle, yield_first: bool
+) -> bytes:
+    """A step of :func:`messages` that found nothing at once: idle until a poll yields a whole message."""
+    if yield_first:
+        await asyncio.sleep(0)
+    step = 0
+    while not stream.fill():
+        if subscription.is_closed:
+            raise StopAsyncIteration
+        step = await idle.idle(step)
+    return stream.take()
 
 
 class AsyncAeron:

@@ -141,6 +141,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=1, help="messages per offer_batch call (1 = offer)")
     parser.add_argument("--dir", default=None, help="driver directory (default: a fresh one under /dev/shm)")
     args = parser.parse_args(argv)
+    from logbuf.client.stat import require_tools_extra
+
+    require_tools_extra("rich", "the demo's live view")
     if args.size < 8:
         parser.error(f"--size={args.size} must be at least 8 (the sequence number)")
     if args.batch < 1:

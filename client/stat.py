@@ -23,6 +23,7 @@ to 32 bytes (a 32-byte message takes 64), so they run ahead of payload rates.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import sys
@@ -624,8 +625,29 @@ def archive_counters(directories: Sequence[str]) -> list[dict[str, Any]]:
             found.append({"archive_dir": directory, "error": "no archive counters (is a service serving it?)"})
             continue
         pid, values = read
-        found.append({"archive_dir": directory, "pid": pid, "alive": pid_alive(pid), "counters": values})
+        found.append(
+            {
+                "archive_dir": directory,
+                "pid": pid,
+                "alive": pid_alive(pid),
+                "counters": values,
+                "replications": _replications(directory),
+            }
+        )
     return found
+
+
+def _replications(directory: str) -> list[dict[str, Any]]:
+    """The archive's copies in progress, each with its source identity and lag (bytes behind the source)."""
+    from logbuf.archive.replication import read_replications, read_source
+
+    out = []
+    for entry in read_replications(directory):
+        source = read_source(directory, int(entry.get("dst_recording_id", -1)))
+        if source is not None:
+            entry = {**entry, "source_identity": source.source_identity, "channel": source.channel}
+        out.append(entry)
+    return out
 
 
 def render_archive(archive: dict[str, Any]) -> Any:
@@ -637,6 +659,11 @@ def render_archive(archive: dict[str, Any]) -> Any:
     table.add_column("value", justify="right")
     for label, value in archive.get("counters", {}).items():
         table.add_row(label, f"{value:,}")
+    for r in archive.get("replications", []):
+        source = f"archive {r.get('source_archive_id')} recording {r.get('src_recording_id')}"
+        if r.get("source_identity"):
+            source += f" ({r['source_identity']})"
+        table.add_row(f"copy into recording {r.get('dst_recording_id')} from {source}: lag", f"{r.get('lag', -1):,} B")
     return table
 
 
@@ -682,9 +709,20 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
+def require_tools_extra(module: str, feature: str) -> None:
+    """Exit naming the ``[tools]`` extra if ``module`` (rich, prometheus_client) is not installed: the core
+    install is the transport alone."""
+    if importlib.util.find_spec(module) is None:
+        raise SystemExit(f"{feature} needs the [tools] extra ({module} is not installed): pip install 'logbuf[tools]'")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     configure_logging("warning")
+    if not (args.json or args.loss or args.topics):
+        require_tools_extra("rich", "logbuf-stat's view")
+    if args.prometheus is not None:
+        require_tools_extra("prometheus_client", "logbuf-stat --prometheus")
     from logbuf.directory import resolve_dir
 
     directory = resolve_dir(args.dir)

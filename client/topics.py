@@ -23,7 +23,7 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from logbuf.conduit.topic_registry import TopicRegistry
+from logbuf.conduit.topic_registry import TopicRegistry, TopicRegistryFullError
 from logbuf.logbuffer.image import FragmentBatch
 from logbuf.native import TopicFilter, TopicHandle, TopicOffers, TopicSubscriptionCore
 from logbuf.topic_names import TopicNameError, TopicPatterns, check_topic_name, topic_id_of_bytes
@@ -44,7 +44,10 @@ class TopicDirectory:
         self._registry = TopicRegistry.open(directory)
         self._lock = threading.Lock()
         self.invalid_definitions = 0
-        """Definition frames whose name is not a topic name or does not hash to their id (dropped)."""
+        """Definition frames whose name is not a topic name, does not hash to their id, or whose id another name
+        has here (dropped)."""
+        self.unshared_names = 0
+        """Names learnt from definitions that the host's full registry could not take (this client knows them)."""
 
     def register(self, name: str) -> int:
         with self._lock:
@@ -59,10 +62,16 @@ class TopicDirectory:
         return name
 
     def learn(self, topic_id: int, name_bytes: bytes) -> str | None:
-        """A definition frame's name, checked and registered here (so later local subscribers can name it)."""
+        """A definition frame's name, checked and registered here (so later local subscribers can name it).
+
+        Checked and hashed once, appended without :meth:`TopicRegistry.register`'s second check: a receiving
+        host learns each of a stream's topics this way on first sight, thousands at a stream's start."""
         known = self._registry.names.get(topic_id)
-        if known is not None and known.encode() == name_bytes:
-            return known
+        if known is not None:
+            if known.encode() == name_bytes:
+                return known
+            self.invalid_definitions += 1  # another name has this id here: the first one keeps it
+            return None
         try:
             name = name_bytes.decode("utf-8")
             check_topic_name(name)
@@ -73,7 +82,17 @@ class TopicDirectory:
             self.invalid_definitions += 1
             return None
         with self._lock:
-            self._registry.register(name)
+            registry = self._registry
+            known = registry.name_of(topic_id)  # another process here may have registered it meanwhile
+            if known is None:
+                try:
+                    registry.append(topic_id, name_bytes)
+                except TopicRegistryFullError:
+                    self.unshared_names += 1  # named for this client only: the host's registry is full
+                registry.names[topic_id] = name
+            elif known != name:
+                self.invalid_definitions += 1
+                return None
         return name
 
     @property

@@ -20,6 +20,16 @@ def term_send_datagrams(
     max_datagrams: int,
     gso: bool = False,
 ) -> tuple[int, int, int, bool]: ...
+def term_datagrams(
+    term_buffer: Buffer,
+    term_offset: int,
+    max_length: int,
+    mtu: int,
+    max_datagrams: int,
+    offsets: Any,
+    lengths: Any,
+    covers: Any,
+) -> int: ...
 def wait_readable(fd: int, timeout_ns: int) -> bool: ...
 def udp_receive_batch(fd: int, buffer: Buffer, slot_length: int, offsets: Any, lengths: Any, sources: Any) -> int: ...
 
@@ -32,9 +42,25 @@ class ImageReceiver:
     rebuild: int
     floor: int
     hwm: int
+    eos_position: int
+    received: int
     inserted: int
+    heartbeats: int
+    over_runs: int
+    under_runs: int
     def __init__(self, log: LogView, session_id: int, stream_id: int, source_key: int) -> None: ...
+    def on_datagram(self, packet: Buffer) -> int: ...
 
+DATA_NOT_TAKEN: int
+DATA_INSERTED: int
+DATA_HEARTBEAT: int
+DATA_BEHIND: int
+DATA_OVER_RUN: int
+DATA_UNDER_RUN: int
+
+def insert_data_batch(
+    buffer: Buffer, count: int, offsets: Any, lengths: Any, sources: Any, receivers: list[ImageReceiver]
+) -> int: ...
 def udp_receive_data(
     fd: int,
     buffer: Buffer,

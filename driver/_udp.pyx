@@ -1,17 +1,21 @@
 # cython: language_level=3
-"""The media driver's datagram syscalls: one ``sendmmsg`` sends a run of a term's frames as datagrams, one
-``recvmmsg`` receives a batch into a buffer of slots. Non-blocking; a full socket buffer or an error
-(a bad descriptor included) sends or receives fewer, down to none, and is never raised in the duty cycle.
+"""The media driver's datagram syscalls and its data path: one ``sendmmsg`` sends a run of a term's frames as
+datagrams, one ``recvmmsg`` receives a batch into a buffer of slots. Non-blocking; a full socket buffer or an
+error (a bad descriptor included) sends or receives fewer, down to none, and is never raised in the duty cycle.
 
-The receiver's data path runs here too, a batch per call (``udp_receive_data``): each DATA datagram of
-an active image's session, from the image's source address, valid and inside the image's window, is
-inserted into its term and raises the image's high-water mark, with no Python per datagram. Whatever
-else arrived (control frames, heartbeats, new sessions, anything invalid, outside the window or from
-another address) is left for the Python dispatch, which checks, counts and drops it as before: the fast
-path only ever accepts what the Python path would accept, so it adds no rule of its own.
+The data path is the same for every transport (the driver's UDP sockets and the tests' in-memory links):
 
-The sender scans the term with the same inline availability scan as the log buffer code
-(``logbuf.native.term``): a frame length read from the term can never put an iovec outside it.
+- **receive**: :func:`insert_data_batch` runs over a batch of received datagrams (``udp_receive_data`` is
+  recvmmsg then this). Each DATA, PAD or heartbeat datagram of an active image's session, from the image's
+  source address, is decided by the image's :class:`ImageReceiver` with the one window rule: inserted into
+  its term (raising the high-water mark), or counted as a heartbeat, an over-run or an under-run, with no
+  Python per datagram. What it does not take (control frames, new sessions, anything invalid, another
+  source) is left for the Python dispatch, which checks, counts and drops it. A datagram the dispatch
+  hands to an image one by one (fault injection, a test) goes through the same rule
+  (:meth:`ImageReceiver.on_datagram`).
+- **send**: :func:`term_datagrams` cuts committed frames of a term into datagrams (``term_send_datagrams`` is
+  this then sendmmsg), scanning with the same inline availability scan as the log buffer code
+  (``logbuf.native.term``): a frame length read from the term can never put a datagram outside it.
 """
 
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
@@ -20,6 +24,8 @@ from libc.string cimport memset
 from posix.time cimport timespec
 
 from logbuf.native.constants cimport (
+    EOS_FLAG,
+    FLAGS_OFFSET,
     HDR_TYPE_DATA,
     HDR_TYPE_PAD,
     HEADER_LENGTH,
@@ -135,11 +141,57 @@ def wait_readable(int fd, int64_t timeout_ns) -> bool:
     return ready > 0 and (entry.revents & POLLIN) != 0
 
 
+cdef int _plan(TermBuffer b, int32_t term_offset, int32_t max_length, int32_t mtu, int max_datagrams,
+               iovec *iovs, int32_t *covers) noexcept:
+    """The datagrams of committed whole frames from ``term_offset``: each at most ``mtu``, together at most
+    ``max_length`` of the term, at most ``max_datagrams`` (<= MAX_BATCH); a PAD frame travels as its 32-byte
+    header. Fills ``iovs`` (what goes on the wire) and ``covers`` (the term bytes each stands for); returns
+    the count."""
+    cdef const char *term = <const char *>b.view.buf
+    cdef int32_t term_length = <int32_t>b.view.len
+    cdef int32_t offset = term_offset, remaining = max_length, available, wire
+    cdef int n = 0
+    while n < max_datagrams and remaining > 0:
+        available = scan_for_availability(term, offset, mtu if mtu < remaining else remaining, term_length)
+        if available <= 0:
+            break
+        wire = HEADER_LENGTH if frame_type(term + offset) == HDR_TYPE_PAD else available
+        iovs[n].iov_base = <void *>(term + offset)
+        iovs[n].iov_len = wire
+        covers[n] = available
+        offset += available
+        remaining -= available
+        n += 1
+    return n
+
+
+def term_datagrams(term_buffer, int32_t term_offset, int32_t max_length, int32_t mtu, int max_datagrams,
+                   int32_t[::1] offsets not None, int32_t[::1] lengths not None, int32_t[::1] covers not None) -> int:
+    """The sender's cut of a term into datagrams, as :func:`term_send_datagrams` sends them, for transports
+    that deliver them otherwise (the tests' in-memory links): datagram i is ``lengths[i]`` bytes of the term
+    at ``offsets[i]`` and stands for ``covers[i]`` term bytes (a PAD travels as its header). At most
+    ``max_datagrams`` and the arrays' length (<= 64); returns the count."""
+    cdef TermBuffer b = TermBuffer(term_buffer, False)
+    check_term(b, term_offset)
+    cdef Py_ssize_t room = min(offsets.shape[0], lengths.shape[0], covers.shape[0])
+    if max_datagrams > room:
+        max_datagrams = <int>room
+    if max_datagrams > MAX_BATCH:
+        max_datagrams = MAX_BATCH
+    cdef iovec iovs[MAX_BATCH]
+    cdef int32_t spans[MAX_BATCH]
+    cdef int n = _plan(b, term_offset, max_length, mtu, max_datagrams, iovs, spans), i
+    for i in range(n):
+        offsets[i] = <int32_t>(<const char *>iovs[i].iov_base - <const char *>b.view.buf)
+        lengths[i] = <int32_t>iovs[i].iov_len
+        covers[i] = spans[i]
+    return n
+
+
 def term_send_datagrams(int fd, term_buffer, int32_t term_offset, int32_t max_length, int32_t mtu,
                         const unsigned char[::1] address not None, int max_datagrams, bint gso=False) -> tuple:
-    """The sender's hot loop: datagrams of committed whole frames from ``term_offset`` (each at most
-    ``mtu``, together at most ``max_length`` of the term; a PAD frame travels as its 32-byte header)
-    sent to ``address`` (a packed ``struct sockaddr``), at most ``max_datagrams`` (<= 64), non-blocking.
+    """The sender's hot loop: the datagrams :func:`term_datagrams` cuts (at most ``max_datagrams``, <= 64)
+    sent to ``address`` (a packed ``struct sockaddr``), non-blocking.
 
     With ``gso``, each run of datagrams that lie back to back in the term, all as long as the first but the
     last (no longer), goes with one ``sendmsg`` and a UDP_SEGMENT cmsg: the kernel cuts it into exactly the
@@ -156,27 +208,14 @@ def term_send_datagrams(int fd, term_buffer, int32_t term_offset, int32_t max_le
     cdef mmsghdr msgs[MAX_BATCH]
     cdef iovec iovs[MAX_BATCH]
     cdef int32_t covers[MAX_BATCH]
-    cdef const char *term = <const char *>b.view.buf
-    cdef int32_t term_length = <int32_t>b.view.len
-    cdef int32_t offset = term_offset, remaining = max_length, available, wire
-    cdef int n = 0, sent, i
+    cdef int n = _plan(b, term_offset, max_length, mtu, max_datagrams, iovs, covers), sent, i
     cdef int64_t covered = 0, sent_bytes = 0
-    while n < max_datagrams and remaining > 0:
-        available = scan_for_availability(term, offset, mtu if mtu < remaining else remaining, term_length)
-        if available <= 0:
-            break
-        wire = HEADER_LENGTH if frame_type(term + offset) == HDR_TYPE_PAD else available
-        iovs[n].iov_base = <void *>(term + offset)
-        iovs[n].iov_len = wire
-        memset(&msgs[n], 0, sizeof(mmsghdr))
-        msgs[n].msg_hdr.msg_name = <void *>&address[0]
-        msgs[n].msg_hdr.msg_namelen = <socklen_t>address.shape[0]
-        msgs[n].msg_hdr.msg_iov = &iovs[n]
-        msgs[n].msg_hdr.msg_iovlen = 1
-        covers[n] = available
-        offset += available
-        remaining -= available
-        n += 1
+    for i in range(n):
+        memset(&msgs[i], 0, sizeof(mmsghdr))
+        msgs[i].msg_hdr.msg_name = <void *>&address[0]
+        msgs[i].msg_hdr.msg_namelen = <socklen_t>address.shape[0]
+        msgs[i].msg_hdr.msg_iov = &iovs[i]
+        msgs[i].msg_hdr.msg_iovlen = 1
     if n == 0:
         return (0, 0, 0, False)
     cdef int done = 0, run
@@ -344,15 +383,41 @@ def udp_receive_batch(int fd, buffer, int32_t slot_length, int32_t[::1] offsets 
     return _receive(fd, &b.view, slot_length, offsets, lengths, sources)
 
 
+cdef enum:
+    NOT_TAKEN = 0
+    INSERTED = 1
+    HEARTBEAT = 2
+    BEHIND = 3
+    OVER_RUN = 4
+    UNDER_RUN = 5
+
+DATA_NOT_TAKEN = NOT_TAKEN
+""":meth:`ImageReceiver.on_datagram`: invalid (the caller counts it as an invalid packet)."""
+DATA_INSERTED = INSERTED
+"""Inserted into its term (possibly a duplicate of frames already there: the rebuild skips them)."""
+DATA_HEARTBEAT = HEARTBEAT
+"""A heartbeat (no term bytes): its position may raise the HWM or mark the end of the stream."""
+DATA_BEHIND = BEHIND
+"""Behind rcv-pos but not behind the subscribers: already rebuilt, dropped uncounted."""
+DATA_OVER_RUN = OVER_RUN
+"""Past the window above the slowest subscriber: dropped and counted ("Flow control over runs")."""
+DATA_UNDER_RUN = UNDER_RUN
+"""Behind the slowest subscriber: dropped and counted ("Flow control under runs")."""
+
+
 cdef class ImageReceiver:
-    """The native half of one publication image's receive path, for :func:`udp_receive_data`.
+    """The native half of one publication image's receive path: the one rule deciding each DATA, PAD or
+    heartbeat datagram of the image, for :func:`insert_data_batch` and :meth:`on_datagram`.
 
     The image's identity (session, stream, the source address its SETUP came from, as ``address << 16 |
-    port``) and its log are fixed; before each batch its owner sets ``rebuild`` (rcv-pos), ``floor``
-    (the slowest subscriber's position) and ``hwm``, and reads back ``hwm`` and ``inserted`` after it.
-    A stale ``rebuild`` or ``floor`` can only be lower than the truth, which makes the window check
-    stricter, never looser: a datagram it refuses goes to the Python path, which decides with fresh
-    values.
+    port``; 0 matches no datagram of a batch) and its log are fixed; before each batch its owner sets
+    ``rebuild`` (rcv-pos), ``floor`` (the slowest subscriber's position), ``hwm`` and ``eos_position``,
+    zeroes the tallies, and reads them back after it. The rule: a heartbeat inside the window
+    (``position <= floor + term/2``) may raise the HWM, and marks the end of the stream if it has the EOS
+    flag and is not behind rcv-pos; data is inserted if ``rebuild <= position``, ``floor <= position`` and
+    ``position + length <= floor + term/2`` (a PAD writes only its header, as Aeron's check does), else
+    counted as an over-run (at or past rcv-pos) or an under-run (behind the subscribers). A stale ``floor``
+    can only be lower than the truth: the window is then stricter, never looser.
     """
 
     cdef LogView _log
@@ -366,7 +431,12 @@ cdef class ImageReceiver:
     cdef public int64_t rebuild
     cdef public int64_t floor
     cdef public int64_t hwm
+    cdef public int64_t eos_position
+    cdef public int64_t received  # datagrams decided since the tallies were zeroed (all the kinds below)
     cdef public int64_t inserted
+    cdef public int64_t heartbeats
+    cdef public int64_t over_runs
+    cdef public int64_t under_runs
 
     def __cinit__(self, LogView log not None, int32_t session_id, int32_t stream_id, uint64_t source_key):
         if log.closed:
@@ -380,49 +450,78 @@ cdef class ImageReceiver:
         self.session_id = session_id
         self.stream_id = stream_id
         self.source_key = source_key
-        self.rebuild = self.floor = self.hwm = self.inserted = 0
+        self.rebuild = self.floor = self.hwm = 0
+        self.eos_position = -1
+        self.received = self.inserted = self.heartbeats = self.over_runs = self.under_runs = 0
 
-    cdef bint _insert(self, const char *p, int32_t length) noexcept:
-        """Insert the datagram if the Python path would: valid, covering term bytes (not a heartbeat),
-        at or past rcv-pos and the floor, and within the window above the floor."""
+    cdef int _on_data(self, const char *p, int32_t length) noexcept:
+        """Decide one DATA-path datagram of this image by the rule above; returns a DATA_* code."""
+        if self._log.base == NULL:  # the log was closed under us: the dispatch drops it
+            return NOT_TAKEN
         cdef int64_t covered = check_data_frames(p, length, self.term_length)
-        if covered <= 0:
-            return False
+        if covered < 0:
+            return NOT_TAKEN
         cdef int32_t term_offset = (<int32_t *>(p + TERM_OFFSET_OFFSET))[0]
         cdef int32_t term_count = <int32_t>((<int32_t *>(p + TERM_ID_OFFSET))[0] - self.initial_term_id)
         cdef int64_t position = ((<int64_t>term_count) << self._shift) + term_offset
-        if position < self.rebuild or position < self.floor or position + length > self.floor + (self.term_length >> 1):
-            return False
+        cdef int64_t window_end = self.floor + (self.term_length >> 1)
+        self.received += 1
+        if covered == 0:  # a heartbeat
+            if position <= window_end:
+                if (<uint8_t *>(p + FLAGS_OFFSET))[0] & EOS_FLAG and self.rebuild <= position:
+                    self.eos_position = position  # a sender's end is never behind what was rebuilt
+                if position > self.hwm:
+                    self.hwm = position
+            self.heartbeats += 1
+            return HEARTBEAT
+        if position < self.rebuild or position < self.floor or position + length > window_end:
+            if position >= self.rebuild:
+                self.over_runs += 1
+                return OVER_RUN
+            if position < self.floor:  # behind what the subscribers consumed: a retransmit someone else asked for
+                self.under_runs += 1
+                return UNDER_RUN
+            return BEHIND
         rebuild_insert(self._terms[partition_index(term_count)] + term_offset, p, length)
         if position + covered > self.hwm:
             self.hwm = position + covered
         self.inserted += 1
-        return True
+        return INSERTED
+
+    def on_datagram(self, packet) -> int:
+        """Decide one DATA, PAD or heartbeat datagram of this image (its session and source already
+        checked by the caller) by the same rule as a batch: a DATA_* code, DATA_NOT_TAKEN if invalid."""
+        cdef TermBuffer d = TermBuffer(packet, False)
+        if d.view.len > 0x7FFFFFFF:
+            return 0
+        return self._on_data(<const char *>d.view.buf, <int32_t>d.view.len)
 
 
-def udp_receive_data(int fd, buffer, int32_t slot_length, int32_t[::1] offsets not None,
-                     int32_t[::1] lengths not None, uint64_t[::1] sources not None, list receivers not None) -> tuple:
-    """:func:`udp_receive_batch`, then the data path for the batch: each DATA datagram that one of
-    ``receivers`` (:class:`ImageReceiver`) takes is inserted, and its length set to -1; every other
-    datagram keeps its length for the caller's dispatch. Returns (datagrams, bytes) received."""
+cdef int64_t _insert_batch(Py_buffer *b, int count, int32_t[::1] offsets, int32_t[::1] lengths,
+                           uint64_t[::1] sources, list receivers) except -1:
+    """The data path over ``count`` datagrams of a batch: each DATA-path datagram of one of ``receivers``
+    from its source that the receiver decides is marked taken (length -1). Returns the bytes of the batch."""
     cdef Py_ssize_t k, n_receivers = PyList_GET_SIZE(receivers)
     for k in range(n_receivers):
         if not isinstance(<object>PyList_GET_ITEM(receivers, k), ImageReceiver):
             raise TypeError("receivers must hold ImageReceiver objects only")
-    cdef TermBuffer b = TermBuffer(buffer, True)
-    cdef int count = _receive(fd, &b.view, slot_length, offsets, lengths, sources)
+    if count < 0 or count > lengths.shape[0] or count > offsets.shape[0] or count > sources.shape[0]:
+        raise ValueError(f"count={count} is outside the batch's {lengths.shape[0]} entries")
     cdef int i
     cdef int64_t total = 0
-    cdef int32_t length, session_id, stream_id
+    cdef int32_t length, offset, session_id, stream_id
     cdef const char *p
     cdef uint16_t type_
     cdef ImageReceiver r
     for i in range(count):
         length = lengths[i]
-        total += length
-        if length < HEADER_LENGTH:
+        offset = offsets[i]
+        if length < 0:
             continue
-        p = <const char *>b.view.buf + offsets[i]
+        total += length
+        if length < HEADER_LENGTH or offset < 0 or <Py_ssize_t>offset + length > b.len:
+            continue
+        p = <const char *>b.buf + offset
         type_ = frame_type(p)
         if (<uint8_t *>(p + VERSION_OFFSET))[0] != 0 or (type_ != HDR_TYPE_DATA and type_ != HDR_TYPE_PAD):
             continue
@@ -431,10 +530,32 @@ def udp_receive_data(int fd, buffer, int32_t slot_length, int32_t[::1] offsets n
         for k in range(n_receivers):
             r = <ImageReceiver>PyList_GET_ITEM(receivers, k)
             if r.session_id == session_id and r.stream_id == stream_id:
-                if r.source_key == sources[i] and r._log.base != NULL and r._insert(p, length):
+                if r.source_key != 0 and r.source_key == sources[i] and r._on_data(p, length) != NOT_TAKEN:
                     lengths[i] = -1
                 break
-    return count, total
+    return total
+
+
+def insert_data_batch(buffer, int count, int32_t[::1] offsets not None, int32_t[::1] lengths not None,
+                      uint64_t[::1] sources not None, list receivers not None) -> int:
+    """The receive data path over a batch already in ``buffer`` (datagram i: ``lengths[i]`` bytes at
+    ``offsets[i]`` from ``sources[i]``, as :func:`udp_receive_batch` leaves them): each DATA-path datagram
+    that one of ``receivers`` (:class:`ImageReceiver`) decides is marked taken, its length set to -1;
+    every other datagram keeps its length for the caller's dispatch. Returns the bytes of the batch."""
+    cdef TermBuffer b = TermBuffer(buffer, True)
+    return _insert_batch(&b.view, count, offsets, lengths, sources, receivers)
+
+
+def udp_receive_data(int fd, buffer, int32_t slot_length, int32_t[::1] offsets not None,
+                     int32_t[::1] lengths not None, uint64_t[::1] sources not None, list receivers not None) -> tuple:
+    """:func:`udp_receive_batch`, then :func:`insert_data_batch` over it. Returns (datagrams, bytes) received."""
+    cdef Py_ssize_t k
+    for k in range(PyList_GET_SIZE(receivers)):  # before reading: a bad list must not lose a batch
+        if not isinstance(<object>PyList_GET_ITEM(receivers, k), ImageReceiver):
+            raise TypeError("receivers must hold ImageReceiver objects only")
+    cdef TermBuffer b = TermBuffer(buffer, True)
+    cdef int count = _receive(fd, &b.view, slot_length, offsets, lengths, sources)
+    return count, _insert_batch(&b.view, count, offsets, lengths, sources, receivers)
 
 
 cdef inline uint32_t _ntohl(uint32_t v) noexcept nogil:

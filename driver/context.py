@@ -20,6 +20,7 @@ from logbuf.conduit.error_log import epoch_ms
 from logbuf.directory import ENV_PREFIX, resolve_dir
 from logbuf.driver.destination_tracker import AllowedSources
 from logbuf.driver.udp import TransportFactory, UdpTransport
+from logbuf.durations import parse_duration_ns
 from logbuf.errors import ConfigurationError
 from logbuf.logbuffer import data_header_descriptor as dh
 from logbuf.logbuffer import log_buffer_descriptor as lbd
@@ -33,12 +34,8 @@ def _size(text: str) -> int:
 
 
 def _duration_ns(text: str) -> int:
-    """Durations accept ns/us/ms/s suffixes; a bare number is nanoseconds."""
-    t = text.strip().lower()
-    for suffix, mult in (("ns", 1), ("us", 1_000), ("ms", 1_000_000), ("s", 1_000_000_000)):
-        if t.endswith(suffix):
-            return int(float(t[: -len(suffix)]) * mult)
-    return int(t)
+    """Durations in :mod:`logbuf.durations`' grammar (``100us``, ``10s``, ``5m``); a bare number is nanoseconds."""
+    return parse_duration_ns(text)
 
 
 def _bool(text: str) -> bool:

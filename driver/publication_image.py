@@ -1,8 +1,10 @@
 """A publication image: the receiver's copy of a remote publication's log, rebuilt from datagrams.
 
-Sans-IO: the receiver agent hands it checked DATA-path datagrams (:meth:`insert_packet`) and
-calls :meth:`track_rebuild` with ``now_ns`` and a ``send`` callable for its NAKs and status
-messages. Positions (Aeron's counters)::
+Sans-IO: the receiver's transport decides its DATA-path datagrams in C, a batch at a time, with the
+native half of the image (:meth:`native_receiver`, :class:`logbuf.driver._udp.ImageReceiver`: the one
+insert and window rule), and the image takes the results back (:meth:`native_received`); a datagram
+handed over alone goes through the same rule (:meth:`insert_packet`). The agent calls
+:meth:`track_rebuild` with ``now_ns`` and a ``send`` callable for its NAKs and status messages. Positions (Aeron's counters)::
 
     rcv-hwm   highest position seen (data end or heartbeat), gaps allowed
     rcv-pos   end of the contiguous frames from the join position (the rebuild position)
@@ -41,6 +43,7 @@ from logbuf.driver.nak_delay import OptimalMulticastDelayGenerator, StaticDelayG
 from logbuf.driver.system_counters import SystemCounterId, SystemCounters
 from logbuf.logbuffer import data_header_descriptor as dh
 from logbuf.logbuffer.log_buffer import LogBuffers
+from logbuf.protocol.frame_header import Buffer
 from logbuf.protocol.nak import NakFrame
 from logbuf.protocol.status import END_OF_STREAM_FLAG, StatusMessageFrame
 
@@ -55,6 +58,18 @@ below it, well behind the cleaned position even when cleaning lags by a step."""
 MAX_GAPS = 16
 """Any consumption progress is reported within 1 ms (besides Aeron's quarter-window and 200 ms
 rules), so a lost SM stalls a blocked sender for a millisecond, not for 200."""
+NO_SOURCE_KEY = 0
+"""The native source key of an address that is not IPv4: it matches no datagram of a batch."""
+
+
+def source_key(address: tuple[str, int]) -> int:
+    """An IPv4 address as the native data path keys sources (``address << 16 | port``, host order, as
+    :func:`logbuf.driver._udp.udp_receive_batch` reports them); NO_SOURCE_KEY if it is not one."""
+    host, port = address
+    try:
+        return int.from_bytes(socket.inet_aton(host), "big") << 16 | port
+    except OSError:
+        return NO_SOURCE_KEY
 
 
 @dataclass
@@ -159,65 +174,51 @@ class PublicationImage:
         return sub
 
     # -- receiving ---------------------------------------------------------------------------------
-    def insert_packet(self, term_id: int, term_offset: int, packet: memoryview, covered: int, now_ns: int) -> bool:
-        """Put a checked DATA-path datagram covering ``covered`` term bytes (0: a heartbeat) into the
-        log; False if it fell outside the window."""
-        self.time_of_last_packet_ns = now_ns
-        position = self.log.position_of(term_id, term_offset)
-        if covered == 0:  # heartbeat
-            in_window = position <= self.min_subscriber_position() + self.log.term_length // 2
-            if packet[5] & dh.EOS_FLAG and self.rebuild <= position and in_window:  # a sender's end is never behind
-                self.eos_position = position
-            if position > self.hwm and in_window:
-                self.hwm = position
-                self.counters.set_value(self.hwm_id, position)
-            self.system_counters.increment(SystemCounterId.HEARTBEATS_RECEIVED)
-            self.sm_requested = True  # a sender that heartbeats may be waiting for an SM we sent and lost
-            return True
-        end = position + covered
-        floor = self.min_subscriber_position()
-        # the window bounds what is written (a PAD writes only its header, as Aeron's check does)
-        if position < self.rebuild or position + len(packet) > floor + self.log.term_length // 2 or position < floor:
-            if position >= self.rebuild:
-                self.system_counters.increment(SystemCounterId.FLOW_CONTROL_OVER_RUNS)
-            elif (
-                position < floor
-            ):  # data behind what the subscribers consumed: a retransmit someone else asked for, say
-                self.system_counters.increment(SystemCounterId.FLOW_CONTROL_UNDER_RUNS)
-            return False
-        native.term_rebuild_insert(self.log.terms[(position // self.log.term_length) % 3], term_offset, packet)
-        if end > self.hwm:
-            self.hwm = end
-            self._hwm_counter.set_ordered(end)
-        return True
+    def insert_packet(self, packet: Buffer, now_ns: int) -> int:
+        """Decide one DATA, PAD or heartbeat datagram of this image (its source already checked) by the
+        native rule a batch runs (:class:`logbuf.driver._udp.ImageReceiver`): inserted, a heartbeat, or
+        dropped and counted; returns the ``_udp.DATA_*`` code (DATA_NOT_TAKEN: invalid, the caller counts
+        it). The receive path for a datagram handed over one by one (fault injection, a test)."""
+        code: int = self.native_receiver().on_datagram(packet)
+        self.native_received(now_ns)
+        return code
 
     def native_receiver(self) -> _udp.ImageReceiver:
         """This image's native receive path (made on first use), primed with rcv-pos, the slowest
-        subscriber's position and the HWM for the batch about to be read (see
-        :func:`logbuf.driver._udp.udp_receive_data`)."""
+        subscriber's position, the HWM and the end of the stream for the batch about to be read (see
+        :func:`logbuf.driver._udp.insert_data_batch`)."""
         native_rx = self._native
         if native_rx is None:
-            host, port = self.source_address
-            try:
-                key = int.from_bytes(socket.inet_aton(host), "big") << 16 | port
-            except OSError:  # not an IPv4 address: no datagram can match it, all go the Python way
-                key = 0
-            native_rx = self._native = _udp.ImageReceiver(self.log.view, self.session_id, self.stream_id, key)
+            native_rx = self._native = _udp.ImageReceiver(
+                self.log.view, self.session_id, self.stream_id, source_key(self.source_address)
+            )
         native_rx.rebuild = self.rebuild
         native_rx.floor = self.min_subscriber_position()
         native_rx.hwm = self.hwm
-        native_rx.inserted = 0
+        native_rx.eos_position = self.eos_position
         return native_rx
 
     def native_received(self, now_ns: int) -> None:
-        """After a batch: take back the HWM the native path raised, and note the time of the last packet."""
+        """After a batch: take back what the native path decided (HWM, end of stream, the time of the last
+        packet) and add its tallies to the system counters."""
         native_rx = self._native
-        if native_rx is None or not native_rx.inserted:
+        if native_rx is None or not native_rx.received:
             return
         self.time_of_last_packet_ns = now_ns
         if native_rx.hwm > self.hwm:
             self.hwm = native_rx.hwm
             self._hwm_counter.set_ordered(self.hwm)
+        self.eos_position = native_rx.eos_position
+        counters = self.system_counters
+        if native_rx.heartbeats:
+            counters.increment(SystemCounterId.HEARTBEATS_RECEIVED, native_rx.heartbeats)
+            self.sm_requested = True  # a sender that heartbeats may be waiting for an SM we sent and lost
+        if native_rx.over_runs:
+            counters.increment(SystemCounterId.FLOW_CONTROL_OVER_RUNS, native_rx.over_runs)
+        if native_rx.under_runs:
+            counters.increment(SystemCounterId.FLOW_CONTROL_UNDER_RUNS, native_rx.under_runs)
+        native_rx.received = native_rx.inserted = native_rx.heartbeats = native_rx.over_runs = 0
+        native_rx.under_runs = 0
 
     # -- duty cycle --------------------------------------------------------------------------------
     def _scan(self) -> tuple[int, dict[int, int]]:

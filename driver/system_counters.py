@@ -73,9 +73,5 @@ class SystemCounters:
     def get(self, counter_id: SystemCounterId) -> int:
         return native.get_int64_volatile(self._values, self._offsets[counter_id])
 
-    def propose_max(self, counter_id: SystemCounterId, value: int) -> None:
-        if value > native.get_int64_volatile(self._values, self._offsets[counter_id]):
-            native.put_int64_ordered(self._values, self._offsets[counter_id], value)
-
     def offset(self, counter_id: SystemCounterId) -> int:
         return self._offsets[counter_id]

@@ -22,7 +22,7 @@ from __future__ import annotations
 import select
 from typing import Final, Generic, TypeVar
 
-from logbuf.driver.udp import ChannelEndpoint, ReceiveBatch, UdpTransport
+from logbuf.driver.udp import ChannelEndpoint, ReceiveBatch
 
 MAX_READY_PER_CYCLE: Final[int] = 32
 """Readable endpoints one cycle dispatches at most; the rest are still readable (level-triggered) next
@@ -59,7 +59,7 @@ class TransportPoller(Generic[E]):
     def add(self, endpoint: E) -> None:
         transport = endpoint.transport
         fd = transport.fileno()
-        if fd < 0 or not isinstance(transport, UdpTransport) or transport.faults is not None:
+        if fd < 0:  # no descriptor, or one that must be polled every cycle (fault injection)
             self.unselectable.append(endpoint)
             return
         self._epoll.register(fd, select.EPOLLIN)

@@ -8,22 +8,27 @@ address. The protocol itself lives in :mod:`driver.network_publication` and
 :mod:`driver.publication_image`; the sender and receiver agents (:mod:`driver.sender`,
 :mod:`driver.receiver`) poll the endpoints and own their dispatch state.
 
-**Dispatch.** :meth:`ChannelEndpoint.on_datagram` checks the common header (length, version),
-picks the handler for the frame type from a table built of :mod:`logbuf.protocol`'s constants
-and calls it. DATA and PAD are checked in C (``check_data_datagram``) and inserted into their
-image; every control frame goes through :func:`logbuf.protocol.codec.decode_exact` or
+**Dispatch.** The DATA of active images is decided in C a batch at a time
+(:func:`logbuf.driver._udp.insert_data_batch`: inserted, a heartbeat, or an over- or under-run, by each
+image's :class:`~logbuf.driver._udp.ImageReceiver`); everything else comes to
+:meth:`ChannelEndpoint.on_datagram`, which checks the common header (length, version), picks the handler
+for the frame type from a table built of :mod:`logbuf.protocol`'s constants and calls it. DATA and PAD it
+sees are checked in C (``check_data_datagram``) and handed to their image's same native rule one by one;
+every control frame goes through :func:`logbuf.protocol.codec.decode_exact` or
 :func:`~logbuf.protocol.codec.decode_control` (one frame filling the datagram). A datagram that is
 short, of another version, of a type the endpoint has no handler for, or malformed is counted
 ("Invalid packets") and dropped, never raised or logged per packet. Control frames meant for the
 other side (an SM at a receive endpoint, an ERR at either) are decoded only so that a malformed
 one counts.
 
-**The socket seam.** An endpoint moves bytes through a :class:`DatagramTransport`: a
-:class:`UdpTransport` (a non-blocking socket, ``recvmmsg`` batches, ``sendmmsg`` straight from the
-term) in the driver, an in-memory link in the tests, so the tests drive this same dispatch. The
-driver context's ``udp_transport`` makes them. :class:`FaultInjector` (driver settings
-``udp_drop_rate``, ``udp_duplicate_rate``, ``udp_reorder_rate``, ``udp_fault_seed``) drops,
-duplicates and reorders a fraction of the datagrams a UDP transport receives, for tests and demos.
+**The socket seam.** An endpoint moves bytes through a :class:`DatagramTransport`, whose batch receive and
+batch send run the native data path: a :class:`UdpTransport` (a non-blocking socket, ``recvmmsg`` batches,
+``sendmmsg`` straight from the term) in the driver, an in-memory lossy link in the tests (the same native
+routines without the syscalls), so the tests drive this same dispatch and the same C. The driver
+context's ``udp_transport`` makes them. :class:`FaultInjector` (driver settings ``udp_drop_rate``,
+``udp_duplicate_rate``, ``udp_reorder_rate``, ``udp_fault_seed``) drops, duplicates and reorders a
+fraction of the datagrams a UDP transport receives, for tests and demos (those go through
+:meth:`ChannelEndpoint.on_datagram` one by one).
 """
 
 from __future__ import annotations
@@ -223,24 +228,51 @@ def _is_multicast(host: str) -> bool:
 
 # -- the socket seam ---------------------------------------------------------------------------------
 class DatagramTransport(Protocol):
-    """What an endpoint needs from the network: receive what has arrived, send one datagram."""
+    """What an endpoint needs from the network: receive batches through the native data path, send one
+    datagram or a run of a term's frames. :class:`UdpTransport` is the driver's; the tests' in-memory link
+    (``logbuf`` tests: ``tests/support/link.py``) runs the same native routines (:mod:`logbuf.driver._udp`:
+    ``insert_data_batch`` for what arrives, ``term_datagrams`` for what goes), so a test over it exercises
+    the data path production runs."""
 
     @property
     def local_address(self) -> Address:
         """Where this transport is bound (its ephemeral port resolved)."""
         ...
 
-    def receive(self, handler: DatagramHandler) -> int:
-        """Hand every datagram that has arrived (up to a batch) to ``handler``; returns how many."""
+    def receive(self, handler: DatagramHandler, batch: ReceiveBatch | None = None, checked: bool = False) -> int:
+        """Hand every datagram that has arrived (up to a batch) to ``handler``; returns how many. ``batch``:
+        where they land (the agent's shared one; else the transport's own); ``checked``: the caller has just
+        seen the transport readable."""
+        ...
+
+    def receive_data(
+        self,
+        receivers: list[_udp.ImageReceiver],
+        handler: DatagramHandler,
+        batch: ReceiveBatch | None = None,
+        checked: bool = False,
+    ) -> int:
+        """:meth:`receive` with the native data path first: DATA-path datagrams that one of ``receivers``
+        decides (:func:`logbuf.driver._udp.insert_data_batch`) never reach ``handler``; the rest do."""
+        ...
+
+    def readable(self) -> bool:
+        """Datagrams (or fault-injected deliveries) wait: :meth:`receive` would do something."""
         ...
 
     def send_to(self, datagram: Buffer, address: Address) -> int:
         """Send one datagram; returns the bytes the network took (0 if it took none)."""
         ...
 
+    def frame_sender(self, destination: Address) -> SendFrames:
+        """The batch send of committed frames straight from a term to ``destination`` (the sender's hot
+        path; see :data:`logbuf.driver.network_publication.SendFrames`)."""
+        ...
+
     def fileno(self) -> int:
         """A file descriptor that is readable when datagrams wait (the agent's epoll set holds it, and the
-        duty cycle parks on that), or -1 if there is none (then the agent polls it every cycle)."""
+        duty cycle parks on that), or -1 if there is none or the transport must be polled every cycle
+        anyway (fault injection holding a datagram back): then the agent polls it every cycle."""
         ...
 
     def close(self) -> None: ...
@@ -355,8 +387,8 @@ class UdpTransport:
         self,
         receivers: list[_udp.ImageReceiver],
         handler: DatagramHandler,
-        checked: bool = False,
         batch: ReceiveBatch | None = None,
+        checked: bool = False,
     ) -> int:
         """:meth:`receive` with the data path in C: DATA that one of ``receivers`` takes is inserted
         with no Python per datagram (see :func:`logbuf.driver._udp.udp_receive_data`); ``handler`` gets
@@ -429,7 +461,7 @@ class UdpTransport:
         return send_frames
 
     def fileno(self) -> int:
-        return self.socket.fileno()
+        return -1 if self.faults is not None else self._fd  # a held, reordered datagram needs a poll every cycle
 
     def close(self) -> None:
         self.socket.close()
@@ -470,10 +502,7 @@ class ChannelEndpoint:
     def poll(self, batch: ReceiveBatch | None = None, checked: bool = False) -> int:
         """Dispatch what the transport has received; returns how many datagrams. A UDP transport reads
         into ``batch`` (its agent's); ``checked``: the agent's epoll found the socket readable."""
-        transport = self.transport
-        if isinstance(transport, UdpTransport):
-            return transport.receive(self.on_datagram, batch, checked)
-        return transport.receive(self.on_datagram)
+        return self.transport.receive(self.on_datagram, batch, checked)
 
     def send_to(self, datagram: Buffer, address: Address) -> int:
         return self.transport.send_to(datagram, address)
@@ -513,13 +542,10 @@ class SendChannelEndpoint(ChannelEndpoint):
         self._destination_changes = 0
         self.publications: dict[tuple[int, int], NetworkPublication] = {}
         self._frame_senders: dict[Address, SendFrames] = {}
-        self.send_frames: SendFrames | None = None
-        """The batch send of a UDP transport; None: the publication sends datagram by datagram."""
-        if isinstance(transport, UdpTransport):
-            if destination is not None:
-                self.send_frames = transport.frame_sender(destination)
-            else:
-                self.send_frames = self._send_frames_to_all
+        self.send_frames: SendFrames = (
+            transport.frame_sender(destination) if destination is not None else self._send_frames_to_all
+        )
+        """The batch send of committed frames (the transport's, or MDC's to every destination)."""
         self.handlers = {
             HDR_TYPE_SM: self._on_status_message,
             HDR_TYPE_NAK: self._on_nak,
@@ -544,7 +570,7 @@ class SendChannelEndpoint(ChannelEndpoint):
         """MDC's batch send: the first destination that takes the batch decides how far it goes, the others
         get exactly the same datagrams. A destination whose send fails (unreachable, buffer full) misses
         the batch and NAKs it later; it does not hold the others back."""
-        assert self.destinations is not None and isinstance(self.transport, UdpTransport)
+        assert self.destinations is not None
         covered = datagrams = 0
         for destination in self.destinations.destinations:
             sender = self._frame_senders.get(destination.address)
@@ -716,19 +742,18 @@ class ReceiveChannelEndpoint(ChannelEndpoint):
         }
 
     def poll(self, batch: ReceiveBatch | None = None, checked: bool = False) -> int:
-        """Dispatch what arrived. Over a :class:`UdpTransport` the DATA of active images is inserted in C,
-        a batch per call, and only the rest comes through :meth:`on_datagram`; the images' positions are
-        handed to the native side before the batch and their high-water marks taken back after it."""
+        """Dispatch what arrived: the DATA of active images is decided in C, a batch per call
+        (:meth:`DatagramTransport.receive_data`), and only the rest comes through :meth:`on_datagram`; the
+        images' positions are handed to the native side before the batch and what it decided taken back
+        after it."""
         transport = self.transport
-        if not isinstance(transport, UdpTransport):
-            return transport.receive(self.on_datagram)
         if not self.images:
             return transport.receive(self.on_datagram, batch, checked)
         if not checked and not transport.readable():  # the common idle cycle: no receivers to prime
             return 0
         active = [image for image in self.images.values() if image.state is ImageState.ACTIVE]
         receivers = [image.native_receiver() for image in active]
-        n = transport.receive_data(receivers, self.on_datagram, checked=True, batch=batch)
+        n = transport.receive_data(receivers, self.on_datagram, batch, checked=True)
         if n:
             now = self.clock_ns()
             for image in active:
@@ -771,7 +796,7 @@ class ReceiveChannelEndpoint(ChannelEndpoint):
             if source is not bound and source != bound:
                 counters.increment(SystemCounterId.SPOOFED_FRAMES_DROPPED)
             elif image.state is ImageState.ACTIVE:
-                image.insert_packet(term_id, term_offset, datagram, covered, self.clock_ns())
+                image.insert_packet(datagram, self.clock_ns())  # the native rule, as a batch decides
         elif stream_id in self.subscribed_stream_ids and not (covered == 0 and datagram[5] & dh.EOS_FLAG):
             now, key, elicited = self.clock_ns(), (session_id, stream_id), self._elicited
             due = elicited.get(key)

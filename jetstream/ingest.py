@@ -49,6 +49,18 @@ strictly increasing in ``time_us`` without losing or repeating events:
 * A v2 upstream's extra top-level ``"cursor"`` field is removed (strict v1 clients reject unknown
   keys).
 * Frames that are not v1 events (bad JSON, missing fields, binary frames) are counted and dropped.
+
+**Collections as topics** (optional, a :class:`TopicTee`): every event published is then offered again on a
+second stream, a topic stream (:mod:`logbuf.client.topics`), with its collection as the topic
+(``app.bsky.feed.post``; ``identity``, ``account`` and ``commit`` for events without one: single tokens, which
+no collection NSID can be), so a subscriber takes ``app.bsky.feed.*`` or ``app.bsky.>`` filtered in its native
+poll. It is a second stream, not the event stream itself, because a topic stream's reserved value is the topic
+id while the relay, its recordings and backfill read ``time_us`` from the event stream's. The topic offer follows
+the event's own offer, so the topic stream carries the same events in the same order; back-pressure waits as on
+the event stream, but ``NOT_CONNECTED`` (no topic subscriber anywhere) drops the copy, counted as
+``topic_not_connected``, rather than stall the relay. Distinct topics are bounded (``max_topics``, an upstream
+cannot fill the host's topic registry): a collection beyond it, or one that is not a topic name, goes out as
+topic ``overflow``, counted.
 """
 
 from __future__ import annotations
@@ -69,9 +81,10 @@ from websockets.asyncio.client import connect
 
 from logbuf.client.aio import AsyncIdle, MaxPositionExceededError
 from logbuf.errors import ClosedError, LogbufError
-from logbuf.jetstream.events import parse_event
+from logbuf.jetstream.events import KIND_COMMIT, parse_event
 from logbuf.jetstream.generator import EventGenerator
 from logbuf.logbuffer.publication import OfferResult
+from logbuf.topic_names import TopicNameError, check_topic_name
 
 __all__ = [
     "DEFAULT_REWIND_S",
@@ -82,6 +95,7 @@ __all__ = [
     "OriginClock",
     "PublicationClosedError",
     "Sequencer",
+    "TopicTee",
     "UpstreamSource",
     "check_rate",
     "check_upstream_url",
@@ -125,6 +139,12 @@ class Publisher(Protocol):
     def max_message_length(self) -> int: ...
 
 
+class TopicPublisher(Protocol):
+    """What the topic tee needs from a topic publication (``client.topics.TopicPublication`` has it)."""
+
+    def offer(self, topic: str, payload: bytes) -> int: ...
+
+
 def wall_clock_us() -> int:
     return time.time_ns() // 1000
 
@@ -165,6 +185,10 @@ class IngestStats:
     not_connected: int = 0
     connections: int = 0
     disconnects: int = 0
+    topic_published: int = 0
+    topic_not_connected: int = 0
+    topic_back_pressured: int = 0
+    topic_overflow: int = 0
     last_time_us: int = 0
     last_error: str = ""
 
@@ -303,38 +327,57 @@ class Sequencer:
 
 
 class StreamPublisher:
-    """Offers events into the stream, retrying without dropping (see the module docstring)."""
+    """Offers events into the stream, retrying without dropping (see the module docstring), and with a
+    :class:`TopicTee` each one again on the topic stream, after it."""
 
-    def __init__(self, publication: Publisher, stats: IngestStats) -> None:
+    def __init__(self, publication: Publisher, stats: IngestStats, tee: TopicTee | None = None) -> None:
         self.publication = publication
         self.stats = stats
+        self.tee = tee
+        self._pending_topic: str | None = None
+        """The topic of the event in the stream whose copy the topic stream has not taken yet."""
 
     def try_publish(self, raw: bytes, time_us: int) -> bool:
         """One offer, no waiting: True when the event is in the stream (or dropped as oversized),
         False when the caller must ``await publish(...)`` (back-pressure and the like)."""
-        try:
-            result = self.publication.offer(raw, time_us)
-        except ValueError:  # longer than the stream's largest message: cannot be carried
-            self.stats.oversized += 1
+        if self._pending_topic is None:
+            try:
+                result = self.publication.offer(raw, time_us)
+            except ValueError:  # longer than the stream's largest message: cannot be carried
+                self.stats.oversized += 1
+                return True
+            if result < 0:
+                return False
+            self._published(raw, time_us)
+            if self.tee is None:
+                return True
+            self._pending_topic = self.tee.topic_of(raw)
+        assert self.tee is not None
+        if self.tee.try_offer(raw, self._pending_topic):
+            self._pending_topic = None
             return True
-        if result < 0:
-            return False
-        stats = self.stats
-        stats.published += 1
-        stats.published_bytes += len(raw)
-        stats.last_time_us = time_us
-        return True
+        return False
 
     async def publish(self, raw: bytes, time_us: int) -> None:
         """Offer until the event is in the stream, awaiting (backing off) while back-pressured."""
         if self.try_publish(raw, time_us):
             return
-        try:
-            await self.publication.offer_async(raw, time_us, idle=_OFFER_IDLE, on_refused=self._count_refusal)
-        except ClosedError:
-            raise PublicationClosedError("publication offer failed: CLOSED") from None
-        except MaxPositionExceededError as e:
-            raise IngestError(f"publication offer failed: MAX_POSITION_EXCEEDED ({e})") from None
+        if self._pending_topic is None:  # the event stream refused it
+            try:
+                await self.publication.offer_async(raw, time_us, idle=_OFFER_IDLE, on_refused=self._count_refusal)
+            except ClosedError:
+                raise PublicationClosedError("publication offer failed: CLOSED") from None
+            except MaxPositionExceededError as e:
+                raise IngestError(f"publication offer failed: MAX_POSITION_EXCEEDED ({e})") from None
+            self._published(raw, time_us)
+            if self.tee is None:
+                return
+            self._pending_topic = self.tee.topic_of(raw)
+        assert self.tee is not None
+        await self.tee.offer(raw, self._pending_topic)
+        self._pending_topic = None
+
+    def _published(self, raw: bytes, time_us: int) -> None:
         stats = self.stats
         stats.published += 1
         stats.published_bytes += len(raw)
@@ -345,6 +388,77 @@ class StreamPublisher:
             self.stats.back_pressured += 1
         elif result == OfferResult.NOT_CONNECTED:
             self.stats.not_connected += 1
+
+
+OVERFLOW_TOPIC: Final = "overflow"
+"""The topic of events whose collection is not a topic name, or is new beyond ``max_topics``."""
+DEFAULT_MAX_TOPICS: Final = 4096
+"""Distinct collections the tee names (the live network has a few hundred); each costs a registry record."""
+
+
+class TopicTee:
+    """Offers each published event again on a topic stream, its topic the event's collection (see the module
+    docstring): ``topic_of(raw)``, then ``try_offer`` or ``await offer``."""
+
+    def __init__(
+        self, publication: TopicPublisher, stats: IngestStats, *, max_topics: int = DEFAULT_MAX_TOPICS
+    ) -> None:
+        if max_topics < 1:
+            raise ValueError(f"max_topics={max_topics} must be at least 1")
+        self.publication = publication
+        self.stats = stats
+        self.max_topics = max_topics
+        self._topics: dict[str, str] = {}
+        """Collection (or kind) -> the topic its events go out as."""
+
+    def topic_of(self, raw: bytes) -> str:
+        """The topic of an event already accepted into the stream (so it parses)."""
+        meta = parse_event(raw)
+        key = meta.collection if meta.kind == KIND_COMMIT and meta.collection else meta.kind
+        topic = self._topics.get(key)
+        if topic is None:
+            if len(self._topics) >= self.max_topics:
+                topic = OVERFLOW_TOPIC
+            else:
+                try:
+                    check_topic_name(key)
+                    topic = key
+                except TopicNameError:
+                    topic = OVERFLOW_TOPIC
+                self._topics[key] = topic
+        if topic is OVERFLOW_TOPIC:
+            self.stats.topic_overflow += 1
+        return topic
+
+    def try_offer(self, raw: bytes, topic: str) -> bool:
+        """One offer: True when it is done (in the topic stream, or dropped for want of any topic subscriber,
+        counted), False when the caller must ``await offer(...)``."""
+        stats = self.stats
+        try:
+            result = self.publication.offer(topic, raw)
+        except ValueError:  # longer than the topic stream's largest message
+            stats.oversized += 1
+            return True
+        if result >= 0:
+            stats.topic_published += 1
+            return True
+        if result == OfferResult.NOT_CONNECTED:
+            stats.topic_not_connected += 1
+            return True
+        if result == OfferResult.CLOSED:
+            raise PublicationClosedError("topic publication offer failed: CLOSED")
+        if result == OfferResult.MAX_POSITION_EXCEEDED:
+            raise IngestError("topic publication offer failed: MAX_POSITION_EXCEEDED")
+        if result == OfferResult.BACK_PRESSURED:
+            stats.topic_back_pressured += 1
+        return False  # BACK_PRESSURED, ADMIN_ACTION: again
+
+    async def offer(self, raw: bytes, topic: str) -> None:
+        """Offer until done, parking from 50 µs doubling to 10 ms while the topic stream back-pressures."""
+        park_s = _OFFER_IDLE.min_park_s
+        while not self.try_offer(raw, topic):
+            await asyncio.sleep(park_s)
+            park_s = min(park_s * 2, _OFFER_IDLE.max_park_s)
 
 
 class Source(Protocol):
@@ -525,9 +639,18 @@ class UpstreamSource:
 class Ingest:
     """Runs one source into a publication on its own thread: ``start()``, ``stop()``, ``stats``."""
 
-    def __init__(self, publication: Publisher, source: Source) -> None:
+    def __init__(
+        self,
+        publication: Publisher,
+        source: Source,
+        *,
+        topics: TopicPublisher | None = None,
+        max_topics: int = DEFAULT_MAX_TOPICS,
+    ) -> None:
+        """``topics``: also offer each event on this topic publication, its collection as the topic."""
         self.stats = IngestStats()
-        self.publisher = StreamPublisher(publication, self.stats)
+        tee = TopicTee(topics, self.stats, max_topics=max_topics) if topics is not None else None
+        self.publisher = StreamPublisher(publication, self.stats, tee)
         self.source = source
         self._loop: asyncio.AbstractEventLoop | None = None
         self._task: asyncio.Task[None] | None = None

@@ -39,6 +39,7 @@ import structlog
 from prometheus_client.core import Metric
 
 from logbuf.client import Subscription
+from logbuf.durations import parse_duration_ns
 from logbuf.errors import LogbufError
 from logbuf.jetstream import BUNDLED_ZSTD_DICTIONARY
 from logbuf.jetstream.backfill import (
@@ -86,19 +87,13 @@ DEFAULT_DRIVER_TIMEOUT_S = 10.0
 
 
 def _duration_s(text: str) -> float:
-    """``90``, ``90s``, ``15m``, ``24h``, ``1.5d`` -> seconds."""
-    t = text.strip().lower()
-    for suffix, mult in (("ms", 0.001), ("s", 1.0), ("m", 60.0), ("h", 3600.0), ("d", 86400.0)):
-        if t.endswith(suffix):
-            t, m = t[: -len(suffix)], mult
-            break
-    else:
-        m = 1.0
+    """Durations in :mod:`logbuf.durations`' grammar (``90s``, ``15m``, ``24h``, ``1.5d``; a bare number is
+    seconds) -> seconds."""
     try:
-        value = float(t) * m
+        value = parse_duration_ns(text.strip().removeprefix("-"), bare_unit="s") / 1e9
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a duration (e.g. 90s, 15m, 24h)") from None
-    if not value > 0 or value == float("inf"):
+    if not value > 0 or text.strip().startswith("-"):
         raise argparse.ArgumentTypeError(f"{text!r} must be a positive duration")
     return value
 
@@ -309,6 +304,15 @@ def build_parser() -> argparse.ArgumentParser:
         type=_stream_id,
         default=DEFAULT_STREAM_ID,
         help="stream id of the event stream (default: %(default)s)",
+    )
+    st.add_argument(
+        "--topics-stream-id",
+        type=_stream_id,
+        default=None,
+        metavar="STREAM_ID",
+        help="also publish each event on this stream of --channel with its collection (e.g. app.bsky.feed.post; "
+        "identity, account) as the topic, for topic subscribers (wildcards: app.bsky.feed.*, app.bsky.>); "
+        "copies are dropped and counted while no topic subscriber exists (default: off)",
     )
     st.add_argument(
         "--driver",
@@ -525,7 +529,13 @@ def _shutdown(run: _Running, log: Any) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.topics_stream_id is not None and args.topics_stream_id == args.stream_id:
+        parser.error(
+            f"--topics-stream-id {args.topics_stream_id} must differ from --stream-id (a topic stream's "
+            "reserved value is the topic id, the event stream's is time_us)"
+        )
     configure_logging(args.log_level)
     log = structlog.get_logger().bind(role="jetstream")
     if args.record is not None and not os.path.isabs(args.record):
@@ -576,6 +586,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 publish=publishing,
                 subscribe=serving,
                 holder=holder,
+                topics_stream_id=args.topics_stream_id,
             ),
             make_source=(lambda floor: _make_source(args, floor)) if publishing else None,
             floor_us=floor_us,

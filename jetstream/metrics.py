@@ -93,6 +93,10 @@ INGEST_METRICS: Final[dict[str, tuple[str, str]]] = {
     "not_connected": ("counter", "Offers refused with no subscriber yet (retried, never dropped)"),
     "connections": ("counter", "Upstream connections made"),
     "disconnects": ("counter", "Upstream connections lost or refused"),
+    "topic_published": ("counter", "Events published again on the topic stream (--topics-stream-id)"),
+    "topic_not_connected": ("counter", "Topic stream copies dropped: no topic subscriber anywhere"),
+    "topic_back_pressured": ("counter", "Topic stream offers refused by back-pressure (retried, never dropped)"),
+    "topic_overflow": ("counter", "Events sent as topic 'overflow' (collection not a topic name, or past max_topics)"),
     "last_time_us": ("gauge", "time_us of the newest event published"),
 }
 STREAM_METRICS: Final[dict[str, tuple[str, str]]] = {

@@ -75,6 +75,7 @@ class SupervisorSettings:
     publish: bool  # --role all / ingest: hold the stream lock, publish, run the ingest
     subscribe: bool  # --role all / serve: subscribe and hand the subscription to the server
     holder: str  # written into the stream lock (who publishes), e.g. the listen address
+    topics_stream_id: int | None = None  # also publish each event on this stream, its collection as the topic
 
 
 class _Session:
@@ -248,7 +249,10 @@ class Supervisor:
                     self._lock = StreamLock(self.directory, s.channel, s.stream_id, s.holder)
                 session.publication = session.aeron.add_exclusive_publication(s.channel, s.stream_id)
                 if self._make_source is not None:
-                    session.ingest = Ingest(session.publication, self._make_source(floor_us))
+                    topics = None
+                    if s.topics_stream_id is not None:
+                        topics = session.aeron.add_topic_publication(s.channel, s.topics_stream_id, exclusive=True)
+                    session.ingest = Ingest(session.publication, self._make_source(floor_us), topics=topics)
                     session.ingest.start()
         except BaseException:
             self._close_session(session)

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from logbuf.durations import parse_duration_ns
 from logbuf.errors import InvalidChannelError as InvalidChannelError  # raised here
 
 SCHEME = "aeron"
@@ -58,7 +59,6 @@ IDENTITY_PARAMS: dict[str, tuple[str, ...]] = {
 }
 
 _SIZE = re.compile(r"^(\d+)([kmg]?)$", re.IGNORECASE)
-_DURATION = re.compile(r"^(\d+)(ns|us|ms|s)?$", re.IGNORECASE)
 _INTERFACE = re.compile(r"^(?P<host>[A-Za-z0-9.\-_]+)(?::(?P<port>\d+))?(?:/(?P<prefix>\d+))?$")
 _ENDPOINT = re.compile(r"^(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<host>[A-Za-z0-9.\-_]+)):(?P<port>\d+)$")
 
@@ -187,15 +187,10 @@ class ChannelUri:
     def _duration_ns(self, key: str) -> int | None:
         if key not in self.params:
             return None
-        match = _DURATION.match(self.params[key])
-        if not match:
-            raise self._error(key, "is not a duration (e.g. 5s, 100ms, 10us, 500ns)")
-        value = (
-            int(match[1])
-            * {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000, None: 1}[
-                match[2].lower() if match[2] else None
-            ]
-        )
+        try:
+            value = parse_duration_ns(self.params[key])  # a bare number: nanoseconds, as in Aeron's URIs
+        except ValueError:
+            raise self._error(key, "is not a duration (e.g. 5s, 100ms, 10us, 500ns)") from None
         check_int_range(f"channel parameter {key} (in ns)", value, 64, self.original or str(self))
         return value
 
@@ -326,9 +321,3 @@ def check_stream_id(stream_id: int) -> int:
     if isinstance(stream_id, bool) or not isinstance(stream_id, int):
         raise InvalidChannelError(f"stream_id={stream_id!r} is not an integer")
     return check_int_range("stream_id", stream_id)
-
-
-def check_channel_supported(uri: ChannelUri, supported_media: set[str]) -> None:
-    """Raise InvalidChannelError if this driver does not support the channel's media yet."""
-    if uri.media not in supported_media:
-        raise InvalidChannelError(f"channel media {uri.media!r} is not supported yet by this driver: {uri}")

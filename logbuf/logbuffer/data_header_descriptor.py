@@ -164,11 +164,6 @@ def check_frame(buffer: bytes | bytearray | memoryview, *, exact: bool = True) -
             raise FrameError(f"{n - HEADER_LENGTH} trailing bytes after a padding header")
 
 
-def frame_length_volatile(buffer: Buffer, frame_offset: int) -> int:
-    """Acquire-load of a frame's length: what a reader sees once the writer committed."""
-    return native.get_int32_volatile(buffer, frame_offset + FRAME_LENGTH_FIELD_OFFSET)
-
-
 def frame_length_ordered(buffer: Buffer, frame_offset: int, frame_length: int) -> None:
     """Release-store of a frame's length: commits everything written before it."""
     native.put_int32_ordered(buffer, frame_offset + FRAME_LENGTH_FIELD_OFFSET, frame_length)

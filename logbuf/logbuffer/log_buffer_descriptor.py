@@ -127,11 +127,6 @@ def compute_log_length(term_length: int, page_size: int) -> int:
     return (raw + page_size - 1) & ~(page_size - 1)
 
 
-def compute_term_length(log_length: int) -> int:
-    """Term length of a log file of ``log_length`` bytes (assuming 4 KiB pages)."""
-    return (log_length - LOG_META_DATA_LENGTH) // PARTITION_COUNT
-
-
 def metadata_offset(term_length: int) -> int:
     """Where the metadata section starts in the file."""
     return PARTITION_COUNT * term_length
@@ -169,11 +164,6 @@ def compute_position(active_term_id: int, offset: int, shift: int, initial_term_
     return (term_count << shift) + offset
 
 
-def compute_term_begin_position(active_term_id: int, shift: int, initial_term_id: int) -> int:
-    """Stream position at which term ``active_term_id`` starts."""
-    return compute_position(active_term_id, 0, shift, initial_term_id)
-
-
 def compute_term_id_from_position(position: int, shift: int, initial_term_id: int) -> int:
     """Term id that holds ``position``."""
     return _int32((position >> shift) + initial_term_id)
@@ -199,11 +189,6 @@ def max_possible_position(term_length: int) -> int:
     return term_length * (1 << 31)
 
 
-def get_and_add_raw_tail(metadata: Buffer, partition_index: int, delta: int) -> int:
-    """Atomically add ``delta`` to a partition's raw tail, returning the previous raw tail."""
-    return native.get_and_add_int64(metadata, TERM_TAIL_COUNTERS_OFFSET + 8 * partition_index, delta)
-
-
 def raw_tail_volatile(metadata: Buffer, partition_index: int) -> int:
     """Acquire-load of a partition's raw tail."""
     return native.get_int64_volatile(metadata, TERM_TAIL_COUNTERS_OFFSET + 8 * partition_index)
@@ -212,11 +197,6 @@ def raw_tail_volatile(metadata: Buffer, partition_index: int) -> int:
 def active_term_count_volatile(metadata: Buffer) -> int:
     """Acquire-load of the active term count."""
     return native.get_int32_volatile(metadata, LOG_ACTIVE_TERM_COUNT_OFFSET)
-
-
-def cas_active_term_count(metadata: Buffer, expected: int, update: int) -> bool:
-    """Advance the active term count if it is still ``expected``: exactly one rotator wins."""
-    return native.compare_and_set_int32(metadata, LOG_ACTIVE_TERM_COUNT_OFFSET, expected, update)
 
 
 def is_connected_volatile(metadata: Buffer) -> bool:

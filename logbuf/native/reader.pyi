@@ -1,6 +1,6 @@
 """Type stubs for logbuf.native.reader (reader.pyx)."""
 
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator
 from typing import Any
 
 from typing_extensions import Buffer
@@ -102,3 +102,31 @@ class SubscriptionCore:
 
 class TopicSubscriptionCore(SubscriptionCore):
     _filter: TopicFilter
+
+class BytesSink:
+    """Keeps each message handed to it as ``bytes`` in :attr:`items` (copied natively by ``poll``)."""
+
+    @property
+    def items(self) -> list[bytes]: ...
+    def __call__(self, buffer: Buffer, header: Any) -> None: ...
+
+MESSAGE_STREAM_AM_SEND: bool
+
+class MessageStream(AsyncIterator[bytes], Awaitable[bytes]):
+    """``async for message in stream``: the messages a poll leaves in a :class:`BytesSink`."""
+
+    def __init__(
+        self,
+        poll: Callable[[Any, int], int],
+        handler: Callable[[memoryview, Any], Any],
+        sink: BytesSink,
+        fragment_limit: int,
+        yield_every: int,
+        wait: Callable[[MessageStream, bool], Awaitable[bytes]],
+        ready: Callable[[bytes], Awaitable[bytes]],
+    ) -> None: ...
+    def fill(self) -> bool: ...
+    def take(self) -> bytes: ...
+    def __aiter__(self) -> MessageStream: ...
+    def __anext__(self) -> Awaitable[bytes]: ...
+    def __await__(self) -> Generator[Any, None, bytes]: ...

@@ -15,6 +15,8 @@ multiple of the frame alignment (a corrupted counter) is a ValueError.
 
 from cpython.buffer cimport PyBuffer_Release
 cimport cython
+import sys
+from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.object cimport PyObject
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t
 
@@ -440,6 +442,8 @@ cdef class ImageCore:
         cdef int32_t term_length = self.term_length
         # A reassembling handler (FragmentAssembler) names where whole messages go: those skip it.
         cdef object direct = getattr(handler, "unfragmented_handler", None)
+        # ... and a BytesSink takes them as bytes copied here, with no Python call at all.
+        cdef list sink = (<BytesSink>direct).items if type(direct) is BytesSink else None
         header._term = term
         try:
             while fragments < fragment_limit and offset < term_length:
@@ -456,7 +460,11 @@ cdef class ImageCore:
                 fragments += 1
                 header.frame_offset = frame_offset
                 if direct is not None and ((<uint8_t *>(term + frame_offset + FLAGS_OFFSET))[0] & UNFRAGMENTED) == UNFRAGMENTED:
-                    direct(self._payload_at(view, term, frame_offset, frame_length), header)
+                    if sink is not None:
+                        sink.append(PyBytes_FromStringAndSize(term + frame_offset + HEADER_LENGTH,
+                                                              frame_length - HEADER_LENGTH))
+                    else:
+                        direct(self._payload_at(view, term, frame_offset, frame_length), header)
                 else:
                     handler(self._payload_at(view, term, frame_offset, frame_length), header)
         finally:
@@ -849,3 +857,144 @@ cdef class TopicSubscriptionCore(SubscriptionCore):
             if fragments >= fragment_limit:
                 break
         return fragments
+
+
+# -- whole messages as bytes, for ``async for`` ------------------------------------------------------------
+
+cdef class BytesSink:
+    """A message handler that keeps a copy of each message as ``bytes`` in :attr:`items`. As a
+    FragmentAssembler's delegate it is recognised by :meth:`ImageCore.poll`, which then copies each
+    unfragmented payload straight into :attr:`items` without calling Python."""
+
+    cdef readonly list items
+
+    def __cinit__(self):
+        self.items = []
+
+    def __call__(self, buffer, header) -> None:
+        self.items.append(bytes(buffer))
+
+
+cdef extern from "Python.h":
+    """
+    typedef PySendResult (*lb_sendfunc)(PyObject *, PyObject *, PyObject **);
+    static int lb_set_am_send(PyTypeObject *type, lb_sendfunc send) {
+        if (type->tp_as_async == NULL) return 0;
+        type->tp_as_async->am_send = send;
+        return 1;
+    }
+    """
+    ctypedef enum PySendResult:
+        PYGEN_RETURN
+        PYGEN_ERROR
+        PYGEN_NEXT
+    ctypedef PySendResult (*lb_sendfunc)(PyObject *, PyObject *, PyObject **)
+    ctypedef struct PyTypeObject:
+        pass
+    int lb_set_am_send(PyTypeObject *type, lb_sendfunc send)
+    void Py_INCREF(PyObject *)
+    void PyErr_SetString(object, const char *)
+
+
+cdef class MessageStream:
+    """``async for message in stream``: the messages a poll leaves in a :class:`BytesSink`, one per step.
+
+    While messages are buffered, or one poll finds some, each step completes at once. On CPython 3.11,
+    ``__anext__`` returns the stream itself as the awaitable, and its ``am_send`` slot hands the next
+    message back with no frame and no ``StopIteration`` object (what an ``async def`` generator pays per
+    item). From 3.12 the interpreter no longer asks ``am_send`` (it calls ``__next__``, which must raise
+    ``StopIteration``) but runs a plain ``async def`` coroutine inline, so ``__anext__`` returns
+    ``ready(message)``, such a coroutine that only returns its argument. Otherwise ``__anext__`` returns ``wait(stream, yield_first)``, a coroutine that idles until
+    :meth:`fill` finds a message and returns :meth:`take`, or raises ``StopAsyncIteration`` at the end.
+    Every ``yield_every`` polls that found messages, that coroutine is used with ``yield_first`` so the
+    loop's other tasks run.
+    """
+
+    cdef object _poll
+    cdef object _handler
+    cdef list _items
+    cdef Py_ssize_t _next
+    cdef int32_t _fragment_limit
+    cdef int _polls
+    cdef int _yield_every
+    cdef object _wait
+    cdef object _ready
+
+    def __init__(self, poll, handler, BytesSink sink not None, int32_t fragment_limit, int yield_every, wait, ready):
+        if fragment_limit < 1:
+            raise ValueError(f"fragment_limit={fragment_limit} must be >= 1")
+        if yield_every < 1:
+            raise ValueError(f"yield_every={yield_every} must be >= 1")
+        self._poll = poll
+        self._handler = handler
+        self._items = sink.items
+        self._next = 0
+        self._fragment_limit = fragment_limit
+        self._polls = 0
+        self._yield_every = yield_every
+        self._wait = wait
+        self._ready = ready
+
+    cpdef bint fill(self) except -1:
+        """True when a message is ready to :meth:`take`, polling once if none is buffered."""
+        if self._next < len(self._items):
+            return True
+        del self._items[:]
+        self._next = 0
+        self._poll(self._handler, self._fragment_limit)
+        return len(self._items) > 0
+
+    cpdef object take(self):
+        """The next buffered message (call after :meth:`fill` returned True)."""
+        item = self._items[self._next]
+        self._next += 1
+        return item
+
+    def __aiter__(self):
+        return self
+
+    def __anext__(self):
+        if self._next >= len(self._items):
+            self._polls += 1
+            if self._polls >= self._yield_every:
+                self._polls = 0
+                return self._wait(self, True)
+            if not self.fill():
+                self._polls -= 1  # an empty poll is not a busy one
+                return self._wait(self, False)
+        if _AWAIT_SELF:
+            return self
+        return self._ready(self.take())
+
+    def __await__(self):
+        return self
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        # The path when am_send is not used (a tracer is active, or another interpreter): same result.
+        if self._next < len(self._items):
+            raise StopIteration(self.take())
+        raise RuntimeError("MessageStream awaited with no message ready")
+
+
+cdef PySendResult _message_stream_send(PyObject *obj, PyObject *value, PyObject **result) noexcept:
+    cdef MessageStream stream = <MessageStream>obj
+    cdef PyObject *item
+    if stream._next < len(stream._items):
+        item = <PyObject *>stream._items[stream._next]
+        stream._next += 1
+        Py_INCREF(item)
+        result[0] = item
+        return PYGEN_RETURN
+    PyErr_SetString(RuntimeError, b"MessageStream awaited with no message ready")
+    result[0] = NULL
+    return PYGEN_ERROR
+
+
+#: Whether a MessageStream step is the stream itself, completed by ``am_send`` (CPython before 3.12, when the
+#: type has an async slot table to put it in), rather than a ``ready(message)`` coroutine.
+MESSAGE_STREAM_AM_SEND = sys.version_info < (3, 12) and bool(
+    lb_set_am_send(<PyTypeObject *>MessageStream, _message_stream_send))
+cdef bint _AWAIT_SELF = MESSAGE_STREAM_AM_SEND

@@ -19,6 +19,14 @@ from logbuf.logbuffer.publication import OfferResult
 SEQ_BYTES = 8
 
 
+NETNS_DRIVER_ARGS = [
+    *("--dir-delete-on-shutdown", "false", "--driver-timeout", "5s", "--client-liveness-timeout", "5s"),
+    *("--image-liveness-timeout", "2s", "--publication-connection-timeout", "2s", "--term-length", "1m"),
+    *("--publication-linger-timeout", "1s"),
+]
+"""Drivers on namespace hosts for archive tests: short timeouts, so a cut link or a kill shows in seconds."""
+
+
 def sequenced(seq: int, length: int) -> bytes:
     """A payload of ``length`` bytes that starts with its sequence number (the rest derived from it)."""
     head = seq.to_bytes(SEQ_BYTES, "little")

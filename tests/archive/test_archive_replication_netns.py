@@ -24,7 +24,14 @@ from logbuf.archive.client import ArchiveClient, ArchiveClientContext
 from logbuf.archive.replication import read_source
 from logbuf.archive.verify import verify_recording
 from logbuf.client import Aeron, Context
-from tests.archive.service_kit import SequencedPublisher, ServeProcess, await_, recorded_seqs, recorded_stream
+from tests.archive.service_kit import (
+    NETNS_DRIVER_ARGS,
+    SequencedPublisher,
+    ServeProcess,
+    await_,
+    recorded_seqs,
+    recorded_stream,
+)
 from tests.support.driver_process import DriverSet
 from tests.support.netns import SUBNET, NetnsDriverProcess, NetnsNetwork, make_network
 
@@ -36,11 +43,6 @@ LIVE = "aeron:ipc"
 LIVE_STREAM = 1001
 LENGTH = 200
 TIMEOUT_S = 30
-DRIVER_ARGS = [
-    *("--dir-delete-on-shutdown", "false", "--driver-timeout", "5s", "--client-liveness-timeout", "5s"),
-    *("--image-liveness-timeout", "2s", "--publication-connection-timeout", "2s", "--term-length", "1m"),
-    *("--publication-linger-timeout", "1s"),
-]
 
 
 @pytest.fixture(scope="module")
@@ -81,8 +83,8 @@ def test_b_replicates_a_live_recording_through_a_link_cut_and_kill_9_of_either_s
     host_a, host_b = net.address(0), net.address(1)
     control_a = f"aeron:udp?endpoint={host_a}:8010"
     with DriverSet(request) as drivers:
-        driver_a = drivers.start(NetnsDriverProcess(args=list(DRIVER_ARGS), namespace=net.host(0)))
-        driver_b = drivers.start(NetnsDriverProcess(args=list(DRIVER_ARGS), namespace=net.host(1)))
+        driver_a = drivers.start(NetnsDriverProcess(args=list(NETNS_DRIVER_ARGS), namespace=net.host(0)))
+        driver_b = drivers.start(NetnsDriverProcess(args=list(NETNS_DRIVER_ARGS), namespace=net.host(1)))
         common = ["--segment-length", str(1 << 20), "--checksum", "crc32"]
         a = ServeProcess(
             str(tmp_path / "a"),

@@ -186,6 +186,51 @@ CASES: list[tuple[ControlMessage, bytes]] = [
     (cc.KeepAliveRequest(7, 20), header(16, 61) + i64(7) + i64(20)),
     (cc.RecordingPositionAtTimeRequest(7, 24, 12, -5), header(32, 1001) + i64(7) + i64(24) + i64(12) + i64(-5)),
     (
+        cc.SyncDigestRequest(7, 28, -9, 1001, 5, 1 << 16, BooleanType.TRUE, "aeron:ipc", i64(0) + i64(4096), i64(0)),
+        header(36, 0x4C00)
+        + i64(7)
+        + i64(28)
+        + i32(-9)
+        + i32(1001)
+        + i32(5)
+        + i32(1 << 16)
+        + i32(1)
+        + text("aeron:ipc")
+        + blob(i64(0) + i64(4096))
+        + blob(i64(0)),
+    ),
+    (
+        cc.SyncDigests(7, 28, 1, bytes(range(16)), b"\x01"),
+        header(20, 0x4C01) + i64(7) + i64(28) + i32(1) + blob(bytes(range(16))) + blob(b"\x01"),
+    ),
+    (
+        cc.SyncFramesRequest(7, 29, -9, 1001, 5, 1 << 16, 4096, 8192, "aeron:ipc"),
+        header(48, 0x4C02)
+        + i64(7)
+        + i64(29)
+        + i32(-9)
+        + i32(1001)
+        + i32(5)
+        + i32(1 << 16)
+        + i64(4096)
+        + i64(8192)
+        + text("aeron:ipc"),
+    ),
+    (cc.SyncFrames(7, 29, 4064, b"\x20\x00"), header(24, 0x4C03) + i64(7) + i64(29) + i64(4064) + blob(b"\x20\x00")),
+    (
+        cc.SyncRepairRequest(7, 30, -9, 1001, 5, 1 << 16, 4064, "aeron:ipc", b"\x20\x00"),
+        header(40, 0x4C04)
+        + i64(7)
+        + i64(30)
+        + i32(-9)
+        + i32(1001)
+        + i32(5)
+        + i32(1 << 16)
+        + i64(4064)
+        + text("aeron:ipc")
+        + blob(b"\x20\x00"),
+    ),
+    (
         cc.StartRecordingRequest2(7, 21, 1001, SourceLocation.LOCAL, BooleanType.TRUE, "aeron:ipc"),
         header(28, 63) + i64(7) + i64(21) + i32(1001) + i32(0) + i32(1) + text("aeron:ipc"),
     ),
@@ -248,8 +293,13 @@ def test_every_template_of_the_schema_is_implemented() -> None:
         *range(50, 69),
         *range(101, 108),
         cc.LOGBUF_TEMPLATE_ID_BASE + 1,  # logbuf's own: RecordingPositionAtTimeRequest
+        cc.SYNC_TEMPLATE_ID_BASE,  # archive sync: SyncDigestRequest
+        cc.SYNC_TEMPLATE_ID_BASE + 1,  # SyncDigests
+        cc.SYNC_TEMPLATE_ID_BASE + 2,  # SyncFramesRequest
+        cc.SYNC_TEMPLATE_ID_BASE + 3,  # SyncFrames
+        cc.SYNC_TEMPLATE_ID_BASE + 4,  # SyncRepairRequest
     ]
-    assert len(cc.TEMPLATES) == 51
+    assert len(cc.TEMPLATES) == 56
     for template_id, message_type in cc.TEMPLATES.items():
         assert message_type.TEMPLATE_ID == template_id
         assert dataclasses.is_dataclass(message_type)

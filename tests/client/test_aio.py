@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import multiprocessing as mp
 import struct
+import sys
 from typing import Any
 
 import pytest
@@ -147,6 +148,46 @@ def test_fragmented_messages_arrive_whole(driver: DriverProcess) -> None:
             return got
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("traced", [False, True], ids=["am_send", "traced"])
+def test_messages_steps_give_the_same_messages_with_and_without_a_tracer(driver: DriverProcess, traced: bool) -> None:
+    """A step of ``messages()`` completes through the stream's ``am_send`` slot (CPython 3.11), or, while a
+    tracer (a debugger, coverage) is set, through ``__next__``'s ``StopIteration``; from 3.12 it is a
+    ``ready(message)`` coroutine either way: each gives every message, in order, whole ones and fragmented
+    ones mixed."""
+    from logbuf.native.reader import MESSAGE_STREAM_AM_SEND
+
+    assert MESSAGE_STREAM_AM_SEND == (sys.version_info < (3, 12)), "MessageStream's fast step is not the expected one"
+
+    async def main() -> list[bytes]:
+        async with await AsyncAeron.connect(Context(dir=driver.dir)) as aeron:
+            sub = await aeron.add_subscription(CHANNEL, 12)
+            pub = await aeron.add_exclusive_publication(CHANNEL, 12)
+            sent = [SEQ.pack(1, i) + bytes(3_000 if i % 50 == 7 else 20) for i in range(2_000)]
+            got: list[bytes] = []
+
+            async def consume() -> None:
+                async for message in sub.messages(64):
+                    got.append(message)
+                    if len(got) == len(sent):
+                        return
+
+            async with asyncio.timeout(30):
+                consumer = asyncio.create_task(consume())
+                for message in sent:
+                    await pub.offer_async(message)
+                await consumer
+            return got
+
+    if traced:
+        sys.settrace(lambda *args: None)
+    try:
+        got = asyncio.run(main())
+    finally:
+        sys.settrace(None)
+    assert [SEQ.unpack_from(m)[1] for m in got] == list(range(2_000))
+    assert all(len(m) == SEQ.size + (3_000 if i % 50 == 7 else 20) for i, m in enumerate(got))
 
 
 def test_closed_resources_raise_instead_of_waiting_forever(driver: DriverProcess) -> None:

@@ -113,7 +113,7 @@ def test_an_end_of_stream_behind_the_receive_position_or_past_the_window_is_igno
     def eos_at(position: int) -> None:
         term_id, term_offset = image.log.term_of(position)
         heartbeat = HeartbeatFrame(term_offset, 77, 5, term_id, flags=dh.BEGIN_END_AND_EOS_FLAGS).encode()
-        image.insert_packet(term_id, term_offset, memoryview(heartbeat), 0, now)
+        image.insert_packet(memoryview(heartbeat), now)
 
     eos_at(image.join_position)  # behind rcv-pos: would end the stream before what was received
     eos_at(image.rebuild + TERM)  # past the window

@@ -1,5 +1,6 @@
-"""The receiver's native data path (``udp_receive_data``): one recvmmsg per batch, and each DATA datagram
-an image takes is inserted in C; everything else is left, untouched, for the Python dispatch."""
+"""The receiver's native data path (``udp_receive_data``): one recvmmsg per batch, and each DATA-path datagram
+of an image is decided in C by the one window rule (inserted, a heartbeat, an over-run or an under-run);
+everything else is left, untouched, for the Python dispatch."""
 
 from __future__ import annotations
 
@@ -73,9 +74,9 @@ def test_data_of_an_image_is_inserted_and_the_rest_left_for_python(log: LogBuffe
             (tx, second),  # 2: taken, leaves no gap
             (stranger, data(192, b"s" * 8)),  # 3: another address: left
             (tx, data(192, b"x", session=8)),  # 4: another session: left
-            (tx, HeartbeatFrame(256, SESSION, STREAM, INITIAL).encode()),  # 5: a heartbeat: left
-            (tx, data(TERM // 2, b"w" * 8)),  # 6: past the window above the floor: left
-            (tx, data(0, b"o", term_id=INITIAL - 1)),  # 7: behind the floor: left
+            (tx, HeartbeatFrame(256, SESSION, STREAM, INITIAL).encode()),  # 5: a heartbeat: taken, counted
+            (tx, data(TERM // 2, b"w" * 8)),  # 6: past the window above the floor: an over-run, counted
+            (tx, data(0, b"o", term_id=INITIAL - 1)),  # 7: behind the floor: an under-run, counted
             (tx, StatusMessageFrame(SESSION, STREAM, INITIAL, 0, TERM, 1).encode()),  # 8: control: left
             (tx, data(192, b"t" * 8)[:36]),  # 9: cut short: invalid, left
             (tx, encode_datagram([PadFrame(224, SESSION, STREAM, INITIAL, 64)])),  # 10: a PAD: taken
@@ -84,9 +85,10 @@ def test_data_of_an_image_is_inserted_and_the_rest_left_for_python(log: LogBuffe
             sock.sendto(datagram, rx.getsockname())
         lengths, _ = receive_all(rx, len(sends), [receiver])
     taken = [i for i, length in enumerate(lengths.tolist()) if length == -1]
-    assert taken == [0, 1, 2, 10]
-    assert [int(lengths[i]) for i in (3, 4, 5)] == [len(sends[3][1]), len(sends[4][1]), 32]
-    assert receiver.inserted == 4 and receiver.hwm == 288
+    assert taken == [0, 1, 2, 5, 6, 7, 10]
+    assert [int(lengths[i]) for i in (3, 4, 8, 9)] == [len(sends[i][1]) for i in (3, 4, 8, 9)]
+    assert (receiver.received, receiver.inserted, receiver.heartbeats) == (7, 4, 1)
+    assert (receiver.over_runs, receiver.under_runs, receiver.hwm) == (1, 1, 288)
     term = bytes(log.terms[0][:288])
     assert term[: len(first)] == first and term[160 : 160 + len(second)] == second  # not the stranger's
     assert term[224:256] == sends[10][1]
@@ -101,7 +103,8 @@ def test_rcv_pos_and_the_floor_keep_old_data_out(log: LogBuffers) -> None:
         for term_offset in (0, 224, 256, 128 + TERM // 2 - 64):
             tx.sendto(data(term_offset, b"z" * 32), rx.getsockname())
         lengths, _ = receive_all(rx, 4, [receiver])
-    assert lengths.tolist()[:2] == [64, 64] and lengths.tolist()[2:] == [-1, -1]
+    assert lengths.tolist() == [-1] * 4  # all decided: behind the floor, behind rcv-pos, and two inserted
+    assert (receiver.under_runs, receiver.over_runs, receiver.inserted) == (1, 0, 2)
     assert receiver.hwm == 128 + TERM // 2 and bytes(log.terms[0][:64]) == bytes(64)
 
 
@@ -129,3 +132,44 @@ def test_receivers_must_be_image_receivers() -> None:
                 np.zeros(1, np.uint64),
                 [object()],
             )
+
+
+def test_one_datagram_is_decided_by_the_rule_a_batch_runs(log: LogBuffers) -> None:
+    receiver = _udp.ImageReceiver(log.view, SESSION, STREAM, 0)
+    receiver.rebuild, receiver.floor, receiver.hwm = 64, 64, 64
+    eos = HeartbeatFrame(64, SESSION, STREAM, INITIAL, flags=0xE0).encode()
+    cases = [
+        (data(64, b"a" * 8), _udp.DATA_INSERTED),
+        (data(0, b"b" * 8), _udp.DATA_UNDER_RUN),
+        (data(TERM // 2 + 64, b"c" * 8), _udp.DATA_OVER_RUN),
+        (eos, _udp.DATA_HEARTBEAT),
+        (data(64, b"d" * 8)[:36], _udp.DATA_NOT_TAKEN),
+    ]
+    assert [receiver.on_datagram(datagram) for datagram, _ in cases] == [code for _, code in cases]
+    assert (receiver.eos_position, receiver.hwm, receiver.received) == (64, 128, 4)
+    assert bytes(log.terms[0][64 : 64 + len(cases[0][0])]) == cases[0][0]
+
+
+def test_a_batch_already_received_goes_through_the_same_path(log: LogBuffers) -> None:
+    receiver = _udp.ImageReceiver(log.view, SESSION, STREAM, 42)
+    datagrams = [data(0, b"x" * 8), data(64, b"y"), data(96, b"z")]
+    buffer = bytearray(3 * SLOT)
+    offsets = np.arange(3, dtype=np.int32) * SLOT
+    lengths = np.array([len(d) for d in datagrams], dtype=np.int32)
+    sources = np.array([42, 42, 7], dtype=np.uint64)  # the last from another source: left
+    for i, datagram in enumerate(datagrams):
+        buffer[i * SLOT : i * SLOT + len(datagram)] = datagram
+    total = _udp.insert_data_batch(buffer, 3, offsets, lengths, sources, [receiver])
+    assert total == sum(len(d) for d in datagrams)
+    assert lengths.tolist() == [-1, -1, len(datagrams[2])] and receiver.inserted == 2
+    with pytest.raises(ValueError, match="count=4"):
+        _udp.insert_data_batch(buffer, 4, offsets, lengths, sources, [receiver])
+
+
+def test_a_source_key_of_zero_matches_nothing(log: LogBuffers) -> None:
+    receiver = _udp.ImageReceiver(log.view, SESSION, STREAM, 0)  # not an IPv4 source
+    datagram = data(0, b"a")
+    buffer = bytearray(datagram)
+    lengths = np.array([len(datagram)], dtype=np.int32)
+    _udp.insert_data_batch(buffer, 1, np.zeros(1, np.int32), lengths, np.zeros(1, np.uint64), [receiver])
+    assert lengths.tolist() == [len(datagram)] and receiver.received == 0

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from logbuf import native
 from logbuf.conduit import counters_descriptor as cd
 from logbuf.conduit.counters import CountersManager
+from logbuf.driver import _udp
 from logbuf.driver.ipc_publication import PublicationState
 from logbuf.driver.network_publication import NetworkPublication
 from logbuf.driver.publication_image import ImageState, PublicationImage
@@ -166,12 +166,7 @@ def connect(workdir: str) -> tuple[Any, Any, PublicationImage, Image, CountersMa
 
 def deliver(image: PublicationImage, datagrams: list[bytes], now: int) -> None:
     for datagram in datagrams:
-        view = memoryview(datagram)
-        covered = native.check_data_datagram(view, image.log.term_length)
-        assert covered >= 0
-        image.insert_packet(
-            int.from_bytes(view[20:24], "little", signed=True), int.from_bytes(view[8:12], "little"), view, covered, now
-        )
+        assert image.insert_packet(memoryview(datagram), now) != _udp.DATA_NOT_TAKEN
 
 
 def test_heartbeats_carry_flags_in_the_flags_byte_and_a_zero_reserved_value(workdir: str) -> None:

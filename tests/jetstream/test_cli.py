@@ -7,12 +7,15 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
+from logbuf.client import Aeron, Context
 from logbuf.jetstream import BUNDLED_ZSTD_DICTIONARY
 from logbuf.jetstream.events import parse_event
 from logbuf.jetstream.main import main
+from logbuf.logbuffer.fragment_assembler import FragmentAssembler
 from tests.jetstream._ingest_support import ROOT, RelayProcess, StreamReader, driver_process, unique_driver_dir
 
 
@@ -62,6 +65,7 @@ def test_help_lists_the_options() -> None:
         (["--rewind=-1s"], "'-1s' must be a positive duration"),
         (["--stream-id", "1e3"], "'1e3' is not an integer stream id"),
         (["--driver", "maybe"], "invalid choice: 'maybe'"),
+        (["--stream-id", "7", "--topics-stream-id", "7"], "--topics-stream-id 7 must differ from --stream-id"),
     ],
 )
 def test_bad_options_are_rejected_naming_the_problem(
@@ -79,9 +83,11 @@ def test_external_driver_required_but_absent_fails_clearly() -> None:
     assert "no running media driver in" in result.stderr
 
 
-def test_ingest_role_publishes_generated_events_into_the_drivers_stream() -> None:
+def test_ingest_role_publishes_generated_events_into_the_drivers_stream_and_collections_as_topics() -> None:
     with driver_process() as driver:
         reader = StreamReader(driver.dir, "aeron:ipc", 1101)
+        topic_aeron = Aeron.connect(Context(dir=driver.dir, driver_timeout_ms=3_000))
+        feed = topic_aeron.add_topic_subscription("aeron:ipc", 1102, ["app.bsky.feed.*"])
         try:
             relay = RelayProcess(
                 [
@@ -97,12 +103,20 @@ def test_ingest_role_publishes_generated_events_into_the_drivers_stream() -> Non
                     "2000",
                     "--seed",
                     "3",
+                    "--topics-stream-id",
+                    "1102",
                 ]
             )
+            feed_events: list[bytes] = []
             try:
                 messages = reader.wait_for(500, 30)
             finally:
                 status = relay.stop()
+            assembler = FragmentAssembler(lambda buffer, header: feed_events.append(bytes(buffer)))
+            quiet_until = time.monotonic() + 0.5  # a poll may end at a term's end having only skipped: poll on
+            while time.monotonic() < quiet_until:
+                if feed.poll(assembler, 256):
+                    quiet_until = time.monotonic() + 0.5
             assert status == 0, "\n".join(relay.lines)
             times = [t for _, t in messages]
             assert all(a < b for a, b in zip(times, times[1:]))
@@ -113,7 +127,15 @@ def test_ingest_role_publishes_generated_events_into_the_drivers_stream() -> Non
             stats = next(e for e in relay.log if e.get("event") == "jetstream.ingest_stats")
             assert stats["published"] >= len(messages)
             assert all(json.loads(line) for line in relay.lines)  # JSON logs when not a TTY, nothing else
+            # The topic stream: exactly the event stream's app.bsky.feed.* events, in order.
+            reader.wait_for(stats["published"])  # the event stream read to its end
+            in_feed = [
+                raw for raw, _ in reader.messages if (parse_event(raw).collection or "").startswith("app.bsky.feed.")
+            ]
+            assert len(feed_events) >= 100 and feed_events == in_feed[: len(feed_events)]
+            assert len(in_feed) - len(feed_events) <= 1  # at most the one being offered when the relay stopped
         finally:
+            topic_aeron.close()
             reader.close()
 
 

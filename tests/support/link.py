@@ -4,7 +4,11 @@
 into it); :class:`LinkNetwork` joins transports by address, each receiving through its own
 ``Link``, and is a :class:`~logbuf.driver.udp.TransportFactory`: give ``network.transport`` as the
 driver context's ``udp_transport`` and two drivers stepped by hand on one thread talk to each
-other through it, dispatching every datagram through the endpoints' real ``on_datagram``.
+other through it. A transport receives and sends through the native routines a UDP socket's do
+(:func:`logbuf.driver._udp.insert_data_batch` decides the DATA of active images a batch at a time,
+:func:`logbuf.driver._udp.term_datagrams` cuts a term into datagrams); only the syscalls differ, so the
+tests over it run the data path production runs, and what the native path leaves goes through the
+endpoints' real ``on_datagram``.
 """
 
 from __future__ import annotations
@@ -12,8 +16,21 @@ from __future__ import annotations
 import errno
 import random
 
+import numpy as np
+
+from logbuf.driver import _udp
+from logbuf.driver.network_publication import SendFrames
+from logbuf.driver.publication_image import source_key
 from logbuf.driver.system_counters import SystemCounters
-from logbuf.driver.udp import Address, DatagramHandler, FaultInjector, SocketSettings
+from logbuf.driver.udp import (
+    READS_PER_POLL,
+    SLOT_LENGTH,
+    Address,
+    DatagramHandler,
+    FaultInjector,
+    ReceiveBatch,
+    SocketSettings,
+)
 from logbuf.protocol.frame_header import Buffer
 
 FIRST_EPHEMERAL_PORT = 49152
@@ -63,19 +80,65 @@ class LinkTransport:
         self.inbound = inbound
         self._address = address
         self.closed = False
+        self._batch: ReceiveBatch | None = None
 
     @property
     def local_address(self) -> Address:
         return self._address
 
-    def receive(self, handler: DatagramHandler) -> int:
+    def receive(self, handler: DatagramHandler, batch: ReceiveBatch | None = None, checked: bool = False) -> int:
+        """Everything waiting, to ``handler``."""
+        return self.receive_data([], handler, batch, checked)
+
+    def receive_data(
+        self,
+        receivers: list[_udp.ImageReceiver],
+        handler: DatagramHandler,
+        batch: ReceiveBatch | None = None,
+        checked: bool = False,
+    ) -> int:
+        """Everything waiting, as a UDP transport reads it: copied into the batch's slots (up to
+        READS_PER_POLL at a time, each datagram its own slot), the native data path run over them
+        (:func:`logbuf.driver._udp.insert_data_batch`), and the rest handed to ``handler``."""
         datagrams = self.inbound.take()
-        for datagram, source in datagrams:
-            handler(memoryview(datagram), source)
+        if not datagrams:
+            return 0
+        if batch is None:
+            batch = self._batch = self._batch or ReceiveBatch()
+        buffer, view, offsets, lengths, sources = batch.buffer, batch.view, batch.offsets, batch.lengths, batch.sources
+        for first in range(0, len(datagrams), READS_PER_POLL):
+            chunk = datagrams[first : first + READS_PER_POLL]
+            for i, (datagram, source) in enumerate(chunk):
+                offset = i * SLOT_LENGTH
+                buffer[offset : offset + len(datagram)] = datagram
+                offsets[i], lengths[i], sources[i] = offset, len(datagram), source_key(source)
+            _udp.insert_data_batch(buffer, len(chunk), offsets, lengths, sources, receivers)
+            for i, (_, source) in enumerate(chunk):
+                length = int(lengths[i])
+                if length >= 0:  # -1: decided by the native data path
+                    handler(view[i * SLOT_LENGTH : i * SLOT_LENGTH + length], source)
         return len(datagrams)
+
+    def readable(self) -> bool:
+        return bool(self.inbound.queue)
 
     def send_to(self, datagram: Buffer, address: Address) -> int:
         return self.network.deliver(datagram, self._address, address)
+
+    def frame_sender(self, destination: Address) -> SendFrames:
+        """The sender's batch send: the datagrams :func:`logbuf.driver._udp.term_datagrams` cuts from the
+        term (as ``sendmmsg`` sends them over UDP), each put on the link to ``destination``."""
+        offsets, lengths, covers = (np.zeros(64, dtype=np.int32) for _ in range(3))
+
+        def send_frames(
+            term: memoryview, term_offset: int, max_length: int, mtu: int, max_datagrams: int
+        ) -> tuple[int, int]:
+            n = _udp.term_datagrams(term, term_offset, max_length, mtu, max_datagrams, offsets, lengths, covers)
+            for offset, length in zip(offsets[:n].tolist(), lengths[:n].tolist(), strict=True):
+                self.network.deliver(term[offset : offset + length], self._address, destination)
+            return int(covers[:n].sum()), n
+
+        return send_frames
 
     def fileno(self) -> int:
         return -1  # nothing to select on: the test steps the agents itself

@@ -6,8 +6,12 @@ stream between them crosses the namespace network."""
 
 from __future__ import annotations
 
+import json
 import os
+import signal
 import socket
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 
@@ -27,6 +31,7 @@ DRIVER_ARGS = [
     *("--term-length", "1m", "--publication-linger-timeout", "1s"),
 ]
 PORT = 25_400
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 STREAM = 7400
 
 
@@ -211,3 +216,55 @@ def test_the_codec_reads_fastpuss_grammar(datagram: bytes, message: Message) -> 
 def test_the_codec_refuses_what_is_not_fastpuss(datagram: bytes) -> None:
     with pytest.raises(MalformedMessage):
         parse(datagram)
+
+
+def test_logbuf_gateway_processes_on_two_hosts_serve_a_readme_grammar_client_on_either(
+    net: NetnsNetwork, hosts: list[DriverProcess]
+) -> None:
+    """Two ``logbuf-gateway fastpuss`` processes, one per namespace host, each with its host's driver; a client
+    (``_fastpuss_client``: plain sockets, the README's grammar) on host 0 subscribes at both and publishes to
+    both: each subscriber gets every PUB once, in order per gateway that took it."""
+    port, listen_port, stream, count = PORT + 10, PORT + 11, STREAM + 1, 200
+    gateways = []
+    for i, host in enumerate(hosts):
+        command = [
+            *("ip", "netns", "exec", net.host(i), sys.executable, "-m", "logbuf.client.fastpuss", "fastpuss"),
+            *("--listen", f"udp://{net.address(i)}:{listen_port}", "--dir", host.dir, "--stream-id", str(stream)),
+            *("--subscribe-channel", f"aeron:udp?endpoint={net.address(i)}:{port}"),
+            *("--peer", f"aeron:udp?endpoint={net.address(1 - i)}:{port}", "--duration", "60"),
+        ]
+        gateways.append(subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
+    try:
+        client = subprocess.run(
+            [
+                *("ip", "netns", "exec", net.host(0), sys.executable, "-m", "tests.udp._fastpuss_client"),
+                *(f"{net.address(0)}:{listen_port}", f"{net.address(1)}:{listen_port}", str(count)),
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert client.returncode == 0, client.stderr
+        result = json.loads(client.stdout.strip().splitlines()[-1])
+        if "error" in result:
+            for g in gateways:
+                g.send_signal(signal.SIGINT)
+            outputs = [g.communicate(timeout=15)[1].decode(errors="replace")[-3000:] for g in gateways]
+            pytest.fail(f"{result['error']}; the gateways said: {outputs}")
+        expected = [f"{i % 2}:{i}" for i in range(count)]
+        for name in ("x", "y"):  # x subscribed at host 1's gateway, y at host 0's
+            got = result["got"][name]
+            assert sorted(got, key=lambda b: int(b.split(":")[1])) == expected, name  # each once
+            for k in (0, 1):
+                assert [b for b in got if b.startswith(f"{k}:")] == [b for b in expected if b.startswith(f"{k}:")]
+        assert result["malformed"] == []
+    finally:
+        for g in gateways:
+            g.send_signal(signal.SIGINT)  # the gateway closes its client cleanly
+        for g in gateways:
+            try:
+                _, stderr = g.communicate(timeout=15)
+            except subprocess.TimeoutExpired:
+                g.kill()
+                g.communicate()

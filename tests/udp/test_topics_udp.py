@@ -134,3 +134,48 @@ def test_a_later_subscriber_on_the_receiving_host_names_topics_from_its_registry
     got: list[tuple[str, str]] = []
     _drain(later, got, 1)
     assert got == [("x.one", "2")] and later.topic_filter.definitions == 0
+
+
+def test_two_publishers_on_one_host_each_arrive_once_in_order_and_a_lagging_subscribers_lag_shows_in_stat(
+    clients: list[Aeron], hosts: list[DriverProcess]
+) -> None:
+    from logbuf.client.topic_stat import TopicStatReader
+
+    a, b = clients
+    wild, idle = (b.add_topic_subscription(_channel(PORT + 2), 32, p) for p in (["q.*"], ["q.one"]))
+    pubs = [a.add_topic_publication(_channel(PORT + 2), 32, exclusive=True) for _ in range(2)]
+    _wait(lambda: all(p.is_connected for p in pubs) and wild.image_count == idle.image_count == 2, "not connected")
+    sent: list[tuple[int, str, str]] = []
+    for i in range(400):
+        for k, pub in enumerate(pubs):
+            topic = ("q.one", "q.two", "r.one")[(i + k) % 3]
+            _offer(pub, topic, f"{k}:{i}")
+            sent.append((k, topic, f"{k}:{i}"))
+    got: list[tuple[str, str]] = []
+    expected = [(t, body) for _, t, body in sent if t.startswith("q.")]
+    _drain(wild, got, len(expected))
+    for k in (0, 1):  # once each, in order per publisher, nothing of r.one
+        assert [m for m in got if m[1].startswith(f"{k}:")] == [m for m in expected if m[1].startswith(f"{k}:")]
+    # `idle` has read nothing: the receiving host's logbuf-stat --topics shows it behind by all its slowest image
+    # holds (as TopicSubscription.lag does for IPC).
+    behind = max(p.position for p in pubs)
+    reader = TopicStatReader(hosts[1].dir)
+    try:
+        _wait(
+            lambda: _lag_of(reader, idle.registration_id) == behind,
+            f"idle's lag to reach {behind} bytes (is {_lag_of(reader, idle.registration_id)})",
+        )
+        assert _lag_of(reader, wild.registration_id) == 0
+    finally:
+        reader.close()
+    idle.close()
+    wild.close()
+    for pub in pubs:
+        pub.close()
+
+
+def _lag_of(reader: Any, registration_id: int) -> int | None:
+    for sub in reader.sample(time.monotonic()).subscriptions:
+        if sub.registration_id == registration_id:
+            return int(sub.lag) if sub.lag is not None else None
+    return None
