@@ -281,6 +281,15 @@ class DriverContext:
 
     def conclude(self) -> DriverContext:
         """Validate everything once; errors name the setting and its value."""
+        self._check_logs()
+        self._check_durations()
+        self._check_agents_and_buffers()
+        self._check_udp()
+        self._check_limits()
+        return self
+
+    def _check_logs(self) -> None:
+        """The directory, term lengths, MTU and IPC window."""
         self.dir = resolve_dir(self.dir or None)
         if not os.path.isabs(self.dir):
             raise ConfigurationError(f"dir={self.dir!r} must be an absolute path")
@@ -297,6 +306,9 @@ class DriverContext:
             raise ConfigurationError(
                 f"ipc_term_window_length={self.ipc_term_window_length} must be within mtu..ipc_term_length/2"
             )
+
+    def _check_durations(self) -> None:
+        """The durations: positive (the command unblock timeout may be 0: off)."""
         for name in (
             "client_liveness_timeout",
             "driver_timeout",
@@ -308,6 +320,9 @@ class DriverContext:
                 raise ConfigurationError(f"{name}={getattr(self, name)} must be a positive duration")
         if self.command_unblock_timeout < 0:
             raise ConfigurationError(f"command_unblock_timeout={self.command_unblock_timeout} must be 0 or positive")
+
+    def _check_agents_and_buffers(self) -> None:
+        """CPU affinity, idle strategy, the CnC buffers and UDP fault rates."""
         try:
             if self.cpu_affinity not in ("auto", "any"):
                 parse_cpu_list(self.cpu_affinity)
@@ -326,6 +341,9 @@ class DriverContext:
         for name in ("udp_drop_rate", "udp_duplicate_rate", "udp_reorder_rate"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ConfigurationError(f"{name}={getattr(self, name)} must be a fraction within 0..1")
+
+    def _check_udp(self) -> None:
+        """The network settings: timeouts, retransmits, MDC, NAKs and windows."""
         for name in (
             "image_liveness_timeout",
             "publication_connection_timeout",
@@ -355,6 +373,9 @@ class DriverContext:
             raise ConfigurationError(
                 f"initial_window_length={self.initial_window_length} must be at least mtu={self.mtu}"
             )
+
+    def _check_limits(self) -> None:
+        """What a peer or one client may make the driver hold, and the remaining buffers."""
         if self.max_images_per_endpoint < 1:
             raise ConfigurationError(f"max_images_per_endpoint={self.max_images_per_endpoint} must be at least 1")
         for name in ("max_client_endpoints", "max_client_registrations"):
@@ -378,7 +399,6 @@ class DriverContext:
             )
         if self.error_buffer_length < 4096:
             raise ConfigurationError(f"error_buffer_length={self.error_buffer_length} must be at least 4096")
-        return self
 
     @property
     def command_unblock_timeout_ns(self) -> int:

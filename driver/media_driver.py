@@ -166,29 +166,8 @@ class MediaDriver:
         self.invoker = invoker
         """Embedded: the application runs the duty cycle with :meth:`invoke` (no thread, no CPU placement)."""
         self._invoker_started = False
-        # Before the CnC: a client that finds the CnC finds the registry.
-        self.topic_registry = TopicRegistry.create(ctx.dir, ctx.topic_registry_length, mode=ctx.file_mode)
-        self.cnc = CncFile.create(
-            ctx.dir,
-            to_driver_capacity=ctx.to_driver_buffer_length,
-            to_clients_capacity=ctx.to_clients_buffer_length,
-            counters_values_length=ctx.counters_buffer_length,
-            error_log_length=ctx.error_buffer_length,
-            client_liveness_timeout_ns=ctx.client_liveness_timeout,
-            mode=ctx.file_mode,
-        )
-        self.counters = CountersManager(
-            self.cnc.counters_metadata,
-            self.cnc.counters_values,
-            free_to_reuse_timeout_ms=COUNTER_FREE_TO_REUSE_TIMEOUT_MS,
-        )
-        self.system_counters = SystemCounters(self.counters)
+        self._map_files(ctx)
         self._max_cycle_ns = 0
-        self.loss_report_file = LossReportFile.create(ctx.dir, ctx.loss_report_buffer_length, mode=ctx.file_mode)
-        self.system_counters.set(
-            SystemCounterId.BYTES_CURRENTLY_MAPPED,
-            os.path.getsize(self.cnc.path) + len(self.loss_report_file.buffer) + len(self.topic_registry.buffer),
-        )
         self._cpu_claim: CpuClaim | None = None
         self.error_log = DistinctErrorLog(self.cnc.error_log, clock_ms=ctx.epoch_clock_ms)
         self.sender = Sender(ctx.clock_ns, control_poll_every=SENDER_CONTROL_POLL_EVERY)
@@ -225,6 +204,32 @@ class MediaDriver:
         )
         self._log = structlog.get_logger().bind(role="driver", dir=ctx.dir)
         self._closed = False
+
+    def _map_files(self, ctx: DriverContext) -> None:
+        """The driver's shared files: the topic registry, the CnC (its counters with the system counters)
+        and the loss report."""
+        # Before the CnC: a client that finds the CnC finds the registry.
+        self.topic_registry = TopicRegistry.create(ctx.dir, ctx.topic_registry_length, mode=ctx.file_mode)
+        self.cnc = CncFile.create(
+            ctx.dir,
+            to_driver_capacity=ctx.to_driver_buffer_length,
+            to_clients_capacity=ctx.to_clients_buffer_length,
+            counters_values_length=ctx.counters_buffer_length,
+            error_log_length=ctx.error_buffer_length,
+            client_liveness_timeout_ns=ctx.client_liveness_timeout,
+            mode=ctx.file_mode,
+        )
+        self.counters = CountersManager(
+            self.cnc.counters_metadata,
+            self.cnc.counters_values,
+            free_to_reuse_timeout_ms=COUNTER_FREE_TO_REUSE_TIMEOUT_MS,
+        )
+        self.system_counters = SystemCounters(self.counters)
+        self.loss_report_file = LossReportFile.create(ctx.dir, ctx.loss_report_buffer_length, mode=ctx.file_mode)
+        self.system_counters.set(
+            SystemCounterId.BYTES_CURRENTLY_MAPPED,
+            os.path.getsize(self.cnc.path) + len(self.loss_report_file.buffer) + len(self.topic_registry.buffer),
+        )
 
     def _record_cycle_time(self, ns: int) -> None:
         """One duty cycle runs all three agents (Aeron's SHARED mode): it counts for each, as there.

@@ -12,7 +12,9 @@ Here the three agents share one duty cycle (Aeron's SHARED threading mode; under
 would only take turns), so a proxy calls the owner's ``on_*`` method directly, as Aeron's
 proxies do when their threading mode is SHARED. A threaded mode would put a bounded queue
 behind each proxy, drained by the owner's ``do_work``, and would have to hold an image's log
-open until the receiver confirmed it had dropped the image; callers would not change.
+open until the receiver confirmed it had dropped the image, and the destination commands, which
+answer at once here (the conductor replies to the client with their outcome), would answer through
+a queue back to the conductor.
 """
 
 from __future__ import annotations
@@ -48,6 +50,15 @@ class SenderCommands(Protocol):
     def new_network_publication(self, endpoint: SendChannelEndpoint, publication: NetworkPublication) -> None: ...
 
     def remove_network_publication(self, endpoint: SendChannelEndpoint, publication: NetworkPublication) -> None: ...
+
+    def add_destination(self, endpoint: SendChannelEndpoint, address: Address, channel: str, now_ns: int) -> bool:
+        """A manual MDC destination; False if the endpoint already sends to its most destinations (one it
+        sends to already is no change, and True)."""
+        ...
+
+    def remove_destination(self, endpoint: SendChannelEndpoint, address: Address, now_ns: int) -> bool:
+        """False if ``address`` is no destination of the endpoint."""
+        ...
 
 
 class ReceiverCommands(Protocol):
@@ -91,6 +102,12 @@ class SenderProxy:
 
     def remove_network_publication(self, endpoint: SendChannelEndpoint, publication: NetworkPublication) -> None:
         self._sender.on_remove_network_publication(endpoint, publication)
+
+    def add_destination(self, endpoint: SendChannelEndpoint, address: Address, channel: str, now_ns: int) -> bool:
+        return self._sender.on_add_destination(endpoint, address, channel, now_ns)
+
+    def remove_destination(self, endpoint: SendChannelEndpoint, address: Address, now_ns: int) -> bool:
+        return self._sender.on_remove_destination(endpoint, address, now_ns)
 
 
 class ReceiverProxy:

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from logbuf.driver.network_publication import NetworkPublication
 from logbuf.driver.transport_poller import TransportPoller
-from logbuf.driver.udp import SendChannelEndpoint
+from logbuf.driver.udp import Address, SendChannelEndpoint
 
 
 class Sender:
@@ -78,9 +78,28 @@ class Sender:
         endpoint.close()
 
     def on_new_network_publication(self, endpoint: SendChannelEndpoint, publication: NetworkPublication) -> None:
+        if endpoint.destinations is not None:
+            publication.set_destination_count(len(endpoint.destinations.destinations))
         endpoint.publications[(publication.session_id, publication.stream_id)] = publication
 
     def on_remove_network_publication(self, endpoint: SendChannelEndpoint, publication: NetworkPublication) -> None:
         key = (publication.session_id, publication.stream_id)
         if endpoint.publications.get(key) is publication:
             del endpoint.publications[key]
+
+    def on_add_destination(self, endpoint: SendChannelEndpoint, address: Address, channel: str, now_ns: int) -> bool:
+        """A manual MDC destination added (True, also if it was one already); False: the endpoint has its most."""
+        tracker = endpoint.destinations
+        assert tracker is not None, "destinations are added to MDC endpoints only"
+        if not tracker.add(address, channel, now_ns) and not tracker.holds(address):
+            return False
+        endpoint.on_idle(now_ns)  # mdc-num-dest now
+        return True
+
+    def on_remove_destination(self, endpoint: SendChannelEndpoint, address: Address, now_ns: int) -> bool:
+        tracker = endpoint.destinations
+        assert tracker is not None, "destinations are removed from MDC endpoints only"
+        if not tracker.remove(address):
+            return False
+        endpoint.on_idle(now_ns)  # mdc-num-dest now
+        return True

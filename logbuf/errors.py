@@ -26,7 +26,7 @@ rooted here (``tests/logbuf/test_errors.py`` walks every module of the package t
     |       +-- CncNotReadyError           ... or still being initialised: retry
     |       +-- CncVersionError            ... or written by another major version
     +-- BroadcastLappedError               a broadcast receiver was overtaken (logbuf.conduit.broadcast)
-    +-- ActiveDriverError, CommandError    logbuf.driver.media_driver, logbuf.driver.conductor
+    +-- ActiveDriverError, CommandError    logbuf.driver.media_driver, logbuf.driver.client_command_adapter
     +-- CatalogError, SegmentError, ...    logbuf.archive (catalog, segments, replay, the Spark source)
     +-- IngestError, BackfillError, ...    logbuf.jetstream (ingest, backfill, subscriber options)
 """

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -15,6 +15,7 @@ from logbuf.conduit import command_descriptor as cmd
 from logbuf.conduit.cnc import cnc_driver_heartbeat_ms
 from logbuf.conduit.error_log import read_error_log
 from logbuf.driver.lifecycle import PublicationState
+from logbuf.driver.proxies import SenderProxy
 from logbuf.driver.system_counters import SystemCounterId
 from logbuf.errors import ClosedError, ErrorCode, RegistrationError
 from logbuf.testing.clock import FakeClock
@@ -182,3 +183,63 @@ def test_the_client_has_a_handler_for_every_response_the_driver_broadcasts(clien
     responses = {value for name, value in vars(cmd).items() if name.startswith("ON_") and isinstance(value, int)}
     assert len(responses) == 8
     assert set(client.aeron._conductor._response_handlers) == responses
+
+
+def test_a_network_publication_gets_aeron_s_stream_counters_in_aeron_s_order(
+    driver: SteppedDriver, client: Client
+) -> None:
+    channel = "aeron:udp?control=127.0.0.1:40312"  # dynamic MDC: every kind of publication counter is made
+    publication = client.aeron.add_publication(channel, 10)
+    prefix = f": {publication.registration_id} {publication.session_id} 10 {channel}"
+    mine = [
+        c
+        for c in driver.driver.counters
+        if c.registration_id == publication.registration_id and c.label.endswith(prefix)
+    ]
+    assert [c.label for c in mine] == [
+        name + prefix
+        for name in (
+            "pub-pos (concurrent)",
+            "pub-lmt",
+            "snd-pos",
+            "snd-lmt",
+            "snd-bpe",
+            "snd-naks-received",
+            "fc-receivers",
+            "mdc-num-dest",
+        )
+    ]
+    assert [c.owner_id for c in mine] == [client.aeron.client_id] * 6 + [0, 0]
+
+
+def test_destinations_change_through_the_sender_proxy_and_each_command_is_answered(
+    driver: SteppedDriver, client: Client
+) -> None:
+    publication = client.aeron.add_publication("aeron:udp?control-mode=manual", 10)
+    (endpoint,) = driver.driver.sender.endpoints
+    assert endpoint.destinations is not None
+    mdc_num_dest = next(
+        c.counter_id
+        for c in driver.driver.counters
+        if c.label.startswith(f"mdc-num-dest: {publication.registration_id} ")
+    )
+
+    def destination(change: Callable[[str], None], channel: str) -> int:
+        change(channel)  # returns once the driver answered with success (an error would raise)
+        return driver.driver.counters.value(mdc_num_dest)
+
+    first, second = "aeron:udp?endpoint=127.0.0.1:40321", "aeron:udp?endpoint=localhost:40322"
+    counts = [destination(publication.add_destination, first), destination(publication.add_destination, second)]
+    counts.append(destination(publication.add_destination, first))  # there already: no change, still a success
+    assert endpoint.destinations.addresses == [("127.0.0.1", 40321), ("127.0.0.1", 40322)]
+    counts.append(destination(publication.remove_destination, first))
+    assert counts == [1, 2, 2, 1]
+    with pytest.raises(RegistrationError) as refused:
+        publication.remove_destination(first)
+    assert refused.value.error_code == ErrorCode.UNKNOWN_PUBLICATION
+    assert endpoint.destinations.addresses == [("127.0.0.1", 40322)]
+    driver.expected_errors.append("UNKNOWN_PUBLICATION: unknown destination")
+
+    # the sender applies the change; the conductor only sends it through the proxy
+    assert SenderProxy(driver.driver.sender).remove_destination(endpoint, ("127.0.0.1", 40322), 0)
+    assert (endpoint.destinations.addresses, driver.driver.counters.value(mdc_num_dest)) == ([], 0)
