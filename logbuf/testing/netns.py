@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from logbuf.errors import LogbufError
 from logbuf.testing.driver_process import DriverProcess
 
 SUBNET = "10.13.0"
@@ -33,7 +34,7 @@ TAG_PREFIX = "h13"
 COMMAND_TIMEOUT_S = 30
 
 
-class NetnsError(AssertionError):
+class NetnsError(LogbufError, AssertionError):
     """The network could not be made: the message names the command and what it printed."""
 
 

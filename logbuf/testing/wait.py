@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 from typing import Final, TypeVar
 
+from logbuf.errors import LogbufError
 from logbuf.testing.clock import FakeClock
 
 __all__ = ["WaitTimeout", "do_work_until", "wait_until"]
@@ -34,7 +35,7 @@ DEFAULT_STEP_NS: Final[int] = 1_000_000
 DEFAULT_MAX_STEPS: Final[int] = 100_000
 
 
-class WaitTimeout(AssertionError):
+class WaitTimeout(LogbufError, AssertionError):
     """A condition did not hold in time; the message names the condition and how long was waited. An
     ``AssertionError``, so pytest reports it as the test's failure."""
 

@@ -101,7 +101,7 @@ def test_b_replicates_a_live_recording_through_a_link_cut_and_kill_9_of_either_s
                 publication = aeron_a.add_exclusive_publication(LIVE, LIVE_STREAM)
                 with ArchiveClient.connect(ArchiveClientContext(aeron=aeron_a)) as local_a:
                     local_a.start_recording(LIVE, LIVE_STREAM)
-                    wait_until(lambda: local_a.signals, TIMEOUT_S, "A's recording to start", local_a.poll)
+                    wait_until(lambda: local_a.signals, TIMEOUT_S, "A's recording to start", do_work=local_a.poll)
                 publisher = SequencedPublisher(publication, length=LENGTH, rate=4_000).start()
 
                 def replicate() -> int:

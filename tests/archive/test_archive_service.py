@@ -78,7 +78,7 @@ def drain(subscription: Subscription, received: Received, count: int, session_id
         else:
             time.sleep(0.001)
 
-    wait_until(lambda: len(received.seqs) >= count, TIMEOUT_S, f"{count} messages", step)
+    wait_until(lambda: len(received.seqs) >= count, TIMEOUT_S, f"{count} messages", do_work=step)
 
 
 def ipc_merge(archive: ArchiveClient, rid: int, stream_id: int, **kw: Any) -> ReplayMerge:
@@ -231,7 +231,7 @@ def test_a_late_joiner_catches_up_from_the_recording_onto_the_live_stream(archiv
         stream_id,
         start_position=0,
     ) as merge:
-        wait_until(lambda: merge.is_merged, TIMEOUT_S, "the merge", lambda: merge.poll(received.handler, 200))
+        wait_until(lambda: merge.is_merged, TIMEOUT_S, "the merge", do_work=lambda: merge.poll(received.handler, 200))
         assert merge.live_join_position > 0
         replayed = len(received.seqs)
         deadline = time.monotonic() + 0.5
@@ -239,7 +239,10 @@ def test_a_late_joiner_catches_up_from_the_recording_onto_the_live_stream(archiv
             merge.poll(received.handler, 200)
         sent = publisher.stop()
         wait_until(
-            lambda: len(received.seqs) >= sent, TIMEOUT_S, "the live tail", lambda: merge.poll(received.handler, 200)
+            lambda: len(received.seqs) >= sent,
+            TIMEOUT_S,
+            "the live tail",
+            do_work=lambda: merge.poll(received.handler, 200),
         )
     received.check_once_in_order(0, sent - 1)
     assert received.positions == publisher.positions
@@ -305,7 +308,9 @@ def test_a_client_of_another_major_version_is_refused_with_a_clear_error(service
     while control.offer(cc.encode(request)) < 0:
         time.sleep(0.001)
     got: list[cc.ControlMessage] = []
-    wait_until(lambda: got, TIMEOUT_S, "the refusal", lambda: responses.poll(lambda b, h: got.append(cc.decode(b)), 10))
+    wait_until(
+        lambda: got, TIMEOUT_S, "the refusal", do_work=lambda: responses.poll(lambda b, h: got.append(cc.decode(b)), 10)
+    )
     response = got[0]
     assert isinstance(response, cc.ControlResponse) and response.code == cc.ControlResponseCode.ERROR
     assert "client protocol version 2.0.0 is not compatible" in response.error_message
@@ -518,7 +523,7 @@ def test_a_catch_up_can_start_from_a_time_through_the_time_index(
             lambda: len(received.seqs) >= 100,
             TIMEOUT_S,
             f"the replay from that time (archive_dir={archive_dir})",
-            lambda: merge.poll(received.handler),  # noqa: B023 (awaited within this iteration)
+            do_work=lambda: merge.poll(received.handler),  # noqa: B023 (awaited within this iteration)
         )
         assert received.seqs[:100] == list(range(first, first + 100))
         merge.close()
@@ -545,7 +550,7 @@ def test_a_bounded_replay_stops_at_its_limit_counter_and_goes_on_when_it_grows(
             lambda: len(consumed.seqs) >= count,
             TIMEOUT_S,
             "the limit",
-            lambda: limit_sub.poll(consumed.handler, count - len(consumed.seqs)),
+            do_work=lambda: limit_sub.poll(consumed.handler, count - len(consumed.seqs)),
         )
 
     advance_limit(300)

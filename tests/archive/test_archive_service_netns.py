@@ -165,7 +165,7 @@ def test_host_b_lists_a_recordings_and_replays_a_range_over_udp_byte_for_byte(ho
                 else:
                     time.sleep(0.001)
 
-            wait_until(lambda: len(received.seqs) >= 3_000, TIMEOUT_S, f"the replay on {channel}", step)
+            wait_until(lambda: len(received.seqs) >= 3_000, TIMEOUT_S, f"the replay on {channel}", do_work=step)
             received.check_once_in_order(1_000, 3_999)
             assert received.positions == positions[1_000:4_000]
             subscription.close()
@@ -193,13 +193,13 @@ def test_a_late_joiner_on_b_catches_up_from_a_onto_the_live_stream(hosts: Hosts)
             replay_stream_id=2003,
             start_position=0,
         ) as merge:
-            wait_until(lambda: merge.is_merged, 60, "the merge", lambda: merge.poll(received.handler, 500))
+            wait_until(lambda: merge.is_merged, 60, "the merge", do_work=lambda: merge.poll(received.handler, 500))
             target = hosts.publisher.sent + 2_000
             wait_until(
                 lambda: len(received.seqs) >= target,
                 TIMEOUT_S,
                 "live messages after the merge",
-                lambda: merge.poll(received.handler, 500),
+                do_work=lambda: merge.poll(received.handler, 500),
             )
         received.check_once_in_order(0, len(received.seqs) - 1)
         assert received.positions == hosts.publisher.positions[: len(received.seqs)]

@@ -101,9 +101,11 @@ def test_a_flood_of_connects_is_capped_each_timed_out_and_counted_and_an_honest_
         most = max(most, len(_open_sessions(service)))
         time.sleep(0.001)
 
-    wait_until(lambda: counters.requests_dropped.get() - dropped >= 50 - MAX_SESSIONS, 10, "the surplus dropped", watch)
+    wait_until(
+        lambda: counters.requests_dropped.get() - dropped >= 50 - MAX_SESSIONS, 10, "the surplus dropped", do_work=watch
+    )
     assert most <= MAX_SESSIONS
-    wait_until(lambda: not _open_sessions(service), 10, "the unconnected sessions to time out", watch)
+    wait_until(lambda: not _open_sessions(service), 10, "the unconnected sessions to time out", do_work=watch)
     assert most <= MAX_SESSIONS
     assert counters.sessions_closed.get() - closed == MAX_SESSIONS  # each one that was opened, timed out
     flood.close()
