@@ -154,16 +154,19 @@ def logbuf_subscriber(mode: str, directory: str, ready: Any, out: Any) -> None:
     out.put(counter.result())
 
 
-#: How long zmq.asyncio's ``recv`` may go without a message before the watchdog looks again for one queued.
+#: How long zmq.asyncio's ``recv`` may go without a message before the watchdog looks for one queued.
 ZMQ_STALL_S = 0.5
+#: How long without any message before the zmq case gives up and reports what it received (nothing queued).
+ZMQ_GIVE_UP_S = 30.0
 
 
 def zmq_subscriber(endpoint: str, ready: Any, out: Any) -> None:
     """``await sock.recv()`` on a zmq.asyncio PULL socket. Under a flood pyzmq sometimes misses a wake-up of
     its edge-triggered socket descriptor and ``recv`` waits forever with messages queued (a known class of
-    pyzmq bug; it hung this benchmark). A watchdog that sees no message for ``ZMQ_STALL_S`` asks the socket
-    to look at its events again (``_handle_events``, what its reader callback runs); each stall is counted
-    and its watchdog window left out of zmq's time, so the rate is what zmq.asyncio does when it is awake."""
+    pyzmq bug; it hung this benchmark). A watchdog that sees no message for ``ZMQ_STALL_S`` takes one queued
+    message straight from the socket (non-blocking) and completes the waiting ``recv`` with it; each stall is
+    counted and its watchdog window left out of zmq's time, so the rate is what zmq.asyncio does when awake.
+    After ``ZMQ_GIVE_UP_S`` with nothing queued the case ends and says so."""
     import zmq
     import zmq.asyncio
 
@@ -173,32 +176,47 @@ def zmq_subscriber(endpoint: str, ready: Any, out: Any) -> None:
         sock.setsockopt(zmq.RCVHWM, 100_000)
         sock.bind(endpoint)
         ready.put("ready")
-        received, start, stalls, stalled_s = 0, 0.0, 0, 0.0
+        received, start, last, stalls, stalled_s = 0, 0.0, 0.0, 0, 0.0
+        pending: list[Any] = [None]
 
         async def watchdog() -> None:
             nonlocal stalls, stalled_s
-            seen = -1
+            seen, quiet_since = -1, time.perf_counter()
             while True:
                 await asyncio.sleep(ZMQ_STALL_S)
-                if received and received == seen:
-                    stalls += 1
-                    stalled_s += ZMQ_STALL_S
-                    sock._handle_events()  # type: ignore[attr-defined]
-                seen = received
+                if not received or received != seen:
+                    seen, quiet_since = received, time.perf_counter()
+                    continue
+                future = pending[0]
+                try:
+                    message = sock._shadow_sock.recv(zmq.NOBLOCK)  # type: ignore[attr-defined]
+                except zmq.Again:
+                    if time.perf_counter() - quiet_since > ZMQ_GIVE_UP_S and future is not None and not future.done():
+                        future.set_result(b"")  # nothing queued: end the case (an empty message is not SIZE long)
+                    continue
+                stalls += 1
+                stalled_s += ZMQ_STALL_S
+                if future is not None and not future.done():
+                    future.set_result(message)
 
         guard = asyncio.ensure_future(watchdog())
         while True:
-            message = await sock.recv()
+            pending[0] = sock.recv()
+            message = await pending[0]
             if len(message) != SIZE:
                 break
             if not received:
                 start = time.perf_counter()
             received += 1
-        elapsed = time.perf_counter() - start - stalled_s
+            last = time.perf_counter()
         guard.cancel()
-        sock.close()
+        elapsed = last - start - stalled_s
+        sock.close(linger=0)
         ctx.term()
-        return {"received": received, "seconds": elapsed, "msgs_per_s": received / elapsed, "stalls": stalls}
+        result = {"received": received, "seconds": elapsed, "msgs_per_s": received / elapsed, "stalls": stalls}
+        if message != END:
+            result["ended"] = f"no END: nothing queued for {ZMQ_GIVE_UP_S:.0f} s"
+        return result
 
     out.put(asyncio.run(run()))
 
@@ -256,7 +274,7 @@ def idle_subscriber(kind: str, where: str, seconds: float, out: Any) -> None:
             await nc.close()
 
     async def measure(waiting: Any) -> None:
-        await asyncio.sleep(0.5)  # settle after connecting
+        await asyncio.sleep(2.0)  # settle after connecting, past the first second's shorter parks: the idle state
         before = cpu_seconds(os.getpid())
         task = asyncio.ensure_future(waiting)
         await asyncio.sleep(seconds)
