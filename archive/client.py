@@ -18,7 +18,7 @@ response with that id arrives (descriptors of a listing arrive first, then Aeron
 response), and turns an ERROR into an exception named after its cause. As Aeron's ``AeronArchive`` does
 from its duty cycle, the client keeps its session alive: every request and :meth:`ArchiveClient.poll`
 count as traffic, and a daemon keep-alive thread (``keep_alive_thread``, on by default) sends a
-``KeepAliveRequest`` when nothing was sent for ``keep_alive_interval_ms``, so an idle client is not
+``KeepAliveRequest`` when nothing was sent for ``keep_alive_interval_ns``, so an idle client is not
 closed by the service's session timeout. One lock serialises the control publication between the
 caller and that thread. :meth:`ArchiveClient.poll` still notices a service that went away.
 """
@@ -39,6 +39,7 @@ from logbuf.archive import control_codec as cc
 from logbuf.archive.archive_conductor import NULL_LENGTH, NULL_POSITION, challenge_answer
 from logbuf.archive.service_context import DEFAULT_CONTROL_STREAM_ID
 from logbuf.client import Aeron, Context, Publication, Subscription
+from logbuf.durations import format_duration_ns, renamed_duration_keywords
 from logbuf.errors import LogbufError
 from logbuf.logbuffer.fragment_assembler import FragmentAssembler
 from logbuf.logbuffer.publication import OfferResult
@@ -109,6 +110,12 @@ _ERROR_CLASSES: dict[int, type[ArchiveRequestError]] = {
 }
 
 
+@renamed_duration_keywords(
+    {
+        "message_timeout_ms": ("message_timeout_ns", 1_000_000),
+        "keep_alive_interval_ms": ("keep_alive_interval_ns", 1_000_000),
+    }
+)
 @dataclass
 class ArchiveClientContext:
     control_channel: str = "aeron:ipc"
@@ -121,9 +128,9 @@ class ArchiveClientContext:
     """This host's media driver directory (when the client makes its own ``Aeron``)."""
     aeron: Aeron | None = None
     """Share an existing driver client (not closed by the archive client)."""
-    message_timeout_ms: int = 5_000
+    message_timeout_ns: int = 5_000_000_000
     """How long to wait for the service to connect or to answer one request."""
-    keep_alive_interval_ms: int = 2_000
+    keep_alive_interval_ns: int = 2_000_000_000
     """Keep-alives while idle (the service closes a session that is silent for its session timeout)."""
     keep_alive_thread: bool = True
     """Send those keep-alives from a daemon thread; off: the caller must call ``poll()`` while idle."""
@@ -176,7 +183,7 @@ class ArchiveClient:
         self._await(
             lambda: self._publication is not None and self._publication.is_connected,
             f"no archive service on {ctx.control_channel} stream {ctx.control_stream_id} (the control "
-            f"publication did not connect within {ctx.message_timeout_ms} ms)",
+            f"publication did not connect within {format_duration_ns(ctx.message_timeout_ns)})",
         )
         correlation_id = self._next_correlation_id()
         if ctx.auth_secret:
@@ -199,7 +206,7 @@ class ArchiveClient:
         while True:
             message = self._await_message(
                 lambda m: isinstance(m, (cc.ControlResponse, cc.Challenge)) and m.correlation_id == correlation_id,
-                f"the archive did not answer the connect request within {ctx.message_timeout_ms} ms (is the response "
+                f"the archive did not answer the connect request within {format_duration_ns(ctx.message_timeout_ns)} (is the response "
                 f"channel {ctx.response_channel} reachable from the service? a remote service may also refuse this "
                 "address or require authentication)",
             )
@@ -234,13 +241,13 @@ class ArchiveClient:
 
     def _run_keep_alive(self) -> None:
         """The keep-alive thread: one try per half interval, never blocking on a full publication."""
-        interval_ms = max(self.ctx.keep_alive_interval_ms, 1)
-        while not self._keep_alive_stop.wait(interval_ms / 2000):
+        interval_ns = max(self.ctx.keep_alive_interval_ns, 1_000_000)
+        while not self._keep_alive_stop.wait(interval_ns / 2e9):
             with self._send_lock:
                 publication = self._publication
                 if publication is None or self.control_session_id < 0:
                     return
-                if self._now_ms() - self._last_sent_ms < interval_ms:
+                if (self._now_ms() - self._last_sent_ms) * 1_000_000 < interval_ns:
                     continue
                 self._correlation += 1
                 request = cc.KeepAliveRequest(
@@ -263,7 +270,7 @@ class ArchiveClient:
         return time.monotonic_ns() // 1_000_000
 
     def _await(self, condition: Callable[[], bool], what: str) -> None:
-        deadline = time.monotonic() + self.ctx.message_timeout_ms / 1000
+        deadline = time.monotonic() + self.ctx.message_timeout_ns / 1e9
         delay = 0.00005
         while not condition():
             if time.monotonic() > deadline:
@@ -280,7 +287,7 @@ class ArchiveClient:
         if publication is None:
             raise ArchiveNotConnectedError("the archive client is closed")
         data = cc.encode(message)
-        deadline = time.monotonic() + self.ctx.message_timeout_ms / 1000
+        deadline = time.monotonic() + self.ctx.message_timeout_ns / 1e9
         while (result := publication.offer(data)) < 0:
             if result in (OfferResult.CLOSED, OfferResult.MAX_POSITION_EXCEEDED):
                 raise ArchiveNotConnectedError(f"the control publication is {OfferResult(result).name}")
@@ -291,7 +298,7 @@ class ArchiveClient:
                 )
             if time.monotonic() > deadline:
                 raise ArchiveTimeoutError(
-                    f"could not send {type(message).__name__} to the archive within {self.ctx.message_timeout_ms} ms "
+                    f"could not send {type(message).__name__} to the archive within {format_duration_ns(self.ctx.message_timeout_ns)} "
                     f"({OfferResult(result).name})"
                 )
             time.sleep(0.0001)
@@ -326,7 +333,7 @@ class ArchiveClient:
             )
 
     def _await_message(self, match: Callable[[Any], bool], what: str) -> Any:
-        deadline = time.monotonic() + self.ctx.message_timeout_ms / 1000
+        deadline = time.monotonic() + self.ctx.message_timeout_ns / 1e9
         delay = 0.00005
         while True:
             for i, message in enumerate(self._inbox):
@@ -373,7 +380,7 @@ class ArchiveClient:
         self._send(build(correlation_id))
         response = self._await_message(
             lambda m: isinstance(m, cc.ControlResponse) and m.correlation_id == correlation_id,
-            f"the archive did not answer {what} within {self.ctx.message_timeout_ms} ms",
+            f"the archive did not answer {what} within {format_duration_ns(self.ctx.message_timeout_ns)}",
         )
         self._raise_if_error(response, what)
         return int(response.relevant_id)
@@ -393,7 +400,7 @@ class ArchiveClient:
                 self.errors.append(message)
                 self._inbox.remove(message)
         self._check_alive()
-        if self._now_ms() - self._last_sent_ms >= self.ctx.keep_alive_interval_ms:
+        if (self._now_ms() - self._last_sent_ms) * 1_000_000 >= self.ctx.keep_alive_interval_ns:
             self._send(
                 cc.KeepAliveRequest(
                     control_session_id=self.control_session_id, correlation_id=self._next_correlation_id()
@@ -490,7 +497,7 @@ class ArchiveClient:
                     getattr(m, "correlation_id", None) == correlation_id
                     and isinstance(m, (cc.RecordingDescriptor, cc.ControlResponse))
                 ),
-                f"the archive did not finish listing recordings within {self.ctx.message_timeout_ms} ms",
+                f"the archive did not finish listing recordings within {format_duration_ns(self.ctx.message_timeout_ns)}",
             )
             if isinstance(message, cc.RecordingDescriptor):
                 found.append(message)
@@ -514,7 +521,7 @@ class ArchiveClient:
                 getattr(m, "correlation_id", None) == correlation_id
                 and isinstance(m, (cc.RecordingDescriptor, cc.ControlResponse))
             ),
-            f"the archive did not describe recording {recording_id} within {self.ctx.message_timeout_ms} ms",
+            f"the archive did not describe recording {recording_id} within {format_duration_ns(self.ctx.message_timeout_ns)}",
         )
         if isinstance(message, cc.RecordingDescriptor):
             return message
@@ -677,7 +684,7 @@ class ArchiveClient:
         )
         response = self._await_message(
             lambda m: isinstance(m, (answer, cc.ControlResponse)) and m.correlation_id == correlation_id,
-            f"the archive did not answer {what} within {self.ctx.message_timeout_ms} ms",
+            f"the archive did not answer {what} within {format_duration_ns(self.ctx.message_timeout_ns)}",
         )
         self._raise_if_error(response, what)
         if not isinstance(response, answer):

@@ -216,7 +216,7 @@ class MediaDriver:
             to_clients_capacity=ctx.to_clients_buffer_length,
             counters_values_length=ctx.counters_buffer_length,
             error_log_length=ctx.error_buffer_length,
-            client_liveness_timeout_ns=ctx.client_liveness_timeout,
+            client_liveness_timeout_ns=ctx.client_liveness_timeout_ns,
             mode=ctx.file_mode,
         )
         self.counters = CountersManager(
@@ -361,11 +361,11 @@ def prepare_directory(ctx: DriverContext) -> None:
     (:func:`check_directory`) and a live driver there; clear a stale one."""
     log = structlog.get_logger().bind(role="driver", dir=ctx.dir)
     if check_directory(ctx.dir, group_access=ctx.group_access):
-        timeout_ms = ctx.driver_timeout // 1_000_000
+        timeout_ms = ctx.driver_timeout_ns // 1_000_000
         if is_driver_active(ctx.dir, timeout_ms):
             raise ActiveDriverError(
                 f"an active media driver is already running in {ctx.dir} "
-                f"(its heartbeat is fresher than driver_timeout={timeout_ms} ms)"
+                f"(its heartbeat is fresher than driver_timeout_ns={timeout_ms} ms)"
             )
         log.warning("driver.stale_directory_taken_over")
         shutil.rmtree(ctx.dir)

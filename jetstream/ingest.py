@@ -107,7 +107,7 @@ UPSTREAM_MAX_MESSAGE_LENGTH: Final = 16 * 1024 * 1024
 CLOSE_GOING_AWAY: Final = 1001
 """The close code the ingest leaves an upstream with when it is stopped."""
 """Largest upstream frame accepted (real events reach ~1 MB; legacy #49 shows 1,088,193 bytes)."""
-_OFFER_IDLE: Final = AsyncIdle(spins=0, min_park_s=50e-6, max_park_s=0.01)
+_OFFER_IDLE: Final = AsyncIdle(spins=0, min_park_ns=50_000, max_park_ns=10_000_000)
 """How a back-pressured or unconnected offer waits: parks doubling from 50 us to 10 ms."""
 _TIME_US_KEY: Final = b'"time_us"'
 _CURSOR_KEY: Final = b',"cursor":'
@@ -455,10 +455,10 @@ class TopicTee:
 
     async def offer(self, raw: bytes, topic: str) -> None:
         """Offer until done, parking from 50 µs doubling to 10 ms while the topic stream back-pressures."""
-        park_s = _OFFER_IDLE.min_park_s
+        park_ns = _OFFER_IDLE.min_park_ns
         while not self.try_offer(raw, topic):
-            await asyncio.sleep(park_s)
-            park_s = min(park_s * 2, _OFFER_IDLE.max_park_s)
+            await asyncio.sleep(park_ns / 1e9)
+            park_ns = min(park_ns * 2, _OFFER_IDLE.max_park_ns)
 
 
 class Source(Protocol):

@@ -496,7 +496,7 @@ def _start_recorder(args: argparse.Namespace, run: _Running, driver_dir: str) ->
             channel=args.channel,
             stream_id=args.stream_id,
             driver_dir=driver_dir,
-            driver_timeout_ms=int(args.driver_timeout * 1000),
+            driver_timeout_ns=round(args.driver_timeout * 1e9),
         )
     )
     recorder.connect()
@@ -580,7 +580,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             SupervisorSettings(
                 driver_mode=args.driver,
                 driver_dir=args.driver_dir,
-                driver_timeout_ms=int(args.driver_timeout * 1000),
+                driver_timeout_ns=round(args.driver_timeout * 1e9),
                 channel=args.channel,
                 stream_id=args.stream_id,
                 publish=publishing,

@@ -11,9 +11,12 @@ on the archive and relay command lines.
 
 from __future__ import annotations
 
+import functools
 import re
+import warnings
+from collections.abc import Callable, Mapping
 from fractions import Fraction
-from typing import Final
+from typing import Any, Final, TypeVar
 
 NS_PER_UNIT: Final[dict[str, int]] = {
     "ns": 1,
@@ -45,3 +48,50 @@ def format_duration_ns(value_ns: int) -> str:
         if value_ns and value_ns % NS_PER_UNIT[unit] == 0:
             return f"{value_ns // NS_PER_UNIT[unit]}{unit}"
     return f"{value_ns}ns"
+
+
+_T = TypeVar("_T")
+
+
+def renamed_duration_keywords(renames: Mapping[str, tuple[str, int]]) -> Callable[[type[_T]], type[_T]]:
+    """A class decorator that keeps renamed duration keywords working for one release: ``renames`` maps each
+    old keyword to its new ``*_ns`` name and the factor from the old unit to nanoseconds (``1_000_000`` for an
+    old ``*_ms``, ``1_000_000_000`` for an old ``*_s`` of float seconds, ``1`` for an old name that already
+    held nanoseconds). Giving an old keyword warns
+    (DeprecationWarning naming the new one) and sets the new one; reading the old attribute does the same."""
+
+    def decorate(cls: type[_T]) -> type[_T]:
+        init = cls.__init__
+
+        @functools.wraps(init)
+        def __init__(self: _T, *args: Any, **kwargs: Any) -> None:
+            for old, (new, factor) in renames.items():
+                if old in kwargs:
+                    if new in kwargs:
+                        raise TypeError(f"{cls.__name__}() got both {old}= and its new name {new}=")
+                    warnings.warn(_renamed(cls, old, new), DeprecationWarning, stacklevel=2)
+                    value = kwargs.pop(old)
+                    kwargs[new] = None if value is None else round(value * factor)
+            init(self, *args, **kwargs)
+
+        cls.__init__ = __init__  # type: ignore[method-assign, assignment]
+        for old, (new, factor) in renames.items():
+            setattr(cls, old, _old_attribute(cls, old, new, factor))
+        return cls
+
+    return decorate
+
+
+def _renamed(cls: type, old: str, new: str) -> str:
+    return f"{cls.__name__}.{old} is deprecated and will be removed: use {new} (integer nanoseconds)"
+
+
+def _old_attribute(cls: type, old: str, new: str, factor: int) -> property:
+    def get(self: object) -> float | None:
+        warnings.warn(_renamed(cls, old, new), DeprecationWarning, stacklevel=2)
+        value: int | None = getattr(self, new)
+        if value is None:
+            return None
+        return value // factor if old.endswith("_ms") or factor == 1 else value / factor  # seconds were floats
+
+    return property(get, doc=f"Deprecated: ``{new}`` in the old unit.")

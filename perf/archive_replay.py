@@ -204,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
             a = drivers.start(NetnsDriverProcess(args=DRIVER_ARGS, namespace=net.host(0)))
             b = drivers.start(NetnsDriverProcess(args=DRIVER_ARGS, namespace=net.host(1)))
             ctx = ArchiveContext(
-                archive_dir=archive_dir, driver_dir=a.dir, control_channel=CONTROL, session_timeout_ms=3_600_000
+                archive_dir=archive_dir, driver_dir=a.dir, control_channel=CONTROL, session_timeout_ns=3_600_000_000_000
             )  # this process waits on its children without keep-alives
             with (
                 ArchiveService.launch(ctx) as service,

@@ -14,7 +14,7 @@ from logbuf.testing.driver_process import DriverProcess, DriverSet
 
 
 def provoke_an_invalid_channel_error(driver: DriverProcess) -> None:
-    with Aeron.connect(Context(dir=driver.dir, driver_timeout_ms=5_000)) as aeron:
+    with Aeron.connect(Context(dir=driver.dir, driver_timeout_ns=5_000_000_000)) as aeron:
         with pytest.raises(RegistrationError, match="INVALID_CHANNEL"):
             aeron.add_publication("aeron:carrier-pigeon", 1)
 

@@ -288,7 +288,7 @@ def test_the_shared_secret_challenge_admits_only_the_right_answer(
         authenticate_local=True,
     )
     with ArchiveService.launch(ctx) as service:
-        base = dict(aeron=aeron, control_stream_id=31, message_timeout_ms=5_000)
+        base = dict(aeron=aeron, control_stream_id=31, message_timeout_ns=5_000_000_000)
         with pytest.raises(AuthenticationRejectedError, match="requires authentication"):
             ArchiveClient.connect(ArchiveClientContext(**base))  # type: ignore[arg-type]
         with pytest.raises(AuthenticationRejectedError, match="answer to the challenge is wrong"):

@@ -129,7 +129,7 @@ def remote_client(hosts: Hosts, response_port: int) -> ArchiveClient:
             aeron=hosts.aeron_b,
             control_channel=CONTROL,
             response_channel=f"aeron:udp?endpoint={B}:{response_port}",
-            message_timeout_ms=10_000,
+            message_timeout_ns=10_000_000_000,
         )
     )
 
@@ -235,7 +235,7 @@ def test_remote_connects_outside_the_allow_list_or_answered_elsewhere_are_droppe
             aeron=hosts.aeron_b,
             control_channel=f"aeron:udp?endpoint={A}:8011",
             response_channel=f"aeron:udp?endpoint={B}:8031",
-            message_timeout_ms=1_500,
+            message_timeout_ns=1_500_000_000,
         )
         with pytest.raises(ArchiveTimeoutError):
             ArchiveClient.connect(refused)

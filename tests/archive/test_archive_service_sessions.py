@@ -39,8 +39,8 @@ def service(archive_driver: DriverProcess, tmp_path: os.PathLike[str]) -> Iterat
         archive_dir=os.path.join(tmp_path, "archive"),
         driver_dir=archive_driver.dir,
         segment_length=128 * 1024,
-        session_timeout_ms=SESSION_TIMEOUT_MS,
-        connect_timeout_ms=CONNECT_TIMEOUT_MS,
+        session_timeout_ns=SESSION_TIMEOUT_MS * 1_000_000,
+        connect_timeout_ns=CONNECT_TIMEOUT_MS * 1_000_000,
         max_sessions=MAX_SESSIONS,
         max_recording_subscriptions=MAX_RECORDING_SUBSCRIPTIONS,
         events_channel="aeron:ipc",
@@ -57,7 +57,7 @@ def _open_sessions(service: ArchiveService) -> set[int]:
 def test_an_idle_client_is_kept_alive_past_the_session_timeout_by_its_keep_alive_thread(
     service: ArchiveService, aeron: Aeron
 ) -> None:
-    ctx = ArchiveClientContext(aeron=aeron, keep_alive_interval_ms=SESSION_TIMEOUT_MS // 4)
+    ctx = ArchiveClientContext(aeron=aeron, keep_alive_interval_ns=SESSION_TIMEOUT_MS // 4 * 1_000_000)
     with ArchiveClient.connect(ctx) as client:
         archive_id = client.archive_id()
         time.sleep(4 * SESSION_TIMEOUT_MS / 1000)  # idle: no requests, no poll()
@@ -69,7 +69,9 @@ def test_an_idle_client_is_kept_alive_past_the_session_timeout_by_its_keep_alive
 def test_without_the_keep_alive_thread_an_idle_client_is_closed_by_the_service(
     service: ArchiveService, aeron: Aeron
 ) -> None:
-    ctx = ArchiveClientContext(aeron=aeron, keep_alive_interval_ms=SESSION_TIMEOUT_MS // 4, keep_alive_thread=False)
+    ctx = ArchiveClientContext(
+        aeron=aeron, keep_alive_interval_ns=SESSION_TIMEOUT_MS // 4 * 1_000_000, keep_alive_thread=False
+    )
     with ArchiveClient.connect(ctx) as client:
         session_id = client.control_session_id
         assert session_id in _open_sessions(service)

@@ -116,7 +116,7 @@ def test_three_archives_converge_after_a_link_cut_and_a_killed_recorder(
                         control_channel=controls[i],
                         response_channel=f"aeron:udp?endpoint={hosts[0]}:{8100 + i}",
                         response_stream_id=20 + i,
-                        message_timeout_ms=3_000,
+                        message_timeout_ns=3_000_000_000,
                     )
                     return Peer(
                         f"h{i}",

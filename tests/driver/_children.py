@@ -16,7 +16,7 @@ SEQ = struct.Struct("<q")
 def publisher(directory: str, stream_id: int, count: int, size: int, timeout_s: float) -> dict[str, int]:
     """Publish ``count`` messages of ``size`` bytes carrying their sequence number; count back pressure."""
     back_pressured = 0
-    with Aeron.connect(Context(dir=directory, driver_timeout_ms=5_000)) as aeron:
+    with Aeron.connect(Context(dir=directory, driver_timeout_ns=5_000_000_000)) as aeron:
         pub = aeron.add_publication("aeron:ipc", stream_id)
         deadline = time.monotonic() + timeout_s
         while not pub.is_connected:
@@ -55,7 +55,7 @@ def subscriber(
         if delay_every and expected % delay_every == 0:
             time.sleep(delay_s)
 
-    with Aeron.connect(Context(dir=directory, driver_timeout_ms=5_000)) as aeron:
+    with Aeron.connect(Context(dir=directory, driver_timeout_ns=5_000_000_000)) as aeron:
         sub = aeron.add_subscription("aeron:ipc", stream_id)
         print("ready", flush=True)
         handler = FragmentAssembler(on_message)
@@ -70,7 +70,7 @@ def subscriber(
 
 def idle_client(directory: str, stream_id: int) -> None:
     """Add a publication and a subscription, say so, then wait to be killed."""
-    with Aeron.connect(Context(dir=directory, driver_timeout_ms=5_000)) as aeron:
+    with Aeron.connect(Context(dir=directory, driver_timeout_ns=5_000_000_000)) as aeron:
         aeron.add_publication("aeron:ipc", stream_id)
         aeron.add_subscription("aeron:ipc", stream_id)
         print("ready", flush=True)

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from logbuf.driver.context import DriverContext, format_default
+from logbuf.driver.context import DriverContext, flag_name, format_default
 from logbuf.errors import ConfigurationError
 
 
@@ -46,7 +46,7 @@ def test_help_shows_durations_and_sizes_with_units(help_text: str) -> None:
 
 def test_help_gives_every_setting_one_default(help_text: str) -> None:
     by_flag = option_help(help_text)
-    flags = {"--" + f.name.replace("_", "-") for f in fields(DriverContext) if "kind" in f.metadata}
+    flags = {flag_name(f) for f in fields(DriverContext) if "kind" in f.metadata}
     assert flags <= set(by_flag)
     for flag in flags:
         assert by_flag[flag].lower().count("default") == 1, by_flag[flag]

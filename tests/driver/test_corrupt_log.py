@@ -29,7 +29,7 @@ import json, sys, time
 from logbuf.client import Aeron, Context, FragmentBatch
 from logbuf.errors import CorruptLogError
 directory, stream_id, flavour = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-with Aeron.connect(Context(dir=directory, driver_timeout_ms=8_000)) as aeron:
+with Aeron.connect(Context(dir=directory, driver_timeout_ns=8_000_000_000)) as aeron:
     sub = aeron.add_subscription("aeron:ipc", stream_id)
     print("ready", flush=True)
     sys.stdin.readline()  # the log is damaged now
@@ -98,7 +98,7 @@ def run_case(
 ) -> None:
     assert child.stdout is not None and child.stdin is not None
     assert child.stdout.readline().strip() == "ready"
-    with Aeron.connect(Context(dir=driver.dir, driver_timeout_ms=8_000)) as aeron:
+    with Aeron.connect(Context(dir=driver.dir, driver_timeout_ns=8_000_000_000)) as aeron:
         pub = aeron.add_publication("aeron:ipc", stream_id)
         wait_until(lambda: pub.is_connected, 20, "the child's subscription")
         positions = []

@@ -53,7 +53,7 @@ def result_of(proc: subprocess.Popen[str], timeout_s: float) -> dict[str, int]:
 
 @pytest.fixture
 def aeron(media_driver: DriverProcess) -> Iterator[Aeron]:
-    with Aeron.connect(Context(dir=media_driver.dir, driver_timeout_ms=3_000)) as client:
+    with Aeron.connect(Context(dir=media_driver.dir, driver_timeout_ns=3_000_000_000)) as client:
         yield client
 
 
@@ -260,7 +260,7 @@ def test_killed_client_is_timed_out_and_its_resources_reclaimed(aeron: Aeron, me
 
 def test_killed_driver_raises_driver_timeout_and_a_new_driver_takes_over(driver_factory: DriverSet) -> None:
     first = driver_factory("--driver-timeout", "2s", "--ipc-term-length", "1m", base=[])
-    client = Aeron.connect(Context(dir=first.dir, driver_timeout_ms=2_000))
+    client = Aeron.connect(Context(dir=first.dir, driver_timeout_ns=2_000_000_000))
     pub = client.add_publication("aeron:ipc", 5)
     first.kill()
     with pytest.raises(DriverTimeoutError):
@@ -280,7 +280,7 @@ def test_killed_driver_raises_driver_timeout_and_a_new_driver_takes_over(driver_
     )
     assert third.returncode != 0
     assert "active media driver" in third.stderr + third.stdout
-    with Aeron.connect(Context(dir=second.dir, driver_timeout_ms=2_000)) as again:
+    with Aeron.connect(Context(dir=second.dir, driver_timeout_ns=2_000_000_000)) as again:
         assert again.add_publication("aeron:ipc", 5).registration_id > 0
 
 

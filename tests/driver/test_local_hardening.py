@@ -79,7 +79,7 @@ def cnc(media_driver: DriverProcess) -> Iterator[Cnc]:
 
 
 def connect(directory: str) -> Aeron:
-    return Aeron.connect(Context(dir=directory, driver_timeout_ms=8_000))
+    return Aeron.connect(Context(dir=directory, driver_timeout_ns=8_000_000_000))
 
 
 def round_trip(aeron: Aeron, stream_id: int, message: bytes = b"hello") -> None:
@@ -308,7 +308,7 @@ PUBLISH_INTO_A_SECOND_LOG = """
 import json, sys, time
 from logbuf.client import Aeron, Context, DirectoryPermissionError, RegistrationError
 directory = sys.argv[1]
-with Aeron.connect(Context(dir=directory, driver_timeout_ms=8_000)) as aeron:
+with Aeron.connect(Context(dir=directory, driver_timeout_ns=8_000_000_000)) as aeron:
     first_sub = aeron.add_subscription("aeron:ipc", 1)
     first = aeron.add_publication("aeron:ipc", 1)
     while not first.is_connected:
@@ -364,7 +364,7 @@ def test_a_log_that_does_not_fit_is_refused_with_storage_space_instead_of_a_sigb
 SUBSCRIBE_AND_POLL = """
 import json, sys, time
 from logbuf.client import Aeron, Context
-with Aeron.connect(Context(dir=sys.argv[1], driver_timeout_ms=8_000)) as aeron:
+with Aeron.connect(Context(dir=sys.argv[1], driver_timeout_ns=8_000_000_000)) as aeron:
     sub = aeron.add_subscription(f"aeron:udp?endpoint=127.0.0.1:{sys.argv[2]}", 7)
     print("ready", flush=True)
     deadline = time.monotonic() + float(sys.argv[3])
@@ -476,9 +476,9 @@ def test_a_client_refuses_a_driver_directory_owned_by_another_user(media_driver:
     would read every message), and it says why at once instead of waiting out the driver timeout."""
     os.chown(media_driver.dir, NOBODY, 0)
     with pytest.raises(DirectoryPermissionError, match=r"owned by nobody \(uid 65534.*not by root \(uid 0\)"):
-        Aeron.connect(Context(dir=media_driver.dir, driver_timeout_ms=30_000))
+        Aeron.connect(Context(dir=media_driver.dir, driver_timeout_ns=30_000_000_000))
     # under group access a directory of one of the user's groups (root's group here) is trusted
-    with Aeron.connect(Context(dir=media_driver.dir, driver_timeout_ms=8_000, group_access=True)) as aeron:
+    with Aeron.connect(Context(dir=media_driver.dir, driver_timeout_ns=8_000_000_000, group_access=True)) as aeron:
         assert aeron.add_publication("aeron:ipc", 81).registration_id > 0
     os.chown(media_driver.dir, 0, 0)
 
@@ -486,7 +486,7 @@ def test_a_client_refuses_a_driver_directory_owned_by_another_user(media_driver:
 def test_a_client_refuses_a_driver_directory_writable_by_everyone(media_driver: DriverProcess) -> None:
     os.chmod(media_driver.dir, 0o777)
     with pytest.raises(DirectoryPermissionError, match="writable by every user"):
-        Aeron.connect(Context(dir=media_driver.dir, driver_timeout_ms=30_000))
+        Aeron.connect(Context(dir=media_driver.dir, driver_timeout_ns=30_000_000_000))
 
 
 def test_the_driver_refuses_a_directory_another_user_made_first() -> None:
@@ -511,7 +511,7 @@ os.setgroups([])
 os.setgid(65534)
 os.setuid(65534)
 try:
-    Aeron.connect(Context(dir=sys.argv[1], driver_timeout_ms=3_000))
+    Aeron.connect(Context(dir=sys.argv[1], driver_timeout_ns=3_000_000_000))
     print(json.dumps({"connected": True}))
 except Exception as e:
     print(json.dumps({"error": type(e).__name__, "message": str(e), "permission": isinstance(e, PermissionError)}))
@@ -583,7 +583,7 @@ STREAM_PUBLISHER = """
 import json, os, struct, sys, time
 from logbuf.client import Aeron, Context
 directory, stop_path = sys.argv[1], sys.argv[2]
-with Aeron.connect(Context(dir=directory, driver_timeout_ms=10_000)) as aeron:
+with Aeron.connect(Context(dir=directory, driver_timeout_ns=10_000_000_000)) as aeron:
     pub = aeron.add_publication("aeron:ipc", 55)
     while not pub.is_connected:
         time.sleep(0.001)
@@ -614,7 +614,7 @@ def on_message(buffer, header):
         state["next"] = seq + 1
     else:
         state["next"] += 1
-with Aeron.connect(Context(dir=sys.argv[1], driver_timeout_ms=10_000)) as aeron:
+with Aeron.connect(Context(dir=sys.argv[1], driver_timeout_ns=10_000_000_000)) as aeron:
     sub = aeron.add_subscription("aeron:ipc", 55)
     print("ready", flush=True)
     deadline = time.monotonic() + 150

@@ -60,7 +60,7 @@ PUBLISHER = """
 import json, os, struct, sys, time
 from logbuf.client import Aeron, Context
 directory, channel, stream_id, stop_path = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
-with Aeron.connect(Context(dir=directory, driver_timeout_ms=20_000)) as aeron:
+with Aeron.connect(Context(dir=directory, driver_timeout_ns=20_000_000_000)) as aeron:
     pub = aeron.add_publication(channel, stream_id)
     deadline = time.monotonic() + 60
     while not pub.is_connected:
@@ -100,7 +100,7 @@ def on_message(buffer, header):
         state["next"] = seq + 1
     else:
         state["next"] += 1
-with Aeron.connect(Context(dir=directory, driver_timeout_ms=20_000)) as aeron:
+with Aeron.connect(Context(dir=directory, driver_timeout_ns=20_000_000_000)) as aeron:
     sub = aeron.add_subscription(channel, stream_id)
     print("ready", flush=True)
     deadline = time.monotonic() + 180

@@ -168,7 +168,7 @@ def test_the_udp_counter_ids_come_from_the_descriptor_and_are_the_network_counte
 
 def test_dead_driver_is_reported_not_alive_with_what_it_left(driver_factory: DriverSet) -> None:
     driver = driver_factory("--ipc-term-length", "64k", "--dir-delete-on-shutdown", "false", base=[])
-    with Aeron.connect(Context(dir=driver.dir, driver_timeout_ms=60_000)) as aeron:
+    with Aeron.connect(Context(dir=driver.dir, driver_timeout_ns=60_000_000_000)) as aeron:
         pub = aeron.add_publication("aeron:ipc", 33)
         aeron.add_subscription("aeron:ipc", 33)
         deadline = time.monotonic() + 10
@@ -194,7 +194,9 @@ def test_missing_directory_and_bad_arguments_name_the_problem() -> None:
     assert out.returncode == 2
     assert f"no CnC file at {missing}/cnc.dat" in out.stderr
     bad = _stat("--dir", missing, "--interval", "0")
-    assert bad.returncode == 2 and "--interval=0.0 must be positive" in bad.stderr
+    assert bad.returncode == 2 and "--interval=0ns must be positive" in bad.stderr
+    unitless = _stat("--dir", missing, "--interval", "2 parsecs")
+    assert unitless.returncode == 2 and "'2 parsecs' is not a duration" in unitless.stderr
 
 
 def test_the_live_view_lists_each_receiver_of_a_group_publication_slowest_marked() -> None:

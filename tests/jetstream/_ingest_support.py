@@ -264,7 +264,7 @@ class StreamReader:
     """Reads (bytes, reserved_value) messages from a stream through a driver on a background thread."""
 
     def __init__(self, directory: str, channel: str, stream_id: int) -> None:
-        self.aeron = Aeron.connect(Context(dir=directory, driver_timeout_ms=3_000))
+        self.aeron = Aeron.connect(Context(dir=directory, driver_timeout_ns=3_000_000_000))
         self.subscription = self.aeron.add_subscription(channel, stream_id)
         self.messages: list[tuple[bytes, int]] = []
         self.paused = threading.Event()

@@ -205,7 +205,7 @@ def test_generator_ingest_publishes_exactly_its_events_with_time_us_as_reserved_
     with driver_process() as driver:
         reader = StreamReader(driver.dir, CHANNEL, 1001)
         try:
-            with Aeron.connect(Context(dir=driver.dir, driver_timeout_ms=3_000)) as aeron:
+            with Aeron.connect(Context(dir=driver.dir, driver_timeout_ns=3_000_000_000)) as aeron:
                 pub = aeron.add_exclusive_publication(CHANNEL, 1001)
                 clock = OriginClock()
                 ingest = Ingest(pub, GeneratorSource(EventGenerator(11), 0, count=3000, clock=clock))
@@ -244,7 +244,7 @@ def test_back_pressure_delays_the_ingest_without_dropping() -> None:
     with driver_process(args) as driver:
         reader = StreamReader(driver.dir, CHANNEL, 1002)
         try:
-            with Aeron.connect(Context(dir=driver.dir, driver_timeout_ms=3_000)) as aeron:
+            with Aeron.connect(Context(dir=driver.dir, driver_timeout_ns=3_000_000_000)) as aeron:
                 pub = aeron.add_exclusive_publication(CHANNEL, 1002)
                 wait_until(lambda: pub.is_connected, 10, "publication connected")
                 reader.paused.set()
@@ -265,7 +265,7 @@ def test_back_pressure_delays_the_ingest_without_dropping() -> None:
 
 
 def _follow(driver_dir: str, stream_id: int, url: str, rewind_us: int) -> tuple[Aeron, Ingest]:
-    aeron = Aeron.connect(Context(dir=driver_dir, driver_timeout_ms=3_000))
+    aeron = Aeron.connect(Context(dir=driver_dir, driver_timeout_ns=3_000_000_000))
     pub = aeron.add_exclusive_publication(CHANNEL, stream_id)
     source = UpstreamSource(url, Sequencer(rewind_us=rewind_us), backoff_initial_s=0.05, backoff_max_s=0.2)
     ingest = Ingest(pub, source)

@@ -27,7 +27,7 @@ def offer_all(pub: object, messages: list[tuple[bytes, int]]) -> None:
 
 
 def test_adapter_appends_ingested_events_in_order_including_fragmented_ones() -> None:
-    with driver_process() as driver, Aeron.connect(Context(dir=driver.dir, driver_timeout_ms=3_000)) as aeron:
+    with driver_process() as driver, Aeron.connect(Context(dir=driver.dir, driver_timeout_ns=3_000_000_000)) as aeron:
         sub = aeron.add_subscription(CHANNEL, 1201)
         appended: list[tuple[bytes, EventMeta]] = []
         adapter = EventStreamAdapter(sub, lambda raw, meta: appended.append((raw, meta)))
@@ -68,7 +68,7 @@ def test_adapter_appends_ingested_events_in_order_including_fragmented_ones() ->
 
 def test_adapter_skips_stale_and_invalid_messages_and_counts_them() -> None:
     gen = EventGenerator(2)
-    with driver_process() as driver, Aeron.connect(Context(dir=driver.dir, driver_timeout_ms=3_000)) as aeron:
+    with driver_process() as driver, Aeron.connect(Context(dir=driver.dir, driver_timeout_ns=3_000_000_000)) as aeron:
         sub = aeron.add_subscription(CHANNEL, 1202)
         appended: list[int] = []
         adapter = EventStreamAdapter(sub, lambda raw, meta: appended.append(meta.time_us), after_us=1_000)

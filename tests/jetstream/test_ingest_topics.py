@@ -48,7 +48,7 @@ def test_collections_go_out_as_topics_each_matching_event_once_in_order_across_a
     upstream = UpstreamStandIn(events, rate=6000).start()
     with driver_process() as driver:
         reader = StreamReader(driver.dir, CHANNEL, EVENTS_STREAM)
-        aeron = Aeron.connect(Context(dir=driver.dir, driver_timeout_ms=3_000))
+        aeron = Aeron.connect(Context(dir=driver.dir, driver_timeout_ns=3_000_000_000))
         pattern_sets = [["app.bsky.feed.*"], ["app.bsky.graph.follow"], [">"]]
         readers = [TopicReader(aeron.add_topic_subscription(CHANNEL, TOPICS_STREAM, p)) for p in pattern_sets]
         pub = aeron.add_exclusive_publication(CHANNEL, EVENTS_STREAM)

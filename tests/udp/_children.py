@@ -85,7 +85,7 @@ def publisher(
     stop = _stop_on_stdin() if count < 0 else None
     results = {r.name: 0 for r in OfferResult}
     crc = 0
-    with Aeron.connect(Context(dir=directory, driver_timeout_ms=5_000)) as aeron:
+    with Aeron.connect(Context(dir=directory, driver_timeout_ns=5_000_000_000)) as aeron:
         pub = (aeron.add_exclusive_publication if exclusive else aeron.add_publication)(channel, stream_id)
         for destination in destinations:  # a control-mode=manual MDC publication
             pub.add_destination(destination)
@@ -203,7 +203,7 @@ def subscriber(
         assembler(buffer, header)
 
     assembler = FragmentAssembler(on_message)
-    with Aeron.connect(Context(dir=directory, driver_timeout_ms=5_000)) as aeron:
+    with Aeron.connect(Context(dir=directory, driver_timeout_ns=5_000_000_000)) as aeron:
         sub = aeron.add_subscription(
             channel,
             stream_id,

@@ -60,7 +60,7 @@ def hosts(net: NetnsNetwork, request: pytest.FixtureRequest) -> Iterator[list[Dr
 
 @pytest.fixture
 def gateways(hosts: list[DriverProcess]) -> Iterator[tuple[list[FastpussGateway], FakeClock]]:
-    clients = [Aeron.connect(Context(dir=h.dir, driver_timeout_ms=5_000)) for h in hosts]
+    clients = [Aeron.connect(Context(dir=h.dir, driver_timeout_ns=5_000_000_000)) for h in hosts]
     clock = FakeClock()
     made: list[FastpussGateway] = []
     try:

@@ -179,7 +179,7 @@ def test_mdc_manual_three_receivers_each_get_every_message_once_in_order(
 def test_mdc_num_dest_counts_manual_destinations_added_and_removed(
     net: NetnsNetwork, hosts: list[DriverProcess]
 ) -> None:
-    with Aeron.connect(Context(dir=hosts[0].dir, driver_timeout_ms=5_000)) as aeron:
+    with Aeron.connect(Context(dir=hosts[0].dir, driver_timeout_ns=5_000_000_000)) as aeron:
         pub = aeron.add_publication(f"aeron:udp?control={net.address(0)}:40631|control-mode=manual", 1004)
         dests = [f"aeron:udp?endpoint={net.address(i)}:40632" for i in (1, 2, 3)]
         for d in dests:
@@ -345,7 +345,7 @@ def stalled_then_free(
 ) -> tuple[Publisher, list[Any], Any, list[Aeron]]:
     """Receivers 1 and 2 read; receiver 3 subscribes but never polls. Returns the publisher, the two
     readers, receiver 3's subscription and the clients (closed by the caller)."""
-    clients = [Aeron.connect(Context(dir=h.dir, driver_timeout_ms=5_000)) for h in hosts]
+    clients = [Aeron.connect(Context(dir=h.dir, driver_timeout_ns=5_000_000_000)) for h in hosts]
     subs = [
         clients[i].add_subscription(multicast(port, i) + (f"|gtag={gtags[i - 1]}" if gtags[i - 1] else ""), stream_id)
         for i in (1, 2, 3)
@@ -425,7 +425,7 @@ def test_max_and_tagged_do_not_wait_for_a_receiver_that_stops_reading(
 
 
 def test_late_joiner_starts_at_the_current_position(net: NetnsNetwork, hosts: list[DriverProcess]) -> None:
-    clients = [Aeron.connect(Context(dir=h.dir, driver_timeout_ms=5_000)) for h in hosts]
+    clients = [Aeron.connect(Context(dir=h.dir, driver_timeout_ns=5_000_000_000)) for h in hosts]
     try:
         readers = [InOrderReader(clients[i].add_subscription(multicast(40681, i), 1009)) for i in (1, 2)]
         publisher = Publisher(clients[0], multicast(40681, 0, fc="max,g:/2"), 1009)
@@ -462,7 +462,7 @@ def test_naks_from_a_host_that_is_no_receiver_of_a_multicast_publication_get_not
     counts them as NAKs from non-receivers and resends nothing for them, while receivers 1 and 2 get
     every message once, in order. Its NAKs reach the publication's control socket as the members' do."""
     port, stream_id, count = 40721, 1013, 2_000
-    clients = [Aeron.connect(Context(dir=h.dir, driver_timeout_ms=5_000)) for h in hosts[:3]]
+    clients = [Aeron.connect(Context(dir=h.dir, driver_timeout_ns=5_000_000_000)) for h in hosts[:3]]
     try:
         readers = [InOrderReader(clients[i].add_subscription(multicast(port, i), stream_id)) for i in (1, 2)]
         publisher = Publisher(clients[0], multicast(port, 0, fc="min,g:/2"), stream_id)
@@ -521,10 +521,10 @@ def test_min_stops_waiting_for_a_killed_receiver_after_its_timeout(
     net: NetnsNetwork, hosts: list[DriverProcess]
 ) -> None:
     """Last in the module: it kills receiver 3's driver (and starts it again)."""
-    clients = [Aeron.connect(Context(dir=h.dir, driver_timeout_ms=5_000)) for h in hosts[:3]]
+    clients = [Aeron.connect(Context(dir=h.dir, driver_timeout_ns=5_000_000_000)) for h in hosts[:3]]
     try:
         readers = [InOrderReader(clients[i].add_subscription(multicast(40691, i), 1010)) for i in (1, 2)]
-        with Aeron.connect(Context(dir=hosts[3].dir, driver_timeout_ms=5_000)) as third:
+        with Aeron.connect(Context(dir=hosts[3].dir, driver_timeout_ns=5_000_000_000)) as third:
             doomed = third.add_subscription(multicast(40691, 3), 1010)
             publisher = Publisher(clients[0], multicast(40691, 0, fc="min,t:2s"), 1010)
             wait_until(lambda: doomed.image_count > 0, 30, "receiver 3's image", do_work=publisher.offer_some)
@@ -556,7 +556,7 @@ def test_min_stops_waiting_for_a_killed_receiver_after_its_timeout(
 def test_a_receiver_that_unsubscribes_leaves_the_min_group_at_once_by_end_of_stream(
     net: NetnsNetwork, hosts: list[DriverProcess]
 ) -> None:
-    clients = [Aeron.connect(Context(dir=h.dir, driver_timeout_ms=5_000)) for h in hosts]
+    clients = [Aeron.connect(Context(dir=h.dir, driver_timeout_ns=5_000_000_000)) for h in hosts]
     try:
         subs = [clients[i].add_subscription(multicast(40701, i), 1011) for i in (1, 2, 3)]
         readers = [InOrderReader(s) for s in subs]

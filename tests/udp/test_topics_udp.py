@@ -48,8 +48,8 @@ def hosts(net: NetnsNetwork, request: pytest.FixtureRequest) -> Iterator[list[Dr
 
 @pytest.fixture
 def clients(hosts: list[DriverProcess]) -> Iterator[list[Aeron]]:
-    a = Aeron.connect(Context(dir=hosts[0].dir, driver_timeout_ms=5_000))
-    b = Aeron.connect(Context(dir=hosts[1].dir, driver_timeout_ms=5_000))
+    a = Aeron.connect(Context(dir=hosts[0].dir, driver_timeout_ns=5_000_000_000))
+    b = Aeron.connect(Context(dir=hosts[1].dir, driver_timeout_ns=5_000_000_000))
     try:
         yield [a, b]
     finally:

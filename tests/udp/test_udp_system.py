@@ -202,7 +202,7 @@ class InOrderReader:
 
 
 def connect(driver: DriverProcess) -> Aeron:
-    return Aeron.connect(Context(dir=driver.dir, driver_timeout_ms=5_000))
+    return Aeron.connect(Context(dir=driver.dir, driver_timeout_ns=5_000_000_000))
 
 
 # -- tests ----------------------------------------------------------------------------------------------
