@@ -126,8 +126,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--driver-dir", default="", help="the media driver's directory (default $LOGBUF_DIR)")
     p.add_argument("--stream-id", type=int, action="append", help="only these recorded streams (default: all)")
     p.add_argument("--bandwidth", type=int, default=0, help="bytes/s the fetches may ask for (default: unbounded)")
-    p.add_argument("--interval", type=float, default=0.0, help="seconds between rounds: continuous anti-entropy")
-    p.add_argument("--timeout", type=float, default=60.0, help="seconds one fetch may take")
+    p.add_argument(
+        "--interval",
+        type=duration_ns_argument,
+        default=0,
+        metavar="DURATION",
+        help="time between rounds, for continuous anti-entropy (e.g. 30s, 5m; a bare number is seconds; default: "
+        "one round)",
+    )
+    p.add_argument(
+        "--timeout",
+        type=duration_ns_argument,
+        default=60_000_000_000,
+        metavar="DURATION",
+        help="how long one fetch may take (a bare number is seconds; default 60s)",
+    )
 
     p = command("stop", "stop a recording on an archive service (--control)")
     add_control_arguments(p, required=True)
@@ -361,7 +374,7 @@ def cmd_sync(args: argparse.Namespace) -> int:
                 )
             if args.interval <= 0:
                 report = sync_once(
-                    peers, stream_ids=stream_ids, bandwidth_bytes_per_s=args.bandwidth, timeout_s=args.timeout
+                    peers, stream_ids=stream_ids, bandwidth_bytes_per_s=args.bandwidth, timeout_ns=args.timeout
                 )
                 print(json.dumps(_sync_summary(report)), flush=True)
                 return 1 if report.failed or report.conflicts else 0
@@ -371,11 +384,11 @@ def cmd_sync(args: argparse.Namespace) -> int:
                 sync_forever(
                     peers,
                     stop,
-                    interval_s=args.interval,
+                    interval_ns=args.interval,
                     on_report=lambda report: print(json.dumps(_sync_summary(report)), flush=True),
                     stream_ids=stream_ids,
                     bandwidth_bytes_per_s=args.bandwidth,
-                    timeout_s=args.timeout,
+                    timeout_ns=args.timeout,
                 )
             except KeyboardInterrupt:
                 pass

@@ -204,14 +204,13 @@ class Supervisor:
 
     def _ensure_driver(self) -> None:
         s = self.settings
-        timeout_ms = s.driver_timeout_ns // 1_000_000  # the CnC heartbeat is epoch milliseconds
         if self.driver is not None:
-            if self.driver.runner.is_running and is_driver_active(self.directory, timeout_ms):
+            if self.driver.runner.is_running and is_driver_active(self.directory, timeout_ns=s.driver_timeout_ns):
                 return
             self._log.warning("jetstream.driver_restarting", driver_dir=self.directory)
             self.driver.close()  # removes its directory: a new driver starts there clean
             self.driver = None
-        elif s.driver_mode != "embedded" and is_driver_active(self.directory, timeout_ms):
+        elif s.driver_mode != "embedded" and is_driver_active(self.directory, timeout_ns=s.driver_timeout_ns):
             self._log.info("jetstream.driver_connected", driver_dir=self.directory)
             return
         if s.driver_mode == "external":

@@ -16,7 +16,7 @@ import re
 import warnings
 from collections.abc import Callable, Mapping
 from fractions import Fraction
-from typing import Any, Final, TypeVar
+from typing import Any, Final, TypeVar, cast
 
 NS_PER_UNIT: Final[dict[str, int]] = {
     "ns": 1,
@@ -51,6 +51,7 @@ def format_duration_ns(value_ns: int) -> str:
 
 
 _T = TypeVar("_T")
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 
 def renamed_duration_keywords(renames: Mapping[str, tuple[str, int]]) -> Callable[[type[_T]], type[_T]]:
@@ -65,13 +66,7 @@ def renamed_duration_keywords(renames: Mapping[str, tuple[str, int]]) -> Callabl
 
         @functools.wraps(init)
         def __init__(self: _T, *args: Any, **kwargs: Any) -> None:
-            for old, (new, factor) in renames.items():
-                if old in kwargs:
-                    if new in kwargs:
-                        raise TypeError(f"{cls.__name__}() got both {old}= and its new name {new}=")
-                    warnings.warn(_renamed(cls, old, new), DeprecationWarning, stacklevel=2)
-                    value = kwargs.pop(old)
-                    kwargs[new] = None if value is None else round(value * factor)
+            _convert_renamed(cls.__name__, renames, kwargs)
             init(self, *args, **kwargs)
 
         cls.__init__ = __init__  # type: ignore[method-assign, assignment]
@@ -82,13 +77,37 @@ def renamed_duration_keywords(renames: Mapping[str, tuple[str, int]]) -> Callabl
     return decorate
 
 
-def _renamed(cls: type, old: str, new: str) -> str:
-    return f"{cls.__name__}.{old} is deprecated and will be removed: use {new} (integer nanoseconds)"
+def renamed_duration_arguments(renames: Mapping[str, tuple[str, int]]) -> Callable[[_F], _F]:
+    """:func:`renamed_duration_keywords` for a function: an old keyword argument warns and is converted."""
+
+    def decorate(function: _F) -> _F:
+        @functools.wraps(function)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            _convert_renamed(function.__name__, renames, kwargs)
+            return function(*args, **kwargs)
+
+        return cast(_F, wrapper)
+
+    return decorate
+
+
+def _convert_renamed(owner: str, renames: Mapping[str, tuple[str, int]], kwargs: dict[str, Any]) -> None:
+    for old, (new, factor) in renames.items():
+        if old in kwargs:
+            if new in kwargs:
+                raise TypeError(f"{owner}() got both {old}= and its new name {new}=")
+            warnings.warn(_renamed(owner, old, new), DeprecationWarning, stacklevel=3)
+            value = kwargs.pop(old)
+            kwargs[new] = None if value is None else round(value * factor)
+
+
+def _renamed(owner: str, old: str, new: str) -> str:
+    return f"{owner}.{old} is deprecated and will be removed: use {new} (integer nanoseconds)"
 
 
 def _old_attribute(cls: type, old: str, new: str, factor: int) -> property:
     def get(self: object) -> float | None:
-        warnings.warn(_renamed(cls, old, new), DeprecationWarning, stacklevel=2)
+        warnings.warn(_renamed(cls.__name__, old, new), DeprecationWarning, stacklevel=2)
         value: int | None = getattr(self, new)
         if value is None:
             return None

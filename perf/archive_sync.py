@@ -178,7 +178,7 @@ def main() -> int:
                 keep_alive()
                 before = shutil.copytree(services[other].ctx.archive_dir, os.path.join(work, f"{other}-before"))
                 t0 = time.monotonic()
-                report = sync_once([peers["a"], peers[other]], timeout_s=300)
+                report = sync_once([peers["a"], peers[other]], timeout_ns=300_000_000_000)
                 elapsed = time.monotonic() - t0
                 cases[case] = {
                     "sync_s": elapsed,

@@ -157,7 +157,7 @@ def main() -> int:
         from logbuf.jetstream.generator import EventGenerator
         from logbuf.jetstream.ingest import GeneratorSource, OriginClock, Sequencer, UpstreamSource
 
-        wait_for_driver(directory, timeout_s=20)
+        wait_for_driver(directory, timeout_ns=20_000_000_000)
         gen = run_ingest_case(
             directory, 2001, lambda: GeneratorSource(EventGenerator(3), 0, clock=OriginClock()), None, seconds
         )

@@ -19,12 +19,18 @@ from logbuf.archive.recorder import RecorderContext
 from logbuf.archive.replay import Replay
 from logbuf.archive.replay_merge import ReplayMerge
 from logbuf.archive.service_context import ArchiveContext
+from logbuf.archive.sync import sync_forever, sync_once
 from logbuf.client import Context
+from logbuf.client.aio import AsyncAeron, AsyncIdle
 from logbuf.client.stat import StatReader
 from logbuf.driver.context import DriverContext, env_name, flag_name
+from logbuf.jetstream.ingest import UpstreamSource
+from logbuf.jetstream.server import RelayConfig
+from logbuf.jetstream.supervisor import SupervisorSettings
 
-DURATION_WORDS = re.compile(r"(timeout|interval|delay|linger|backoff|duration|period|sleep)(_|$)")
-"""Words that make a name a duration."""
+DURATION_WORDS = re.compile(r"(timeout|interval|delay|linger|backoff|duration|period|sleep|park|retention)(_|$)")
+"""Words that make a name a duration (unless it ends in a unit that is not time, as ``retention_bytes``)."""
+NOT_TIME = re.compile(r"_(bytes|length|count)$")
 INJECTED_CLOCKS = {"clock_ns", "epoch_clock_ms"}
 """Clocks, not durations: ``epoch_clock_ms`` reads the wall clock in the CnC heartbeat's unit (epoch ms)."""
 SETTINGS = [
@@ -36,11 +42,18 @@ SETTINGS = [
     RecorderContext,
     Replay,
     ReplayMerge,
+    AsyncIdle,
+    AsyncAeron,
+    RelayConfig,
+    UpstreamSource,
+    SupervisorSettings,
+    sync_once,
+    sync_forever,
 ]
-"""Every class that takes durations from its caller: the settings of the driver, client, tools and archive."""
+"""Every class that takes durations from its caller: the settings of the driver, client, tools, archive and relay."""
 
 
-def misnamed_durations(cls: type) -> list[str]:
+def misnamed_durations(cls: Any) -> list[str]:
     """Settings of ``cls`` (a dataclass's fields, else its constructor's parameters) that hold a duration but
     do not end in ``_ns``: every ``duration``-kind driver setting, and any setting named like a duration."""
     if dataclasses.is_dataclass(cls):
@@ -51,13 +64,13 @@ def misnamed_durations(cls: type) -> list[str]:
         name
         for name, is_duration in names.items()
         if name not in INJECTED_CLOCKS
-        and (is_duration or DURATION_WORDS.search(name) is not None)
+        and (is_duration or (DURATION_WORDS.search(name) is not None and NOT_TIME.search(name) is None))
         and not name.endswith("_ns")
     ]
 
 
 @pytest.mark.parametrize("settings", SETTINGS, ids=lambda cls: cls.__name__)
-def test_every_duration_setting_is_named_in_nanoseconds(settings: type) -> None:
+def test_every_duration_setting_is_named_in_nanoseconds(settings: Any) -> None:
     assert misnamed_durations(settings) == []
 
 
@@ -85,6 +98,7 @@ def test_a_bad_duration_names_the_setting_as_typed() -> None:
 
 
 ARCHIVE = functools.partial(ArchiveContext, archive_dir="/nonexistent")
+RELAY = functools.partial(RelayConfig, data_dir="/nonexistent")
 RECORDER = functools.partial(RecorderContext, archive_dir="/nonexistent", channel="aeron:ipc", stream_id=1)
 
 
@@ -98,6 +112,9 @@ RECORDER = functools.partial(RecorderContext, archive_dir="/nonexistent", channe
         (ARCHIVE, "session_timeout_ms", 600, "session_timeout_ns", 600_000_000),
         (ArchiveClientContext, "message_timeout_ms", 1_500, "message_timeout_ns", 1_500_000_000),
         (RECORDER, "max_idle_sleep_s", 0.5, "max_idle_sleep_ns", 500_000_000),
+        (RELAY, "retention", 3600.0, "retention_ns", 3_600_000_000_000),
+        (RELAY, "flush_interval_s", 0.002, "flush_interval_ns", 2_000_000),
+        (AsyncIdle, "max_park_s", 0.01, "max_park_ns", 10_000_000),
     ],
 )
 def test_an_old_keyword_still_works_and_warns_naming_the_new_one(
@@ -118,3 +135,9 @@ def test_new_keywords_do_not_warn() -> None:
         warnings.simplefilter("error")
         assert DriverContext(nak_delay_ns=1).nak_delay_ns == 1
         assert Context(driver_timeout_ns=2_000_000_000).driver_timeout_ns == 2_000_000_000
+
+
+def test_an_old_keyword_argument_of_a_function_still_works_and_warns() -> None:
+    with pytest.warns(DeprecationWarning, match=r"sync_once\.timeout_s is deprecated.*use timeout_ns"):
+        report = sync_once([], timeout_s=1.5)
+    assert not report.failed

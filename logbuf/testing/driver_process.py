@@ -81,7 +81,7 @@ class DriverProcess:
     def command(self) -> list[str]:
         return [sys.executable, "-m", "logbuf.driver.main", "--dir", self.dir, *self.args]
 
-    def start(self, timeout_s: float = START_TIMEOUT_S, heartbeat_timeout_ms: int = 5_000) -> DriverProcess:
+    def start(self, timeout_s: float = START_TIMEOUT_S, heartbeat_timeout_ns: int = 5_000_000_000) -> DriverProcess:
         """Start the process and wait until it heartbeats in its directory as itself."""
         if self.alive:
             raise AssertionError(f"driver in {self.dir} is already running (pid {self.pid})")
@@ -98,7 +98,7 @@ class DriverProcess:
                 env=None if self.env is None else {**os.environ, **self.env},
             )
         deadline = time.monotonic() + timeout_s
-        while not self._heartbeating(heartbeat_timeout_ms):
+        while not self._heartbeating(heartbeat_timeout_ns):
             if self.proc.poll() is not None:
                 raise AssertionError(
                     f"driver exited with {self.proc.returncode} at start; output:\n{self.output()[-10_000:]}"
@@ -109,7 +109,7 @@ class DriverProcess:
             time.sleep(0.01)
         return self
 
-    def _heartbeating(self, heartbeat_timeout_ms: int) -> bool:
+    def _heartbeating(self, heartbeat_timeout_ns: int) -> bool:
         """This process's CnC is in the directory and its heartbeat is fresh."""
         try:
             cnc = CncFile.open(self.dir)
@@ -118,7 +118,7 @@ class DriverProcess:
         try:
             assert self.proc is not None
             age_ms = time.time_ns() // 1_000_000 - cnc_driver_heartbeat_ms(cnc)
-            return cnc.pid == self.proc.pid and age_ms <= heartbeat_timeout_ms
+            return cnc.pid == self.proc.pid and age_ms * 1_000_000 <= heartbeat_timeout_ns
         finally:
             cnc.close()
 

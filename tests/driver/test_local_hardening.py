@@ -153,7 +153,7 @@ class DriverLoggingToFile(DriverProcess):
                 cwd=log_dir,
             )
         try:
-            wait_for_driver(self.dir, timeout_s=timeout_s, heartbeat_timeout_ms=5_000)
+            wait_for_driver(self.dir, timeout_ns=round(timeout_s * 1e9), heartbeat_timeout_ns=5_000_000_000)
         except TimeoutError:
             raise AssertionError(f"driver did not start: {self.stop()}") from None
         return self
@@ -703,7 +703,7 @@ def test_random_records_in_the_command_ring_leave_the_driver_and_a_live_stream_u
         wait_until(lambda: cnc.ring.consumer_position() == cnc.ring.producer_position(), what="ring drained")
         assert driver.proc.poll() is None, "the driver died"
         assert cnc.heartbeat_ms() > heartbeat_before
-        assert is_driver_active(driver.dir, 2_000)
+        assert is_driver_active(driver.dir, timeout_ns=2_000_000_000)
         rss_after = rss_bytes(driver.proc.pid)
         assert rss_after - rss_before < 64 * 1024 * 1024, (rss_before, rss_after)
         assert done["dead"] == 3 and cnc.counter("Unblocked Control Commands") >= 3

@@ -314,7 +314,7 @@ def test_a_stream_survives_fuzzed_frames_command_rings_and_archives(
         assert published > 0 and sent["archives"] >= 3 and sent["ring_records"] > 0
         for d in (a, b):
             assert d.alive, f"driver {d.dir} died"
-            assert is_driver_active(d.dir, 5_000)
+            assert is_driver_active(d.dir, timeout_ns=5_000_000_000)
             growth = rss_bytes(d.pid) - rss_before[d.dir]
             assert growth < RSS_BOUND, f"driver {d.dir} grew by {growth / 2**20:.1f} MiB"
             network_errors = [e for e in d.errors() if any(m in e for m in NETWORK_MODULES)]

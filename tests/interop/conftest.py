@@ -214,7 +214,7 @@ class Interop:
             argv = [sys.executable, "-m", "logbuf.driver.main", "--dir", directory, "--dir-delete-on-shutdown", "true"]
             peer = Peer(argv + list(args), env=env, name="logbuf driver")
             self.peers.append(peer)
-            wait_for_driver(directory, timeout_s=30, heartbeat_timeout_ms=5_000)
+            wait_for_driver(directory, timeout_ns=30_000_000_000, heartbeat_timeout_ns=5_000_000_000)
         else:
             peer = Peer([self.pyaeron_python, PEER, "driver", "--dir", directory, "--timeout", "600"], env, "C driver")
             self.peers.append(peer)

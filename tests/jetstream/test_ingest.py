@@ -267,7 +267,9 @@ def test_back_pressure_delays_the_ingest_without_dropping() -> None:
 def _follow(driver_dir: str, stream_id: int, url: str, rewind_us: int) -> tuple[Aeron, Ingest]:
     aeron = Aeron.connect(Context(dir=driver_dir, driver_timeout_ns=3_000_000_000))
     pub = aeron.add_exclusive_publication(CHANNEL, stream_id)
-    source = UpstreamSource(url, Sequencer(rewind_us=rewind_us), backoff_initial_s=0.05, backoff_max_s=0.2)
+    source = UpstreamSource(
+        url, Sequencer(rewind_us=rewind_us), backoff_initial_ns=50_000_000, backoff_max_ns=200_000_000
+    )
     ingest = Ingest(pub, source)
     ingest.start()
     return aeron, ingest
@@ -333,7 +335,9 @@ def test_failover_to_an_instance_with_an_earlier_clock_keeps_time_us_strictly_in
 def test_an_upstream_refusing_the_subscription_with_4xx_ends_the_ingest_naming_the_answer() -> None:
     upstream = UpstreamStandIn(make_events(5)).start()
     try:
-        source = UpstreamSource(f"ws://127.0.0.1:{upstream.port}/wrong-path", Sequencer(), backoff_initial_s=0.05)
+        source = UpstreamSource(
+            f"ws://127.0.0.1:{upstream.port}/wrong-path", Sequencer(), backoff_initial_ns=50_000_000
+        )
 
         class NoPublication:  # never offered to: the subscription is refused first
             max_message_length = 1 << 20

@@ -54,7 +54,9 @@ def test_collections_go_out_as_topics_each_matching_event_once_in_order_across_a
         pub = aeron.add_exclusive_publication(CHANNEL, EVENTS_STREAM)
         topics = aeron.add_topic_publication(CHANNEL, TOPICS_STREAM, exclusive=True)
         wait_until(lambda: topics.is_connected and pub.is_connected, 10, "publications connected")
-        source = UpstreamSource(upstream.url, Sequencer(rewind_us=200_000), backoff_initial_s=0.05, backoff_max_s=0.2)
+        source = UpstreamSource(
+            upstream.url, Sequencer(rewind_us=200_000), backoff_initial_ns=50_000_000, backoff_max_ns=200_000_000
+        )
         ingest = Ingest(pub, source, topics=topics)
         ingest.start()
 

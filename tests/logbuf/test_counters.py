@@ -52,7 +52,7 @@ def test_allocation_tries_one_record_however_many_are_allocated(buffers: tuple[m
 
 
 def test_a_freed_record_waits_out_its_reuse_timeout_oldest_first(buffers: tuple[memoryview, memoryview]) -> None:
-    counters = CountersManager(*buffers, free_to_reuse_timeout_ms=200)
+    counters = CountersManager(*buffers, free_to_reuse_timeout_ns=200_000_000)
     for i in range(CAPACITY):
         counters.allocate(f"c{i}")
     counters.free(5)
