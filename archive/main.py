@@ -35,13 +35,13 @@ from logbuf.archive.remote_cli import (
     add_control_arguments,
     add_serve_arguments,
     cmd_serve,
-    duration_ns_argument,
     list_line,
     remote_stop,
 )
 from logbuf.archive.replication import read_replications, read_source
 from logbuf.archive.segments import DEFAULT_SEGMENT_LENGTH, SegmentError, segment_files
 from logbuf.archive.verify import verify_recording
+from logbuf.durations import duration_argument
 from logbuf.errors import ConfigurationError, LogbufError
 from logbuf.logging_config import configure_logging
 
@@ -128,7 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--bandwidth", type=int, default=0, help="bytes/s the fetches may ask for (default: unbounded)")
     p.add_argument(
         "--interval",
-        type=duration_ns_argument,
+        type=duration_argument("s"),
         default=0,
         metavar="DURATION",
         help="time between rounds, for continuous anti-entropy (e.g. 30s, 5m; a bare number is seconds; default: "
@@ -136,7 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--timeout",
-        type=duration_ns_argument,
+        type=duration_argument("s"),
         default=60_000_000_000,
         metavar="DURATION",
         help="how long one fetch may take (a bare number is seconds; default 60s)",
@@ -177,7 +177,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("recording_id", type=_non_negative, nargs="?", help="default: every VALID recording")
     p.add_argument("--before-position", type=_non_negative, help="drop segments that end at or before this position")
     p.add_argument(
-        "--older-than", type=duration_ns_argument, help="drop segments last written longer ago than this (2h, 7d)"
+        "--older-than", type=duration_argument("s"), help="drop segments last written longer ago than this (2h, 7d)"
     )
     p.add_argument("--before-time", type=_time_ms, help="drop segments last written before this (epoch ms or ISO)")
 
@@ -190,7 +190,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("destination", help="e.g. s3://bucket/archive?endpoint_override=host:9000&scheme=http")
     p.add_argument(
         "--follow",
-        type=duration_ns_argument,
+        type=duration_argument("s"),
         metavar="INTERVAL",
         help="repeat every INTERVAL (e.g. 10s) until SIGINT/SIGTERM, uploading each segment as it completes",
     )
@@ -209,7 +209,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--driver-timeout",
-        type=duration_ns_argument,
+        type=duration_argument("s"),
         default=10_000_000_000,
         help="driver liveness timeout (default 10s)",
     )
@@ -238,7 +238,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--driver-dir", default="", help="the media driver's directory (default $LOGBUF_DIR)")
     p.add_argument(
         "--connect-timeout",
-        type=duration_ns_argument,
+        type=duration_argument("s"),
         default=30_000_000_000,
         help="how long to wait for a subscriber (default 30s)",
     )

@@ -26,7 +26,7 @@ from logbuf.archive.client import (
     replay_image_session_id,
 )
 from logbuf.archive.service_context import DEFAULT_CONTROL_STREAM_ID, DEFAULT_EVENTS_STREAM_ID, ArchiveContext
-from logbuf.durations import parse_duration_ns
+from logbuf.durations import duration_argument
 
 __all__ = [
     "REMOTE_COMMANDS",
@@ -37,15 +37,6 @@ __all__ = [
     "list_line",
     "remote_stop",
 ]
-
-
-def duration_ns_argument(text: str) -> int:
-    """A duration argument in :mod:`logbuf.durations`' grammar (``500ms``, ``30s``, ``2h``, ``7d``) -> nanoseconds;
-    a bare number is seconds, as these command lines always read it."""
-    try:
-        return parse_duration_ns(text, bare_unit="s")
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a duration (e.g. 500ms, 30s, 10m, 2h, 7d)") from None
 
 
 def list_line(
@@ -88,7 +79,7 @@ def add_control_arguments(p: argparse.ArgumentParser, *, required: bool = False,
         p.add_argument("--driver-dir", default="", help="this host's media driver directory (default $LOGBUF_DIR)")
     p.add_argument(
         "--timeout",
-        type=duration_ns_argument,
+        type=duration_argument("s"),
         default=5_000_000_000,
         metavar="DURATION",
         help="how long to wait for each answer (e.g. 500ms, 5s; a bare number is seconds; default 5s)",
@@ -112,7 +103,7 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-recordings", type=int, default=defaults.max_concurrent_recordings)
     p.add_argument(
         "--session-timeout",
-        type=duration_ns_argument,
+        type=duration_argument("s"),
         default=defaults.session_timeout_ns,
         metavar="DURATION",
         help=f"close a silent session after this (a bare number is seconds; default {defaults.session_timeout_ns // 10**9}s)",

@@ -30,7 +30,7 @@ import sys
 import threading
 import time
 import warnings
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Final
 
@@ -48,7 +48,7 @@ from logbuf.conduit.system_counters_descriptor import (
     SYSTEM_COUNTER_TYPE_IDS,
     UDP_SYSTEM_COUNTER_IDS,
 )
-from logbuf.durations import format_duration_ns, parse_duration_ns, renamed_duration_keywords
+from logbuf.durations import duration_argument, format_duration_ns, renamed_duration_keywords
 from logbuf.errors import ShmError
 from logbuf.logbuffer import data_header_descriptor as dh
 from logbuf.logbuffer.log_buffer import LogBuffers
@@ -682,18 +682,6 @@ def render_archive(archive: dict[str, Any]) -> Any:
 
 
 # -- entry point -------------------------------------------------------------------------------------
-def _duration_ns(bare_unit: str) -> Callable[[str], int]:
-    """An argparse type: a duration in :mod:`logbuf.durations`' grammar, a bare number in ``bare_unit``."""
-
-    def parse(text: str) -> int:
-        try:
-            return parse_duration_ns(text, bare_unit)
-        except ValueError as e:
-            raise argparse.ArgumentTypeError(str(e)) from None
-
-    return parse
-
-
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="logbuf-stat", description=__doc__.split("\n\n")[0])
     parser.add_argument("--dir", help="driver directory (default: LOGBUF_DIR, else /dev/shm/logbuf-<user>)")
@@ -702,7 +690,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--interval",
         dest="interval_ns",
-        type=_duration_ns("s"),
+        type=duration_argument("s"),
         default=1_000_000_000,
         metavar="DURATION",
         help="time between samples (e.g. 500ms, 2s; a bare number is seconds; default 1s)",
@@ -710,7 +698,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--duration",
         dest="duration_ns",
-        type=_duration_ns("s"),
+        type=duration_argument("s"),
         default=None,
         metavar="DURATION",
         help="stop after this long (e.g. 30s, 5m; a bare number is seconds)",
@@ -736,7 +724,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--alive-timeout-ms",
         dest="alive_timeout_ns",
-        type=_duration_ns("ms"),
+        type=duration_argument("ms"),
         default=DEFAULT_ALIVE_TIMEOUT_NS,
         metavar="DURATION",
         help="heartbeat age beyond which the driver is reported not alive (e.g. 500ms, 5s; a bare number is "

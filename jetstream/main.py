@@ -39,7 +39,7 @@ import structlog
 from prometheus_client.core import Metric
 
 from logbuf.client import Subscription
-from logbuf.durations import format_duration_ns, parse_duration_ns
+from logbuf.durations import duration_argument, format_duration_ns
 from logbuf.errors import LogbufError
 from logbuf.jetstream import BUNDLED_ZSTD_DICTIONARY
 from logbuf.jetstream.backfill import (
@@ -86,16 +86,8 @@ DEFAULT_DRIVER_TIMEOUT_NS = 10_000_000_000
 """The media driver's own default driver and client liveness timeouts."""
 
 
-def _duration_ns(text: str) -> int:
-    """Durations in :mod:`logbuf.durations`' grammar (``90s``, ``15m``, ``24h``, ``1.5d``; a bare number is
-    seconds) -> nanoseconds."""
-    try:
-        value = parse_duration_ns(text.strip().removeprefix("-"), bare_unit="s")
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a duration (e.g. 90s, 15m, 24h)") from None
-    if not value > 0 or text.strip().startswith("-"):
-        raise argparse.ArgumentTypeError(f"{text!r} must be a positive duration")
-    return value
+_duration_ns = duration_argument("s", positive=True)
+"""Relay durations: a bare number is seconds; 0 and negatives are refused."""
 
 
 def _rate(text: str) -> float:

@@ -11,6 +11,7 @@ on the archive and relay command lines.
 
 from __future__ import annotations
 
+import argparse
 import functools
 import re
 import warnings
@@ -40,6 +41,25 @@ def parse_duration_ns(text: str, bare_unit: str = "ns") -> int:
         raise ValueError(f"{text!r} is not a duration ({EXAMPLES})")
     unit = (match[2] or bare_unit).lower()
     return int(Fraction(match[1]) * NS_PER_UNIT[unit])  # exact: 9999999999s is 9999999999000000000 ns
+
+
+def duration_argument(bare_unit: str, *, positive: bool = False) -> Callable[[str], int]:
+    """An argparse ``type=`` for a duration flag: the text in nanoseconds, a bare number in ``bare_unit`` (the
+    unit that flag always read); ``positive`` also refuses 0. Errors name the text."""
+
+    def parse(text: str) -> int:
+        stripped = text.strip()
+        try:
+            value = parse_duration_ns(stripped.removeprefix("-"), bare_unit)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a duration ({EXAMPLES})") from None
+        if stripped.startswith("-") or (positive and value <= 0):
+            raise argparse.ArgumentTypeError(
+                f"{text!r} must be a {'positive' if positive else 'non-negative'} duration"
+            )
+        return value
+
+    return parse
 
 
 def format_duration_ns(value_ns: int) -> str:

@@ -4,6 +4,7 @@ keeps working for one release with a DeprecationWarning naming the new one."""
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import functools
 import inspect
@@ -24,6 +25,7 @@ from logbuf.client import Context
 from logbuf.client.aio import AsyncAeron, AsyncIdle
 from logbuf.client.stat import StatReader
 from logbuf.driver.context import DriverContext, env_name, flag_name
+from logbuf.durations import duration_argument
 from logbuf.jetstream.ingest import UpstreamSource
 from logbuf.jetstream.server import RelayConfig
 from logbuf.jetstream.supervisor import SupervisorSettings
@@ -141,3 +143,16 @@ def test_an_old_keyword_argument_of_a_function_still_works_and_warns() -> None:
     with pytest.warns(DeprecationWarning, match=r"sync_once\.timeout_s is deprecated.*use timeout_ns"):
         report = sync_once([], timeout_s=1.5)
     assert not report.failed
+
+
+def test_a_duration_flag_reads_units_and_its_old_bare_unit() -> None:
+    seconds, positive_ms = duration_argument("s"), duration_argument("ms", positive=True)
+    assert (seconds("30"), seconds("250ms"), seconds("0")) == (30_000_000_000, 250_000_000, 0)
+    assert positive_ms("500") == 500_000_000
+    for parse, text, problem in [
+        (seconds, "soon", "'soon' is not a duration"),
+        (seconds, "-1s", "'-1s' must be a non-negative duration"),
+        (positive_ms, "0", "'0' must be a positive duration"),
+    ]:
+        with pytest.raises(argparse.ArgumentTypeError, match=problem):
+            parse(text)
