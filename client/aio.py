@@ -213,7 +213,9 @@ class AsyncAeron:
     ) -> AsyncAeron:
         """Connect to the driver (waiting for it in a worker thread) and start the conductor task
         (``conductor_interval_s=`` still works for one release, with a DeprecationWarning)."""
-        client = cls(context, conductor_interval_ns=conductor_interval_ns, **deprecated)
+        if "conductor_interval_s" not in deprecated:
+            deprecated["conductor_interval_ns"] = conductor_interval_ns
+        client = cls(context, **deprecated)
         await client.start()
         return client
 
