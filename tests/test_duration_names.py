@@ -23,6 +23,7 @@ from logbuf.archive.service_context import ArchiveContext
 from logbuf.archive.sync import sync_forever, sync_once
 from logbuf.client import Context
 from logbuf.client.aio import AsyncAeron, AsyncIdle
+from logbuf.client.fastpuss import FastpussGateway, GatewayContext
 from logbuf.client.stat import StatReader
 from logbuf.driver.context import DriverContext, env_name, flag_name
 from logbuf.durations import duration_argument
@@ -51,6 +52,8 @@ SETTINGS = [
     SupervisorSettings,
     sync_once,
     sync_forever,
+    GatewayContext,
+    FastpussGateway,
 ]
 """Every class that takes durations from its caller: the settings of the driver, client, tools, archive and relay."""
 
@@ -117,6 +120,7 @@ RECORDER = functools.partial(RecorderContext, archive_dir="/nonexistent", channe
         (RELAY, "retention", 3600.0, "retention_ns", 3_600_000_000_000),
         (RELAY, "flush_interval_s", 0.002, "flush_interval_ns", 2_000_000),
         (AsyncIdle, "max_park_s", 0.01, "max_park_ns", 10_000_000),
+        (GatewayContext, "client_expiry_s", 90.0, "client_expiry_ns", 90_000_000_000),
     ],
 )
 def test_an_old_keyword_still_works_and_warns_naming_the_new_one(

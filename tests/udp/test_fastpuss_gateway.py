@@ -37,10 +37,10 @@ STREAM = 7400
 
 class FakeClock:
     def __init__(self) -> None:
-        self.now = 1000.0
+        self.now_ns = 1_000_000_000_000
 
-    def __call__(self) -> float:
-        return self.now
+    def __call__(self) -> int:
+        return self.now_ns
 
 
 @pytest.fixture(scope="module")
@@ -70,10 +70,10 @@ def gateways(hosts: list[DriverProcess]) -> Iterator[tuple[list[FastpussGateway]
                 stream_id=STREAM,
                 subscribe_channel=f"aeron:udp?endpoint=10.13.0.{i + 1}:{PORT}",
                 peer_channels=[f"aeron:udp?endpoint=10.13.0.{2 - i}:{PORT}"],
-                client_expiry_s=60.0,
+                client_expiry_ns=60_000_000_000,
                 allow_unsubscribe=True,
             )
-            made.append(FastpussGateway(ctx, clients[i], clock=clock))
+            made.append(FastpussGateway(ctx, clients[i], clock_ns=clock))
         deadline = time.monotonic() + 15
         while not all(p.is_connected for g in made for p in g._publications):
             assert time.monotonic() < deadline, "the gateways' streams did not connect"
@@ -181,7 +181,7 @@ def test_silent_clients_expire_and_a_client_fails_over_by_subscribing_elsewhere(
     _pump([a, b])
     p.sendto(b"PUB e\n1", b.address)
     assert _until([a, b], x, 1, []) == [Message("MSG", "e", "1")]
-    clock.now += 61  # x says nothing for longer than the expiry
+    clock.now_ns += 61_000_000_000  # x says nothing for longer than the expiry
     _pump([a, b])
     assert a.client_ids == [] and a.counts["expired"] == 1
     p.sendto(b"PUB e\n2", b.address)
