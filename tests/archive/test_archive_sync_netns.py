@@ -132,7 +132,7 @@ def test_three_archives_converge_after_a_link_cut_and_a_killed_recorder(
                 sync_thread = threading.Thread(
                     target=sync_forever,
                     args=(peers, stop_sync),
-                    kwargs={"interval_s": 0.5, "timeout_s": 20.0, "on_report": reports.append},
+                    kwargs={"interval_ns": 500_000_000, "timeout_ns": 20_000_000_000, "on_report": reports.append},
                     daemon=True,
                 )
                 sync_thread.start()
