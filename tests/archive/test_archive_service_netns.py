@@ -11,7 +11,6 @@ Clients need no namespace (they meet their driver in /dev/shm), so every client 
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Iterator
@@ -27,13 +26,11 @@ from logbuf.archive.service_context import ArchiveContext
 from logbuf.client import Aeron, Context
 from logbuf.testing import wait_until
 from logbuf.testing.driver_process import DriverProcess, DriverSet
-from logbuf.testing.netns import NetnsDriverProcess, NetnsNetwork, make_network
+from logbuf.testing.netns import NetnsNetwork, network_fixture, requires_netns, start_drivers
 from tests.archive.conftest import archive_cli
 from tests.archive.service_kit import Received, SequencedPublisher
 
-pytestmark = pytest.mark.skipif(
-    os.environ.get("CI") != "true" and os.geteuid() != 0, reason="network namespaces need root (run in CI)"
-)
+pytestmark = requires_netns
 
 A, B = "10.13.0.1", "10.13.0.2"
 CONTROL = f"aeron:udp?endpoint={A}:8010"
@@ -58,13 +55,7 @@ class Hosts:
     publisher: SequencedPublisher
 
 
-@pytest.fixture(scope="module")
-def net() -> Iterator[NetnsNetwork]:
-    network = make_network(2)
-    try:
-        yield network
-    finally:
-        network.close()
+net = network_fixture(2)
 
 
 class Drain:
@@ -95,8 +86,7 @@ def hosts(
     net: NetnsNetwork, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Hosts]:
     with DriverSet(request) as drivers:
-        a = drivers.start(NetnsDriverProcess(args=list(DRIVER_ARGS), namespace=net.host(0)))
-        b = drivers.start(NetnsDriverProcess(args=list(DRIVER_ARGS), namespace=net.host(1)))
+        a, b = start_drivers(drivers, net, DRIVER_ARGS)
         ctx = ArchiveContext(
             archive_dir=str(tmp_path_factory.mktemp("archive-a")),
             driver_dir=a.dir,

@@ -34,13 +34,11 @@ from logbuf.errors import ErrorCode
 from logbuf.protocol import NakFrame
 from logbuf.testing import wait_until
 from logbuf.testing.driver_process import DriverProcess, DriverSet
-from logbuf.testing.netns import NetnsDriverProcess, NetnsNetwork, make_network
+from logbuf.testing.netns import NetnsNetwork, network_fixture, requires_netns, start_drivers
 from tests.udp._children import HEADER
 from tests.udp.test_udp_system import Child, InOrderReader
 
-pytestmark = pytest.mark.skipif(
-    os.environ.get("CI") != "true" and os.geteuid() != 0, reason="network namespaces need root (run in CI)"
-)
+pytestmark = requires_netns
 
 COUNT = int(os.environ.get("LOGBUF_FANOUT_COUNT", "20000"))
 """20,000 by default; LOGBUF_FANOUT_COUNT=200000 runs the full count."""
@@ -54,22 +52,14 @@ DRIVER_ARGS = [
 RESULT_TIMEOUT_S = 240.0
 
 
-@pytest.fixture(scope="module")
-def net() -> Iterator[NetnsNetwork]:
-    network = make_network(4)
-    try:
-        yield network
-    finally:
-        network.close()
+net = network_fixture(4)
 
 
 @pytest.fixture(scope="module")
 def hosts(net: NetnsNetwork, request: pytest.FixtureRequest) -> Iterator[list[DriverProcess]]:
     """A driver on each host: [publisher host, receiver 1, receiver 2, receiver 3]."""
     with DriverSet(request) as drivers:
-        yield [
-            drivers.start(NetnsDriverProcess(args=list(DRIVER_ARGS), namespace=net.host(i))) for i in range(net.hosts)
-        ]
+        yield start_drivers(drivers, net, DRIVER_ARGS)
 
 
 def multicast(port: int, host: int, **params: object) -> str:

@@ -5,7 +5,6 @@ message once and in order, a wildcard picks up a topic first published after it 
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -17,12 +16,10 @@ from logbuf.client.topics import TopicPublication, TopicSubscription
 from logbuf.conduit.topic_registry import TopicRegistry
 from logbuf.testing import wait_until
 from logbuf.testing.driver_process import DriverProcess, DriverSet
-from logbuf.testing.netns import NetnsDriverProcess, NetnsNetwork, make_network
+from logbuf.testing.netns import NetnsNetwork, network_fixture, requires_netns, start_drivers
 from logbuf.topic_names import TopicPatterns
 
-pytestmark = pytest.mark.skipif(
-    os.environ.get("CI") != "true" and os.geteuid() != 0, reason="network namespaces need root (run in CI)"
-)
+pytestmark = requires_netns
 
 DRIVER_ARGS = [
     *("--dir-delete-on-shutdown", "false", "--driver-timeout", "5s", "--client-liveness-timeout", "5s"),
@@ -31,19 +28,13 @@ DRIVER_ARGS = [
 PORT = 24_777
 
 
-@pytest.fixture(scope="module")
-def net() -> Iterator[NetnsNetwork]:
-    network = make_network(2)
-    try:
-        yield network
-    finally:
-        network.close()
+net = network_fixture(2)
 
 
 @pytest.fixture(scope="module")
 def hosts(net: NetnsNetwork, request: pytest.FixtureRequest) -> Iterator[list[DriverProcess]]:
     with DriverSet(request) as drivers:
-        yield [drivers.start(NetnsDriverProcess(args=list(DRIVER_ARGS), namespace=net.host(i))) for i in range(2)]
+        yield start_drivers(drivers, net, DRIVER_ARGS)
 
 
 @pytest.fixture
