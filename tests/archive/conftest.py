@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from logbuf.client import Publication
+from logbuf.client import Aeron, Context, Publication
 from logbuf.logbuffer.publication import OfferResult
 from logbuf.testing import wait_until
-from logbuf.testing.driver_process import DriverProcess, DriverSet
+from logbuf.testing.driver_process import DriverProcess, DriverSet, read_output
 from logbuf.testing.host import free_tcp_port
 
 # Credentials for the S3 API server the tests start (moto accepts any), set before any Spark JVM starts so
@@ -105,11 +105,7 @@ class RecorderProcess:
         return self
 
     def output(self) -> str:
-        try:
-            with open(self.log_path, "rb") as f:
-                return f.read().decode(errors="replace")
-        except OSError:
-            return ""
+        return read_output(self.log_path)
 
     def stop(self, timeout_s: float = 10.0) -> int:
         """SIGTERM and wait; returns the exit status."""
@@ -134,6 +130,13 @@ def archive_driver(request: pytest.FixtureRequest) -> Iterator[DriverProcess]:
     """One driver for a test module (64 KiB IPC terms); its error log must stay empty."""
     with DriverSet(request) as drivers:
         yield drivers(base=ARCHIVE_DRIVER_ARGS)
+
+
+@pytest.fixture
+def aeron(archive_driver: DriverProcess) -> Iterator[Aeron]:
+    """A client of :func:`archive_driver`, for one test."""
+    with Aeron.connect(Context(dir=archive_driver.dir)) as client:
+        yield client
 
 
 def archive_cli(archive: str | os.PathLike[str], *args: str) -> int:

@@ -15,6 +15,7 @@ from typing import Any
 from logbuf.client import Publication
 from logbuf.logbuffer.publication import OfferResult
 from logbuf.testing import wait_until
+from logbuf.testing.driver_process import read_output
 
 SEQ_BYTES = 8
 
@@ -156,11 +157,7 @@ class ServeProcess:
         return self
 
     def output(self) -> str:
-        try:
-            with open(self.log_path, "rb") as f:
-                return f.read().decode(errors="replace")
-        except OSError:
-            return ""
+        return read_output(self.log_path)
 
     def kill(self) -> None:
         assert self.proc is not None

@@ -30,7 +30,7 @@ from logbuf.archive.client import (
 from logbuf.archive.replay_merge import ReplayMerge, position_at_time
 from logbuf.archive.service import ArchiveService
 from logbuf.archive.service_context import ArchiveContext
-from logbuf.client import Aeron, Context, Subscription
+from logbuf.client import Aeron, Subscription
 from logbuf.conduit import counters_descriptor as cd
 from logbuf.conduit.archive_counters import read_counters
 from logbuf.conduit.counters import CountersReader
@@ -41,12 +41,6 @@ from tests.archive.service_kit import Received, SequencedPublisher, ServeProcess
 
 TIMEOUT_S = 30
 _streams = iter(range(4000, 5000))
-
-
-@pytest.fixture
-def aeron(archive_driver: DriverProcess) -> Iterator[Aeron]:
-    with Aeron.connect(Context(dir=archive_driver.dir)) as client:
-        yield client
 
 
 @pytest.fixture

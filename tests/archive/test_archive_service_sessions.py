@@ -15,7 +15,7 @@ from logbuf.archive import control_codec as cc
 from logbuf.archive.client import ArchiveClient, ArchiveClientContext, ArchiveRequestError
 from logbuf.archive.service import ArchiveService
 from logbuf.archive.service_context import ArchiveContext
-from logbuf.client import Aeron, Context
+from logbuf.client import Aeron
 from logbuf.testing import wait_until
 from logbuf.testing.driver_process import DriverProcess
 from logbuf.testing.host import free_tcp_port
@@ -25,12 +25,6 @@ SESSION_TIMEOUT_MS = 600
 CONNECT_TIMEOUT_MS = 400
 MAX_SESSIONS = 4
 MAX_RECORDING_SUBSCRIPTIONS = 2
-
-
-@pytest.fixture
-def aeron(archive_driver: DriverProcess) -> Iterator[Aeron]:
-    with Aeron.connect(Context(dir=archive_driver.dir)) as client:
-        yield client
 
 
 @pytest.fixture

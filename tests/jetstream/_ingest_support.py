@@ -34,20 +34,30 @@ from websockets.http11 import Request, Response
 from logbuf.client import Aeron, Context, FragmentAssembler
 from logbuf.jetstream.generator import EventGenerator
 from logbuf.testing import wait_until
-from logbuf.testing.driver_process import DriverProcess, DriverSet, unique_dir
+from logbuf.testing.driver_process import DriverProcess, DriverSet, quick_timeout_args, unique_dir
 
-DRIVER_ARGS = [
-    "--ipc-term-length",
-    "1m",
-    "--driver-timeout",
-    "3s",
-    "--client-liveness-timeout",
-    "2s",
-    "--publication-linger-timeout",
-    "1s",
-    "--dir-delete-on-shutdown",
-    "false",
-]
+DRIVER_ARGS = quick_timeout_args()
+
+
+def big_event(time_us: int, text_length: int) -> bytes:
+    """A commit event whose post's text is ``text_length`` bytes: longer than the MTU (fragmented in the
+    stream), or than the stream's largest message when ``text_length`` is large enough."""
+    return json.dumps(
+        {
+            "did": "did:plc:abcdefghijklmnopqrstuvwx",
+            "time_us": time_us,
+            "kind": "commit",
+            "commit": {
+                "rev": "3l3qo2vutsw2b",
+                "operation": "create",
+                "collection": "app.bsky.feed.post",
+                "rkey": "3l3qo2vuowo2b",
+                "record": {"text": "x" * text_length},
+                "cid": "bafyrei" + "a" * 52,
+            },
+        },
+        separators=(",", ":"),
+    ).encode()
 
 
 @contextmanager
@@ -372,6 +382,7 @@ class RelayProcess:
 
 __all__ = [
     "DRIVER_ARGS",
+    "big_event",
     "TcpProxy",
     "read_events",
     "unique_driver_dir",

@@ -3,7 +3,6 @@ appends parsed events in strictly increasing time_us, reassembling large events.
 
 from __future__ import annotations
 
-import json
 import time
 
 from logbuf.client import Aeron, Context, OfferResult
@@ -12,7 +11,7 @@ from logbuf.jetstream.generator import EventGenerator
 from logbuf.jetstream.ingest import GeneratorSource, Ingest, OriginClock
 from logbuf.jetstream.stream import EventStreamAdapter
 from logbuf.testing import wait_until
-from tests.jetstream._ingest_support import driver_process, time_us_of
+from tests.jetstream._ingest_support import big_event, driver_process, time_us_of
 
 CHANNEL = "aeron:ipc"
 
@@ -39,22 +38,7 @@ def test_adapter_appends_ingested_events_in_order_including_fragmented_ones() ->
         assert ingest.error is None
         # Plus one ~100 KB event (≈ 73 fragments at MTU 1408; 1 MiB terms carry up to 128 KiB), stamped after the generator's last.
         big_time = ingest.stats.last_time_us + 1
-        big = json.dumps(
-            {
-                "did": "did:plc:abcdefghijklmnopqrstuvwx",
-                "time_us": big_time,
-                "kind": "commit",
-                "commit": {
-                    "rev": "3l3qo2vutsw2b",
-                    "operation": "create",
-                    "collection": "app.bsky.feed.post",
-                    "rkey": "3l3qo2vuowo2b",
-                    "record": {"text": "x" * 100_000},
-                    "cid": "bafyrei" + "a" * 52,
-                },
-            },
-            separators=(",", ":"),
-        ).encode()
+        big = big_event(big_time, 100_000)
         offer_all(pub, [(big, big_time)])
         wait_until(lambda: adapter.do_work() >= 0 and len(appended) >= 1501, 20, "1501 events appended")
         times = [meta.time_us for _, meta in appended]
