@@ -207,3 +207,15 @@ def start_drivers(
         drivers.start(NetnsDriverProcess(args=list(args), namespace=net.host(i)))
         for i in (range(net.hosts) if hosts is None else hosts)
     ]
+
+
+def drivers_fixture(args: Sequence[str]) -> Callable[..., Iterator[list[DriverProcess]]]:
+    """A module-scoped fixture yielding a driver with ``args`` on every host of the module's ``net`` fixture,
+    in host order: ``hosts = drivers_fixture(DRIVER_ARGS)`` in a test module."""
+
+    @pytest.fixture(scope="module")
+    def hosts(net: NetnsNetwork, request: pytest.FixtureRequest) -> Iterator[list[DriverProcess]]:
+        with DriverSet(request) as drivers:
+            yield start_drivers(drivers, net, args)
+
+    return hosts

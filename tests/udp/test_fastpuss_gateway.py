@@ -19,8 +19,8 @@ import pytest
 
 from logbuf.client import Aeron, Context
 from logbuf.client.fastpuss import FastpussGateway, GatewayContext, MalformedMessage, Message, logbuf_topic, parse
-from logbuf.testing.driver_process import DriverProcess, DriverSet
-from logbuf.testing.netns import NetnsNetwork, network_fixture, requires_netns, start_drivers
+from logbuf.testing.driver_process import DriverProcess
+from logbuf.testing.netns import NetnsNetwork, drivers_fixture, network_fixture, requires_netns
 
 pytestmark = requires_netns
 
@@ -44,10 +44,7 @@ class FakeClock:
 net = network_fixture(2)
 
 
-@pytest.fixture(scope="module")
-def hosts(net: NetnsNetwork, request: pytest.FixtureRequest) -> Iterator[list[DriverProcess]]:
-    with DriverSet(request) as drivers:
-        yield start_drivers(drivers, net, DRIVER_ARGS)
+hosts = drivers_fixture(DRIVER_ARGS)
 
 
 @pytest.fixture

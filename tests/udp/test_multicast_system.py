@@ -20,7 +20,7 @@ import threading
 import time
 import urllib.request
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -33,8 +33,8 @@ from logbuf.conduit.counters import CountersReader
 from logbuf.errors import ErrorCode
 from logbuf.protocol import NakFrame
 from logbuf.testing import wait_until
-from logbuf.testing.driver_process import DriverProcess, DriverSet
-from logbuf.testing.netns import NetnsNetwork, network_fixture, requires_netns, start_drivers
+from logbuf.testing.driver_process import DriverProcess
+from logbuf.testing.netns import NetnsNetwork, drivers_fixture, network_fixture, requires_netns
 from tests.udp._children import HEADER
 from tests.udp.test_udp_system import Child, InOrderReader
 
@@ -55,11 +55,8 @@ RESULT_TIMEOUT_S = 240.0
 net = network_fixture(4)
 
 
-@pytest.fixture(scope="module")
-def hosts(net: NetnsNetwork, request: pytest.FixtureRequest) -> Iterator[list[DriverProcess]]:
-    """A driver on each host: [publisher host, receiver 1, receiver 2, receiver 3]."""
-    with DriverSet(request) as drivers:
-        yield start_drivers(drivers, net, DRIVER_ARGS)
+hosts = drivers_fixture(DRIVER_ARGS)
+"""A driver on each host: [publisher host, receiver 1, receiver 2, receiver 3]."""
 
 
 def multicast(port: int, host: int, **params: object) -> str:

@@ -15,8 +15,8 @@ from logbuf.client import Aeron, Context
 from logbuf.client.topics import TopicPublication, TopicSubscription
 from logbuf.conduit.topic_registry import TopicRegistry
 from logbuf.testing import wait_until
-from logbuf.testing.driver_process import DriverProcess, DriverSet
-from logbuf.testing.netns import NetnsNetwork, network_fixture, requires_netns, start_drivers
+from logbuf.testing.driver_process import DriverProcess
+from logbuf.testing.netns import drivers_fixture, network_fixture, requires_netns
 from logbuf.topic_names import TopicPatterns
 
 pytestmark = requires_netns
@@ -31,10 +31,7 @@ PORT = 24_777
 net = network_fixture(2)
 
 
-@pytest.fixture(scope="module")
-def hosts(net: NetnsNetwork, request: pytest.FixtureRequest) -> Iterator[list[DriverProcess]]:
-    with DriverSet(request) as drivers:
-        yield start_drivers(drivers, net, DRIVER_ARGS)
+hosts = drivers_fixture(DRIVER_ARGS)
 
 
 @pytest.fixture
