@@ -48,7 +48,6 @@ DRIVER_ARGS = [
     *("--dir-delete-on-shutdown", "false", "--driver-timeout", "5s", "--client-liveness-timeout", "5s"),
     *("--image-liveness-timeout", "3s", "--publication-connection-timeout", "3s", "--term-length", "4m"),
     *("--publication-linger-timeout", "1s", "--mdc-destination-timeout", "3s"),
-    *("--initial-window-length", "128k"),  # RECEIVER_WINDOW: the flow-control tests measure leads against it
 ]
 RESULT_TIMEOUT_S = 240.0
 
@@ -244,7 +243,7 @@ class PositionSampler:
 
 
 RECEIVER_WINDOW = 128 * 1024
-"""The receivers' window (DRIVER_ARGS' initial window; the 4 MiB term's half is larger)."""
+"""The receivers' window (the driver's initial window; the 4 MiB term's half is larger)."""
 
 
 @pytest.mark.parametrize("fc, port, stream_id", [("max", 40711, 1012), ("min", 40641, 1005)])
