@@ -15,6 +15,7 @@ import pytest
 from logbuf.client import Aeron, Context, ControlledPollAction, FragmentBatch, TopicNameError
 from logbuf.client.topics import TopicPublication, TopicSubscription
 from logbuf.conduit.topic_registry import TopicRegistry
+from logbuf.testing import wait_until
 from logbuf.testing.driver_process import DriverProcess, DriverSet
 from logbuf.topic_names import TopicPatterns, topic_id
 
@@ -42,10 +43,11 @@ def aeron(media_driver: DriverProcess) -> Iterator[Aeron]:
 
 
 def _connect(subs: list[TopicSubscription], pubs: list[TopicPublication]) -> None:
-    deadline = time.monotonic() + 10
-    while not all(s.image_count == len(pubs) for s in subs) or not all(p.is_connected for p in pubs):
-        assert time.monotonic() < deadline, "images not available in 10 s"
-        time.sleep(0.002)
+    wait_until(
+        lambda: all(s.image_count == len(pubs) for s in subs) and all(p.is_connected for p in pubs),
+        10,
+        "every image available and every publication connected",
+    )
 
 
 class Collector:
@@ -68,10 +70,7 @@ class Collector:
 
 
 def _offer(pub: TopicPublication, topic: str, payload: str) -> None:
-    deadline = time.monotonic() + 10
-    while pub.offer(topic, payload.encode()) < 0:
-        assert time.monotonic() < deadline, f"offer of {topic} refused for 10 s"
-        time.sleep(0.0005)
+    wait_until(lambda: pub.offer(topic, payload.encode()) > 0, 10, f"the offer of {topic}")
 
 
 def _expected(sent: list[tuple[int, str, str]], patterns: list[str]) -> list[tuple[int, str, str]]:
