@@ -206,6 +206,15 @@ class DriverProcess:
         assert len(values) == 1, f"no single system counter labelled {label!r} in {self.dir}"
         return int(values[0])
 
+    def system_counters(self) -> dict[str, int]:
+        """Every system counter by name (the label up to Aeron's ``: <details>``), read in this process at one
+        moment: quicker than :meth:`stat_json`, and counters read together cover the same time."""
+        return {
+            c["label"].split(": ", 1)[0]: int(c["value"])
+            for c in self.counters()
+            if c["type_id"] in SYSTEM_COUNTER_TYPE_IDS
+        }
+
     def stream_counters(self, type_id: int) -> list[int]:
         return [int(c["value"]) for c in self.counters() if c["type_id"] == type_id]
 

@@ -54,12 +54,16 @@ def publish(pub: Publication, payloads: list[bytes], timeout_s: float = 20) -> t
     deadline = time.monotonic() + timeout_s
     for payload in payloads:
         stamp = time.time_ns() // 1_000
-        while (result := pub.offer(payload, reserved_value=stamp)) < 0:
+
+        def taken() -> int:
+            result = pub.offer(payload, reserved_value=stamp)
+            if result > 0:
+                return result
             assert result in (OfferResult.BACK_PRESSURED, OfferResult.ADMIN_ACTION), OfferResult(result).name
-            assert time.monotonic() < deadline, "publishing timed out"
-            time.sleep(0.0001)
+            return 0
+
+        ends.append(wait_until(taken, max(0.0, deadline - time.monotonic()), "publishing", max_idle_s=0.001))
         reserved.append(stamp)
-        ends.append(result)
     return reserved, ends
 
 

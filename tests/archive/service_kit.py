@@ -58,7 +58,7 @@ class SequencedPublisher:
         try:
             while not self._stop.is_set():
                 if self.rate and self.sent >= (time.monotonic() - started) * self.rate:
-                    time.sleep(0.0005)
+                    time.sleep(0.0005)  # pace: the publisher's rate
                     continue
                 payload = payloads[self.sent & 0xFF]
                 message = self.sent.to_bytes(SEQ_BYTES, "little") + payload[SEQ_BYTES:]
@@ -68,7 +68,7 @@ class SequencedPublisher:
                         return
                     if self._stop.is_set():
                         return
-                    time.sleep(0.0001)
+                    time.sleep(0.0001)  # pace: back off on back pressure, retrying the same message
                 self.positions.append(result)
                 self.sent += 1
         except Exception as e:  # reported by the test

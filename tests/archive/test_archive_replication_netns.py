@@ -121,7 +121,7 @@ def test_b_replicates_a_live_recording_through_a_link_cut_and_kill_9_of_either_s
                 wait_until(lambda: b_position() > 200_000, TIMEOUT_S, "B's copy to follow A's recording")
 
                 net.add_loss(1, 1.0)  # the link into B is cut
-                time.sleep(3)
+                time.sleep(3)  # pace: the length of the cut
                 at_cut_end = a_position()
                 net.clear_loss(1)
                 wait_until(lambda: b_position() >= at_cut_end, TIMEOUT_S, "B's copy to catch up after the link cut")
@@ -143,7 +143,7 @@ def test_b_replicates_a_live_recording_through_a_link_cut_and_kill_9_of_either_s
                 wait_until(lambda: not recording(b.archive_dir, 0).active, TIMEOUT_S, "the replication to end")
 
                 replicate()  # the same request again, once A's recording is copied whole: extends, nothing to add
-                time.sleep(1)
+                time.sleep(1)  # pace: time for the request to start (it may end at once: nothing to add)
                 wait_until(lambda: not recording(b.archive_dir, 0).active, TIMEOUT_S, "the second request to end")
                 with Catalog.open(b.archive_dir) as catalog_b:
                     copies = catalog_b.recordings()

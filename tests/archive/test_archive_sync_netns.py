@@ -133,9 +133,9 @@ def test_three_archives_converge_after_a_link_cut_and_a_killed_recorder(
 
                 wait_until(lambda: publisher.sent > 4_000, TIMEOUT_S, "the stream to run")
                 net.add_loss(2, 1.0)  # host 2 is cut off
-                time.sleep(2)
+                time.sleep(2)  # pace: the stream runs 2 s into the cut
                 serves[1].kill()  # host 1's recorder is killed during the cut
-                time.sleep(3)
+                time.sleep(3)  # pace: 3 s more of the cut with host 1's recorder down
                 started = serves[1].output().count("archive.started")
                 serves[1].proc = None
                 serves[1].start()

@@ -289,7 +289,7 @@ class StreamReader:
     def _run(self) -> None:
         while not self._stop.is_set():
             if self.paused.is_set() or self.subscription.poll(self._assembler, 256) == 0:
-                time.sleep(0.0005)
+                time.sleep(0.0005)  # pace: idle while paused or between empty polls
 
     def wait_for(self, count: int, timeout_s: float = 20.0) -> list[tuple[bytes, int]]:
         wait_until(lambda: len(self.messages) >= count, timeout_s, f"{count} messages (have {len(self.messages)})")

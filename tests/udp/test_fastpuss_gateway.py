@@ -19,6 +19,7 @@ import pytest
 
 from logbuf.client import Aeron, Context
 from logbuf.client.fastpuss import FastpussGateway, GatewayContext, MalformedMessage, Message, logbuf_topic, parse
+from logbuf.testing import wait_until
 from logbuf.testing.driver_process import DriverProcess
 from logbuf.testing.netns import NetnsNetwork, drivers_fixture, network_fixture, requires_netns
 
@@ -63,12 +64,12 @@ def gateways(hosts: list[DriverProcess]) -> Iterator[tuple[list[FastpussGateway]
                 allow_unsubscribe=True,
             )
             made.append(FastpussGateway(ctx, clients[i], clock=clock))
-        deadline = time.monotonic() + 15
-        while not all(p.is_connected for g in made for p in g._publications):
-            assert time.monotonic() < deadline, "the gateways' streams did not connect"
-            for g in made:
-                g.do_work()
-            time.sleep(0.002)
+        wait_until(
+            lambda: all(p.is_connected for g in made for p in g._publications),
+            15,
+            "the gateways' streams connected",
+            do_work=lambda: sum(g.do_work() for g in made),
+        )
         yield made, clock
     finally:
         for g in made:
@@ -98,7 +99,7 @@ def _pump(gateways: list[FastpussGateway], seconds: float = 0.3) -> None:
     until = time.monotonic() + seconds
     while time.monotonic() < until:
         if not sum(g.do_work() for g in gateways):
-            time.sleep(0.0005)
+            time.sleep(0.0005)  # pace: idle while the gateways run for the period asked
 
 
 def _received(s: socket.socket) -> list[Message]:

@@ -435,7 +435,7 @@ with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
     for i, nak in enumerate(naks):
         s.sendto(nak, (sys.argv[1], int(sys.argv[2])))
         if i % 50 == 49:
-            time.sleep(0.005)
+            time.sleep(0.005)  # pace: within the driver's socket buffer
 print(len(naks))
 """
 """Run in a host's namespace: sends the NAKs (hex, one per line on stdin) to a group and port, ~10,000/s."""

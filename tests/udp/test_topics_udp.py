@@ -50,10 +50,7 @@ def _channel(port: int) -> str:
 
 
 def _offer(pub: TopicPublication, topic: str, payload: str) -> None:
-    deadline = time.monotonic() + 10
-    while pub.offer(topic, payload.encode()) < 0:
-        assert time.monotonic() < deadline, f"offer of {topic} refused for 10 s"
-        time.sleep(0.0005)
+    wait_until(lambda: pub.offer(topic, payload.encode()) > 0, 10, f"the offer of {topic}")
 
 
 def _drain(sub: TopicSubscription, got: list[tuple[str, str]], want: int, timeout_s: float = 20) -> None:
@@ -62,11 +59,7 @@ def _drain(sub: TopicSubscription, got: list[tuple[str, str]], want: int, timeou
         assert name is not None
         got.append((name, bytes(buffer).decode()))
 
-    deadline = time.monotonic() + timeout_s
-    while len(got) < want:
-        assert time.monotonic() < deadline, f"{len(got)} of {want} messages in {timeout_s} s"
-        if not sub.poll(handler, 256):
-            time.sleep(0.0005)
+    wait_until(lambda: len(got) >= want, timeout_s, f"{want} messages", do_work=lambda: sub.poll(handler, 256))
     quiet_until = time.monotonic() + 0.2  # and nothing more
     while time.monotonic() < quiet_until:
         sub.poll(handler, 256)
