@@ -258,7 +258,15 @@ class DriverContext:
         "rate limited) and dropped: higher repairs heavy loss (over a fifth of the stream) or loss on a blocked "
         "stream sooner, lower caps what NAKs, forged or not, add to what the sender sends.",
     )
-    initial_window_length: int = setting(128 * 1024, "size", "Receiver window (capped at term/2).")
+    initial_window_length: int = setting(
+        128 * 1024,
+        "size",
+        "Receiver window, how far past what its subscribers consumed a receiver lets a sender run (capped at "
+        "term/2, at most socket_buffer_length; a channel's rcv-wnd overrides it). Aeron's 128k: one window per "
+        "status-message round trip bounds a stream's rate, so fast streams want more (rcv-wnd=1m), but under "
+        "fc=min a receiver whose position plus window is over a window behind the group's is not admitted "
+        "(Aeron's rule), so receivers of one min/tagged group should share one window.",
+    )
     max_images_per_endpoint: int = setting(
         128,
         "int",
@@ -417,6 +425,11 @@ class DriverContext:
         if self.initial_window_length < self.mtu:
             raise ConfigurationError(
                 f"initial_window_length={self.initial_window_length} must be at least mtu={self.mtu}"
+            )
+        if self.initial_window_length > self.socket_buffer_length:
+            raise ConfigurationError(
+                f"initial_window_length={self.initial_window_length} must be at most "
+                f"socket_buffer_length={self.socket_buffer_length} (a window the socket cannot buffer loses data)"
             )
 
     def _check_limits(self) -> None:

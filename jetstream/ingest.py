@@ -8,7 +8,7 @@ One ingest thread runs an asyncio loop with one *source*:
   ``websockets`` client. An HTTP 4xx answer to the subscription (a bad filter or path in the URL;
   not 408/429) ends the ingest with :class:`IngestError`: retrying would not help. When the
   connection ends for any other reason (refused, reset, 5xx, timeout) it reconnects with exponential
-  back-off (``backoff_initial_s`` doubling up to ``backoff_max_s``, reset after a connection that
+  back-off (``backoff_initial_ns`` doubling up to ``backoff_max_ns``, reset after a connection that
   delivered events), asking for ``cursor = last upstream time_us − rewind`` (default rewind 5 s:
   jetstream's README advises rewinding "a few seconds" when switching instances, @atcute rewinds
   10 s on failover). Replay is inclusive and rewound, so the first events of a new connection are

@@ -86,6 +86,10 @@ def test_defaults_are_written_in_the_largest_exact_unit(kind: str, value: int, t
         (["--max-images-per-endpoint", "0"], "max_images_per_endpoint=0 must be at least 1"),
         (["--max-image-term-length", "3m"], "max_image_term_length: term_length=3145728 is not a power of 2"),
         (["--max-image-term-length", "2g"], "max_image_term_length: term_length=2147483648 is greater than"),
+        (
+            ["--initial-window-length", "4m", "--socket-buffer-length", "2m"],
+            "initial_window_length=4194304 must be at most socket_buffer_length=2097152",
+        ),
     ],
 )
 def test_the_caps_on_what_the_network_may_allocate_are_validated(argv: list[str], problem: str) -> None:
