@@ -12,10 +12,12 @@ from logbuf.driver.network_publication import NetworkPublication
 from logbuf.driver.system_counters import SystemCounterId
 from logbuf.logbuffer import data_header_descriptor as dh
 from logbuf.protocol import StatusMessageFrame
-from logbuf.protocol.frame_header import HDR_TYPE_DATA, HDR_TYPE_SETUP
+from logbuf.protocol import nak as nak_codec
+from logbuf.protocol import status as status_codec
+from logbuf.protocol.frame_header import HDR_TYPE_DATA, HDR_TYPE_NAK, HDR_TYPE_SETUP
 from logbuf.protocol.setup import SetupFrame
 from logbuf.protocol.status import SEND_SETUP_FLAG
-from tests.interop.test_protocol_fixes import MS, Wire, build, workdir
+from tests.interop.test_protocol_fixes import MS, TERM, Wire, build, connect, deliver, workdir
 
 __all__ = ["workdir"]  # the fixture, imported for this module's tests
 
@@ -107,3 +109,45 @@ def test_a_nak_resends_the_frames_as_sent_once_per_linger_and_a_malformed_one_no
     assert system.get(SystemCounterId.RETRANSMITS_SENT) == 2
     assert system.get(SystemCounterId.RETRANSMITTED_BYTES) == 3 * FRAME
     assert network.naks_received == 3
+
+
+def test_a_receiver_over_half_a_term_behind_a_sender_that_stopped_catches_up_by_naks(workdir: str) -> None:
+    """Under fc=max a faster receiver paces the sender; one that lost the stream's tail (or dropped it as
+    over-runs) and is more than half a term behind the sender's end hears only heartbeats past its window.
+    They tell it the window's data was all sent, so it NAKs that, and the window moves as it is read."""
+    network, publication, image, subscriber, _, now = connect(workdir)
+    wire, back = Wire(), Wire()
+    start = network.sender_position.get()
+    network.on_status_message(StatusMessageFrame(77, 5, *network.log.term_of(start), TERM, 99), now)  # fast
+    count = 300  # 48,000 bytes of frames: past the slow receiver's window (half a term) from 8 KiB
+    i = 0
+    while i < count:  # offers up to the publisher limit (a term window past snd-pos), sends, and so on
+        if publication.offer(i.to_bytes(4, "little") * 25) > 0:
+            i += 1
+            continue
+        while network.send(now, wire.send):
+            pass
+        network.update_publisher_limit()
+    while network.send(now, wire.send):
+        pass
+    assert network.sender_position.get() == start + count * FRAME
+    datagrams = wire.take()
+    head = [d for d in datagrams if term_offset_of(d) < 8 * 1024]
+    deliver(image, head, now)  # the rest lost: the receiver knows of nothing past 8 KiB
+    got: list[bytes] = []
+    for _ in range(2_000):
+        now += MS
+        network.send(now, wire.send)  # heartbeats only: everything was sent
+        deliver(image, wire.take(), now)
+        image.track_rebuild(now, back.send)
+        for datagram in back.take():
+            if kinds([datagram]) == [HDR_TYPE_NAK]:
+                nak = nak_codec.decode(datagram)
+                network.on_nak_range(nak.term_id, nak.term_offset, nak.length, now, wire.send)
+            else:
+                network.on_status_message(status_codec.decode(datagram), now)
+        while subscriber.poll(lambda buffer, header: got.append(bytes(buffer)), 100):
+            pass
+        if len(got) == count:
+            break
+    assert got == [i.to_bytes(4, "little") * 25 for i in range(count)], f"{len(got)} of {count} messages"
