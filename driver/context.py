@@ -217,7 +217,13 @@ class DriverContext:
         "rate limited) and dropped: higher repairs heavy loss (over a fifth of the stream) or loss on a blocked "
         "stream sooner, lower caps what NAKs, forged or not, add to what the sender sends.",
     )
-    initial_window_length: int = setting(128 * 1024, "size", "Receiver window (capped at term/2).")
+    initial_window_length: int = setting(
+        1024 * 1024,
+        "size",
+        "Receiver window, how far past what its subscribers consumed a receiver lets a sender run (capped at "
+        "term/2 and at most socket_buffer_length). Aeron starts at 128k; a Python duty cycle is longer than "
+        "Aeron's C one, so one window per status message round trip needs a larger window to keep the pipe full.",
+    )
     max_images_per_endpoint: int = setting(
         128,
         "int",
@@ -372,6 +378,11 @@ class DriverContext:
         if self.initial_window_length < self.mtu:
             raise ConfigurationError(
                 f"initial_window_length={self.initial_window_length} must be at least mtu={self.mtu}"
+            )
+        if self.initial_window_length > self.socket_buffer_length:
+            raise ConfigurationError(
+                f"initial_window_length={self.initial_window_length} must be at most "
+                f"socket_buffer_length={self.socket_buffer_length} (a window the socket cannot buffer loses data)"
             )
 
     def _check_limits(self) -> None:

@@ -37,7 +37,7 @@ def test_help_shows_durations_and_sizes_with_units(help_text: str) -> None:
     assert "(default: 100ms)" in by_flag["--timer-interval"]
     assert "(default: 100us)" in by_flag["--nak-delay"]
     assert "(default: 64m)" in by_flag["--ipc-term-length"]
-    assert "(default: 128k)" in by_flag["--initial-window-length"]
+    assert "(default: 1m)" in by_flag["--initial-window-length"]
     assert "(default: true)" in by_flag["--dir-delete-on-shutdown"]
     assert "--driver-timeout DURATION" in by_flag["--driver-timeout"]
     assert not re.search(r"\d{7,}", help_text), "a raw nanosecond or byte count in --help"
@@ -86,6 +86,10 @@ def test_defaults_are_written_in_the_largest_exact_unit(kind: str, value: int, t
         (["--max-images-per-endpoint", "0"], "max_images_per_endpoint=0 must be at least 1"),
         (["--max-image-term-length", "3m"], "max_image_term_length: term_length=3145728 is not a power of 2"),
         (["--max-image-term-length", "2g"], "max_image_term_length: term_length=2147483648 is greater than"),
+        (
+            ["--initial-window-length", "4m", "--socket-buffer-length", "2m"],
+            "initial_window_length=4194304 must be at most socket_buffer_length=2097152",
+        ),
     ],
 )
 def test_the_caps_on_what_the_network_may_allocate_are_validated(argv: list[str], problem: str) -> None:

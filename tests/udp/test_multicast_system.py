@@ -50,6 +50,7 @@ DRIVER_ARGS = [
     *("--dir-delete-on-shutdown", "false", "--driver-timeout", "5s", "--client-liveness-timeout", "5s"),
     *("--image-liveness-timeout", "3s", "--publication-connection-timeout", "3s", "--term-length", "4m"),
     *("--publication-linger-timeout", "1s", "--mdc-destination-timeout", "3s"),
+    *("--initial-window-length", "128k"),  # RECEIVER_WINDOW: the flow-control tests measure leads against it
 ]
 RESULT_TIMEOUT_S = 240.0
 
@@ -256,7 +257,7 @@ class PositionSampler:
 
 
 RECEIVER_WINDOW = 128 * 1024
-"""The receivers' window (the driver's initial window; the 4 MiB term's half is larger)."""
+"""The receivers' window (DRIVER_ARGS' initial window; the 4 MiB term's half is larger)."""
 
 
 @pytest.mark.parametrize("fc, port, stream_id", [("max", 40711, 1012), ("min", 40641, 1005)])
@@ -372,7 +373,7 @@ def test_min_paces_the_publisher_to_a_receiver_that_stops_reading(
             publisher.offer_some()
             for r in readers:
                 r.poll()
-        window = 128 * 1024
+        window = RECEIVER_WINDOW
         sender_position = stream_counter(hosts[0], cd.SENDER_POSITION_TYPE_ID, 40651)
         stalled = stream_counter(hosts[3], cd.RECEIVER_POSITION_TYPE_ID, 40651)
         assert sender_position <= stalled + window, (sender_position, stalled)
