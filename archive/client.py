@@ -26,6 +26,7 @@ caller and that thread. :meth:`ArchiveClient.poll` still notices a service that 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import secrets
 import threading
 import time
@@ -378,6 +379,12 @@ class ArchiveClient:
         self._raise_if_error(response, what)
         return int(response.relevant_id)
 
+    def _session_request(self, message_type: Callable[..., Any], what: str, **fields: Any) -> int:
+        """:meth:`_request` of ``message_type(**fields)`` stamped with this client's session id and the
+        request's correlation id."""
+        sid = self.control_session_id
+        return self._request(lambda c: message_type(control_session_id=sid, correlation_id=c, **fields), what)
+
     def _check_session(self) -> None:
         if self.control_session_id < 0 or self._publication is None:
             raise ArchiveNotConnectedError("not connected to an archive service")
@@ -403,52 +410,39 @@ class ArchiveClient:
         return n
 
     def archive_id(self) -> int:
-        sid = self.control_session_id
-        return self._request(lambda c: cc.ArchiveIdRequest(control_session_id=sid, correlation_id=c), "archive id")
+        return self._session_request(cc.ArchiveIdRequest, "archive id")
 
     def start_recording(self, channel: str, stream_id: int, *, remote: bool = False, auto_stop: bool = False) -> int:
         """Record every image of ``channel``/``stream_id`` (a UDP channel on this driver is spied unless
         ``remote``); returns the recording subscription id."""
-        sid = self.control_session_id
-        location = cc.SourceLocation.REMOTE if remote else cc.SourceLocation.LOCAL
-        return self._request(
-            lambda c: cc.StartRecordingRequest2(
-                control_session_id=sid,
-                correlation_id=c,
-                stream_id=stream_id,
-                source_location=location,
-                auto_stop=cc.BooleanType.TRUE if auto_stop else cc.BooleanType.FALSE,
-                channel=channel,
-            ),
+        return self._session_request(
+            cc.StartRecordingRequest2,
             f"start recording of {channel} stream {stream_id}",
+            stream_id=stream_id,
+            source_location=cc.SourceLocation.REMOTE if remote else cc.SourceLocation.LOCAL,
+            auto_stop=cc.BooleanType.TRUE if auto_stop else cc.BooleanType.FALSE,
+            channel=channel,
         )
 
     def stop_recording(self, channel: str, stream_id: int) -> None:
-        sid = self.control_session_id
-        self._request(
-            lambda c: cc.StopRecordingRequest(
-                control_session_id=sid, correlation_id=c, stream_id=stream_id, channel=channel
-            ),
+        self._session_request(
+            cc.StopRecordingRequest,
             f"stop recording of {channel} stream {stream_id}",
+            stream_id=stream_id,
+            channel=channel,
         )
 
     def stop_recording_subscription(self, subscription_id: int) -> None:
-        sid = self.control_session_id
-        self._request(
-            lambda c: cc.StopRecordingSubscriptionRequest(
-                control_session_id=sid, correlation_id=c, subscription_id=subscription_id
-            ),
+        self._session_request(
+            cc.StopRecordingSubscriptionRequest,
             f"stop recording subscription {subscription_id}",
+            subscription_id=subscription_id,
         )
 
     def stop_recording_by_identity(self, recording_id: int) -> bool:
-        sid = self.control_session_id
         return bool(
-            self._request(
-                lambda c: cc.StopRecordingByIdentityRequest(
-                    control_session_id=sid, correlation_id=c, recording_id=recording_id
-                ),
-                f"stop recording {recording_id}",
+            self._session_request(
+                cc.StopRecordingByIdentityRequest, f"stop recording {recording_id}", recording_id=recording_id
             )
         )
 
@@ -522,11 +516,7 @@ class ArchiveClient:
         raise ArchiveError(f"unexpected answer to describe recording {recording_id}: {message}")
 
     def _position(self, cls: Any, recording_id: int, what: str) -> int:
-        sid = self.control_session_id
-        return self._request(
-            lambda c: cls(control_session_id=sid, correlation_id=c, recording_id=recording_id),
-            f"{what} of recording {recording_id}",
-        )
+        return self._session_request(cls, f"{what} of recording {recording_id}", recording_id=recording_id)
 
     def recording_position(self, recording_id: int) -> int:
         """The recorded position of an active recording (-1 if it is not active)."""
@@ -547,28 +537,23 @@ class ArchiveClient:
         """The position of the recording's first message whose reserved value (the publisher's timestamp) is
         at least ``time_value``, or its recorded position if none is: the archive seeks its time index (a
         logbuf extension request, so this works from any host)."""
-        sid = self.control_session_id
-        return self._request(
-            lambda c: cc.RecordingPositionAtTimeRequest(
-                control_session_id=sid, correlation_id=c, recording_id=recording_id, time=time_value
-            ),
+        return self._session_request(
+            cc.RecordingPositionAtTimeRequest,
             f"position at time {time_value} of recording {recording_id}",
+            recording_id=recording_id,
+            time=time_value,
         )
 
     def find_last_matching_recording(
         self, min_recording_id: int, channel_fragment: str, stream_id: int, session_id: int
     ) -> int:
-        sid = self.control_session_id
-        return self._request(
-            lambda c: cc.FindLastMatchingRecordingRequest(
-                control_session_id=sid,
-                correlation_id=c,
-                min_recording_id=min_recording_id,
-                session_id=session_id,
-                stream_id=stream_id,
-                channel=channel_fragment,
-            ),
+        return self._session_request(
+            cc.FindLastMatchingRecordingRequest,
             "find last matching recording",
+            min_recording_id=min_recording_id,
+            session_id=session_id,
+            stream_id=stream_id,
+            channel=channel_fragment,
         )
 
     def start_replay(
@@ -645,26 +630,22 @@ class ArchiveClient:
         to for the source's live stream) a followed copy merges onto the live stream once caught up: it copies
         from the live image and drops the replay (a MERGE signal). Progress arrives as recording signals
         (:attr:`signals`)."""
-        sid = self.control_session_id
-        return self._request(
-            lambda c: cc.ReplicateRequest2(
-                control_session_id=sid,
-                correlation_id=c,
-                src_recording_id=src_recording_id,
-                dst_recording_id=dst_recording_id,
-                stop_position=stop_position,
-                channel_tag_id=cc.NULL_INT64,
-                subscription_tag_id=cc.NULL_INT64,
-                src_control_stream_id=src_control_stream_id,
-                file_io_max_length=cc.NULL_INT32,
-                replication_session_id=cc.NULL_INT32,
-                src_control_channel=src_control_channel,
-                live_destination=live_destination,
-                replication_channel=replication_channel,
-                encoded_credentials=src_auth_secret,
-                src_response_channel=src_response_channel,
-            ),
+        return self._session_request(
+            cc.ReplicateRequest2,
             f"replicate recording {src_recording_id} from {src_control_channel}",
+            src_recording_id=src_recording_id,
+            dst_recording_id=dst_recording_id,
+            stop_position=stop_position,
+            channel_tag_id=cc.NULL_INT64,
+            subscription_tag_id=cc.NULL_INT64,
+            src_control_stream_id=src_control_stream_id,
+            file_io_max_length=cc.NULL_INT32,
+            replication_session_id=cc.NULL_INT32,
+            src_control_channel=src_control_channel,
+            live_destination=live_destination,
+            replication_channel=replication_channel,
+            encoded_credentials=src_auth_secret,
+            src_response_channel=src_response_channel,
         )
 
     def _ask(self, request: Any, answer: type[_Answer], what: str) -> _Answer:
@@ -697,64 +678,41 @@ class ArchiveClient:
 
     def sync_repair(self, request: cc.SyncRepairRequest) -> int:
         """Ask the archive to replace its failing frames with verifying ones; returns the bytes written."""
-        sid = self.control_session_id
-        return self._request(
-            lambda c: dataclasses.replace(request, control_session_id=sid, correlation_id=c),
-            f"sync repair at position {request.position}",
+        return self._session_request(
+            functools.partial(dataclasses.replace, request), f"sync repair at position {request.position}"
         )
 
     def stop_replication(self, replication_id: int) -> None:
-        sid = self.control_session_id
-        self._request(
-            lambda c: cc.StopReplicationRequest(
-                control_session_id=sid, correlation_id=c, replication_id=replication_id
-            ),
-            f"stop replication {replication_id}",
+        self._session_request(
+            cc.StopReplicationRequest, f"stop replication {replication_id}", replication_id=replication_id
         )
 
     def stop_replay(self, replay_session_id: int) -> None:
-        sid = self.control_session_id
-        self._request(
-            lambda c: cc.StopReplayRequest(
-                control_session_id=sid, correlation_id=c, replay_session_id=replay_session_id
-            ),
-            f"stop replay {replay_session_id}",
+        self._session_request(
+            cc.StopReplayRequest, f"stop replay {replay_session_id}", replay_session_id=replay_session_id
         )
 
     def stop_all_replays(self, recording_id: int = NULL_POSITION) -> None:
-        sid = self.control_session_id
-        self._request(
-            lambda c: cc.StopAllReplaysRequest(control_session_id=sid, correlation_id=c, recording_id=recording_id),
-            "stop all replays",
-        )
+        self._session_request(cc.StopAllReplaysRequest, "stop all replays", recording_id=recording_id)
 
     def truncate_recording(self, recording_id: int, position: int) -> None:
-        sid = self.control_session_id
-        self._request(
-            lambda c: cc.TruncateRecordingRequest(
-                control_session_id=sid, correlation_id=c, recording_id=recording_id, position=position
-            ),
+        self._session_request(
+            cc.TruncateRecordingRequest,
             f"truncate recording {recording_id}",
+            recording_id=recording_id,
+            position=position,
         )
 
     def purge_recording(self, recording_id: int) -> None:
-        sid = self.control_session_id
-        self._request(
-            lambda c: cc.PurgeRecordingRequest(control_session_id=sid, correlation_id=c, recording_id=recording_id),
-            f"purge recording {recording_id}",
-        )
+        self._session_request(cc.PurgeRecordingRequest, f"purge recording {recording_id}", recording_id=recording_id)
 
     def purge_segments(self, recording_id: int, new_start_position: int) -> int:
         """Drop whole segments before ``new_start_position``; returns how many went."""
-        sid = self.control_session_id
-        return self._request(
-            lambda c: cc.PurgeSegmentsRequest(
-                control_session_id=sid,
-                correlation_id=c,
-                recording_id=recording_id,
-                new_start_position=new_start_position,
-            ),
+        return self._session_request(
+            cc.PurgeSegmentsRequest,
             f"purge segments of recording {recording_id}",
+            recording_id=recording_id,
+            new_start_position=new_start_position,
         )
 
     # -- closing ---------------------------------------------------------------------------------------------

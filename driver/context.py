@@ -218,11 +218,13 @@ class DriverContext:
         "stream sooner, lower caps what NAKs, forged or not, add to what the sender sends.",
     )
     initial_window_length: int = setting(
-        1024 * 1024,
+        128 * 1024,
         "size",
         "Receiver window, how far past what its subscribers consumed a receiver lets a sender run (capped at "
-        "term/2 and at most socket_buffer_length). Aeron starts at 128k; a Python duty cycle is longer than "
-        "Aeron's C one, so one window per status message round trip needs a larger window to keep the pipe full.",
+        "term/2, at most socket_buffer_length; a channel's rcv-wnd overrides it). Aeron's 128k: one window per "
+        "status-message round trip bounds a stream's rate, so fast streams want more (rcv-wnd=1m), but under "
+        "fc=min a receiver whose position plus window is over a window behind the group's is not admitted "
+        "(Aeron's rule), so receivers of one min/tagged group should share one window.",
     )
     max_images_per_endpoint: int = setting(
         128,

@@ -54,8 +54,27 @@ DEFAULT_ARGS: list[str] = [
 """Settings for most system tests: small logs, timeouts short enough to test and long enough to ride out
 a loaded 2-core machine. Tests that time something out pass their own."""
 
+
+def quick_timeout_args(ipc_term_length: str = "1m") -> list[str]:
+    """Settings for tests that watch a client or a publication go: :data:`DEFAULT_ARGS` with a 3 s driver
+    timeout and 2 s client liveness (``ipc_term_length``: a small one makes back pressure come early)."""
+    return [
+        *("--ipc-term-length", ipc_term_length, "--driver-timeout", "3s", "--client-liveness-timeout", "2s"),
+        *("--publication-linger-timeout", "1s", "--dir-delete-on-shutdown", "false"),
+    ]
+
+
 START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 10.0
+
+
+def read_output(path: str) -> str:
+    """What a child process wrote to its log file ``path`` so far ("" before the file exists)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read().decode(errors="replace")
+    except OSError:
+        return ""
 
 
 def unique_dir() -> str:
@@ -151,11 +170,7 @@ class DriverProcess:
             self.proc.wait(STOP_TIMEOUT_S)
 
     def output(self) -> str:
-        try:
-            with open(self.log_path, "rb") as f:
-                return f.read().decode(errors="replace")
-        except OSError:
-            return ""
+        return read_output(self.log_path)
 
     # -- what the driver left in shared memory ----------------------------------------------------------
     def errors(self) -> list[str]:
@@ -190,6 +205,15 @@ class DriverProcess:
         ]
         assert len(values) == 1, f"no single system counter labelled {label!r} in {self.dir}"
         return int(values[0])
+
+    def system_counters(self) -> dict[str, int]:
+        """Every system counter by name (the label up to Aeron's ``: <details>``), read in this process at one
+        moment: quicker than :meth:`stat_json`, and counters read together cover the same time."""
+        return {
+            c["label"].split(": ", 1)[0]: int(c["value"])
+            for c in self.counters()
+            if c["type_id"] in SYSTEM_COUNTER_TYPE_IDS
+        }
 
     def stream_counters(self, type_id: int) -> list[int]:
         return [int(c["value"]) for c in self.counters() if c["type_id"] == type_id]

@@ -37,7 +37,7 @@ def test_help_shows_durations_and_sizes_with_units(help_text: str) -> None:
     assert "(default: 100ms)" in by_flag["--timer-interval"]
     assert "(default: 100us)" in by_flag["--nak-delay"]
     assert "(default: 64m)" in by_flag["--ipc-term-length"]
-    assert "(default: 1m)" in by_flag["--initial-window-length"]
+    assert "(default: 128k)" in by_flag["--initial-window-length"]
     assert "(default: true)" in by_flag["--dir-delete-on-shutdown"]
     assert "--driver-timeout DURATION" in by_flag["--driver-timeout"]
     assert not re.search(r"\d{7,}", help_text), "a raw nanosecond or byte count in --help"

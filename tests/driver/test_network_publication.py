@@ -17,7 +17,8 @@ from logbuf.protocol import status as status_codec
 from logbuf.protocol.frame_header import HDR_TYPE_DATA, HDR_TYPE_NAK, HDR_TYPE_SETUP
 from logbuf.protocol.setup import SetupFrame
 from logbuf.protocol.status import SEND_SETUP_FLAG
-from tests.interop.test_protocol_fixes import MS, TERM, Wire, build, connect, deliver, workdir
+from logbuf.testing.udp_pair import MS, TERM_LENGTH, Wire, build, connect
+from tests.interop.test_protocol_fixes import deliver, workdir
 
 __all__ = ["workdir"]  # the fixture, imported for this module's tests
 
@@ -118,7 +119,7 @@ def test_a_receiver_over_half_a_term_behind_a_sender_that_stopped_catches_up_by_
     network, publication, image, subscriber, _, now = connect(workdir)
     wire, back = Wire(), Wire()
     start = network.sender_position.get()
-    network.on_status_message(StatusMessageFrame(77, 5, *network.log.term_of(start), TERM, 99), now)  # fast
+    network.on_status_message(StatusMessageFrame(77, 5, *network.log.term_of(start), TERM_LENGTH, 99), now)  # fast
     count = 300  # 48,000 bytes of frames: past the slow receiver's window (half a term) from 8 KiB
     i = 0
     while i < count:  # offers up to the publisher limit (a term window past snd-pos), sends, and so on

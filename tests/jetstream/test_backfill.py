@@ -36,6 +36,7 @@ from tests.archive.conftest import publish
 from tests.jetstream._ingest_support import (
     RelayProcess,
     UpstreamStandIn,
+    big_event,
     driver_process,
     make_events,
     read_events,
@@ -45,26 +46,6 @@ from tests.jetstream._ingest_support import (
 
 STREAM_ID = 6101
 CHANNEL = "aeron:ipc"
-
-
-def big_event(time_us: int, size: int) -> bytes:
-    """A commit event of about ``size`` bytes (fragmented in the stream: the MTU is far smaller)."""
-    return json.dumps(
-        {
-            "did": "did:plc:bigbigbigbigbigbigbigbig",
-            "time_us": time_us,
-            "kind": "commit",
-            "commit": {
-                "rev": "3l3qo2vutsw2b",
-                "operation": "create",
-                "collection": "app.bsky.feed.post",
-                "rkey": "3l3qo2vuowo2b",
-                "record": {"text": "x" * size},
-                "cid": "bafyrei",
-            },
-        },
-        separators=(",", ":"),
-    ).encode()
 
 
 @pytest.fixture(scope="module")

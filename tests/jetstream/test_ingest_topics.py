@@ -59,11 +59,7 @@ def test_collections_go_out_as_topics_each_matching_event_once_in_order_across_a
         ingest.start()
 
         def poll_until(condition: Any, what: str, timeout_s: float = 30) -> None:
-            deadline = time.monotonic() + timeout_s
-            while not condition():
-                assert time.monotonic() < deadline, what
-                if not sum(r.poll() for r in readers):
-                    time.sleep(0.0005)
+            wait_until(condition, timeout_s, what, do_work=lambda: sum(r.poll() for r in readers))
 
         try:
             poll_until(lambda: len(readers[2].got) >= 600, "the first 600 events on the topic stream")

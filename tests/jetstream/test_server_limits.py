@@ -163,7 +163,7 @@ def test_the_event_rate_per_address_delays_and_never_drops(tmp_path: Path) -> No
             with connect_as(relay, "cursor=0", source=source) as ws:
                 start = time.monotonic()
                 times = [e["time_us"] for e in recv_events(ws, 1)]
-                time.sleep(0.2)
+                time.sleep(0.2)  # pace: the period measured: what the relay sends in 0.2 s
                 while True:  # everything the relay has sent by now
                     try:
                         times += [e["time_us"] for e in recv_events(ws, 1, timeout_s=0.001)]

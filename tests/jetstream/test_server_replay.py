@@ -42,7 +42,7 @@ def test_replay_from_a_cursor_then_live_without_gap_or_duplicate(tmp_path: Path)
                 if stop.is_set():
                     return
                 relay.append(events[i : i + 20])
-                time.sleep(0.002)
+                time.sleep(0.002)  # pace: a live feed's rate, 20 events per 2 ms
 
         feeder = threading.Thread(target=feed)
         feeder.start()

@@ -78,7 +78,7 @@ def test_a_client_that_never_reads_slows_no_one_and_is_dropped_behind_retention(
             reader.start()
             for i in range(0, total, 500):
                 relay.append(events[i : i + 500])
-                time.sleep(0.01)
+                time.sleep(0.01)  # pace: the feed's rate, 500 events per 10 ms
             reader.join(35)  # recv_events gives up after 30 s: the slow client must not hold the fast one back
             assert got == [BASE_US + STEP_US * i for i in range(total)]
             wait_until(lambda: relay.server.counters.clients_dropped["behind_retention"] == 1, what="the drop")

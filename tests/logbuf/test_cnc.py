@@ -263,7 +263,7 @@ def test_a_client_liveness_lock_goes_with_its_process(driver_cnc: CncFile) -> No
             "from logbuf.conduit.cnc import ClientLivenessLock\n"
             "lock = ClientLivenessLock(sys.argv[1], 7)\n"
             "print(lock.held, flush=True)\n"
-            "time.sleep(60)\n",
+            "time.sleep(60)  # pace: hold the lock until the test kills this process\n",
             driver_cnc.path,
         ],
         stdout=subprocess.PIPE,

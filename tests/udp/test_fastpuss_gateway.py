@@ -19,12 +19,11 @@ import pytest
 
 from logbuf.client import Aeron, Context
 from logbuf.client.fastpuss import FastpussGateway, GatewayContext, MalformedMessage, Message, logbuf_topic, parse
-from logbuf.testing.driver_process import DriverProcess, DriverSet
-from logbuf.testing.netns import NetnsDriverProcess, NetnsNetwork, make_network
+from logbuf.testing import wait_until
+from logbuf.testing.driver_process import DriverProcess
+from logbuf.testing.netns import NetnsNetwork, drivers_fixture, network_fixture, requires_netns
 
-pytestmark = pytest.mark.skipif(
-    os.environ.get("CI") != "true" and os.geteuid() != 0, reason="network namespaces need root (run in CI)"
-)
+pytestmark = requires_netns
 
 DRIVER_ARGS = [
     *("--dir-delete-on-shutdown", "false", "--driver-timeout", "5s", "--client-liveness-timeout", "5s"),
@@ -43,19 +42,10 @@ class FakeClock:
         return self.now
 
 
-@pytest.fixture(scope="module")
-def net() -> Iterator[NetnsNetwork]:
-    network = make_network(2)
-    try:
-        yield network
-    finally:
-        network.close()
+net = network_fixture(2)
 
 
-@pytest.fixture(scope="module")
-def hosts(net: NetnsNetwork, request: pytest.FixtureRequest) -> Iterator[list[DriverProcess]]:
-    with DriverSet(request) as drivers:
-        yield [drivers.start(NetnsDriverProcess(args=list(DRIVER_ARGS), namespace=net.host(i))) for i in range(2)]
+hosts = drivers_fixture(DRIVER_ARGS)
 
 
 @pytest.fixture
@@ -74,12 +64,12 @@ def gateways(hosts: list[DriverProcess]) -> Iterator[tuple[list[FastpussGateway]
                 allow_unsubscribe=True,
             )
             made.append(FastpussGateway(ctx, clients[i], clock=clock))
-        deadline = time.monotonic() + 15
-        while not all(p.is_connected for g in made for p in g._publications):
-            assert time.monotonic() < deadline, "the gateways' streams did not connect"
-            for g in made:
-                g.do_work()
-            time.sleep(0.002)
+        wait_until(
+            lambda: all(p.is_connected for g in made for p in g._publications),
+            15,
+            "the gateways' streams connected",
+            do_work=lambda: sum(g.do_work() for g in made),
+        )
         yield made, clock
     finally:
         for g in made:
@@ -109,7 +99,7 @@ def _pump(gateways: list[FastpussGateway], seconds: float = 0.3) -> None:
     until = time.monotonic() + seconds
     while time.monotonic() < until:
         if not sum(g.do_work() for g in gateways):
-            time.sleep(0.0005)
+            time.sleep(0.0005)  # pace: idle while the gateways run for the period asked
 
 
 def _received(s: socket.socket) -> list[Message]:

@@ -20,7 +20,7 @@ import threading
 import time
 import urllib.request
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -33,14 +33,12 @@ from logbuf.conduit.counters import CountersReader
 from logbuf.errors import ErrorCode
 from logbuf.protocol import NakFrame
 from logbuf.testing import wait_until
-from logbuf.testing.driver_process import DriverProcess, DriverSet
-from logbuf.testing.netns import NetnsDriverProcess, NetnsNetwork, make_network
+from logbuf.testing.driver_process import DriverProcess
+from logbuf.testing.netns import NetnsNetwork, drivers_fixture, network_fixture, requires_netns
 from tests.udp._children import HEADER
 from tests.udp.test_udp_system import Child, InOrderReader
 
-pytestmark = pytest.mark.skipif(
-    os.environ.get("CI") != "true" and os.geteuid() != 0, reason="network namespaces need root (run in CI)"
-)
+pytestmark = requires_netns
 
 COUNT = int(os.environ.get("LOGBUF_FANOUT_COUNT", "20000"))
 """20,000 by default; LOGBUF_FANOUT_COUNT=200000 runs the full count."""
@@ -50,27 +48,15 @@ DRIVER_ARGS = [
     *("--dir-delete-on-shutdown", "false", "--driver-timeout", "5s", "--client-liveness-timeout", "5s"),
     *("--image-liveness-timeout", "3s", "--publication-connection-timeout", "3s", "--term-length", "4m"),
     *("--publication-linger-timeout", "1s", "--mdc-destination-timeout", "3s"),
-    *("--initial-window-length", "128k"),  # RECEIVER_WINDOW: the flow-control tests measure leads against it
 ]
 RESULT_TIMEOUT_S = 240.0
 
 
-@pytest.fixture(scope="module")
-def net() -> Iterator[NetnsNetwork]:
-    network = make_network(4)
-    try:
-        yield network
-    finally:
-        network.close()
+net = network_fixture(4)
 
 
-@pytest.fixture(scope="module")
-def hosts(net: NetnsNetwork, request: pytest.FixtureRequest) -> Iterator[list[DriverProcess]]:
-    """A driver on each host: [publisher host, receiver 1, receiver 2, receiver 3]."""
-    with DriverSet(request) as drivers:
-        yield [
-            drivers.start(NetnsDriverProcess(args=list(DRIVER_ARGS), namespace=net.host(i))) for i in range(net.hosts)
-        ]
+hosts = drivers_fixture(DRIVER_ARGS)
+"""A driver on each host: [publisher host, receiver 1, receiver 2, receiver 3]."""
 
 
 def multicast(port: int, host: int, **params: object) -> str:
@@ -257,7 +243,7 @@ class PositionSampler:
 
 
 RECEIVER_WINDOW = 128 * 1024
-"""The receivers' window (DRIVER_ARGS' initial window; the 4 MiB term's half is larger)."""
+"""The receivers' window (the driver's initial window; the 4 MiB term's half is larger)."""
 
 
 MAX_FC_COUNT = 12_000
@@ -463,7 +449,7 @@ with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
     for i, nak in enumerate(naks):
         s.sendto(nak, (sys.argv[1], int(sys.argv[2])))
         if i % 50 == 49:
-            time.sleep(0.005)
+            time.sleep(0.005)  # pace: within the driver's socket buffer
 print(len(naks))
 """
 """Run in a host's namespace: sends the NAKs (hex, one per line on stdin) to a group and port, ~10,000/s."""

@@ -626,7 +626,7 @@ def test_garbage_and_truncated_frames_are_counted_as_invalid_and_the_stream_carr
     try:
         wait_until(lambda: counted() >= must_count, 15, f"'Invalid packets' to grow by {must_count}")
     finally:
-        time.sleep(0.3)
+        time.sleep(0.3)  # pace: let late datagrams be counted before the diagnostic line below
         print(
             f"sent {must_count} invalid datagrams + {sender_bound} malformed SM/NAK/RTTM; receiver counted {counted()}"
         )
