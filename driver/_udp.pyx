@@ -416,7 +416,11 @@ cdef class ImageReceiver:
     (``position <= floor + term/2``) may raise the HWM, and marks the end of the stream if it has the EOS
     flag and is not behind rcv-pos; data is inserted if ``rebuild <= position``, ``floor <= position`` and
     ``position + length <= floor + term/2`` (a PAD writes only its header, as Aeron's check does), else
-    counted as an over-run (at or past rcv-pos) or an under-run (behind the subscribers). A stale ``floor``
+    counted as an over-run (at or past rcv-pos) or an under-run (behind the subscribers). A heartbeat past
+    the window, or an over-run, raises the HWM to the window's end: the sender has sent all of the window,
+    so what is missing of it gets NAKed, and the window moves as subscribers consume it (without this, a
+    receiver over half a term behind a sender paced by a faster receiver, fc=max, never learned of the
+    data it dropped once the sender stopped, and stalled until the publication went). A stale ``floor``
     can only be lower than the truth: the window is then stricter, never looser.
     """
 
@@ -472,10 +476,14 @@ cdef class ImageReceiver:
                     self.eos_position = position  # a sender's end is never behind what was rebuilt
                 if position > self.hwm:
                     self.hwm = position
+            elif window_end > self.hwm:
+                self.hwm = window_end  # the sender is past the window: all of it was sent, NAK what is missing
             self.heartbeats += 1
             return HEARTBEAT
         if position < self.rebuild or position < self.floor or position + length > window_end:
             if position >= self.rebuild:
+                if window_end > self.hwm:
+                    self.hwm = window_end  # as for a heartbeat past the window
                 self.over_runs += 1
                 return OVER_RUN
             if position < self.floor:  # behind what the subscribers consumed: a retransmit someone else asked for

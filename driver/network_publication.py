@@ -132,85 +132,114 @@ class NetworkPublication(IpcPublication):
     # -- sender duty cycle ------------------------------------------------------------------------
     def send(self, now_ns: int, send: Send, send_frames: SendFrames | None = None) -> int:
         """Send what flow control allows; SETUP and heartbeats when due. Returns the bytes sent (of
-        SETUPs and heartbeats) and of the term covered by data."""
-        counters = self.system_counters
-        assert counters is not None
-        sent = 0
+        SETUPs and heartbeats) and of the term covered by data.
+
+        In Aeron's order: flow control's idle check, the SETUP check, data, then (when no data went)
+        the back-pressure event and the heartbeat check."""
         if now_ns >= self._next_flow_control_idle_ns:
-            self._next_flow_control_idle_ns = now_ns + FLOW_CONTROL_IDLE_INTERVAL_NS
-            self._set_sender_limit(self.flow_control.on_idle(now_ns, self.sender_limit))
-            if self.nak_sources:
-                self._forget_silent_nak_sources(now_ns)
+            self._on_flow_control_idle(now_ns)
+        sent = 0
         if self.should_send_setup and now_ns >= self.next_setup_ns:
-            position = self.sender_position.get()
-            term_id, term_offset = self.log.term_of(position)
-            setup = SetupFrame(
-                term_offset,
-                self.session_id,
-                self.stream_id,
-                self.log.initial_term_id,
-                term_id,
-                self.log.term_length,
-                self.mtu_length,
-                self.setup_ttl,
-                self.setup_flags,
-            )
-            sent += self._send(send, setup.encode())
-            counters.increment(SystemCounterId.SETUPS_SENT)
-            self.next_setup_ns = now_ns + SETUP_INTERVAL_NS
-            if self.has_received_sm:
-                self.should_send_setup = False
+            sent += self._send_setup(now_ns, send)
+        if not self.has_received_sm:
+            return sent
+        start_position: int = self.sender_position.get()
+        position, datagrams = self._send_data(start_position, send, send_frames)
+        sent += position - start_position
+        if datagrams:
+            self.retransmit_handler.on_sent(position - start_position)
+            self.sender_position.set_ordered(position)
+            self.time_of_last_send_ns = now_ns
+            self.track_sender_limits = True
+            return sent
+        if self.track_sender_limits and position >= self.sender_limit:
+            self._on_sender_limit_reached()
+        return sent + self._heartbeat_check(position, now_ns, send)
+
+    def _on_flow_control_idle(self, now_ns: int) -> None:
+        """Every FLOW_CONTROL_IDLE_INTERVAL_NS: time receivers out (the limit may move) and forget
+        NAK sources that fell silent."""
+        self._next_flow_control_idle_ns = now_ns + FLOW_CONTROL_IDLE_INTERVAL_NS
+        self._set_sender_limit(self.flow_control.on_idle(now_ns, self.sender_limit))
+        if self.nak_sources:
+            self._forget_silent_nak_sources(now_ns)
+
+    def _send_setup(self, now_ns: int, send: Send) -> int:
+        """A SETUP at snd-pos (due every SETUP_INTERVAL_NS until an SM answers one); the bytes sent."""
+        term_id, term_offset = self.log.term_of(self.sender_position.get())
+        setup = SetupFrame(
+            term_offset,
+            self.session_id,
+            self.stream_id,
+            self.log.initial_term_id,
+            term_id,
+            self.log.term_length,
+            self.mtu_length,
+            self.setup_ttl,
+            self.setup_flags,
+        )
+        sent = self._send(send, setup.encode())
+        self._count(SystemCounterId.SETUPS_SENT)
+        self.next_setup_ns = now_ns + SETUP_INTERVAL_NS
         if self.has_received_sm:
-            position = start_position = self.sender_position.get()
-            limit = self.sender_limit
-            term_length = self.log.term_length
-            datagrams = 0
-            while position < limit and datagrams < MAX_DATAGRAMS_PER_SEND:
-                term = self.log.terms[(position // term_length) % 3]
-                if send_frames is not None:  # the native batch: one sendmmsg
-                    batch = MAX_DATAGRAMS_PER_SEND - datagrams
-                    covered, n = send_frames(
-                        term,
-                        position & (term_length - 1),
-                        min(limit - position, term_length),
-                        self.mtu_length,
-                        batch,
-                    )
-                else:
-                    covered, _ = self._send_datagram(term, position & (term_length - 1), limit - position, send)
-                    n = batch = 1
-                if not covered:
-                    break
-                sent += covered
-                position += covered
-                datagrams += n
-                if n < batch and position & (term_length - 1):
-                    break  # a short batch inside the term: nothing more committed (or the socket is full)
-            idle_ns = now_ns - self.time_of_last_send_ns
-            if datagrams:
-                self.retransmit_handler.on_sent(position - start_position)
-                self.sender_position.set_ordered(position)
-                self.time_of_last_send_ns = now_ns
-                self.track_sender_limits = True
-            elif self.track_sender_limits and position >= limit:
-                self.track_sender_limits = False
-                self.sender_limit_events += 1
-                counters.increment(SystemCounterId.SENDER_FLOW_CONTROL_LIMITS)
-                if self.sender_bpe_id >= 0:
-                    self.counters.set_value(self.sender_bpe_id, self.sender_limit_events)
-            if not datagrams and (
-                idle_ns >= BLOCKED_HEARTBEAT_INTERVAL_NS
-                and now_ns >= self._next_blocked_check_ns
-                and (idle_ns >= HEARTBEAT_INTERVAL_NS or self._blocked(position, now_ns))
-            ):
-                term_id, term_offset = self.log.term_of(position)
-                eos = self.state is not PublicationState.ACTIVE and position >= self.log.end_of_stream_position()
-                flags = dh.BEGIN_END_AND_EOS_FLAGS if eos else dh.UNFRAGMENTED
-                sent += self._send(
-                    send, HeartbeatFrame(term_offset, self.session_id, self.stream_id, term_id, flags=flags).encode()
+            self.should_send_setup = False
+        return sent
+
+    def _send_data(self, position: int, send: Send, send_frames: SendFrames | None) -> tuple[int, int]:
+        """Send committed frames from ``position`` up to snd-lmt, at most MAX_DATAGRAMS_PER_SEND
+        datagrams: (the position they reach, datagrams sent). Moves no counter or timer."""
+        limit = self.sender_limit
+        term_length = self.log.term_length
+        datagrams = 0
+        while position < limit and datagrams < MAX_DATAGRAMS_PER_SEND:
+            term = self.log.terms[(position // term_length) % 3]
+            if send_frames is not None:  # the native batch: one sendmmsg
+                batch = MAX_DATAGRAMS_PER_SEND - datagrams
+                covered, n = send_frames(
+                    term,
+                    position & (term_length - 1),
+                    min(limit - position, term_length),
+                    self.mtu_length,
+                    batch,
                 )
-                counters.increment(SystemCounterId.HEARTBEATS_SENT)
-                self.time_of_last_send_ns = now_ns
+            else:
+                covered, _ = self._send_datagram(term, position & (term_length - 1), limit - position, send)
+                n = batch = 1
+            if not covered:
+                break
+            position += covered
+            datagrams += n
+            if n < batch and position & (term_length - 1):
+                break  # a short batch inside the term: nothing more committed (or the socket is full)
+        return position, datagrams
+
+    def _on_sender_limit_reached(self) -> None:
+        """The first send that finds snd-lmt reached after data went: one back-pressure event."""
+        self.track_sender_limits = False
+        self.sender_limit_events += 1
+        self._count(SystemCounterId.SENDER_FLOW_CONTROL_LIMITS)
+        if self.sender_bpe_id >= 0:
+            self.counters.set_value(self.sender_bpe_id, self.sender_limit_events)
+
+    def _heartbeat_check(self, position: int, now_ns: int, send: Send) -> int:
+        """With no data sent: a heartbeat at ``position`` after HEARTBEAT_INTERVAL_NS idle, or after
+        BLOCKED_HEARTBEAT_INTERVAL_NS while data waits behind snd-lmt (with the EOS flag once a closing
+        publication is drained). The bytes sent."""
+        idle_ns = now_ns - self.time_of_last_send_ns
+        if not (
+            idle_ns >= BLOCKED_HEARTBEAT_INTERVAL_NS
+            and now_ns >= self._next_blocked_check_ns
+            and (idle_ns >= HEARTBEAT_INTERVAL_NS or self._blocked(position, now_ns))
+        ):
+            return 0
+        term_id, term_offset = self.log.term_of(position)
+        eos = self.state is not PublicationState.ACTIVE and position >= self.log.end_of_stream_position()
+        flags = dh.BEGIN_END_AND_EOS_FLAGS if eos else dh.UNFRAGMENTED
+        sent = self._send(
+            send, HeartbeatFrame(term_offset, self.session_id, self.stream_id, term_id, flags=flags).encode()
+        )
+        self._count(SystemCounterId.HEARTBEATS_SENT)
+        self.time_of_last_send_ns = now_ns
         return sent
 
     def _blocked(self, position: int, now_ns: int) -> bool:
@@ -233,6 +262,10 @@ class NetworkPublication(IpcPublication):
     def _send(self, send: Send, datagram: Any) -> int:
         assert self.system_counters is not None
         return self.system_counters.count_send(len(datagram), send(datagram))
+
+    def _count(self, counter: SystemCounterId, delta: int = 1) -> None:
+        assert self.system_counters is not None
+        self.system_counters.increment(counter, delta)
 
     # -- control frames ---------------------------------------------------------------------------
     def is_plausible_status_message(self, sm: StatusMessageFrame) -> bool:
@@ -369,8 +402,6 @@ class NetworkPublication(IpcPublication):
     ) -> int:
         """:meth:`on_nak` for a NAK's fields, as the endpoint unpacks them (no frame object per NAK).
         What a flood sends is dropped by the first checks, before any list or dict is built."""
-        counters = self.system_counters
-        assert counters is not None
         term_length = self.log.term_length
         if (
             term_offset < 0
@@ -378,20 +409,37 @@ class NetworkPublication(IpcPublication):
             or length <= 0
             or (term_offset | length) & (dh.FRAME_ALIGNMENT - 1)  # the decoder checks; a caller may not
         ):
-            counters.increment(SystemCounterId.INVALID_PACKETS)
-            counters.increment(SystemCounterId.NAKS_MALFORMED)
+            self._count(SystemCounterId.INVALID_PACKETS)
+            self._count(SystemCounterId.NAKS_MALFORMED)
             return 0
         if source is None:
             lowest, window = 0, term_length // 2
         else:
             nak_source = self.nak_sources.get(source) if member else None
             if nak_source is None:
-                counters.increment(SystemCounterId.NAKS_FROM_NON_RECEIVERS)
+                self._count(SystemCounterId.NAKS_FROM_NON_RECEIVERS)
                 return 0
             lowest, window = nak_source.lowest
         self.naks_received += 1
         if self.naks_received_id >= 0:
             self.counters.set_value(self.naks_received_id, self.naks_received)
+        resendable = self._resendable_range(term_id, term_offset, length, lowest, window)
+        if resendable is None:
+            self._count(SystemCounterId.NAKS_WITHOUT_RESEND)
+            return 0
+        term_start, start, end = resendable
+        planned = self.retransmit_handler.plan(start, end, now_ns, self.mtu_length)
+        if isinstance(planned, NakOutcome):
+            self._count(_OUTCOME_COUNTERS[planned])
+            return 0
+        return self._resend(term_start, planned, now_ns, send)
+
+    def _resendable_range(
+        self, term_id: int, term_offset: int, length: int, lowest: int, window: int
+    ) -> tuple[int, int, int] | None:
+        """What a receiver whose lowest SM says (``lowest``, ``window``) can lack of a well-formed NAK's
+        range: (its term's start, start, end) as stream positions, or None when that is nothing."""
+        term_length = self.log.term_length
         sender_position = self.sender_position.get()
         asked = self.log.position_of(term_id, term_offset)
         term_start = asked - term_offset
@@ -399,18 +447,18 @@ class NetworkPublication(IpcPublication):
         # position): such a NAK is stale or forged, and gets nothing rather than a clamped range
         end = min(asked + length, term_start + term_length, sender_position, asked + window)
         if asked < lowest or asked >= end or asked <= sender_position - term_length:  # cleaning: a term behind
-            counters.increment(SystemCounterId.NAKS_WITHOUT_RESEND)
-            return 0
-        term = self.log.terms[(term_start // term_length) % 3]
+            return None
         start = asked
         base = max(lowest, term_start) - term_start  # a frame boundary at or below the NAK's offset
         if term_offset > base:  # an offset a receiver chose: move it back to the start of its frame
+            term = self.log.terms[(term_start // term_length) % 3]
             start = term_start + base + native.term_scan_for_availability(term, base, term_offset - base)
-        planned = self.retransmit_handler.plan(start, end, now_ns, self.mtu_length)
-        if isinstance(planned, NakOutcome):
-            counter = _OUTCOME_COUNTERS[planned]
-            counters.increment(counter)
-            return 0
+        return term_start, start, end
+
+    def _resend(self, term_start: int, planned: tuple[int, int], now_ns: int, send: Send) -> int:
+        """Send the frames of the term at ``term_start`` from ``planned`` start to end (stream positions)
+        again, as they were sent; the bytes sent (Aeron's RetransmitSender.resend)."""
+        term = self.log.terms[(term_start // self.log.term_length) % 3]
         start, end = planned
         offset = start - term_start
         remaining = end - start
@@ -423,8 +471,8 @@ class NetworkPublication(IpcPublication):
             offset += covered
             remaining -= covered
         self.retransmit_handler.on_resent(start, term_start + offset, now_ns)
-        counters.increment(SystemCounterId.RETRANSMITS_SENT)
-        counters.increment(SystemCounterId.RETRANSMITTED_BYTES, sent)
+        self._count(SystemCounterId.RETRANSMITS_SENT)
+        self._count(SystemCounterId.RETRANSMITTED_BYTES, sent)
         return sent
 
     # -- conductor duty cycle ---------------------------------------------------------------------

@@ -88,7 +88,7 @@ def test_data_of_an_image_is_inserted_and_the_rest_left_for_python(log: LogBuffe
     assert taken == [0, 1, 2, 5, 6, 7, 10]
     assert [int(lengths[i]) for i in (3, 4, 8, 9)] == [len(sends[i][1]) for i in (3, 4, 8, 9)]
     assert (receiver.received, receiver.inserted, receiver.heartbeats) == (7, 4, 1)
-    assert (receiver.over_runs, receiver.under_runs, receiver.hwm) == (1, 1, 288)
+    assert (receiver.over_runs, receiver.under_runs, receiver.hwm) == (1, 1, TERM // 2)  # the over-run's window end
     term = bytes(log.terms[0][:288])
     assert term[: len(first)] == first and term[160 : 160 + len(second)] == second  # not the stranger's
     assert term[224:256] == sends[10][1]
@@ -146,8 +146,24 @@ def test_one_datagram_is_decided_by_the_rule_a_batch_runs(log: LogBuffers) -> No
         (data(64, b"d" * 8)[:36], _udp.DATA_NOT_TAKEN),
     ]
     assert [receiver.on_datagram(datagram) for datagram, _ in cases] == [code for _, code in cases]
-    assert (receiver.eos_position, receiver.hwm, receiver.received) == (64, 128, 4)
+    assert (receiver.eos_position, receiver.hwm, receiver.received) == (64, 64 + TERM // 2, 4)  # the over-run
     assert bytes(log.terms[0][64 : 64 + len(cases[0][0])]) == cases[0][0]
+
+
+def test_a_heartbeat_or_data_past_the_window_raises_the_hwm_to_the_windows_end(log: LogBuffers) -> None:
+    """The sender is past the window, so it sent all of it: what is missing is NAKed (the HWM says how far).
+    An EOS heartbeat past the window does not mark the end yet."""
+    receiver = _udp.ImageReceiver(log.view, SESSION, STREAM, 0)
+    window_end = 64 + TERM // 2
+    receiver.rebuild, receiver.floor, receiver.hwm = 64, 64, 128
+    past = HeartbeatFrame(window_end + 64, SESSION, STREAM, INITIAL, flags=0xE0).encode()
+    assert receiver.on_datagram(past) == _udp.DATA_HEARTBEAT
+    assert (receiver.hwm, receiver.eos_position) == (window_end, -1)
+    inside = HeartbeatFrame(256, SESSION, STREAM, INITIAL).encode()
+    assert receiver.on_datagram(inside) == _udp.DATA_HEARTBEAT and receiver.hwm == window_end  # never lowered
+    receiver.hwm = 128
+    assert receiver.on_datagram(data(window_end - 32, b"o" * 32)) == _udp.DATA_OVER_RUN  # ends past the window
+    assert receiver.hwm == window_end and bytes(log.terms[0][128:]) == bytes(TERM - 128)
 
 
 def test_a_batch_already_received_goes_through_the_same_path(log: LogBuffers) -> None:
