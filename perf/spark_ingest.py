@@ -279,6 +279,52 @@ def drain_stream(spark: Any, archive_dir: str, tmp: str, **options: str) -> tupl
     return seconds, batches
 
 
+def file_source_judge(spark: Any, tmp: str, total_bytes: int) -> dict[str, Any]:
+    """Spark's own streaming file source under the same admission control, in the same session: parquet files
+    of ~4 MiB (no compression) holding ``total_bytes`` of 32-byte payloads with recording_id and position
+    columns, drained availableNow into ``noop`` with no limit and with ``maxFilesPerTrigger=1`` (one 4 MiB
+    micro-batch per trigger). What Spark's fixed cost per micro-batch leaves of the unlimited rate for a
+    source Spark wrote itself."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    src = os.path.join(tmp, "parquet-judge")
+    os.makedirs(src)
+    rows_per_file = (4 << 20) // 64  # 32 B payload + two longs: about 4 MiB a file
+    rng = np.random.default_rng(7)
+    for i in range(max(1, total_bytes // (4 << 20))):
+        payload = pa.array([rng.bytes(32) for _ in range(rows_per_file)], pa.binary())
+        positions = np.arange(rows_per_file, dtype=np.int64) * 64
+        table = pa.table({"recording_id": np.full(rows_per_file, i % 3), "position": positions, "payload": payload})
+        pq.write_table(table, os.path.join(src, f"part-{i:04d}.parquet"), compression="none")
+    schema = spark.read.parquet(src).schema
+    found: dict[str, Any] = {
+        "files": len(os.listdir(src)),
+        "bytes": sum(os.path.getsize(os.path.join(src, f)) for f in os.listdir(src)),
+    }
+    for name, options in (("unlimited", {}), ("one_file_per_trigger", {"maxFilesPerTrigger": "1"})):
+        checkpoint = os.path.join(tmp, f"checkpoint-{uuid.uuid4().hex[:8]}")
+        query = (
+            spark.readStream.format("parquet")
+            .schema(schema)
+            .options(**options)
+            .load(src)
+            .writeStream.format("noop")
+            .option("checkpointLocation", checkpoint)
+            .trigger(availableNow=True)
+        )
+        t0 = time.perf_counter()
+        running = query.start()
+        assert running.awaitTermination(600), "the file-source drain did not finish in 600 s"
+        found[name + "_seconds"] = time.perf_counter() - t0
+        found[name + "_batches"] = sum(1 for p in running.recentProgress if p.get("numInputRows"))
+        running.stop()
+    found["rate_vs_unlimited"] = found["unlimited_seconds"] / found["one_file_per_trigger_seconds"]
+    shutil.rmtree(src, ignore_errors=True)
+    return found
+
+
 def plan_limits(archive_dir: str) -> dict[str, Any]:
     """The driver's side of admission control without Spark: every trigger's end offset of a whole drain
     (``latestOffset`` with each limit), its time per trigger, the micro-batch sizes and the first
@@ -311,7 +357,9 @@ def plan_limits(archive_dir: str) -> dict[str, Any]:
     return found
 
 
-def goals(spark: Any, archive_dir: str, facts: dict[str, Any], runs: int, label: str) -> dict[str, Any]:
+def goals(
+    spark: Any, archive_dir: str, facts: dict[str, Any], runs: int, label: str, streams_only: bool = False
+) -> dict[str, Any]:
     """The source's targets: count(), a payload-free projection, maxBytesPerTrigger=4m vs no limit."""
     import tempfile
 
@@ -337,7 +385,9 @@ def goals(spark: Any, archive_dir: str, facts: dict[str, Any], runs: int, label:
     # packing) and packed (the default), so the ratio is measured under the same load.
     plans = {"one per piece": {"maxPartitionBytes": "0"}, "packed": {}}
     load().limit(1).collect()  # warm-up: planner, workers
-    for plan, options in plans.items():
+    if streams_only:
+        plans = {"packed": {}}
+    for plan, options in ({} if streams_only else plans).items():
         key = "" if plan == "packed" else "_one_per_piece"
         results["count_seconds" + key] = best_of(f"count() [{plan}]", lambda o=options: load(**o).count())
         results["projection_seconds" + key] = best_of(
@@ -348,7 +398,7 @@ def goals(spark: Any, archive_dir: str, facts: dict[str, Any], runs: int, label:
         results["schema_projection_seconds" + key] = best_of(
             f"schema(recording_id, position) count() [{plan}]", lambda n=narrow: n.load(archive_dir).count()
         )
-    for name in ("count_seconds", "projection_seconds", "schema_projection_seconds"):
+    for name in () if streams_only else ("count_seconds", "projection_seconds", "schema_projection_seconds"):
         results[name.replace("_seconds", "_speedup_vs_one_per_piece")] = (
             results[name + "_one_per_piece"] / results[name]
         )
@@ -364,6 +414,12 @@ def goals(spark: Any, archive_dir: str, facts: dict[str, Any], runs: int, label:
             results["stream_error"] = str(e).splitlines()[0][:300]
             print(f"streaming cases failed: {results['stream_error']}")
             return results
+        results["spark_file_source_judge"] = judge = file_source_judge(spark, tmp, total)
+        print(
+            f"Spark's own parquet file source, {judge['files']} files of ~4 MiB: no limit "
+            f"{judge['unlimited_seconds']:6.2f} s, maxFilesPerTrigger=1 {judge['one_file_per_trigger_seconds']:6.2f} s "
+            f"({judge['rate_vs_unlimited']:.2f}x the unlimited rate, {judge['one_file_per_trigger_batches']} batches)"
+        )
     for plan, ((unlimited, _), (limited, batches)) in drains.items():
         key = "" if plan == "packed" else "_one_per_piece"
         full = batches[:-1]  # the last one takes what is left
@@ -741,6 +797,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-baselines", action="store_true", help="leave out the binaryFile readers")
     parser.add_argument("--skip-scale", action="store_true", help="leave out filter pushdown and S3 vs local")
     parser.add_argument("--goals", action="store_true", help="the source's targets on a 300k-message archive")
+    parser.add_argument(
+        "--streams-only", action="store_true", help="with --goals: only the streaming drains and Spark's file source"
+    )
     parser.add_argument("--label", default="", help="a name for this run in the results (with --goals)")
     args = parser.parse_args(argv)
     quiet()
@@ -826,7 +885,7 @@ def main_goals(args: argparse.Namespace) -> int:
     spark = local_spark("spark-ingest-goals", "2g")
     try:
         register(spark)
-        results = goals(spark, archive_dir, facts, args.runs, args.label)
+        results = goals(spark, archive_dir, facts, args.runs, args.label, args.streams_only)
     finally:
         spark.stop()
     results["benchmark"] = "spark_ingest_goals" + (f"_{args.label}" if args.label else "")
