@@ -8,6 +8,8 @@ from collections.abc import Iterator
 import pytest
 import structlog
 
+from tests.support.wheel import Wheel, shared_wheel
+
 # The test kit's fixtures for every test: ``driver_factory`` (real media driver processes).
 pytest_plugins = ["logbuf.testing.pytest_plugin"]
 
@@ -33,3 +35,9 @@ def _structlog_as_it_was() -> Iterator[None]:
     structlog.reset_defaults()
     if was_configured:
         structlog.configure(**saved)
+
+
+@pytest.fixture(scope="session")
+def logbuf_wheel(tmp_path_factory: pytest.TempPathFactory) -> Wheel:
+    """The wheel built from a clean copy of the worktree, once per run (shared by the xdist workers)."""
+    return shared_wheel(tmp_path_factory.getbasetemp())
