@@ -287,7 +287,7 @@ class ArchiveConductor:
                     self._drop("request.session_not_active", state=session.state.value)
                 return
             session.on_event(SessionEvent.REQUEST)
-            session.deadline_ms = self._now_ms() + self.ctx.session_timeout_ms
+            session.deadline_ms = self._now_ms() + self.ctx.session_timeout_ns // 1_000_000
             if handler is None:
                 session.send_error(
                     correlation_id,
@@ -354,7 +354,7 @@ class ArchiveConductor:
             response_stream_id=request.response_stream_id,
             origin=origin,
             client_version=request.version,
-            deadline_ms=self._now_ms() + ctx.connect_timeout_ms,
+            deadline_ms=self._now_ms() + ctx.connect_timeout_ns // 1_000_000,
             queue_limit=ctx.response_queue_length,
         )
         self.sessions[session_id] = session
@@ -400,7 +400,7 @@ class ArchiveConductor:
                 publication = session.publication
                 if publication is not None and publication.is_connected:
                     work += 1
-                    session.deadline_ms = now_ms + self.ctx.connect_timeout_ms
+                    session.deadline_ms = now_ms + self.ctx.connect_timeout_ns // 1_000_000
                     if session.reject_message:
                         session.on_event(SessionEvent.REJECT, session.reject_message)
                         session.send_error(
@@ -440,7 +440,7 @@ class ArchiveConductor:
             if session.state is SessionState.CONNECTING
             else SessionEvent.CHALLENGE_ANSWERED
         )
-        session.deadline_ms = now_ms + self.ctx.session_timeout_ms
+        session.deadline_ms = now_ms + self.ctx.session_timeout_ns // 1_000_000
         session.send_ok(session.connect_correlation_id, session.control_session_id)
         self._log.info("control_session.active", control_session_id=session.control_session_id)
 
@@ -646,7 +646,7 @@ class ArchiveConductor:
         for rs in self.recording_subscriptions.values():
             for recording in rs.sessions.values():
                 last, at_ms = self._progress.get(recording.recording_id, (-1, 0))
-                if recording.position != last and now_ms - at_ms >= self.ctx.progress_interval_ms:
+                if recording.position != last and (now_ms - at_ms) * 1_000_000 >= self.ctx.progress_interval_ns:
                     self._progress[recording.recording_id] = (recording.position, now_ms)
                     self._send_event(
                         cc.RecordingProgress(
@@ -896,7 +896,7 @@ class ArchiveConductor:
                 position=position,
                 length=length,
                 channel=message.replay_channel,
-                connect_timeout_ms=self.ctx.connect_timeout_ms,
+                connect_timeout_ns=self.ctx.connect_timeout_ns,
                 limit_position=limit,
             )
         except ReplayError as e:

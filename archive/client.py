@@ -18,7 +18,7 @@ response with that id arrives (descriptors of a listing arrive first, then Aeron
 response), and turns an ERROR into an exception named after its cause. As Aeron's ``AeronArchive`` does
 from its duty cycle, the client keeps its session alive: every request and :meth:`ArchiveClient.poll`
 count as traffic, and a daemon keep-alive thread (``keep_alive_thread``, on by default) sends a
-``KeepAliveRequest`` when nothing was sent for ``keep_alive_interval_ms``, so an idle client is not
+``KeepAliveRequest`` when nothing was sent for ``keep_alive_interval_ns``, so an idle client is not
 closed by the service's session timeout. One lock serialises the control publication between the
 caller and that thread. :meth:`ArchiveClient.poll` still notices a service that went away.
 """
@@ -26,6 +26,7 @@ caller and that thread. :meth:`ArchiveClient.poll` still notices a service that 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import secrets
 import threading
 import time
@@ -39,6 +40,7 @@ from logbuf.archive import control_codec as cc
 from logbuf.archive.archive_conductor import NULL_LENGTH, NULL_POSITION, challenge_answer
 from logbuf.archive.service_context import DEFAULT_CONTROL_STREAM_ID
 from logbuf.client import Aeron, Context, Publication, Subscription
+from logbuf.durations import format_duration_ns, renamed_duration_keywords
 from logbuf.errors import LogbufError
 from logbuf.logbuffer.fragment_assembler import FragmentAssembler
 from logbuf.logbuffer.publication import OfferResult
@@ -109,6 +111,12 @@ _ERROR_CLASSES: dict[int, type[ArchiveRequestError]] = {
 }
 
 
+@renamed_duration_keywords(
+    {
+        "message_timeout_ms": ("message_timeout_ns", 1_000_000),
+        "keep_alive_interval_ms": ("keep_alive_interval_ns", 1_000_000),
+    }
+)
 @dataclass
 class ArchiveClientContext:
     control_channel: str = "aeron:ipc"
@@ -121,9 +129,9 @@ class ArchiveClientContext:
     """This host's media driver directory (when the client makes its own ``Aeron``)."""
     aeron: Aeron | None = None
     """Share an existing driver client (not closed by the archive client)."""
-    message_timeout_ms: int = 5_000
+    message_timeout_ns: int = 5_000_000_000
     """How long to wait for the service to connect or to answer one request."""
-    keep_alive_interval_ms: int = 2_000
+    keep_alive_interval_ns: int = 2_000_000_000
     """Keep-alives while idle (the service closes a session that is silent for its session timeout)."""
     keep_alive_thread: bool = True
     """Send those keep-alives from a daemon thread; off: the caller must call ``poll()`` while idle."""
@@ -176,7 +184,7 @@ class ArchiveClient:
         self._await(
             lambda: self._publication is not None and self._publication.is_connected,
             f"no archive service on {ctx.control_channel} stream {ctx.control_stream_id} (the control "
-            f"publication did not connect within {ctx.message_timeout_ms} ms)",
+            f"publication did not connect within {format_duration_ns(ctx.message_timeout_ns)})",
         )
         correlation_id = self._next_correlation_id()
         if ctx.auth_secret:
@@ -199,7 +207,7 @@ class ArchiveClient:
         while True:
             message = self._await_message(
                 lambda m: isinstance(m, (cc.ControlResponse, cc.Challenge)) and m.correlation_id == correlation_id,
-                f"the archive did not answer the connect request within {ctx.message_timeout_ms} ms (is the response "
+                f"the archive did not answer the connect request within {format_duration_ns(ctx.message_timeout_ns)} (is the response "
                 f"channel {ctx.response_channel} reachable from the service? a remote service may also refuse this "
                 "address or require authentication)",
             )
@@ -234,13 +242,13 @@ class ArchiveClient:
 
     def _run_keep_alive(self) -> None:
         """The keep-alive thread: one try per half interval, never blocking on a full publication."""
-        interval_ms = max(self.ctx.keep_alive_interval_ms, 1)
-        while not self._keep_alive_stop.wait(interval_ms / 2000):
+        interval_ns = max(self.ctx.keep_alive_interval_ns, 1_000_000)
+        while not self._keep_alive_stop.wait(interval_ns / 2e9):
             with self._send_lock:
                 publication = self._publication
                 if publication is None or self.control_session_id < 0:
                     return
-                if self._now_ms() - self._last_sent_ms < interval_ms:
+                if (self._now_ms() - self._last_sent_ms) * 1_000_000 < interval_ns:
                     continue
                 self._correlation += 1
                 request = cc.KeepAliveRequest(
@@ -263,7 +271,7 @@ class ArchiveClient:
         return time.monotonic_ns() // 1_000_000
 
     def _await(self, condition: Callable[[], bool], what: str) -> None:
-        deadline = time.monotonic() + self.ctx.message_timeout_ms / 1000
+        deadline = time.monotonic() + self.ctx.message_timeout_ns / 1e9
         delay = 0.00005
         while not condition():
             if time.monotonic() > deadline:
@@ -280,7 +288,7 @@ class ArchiveClient:
         if publication is None:
             raise ArchiveNotConnectedError("the archive client is closed")
         data = cc.encode(message)
-        deadline = time.monotonic() + self.ctx.message_timeout_ms / 1000
+        deadline = time.monotonic() + self.ctx.message_timeout_ns / 1e9
         while (result := publication.offer(data)) < 0:
             if result in (OfferResult.CLOSED, OfferResult.MAX_POSITION_EXCEEDED):
                 raise ArchiveNotConnectedError(f"the control publication is {OfferResult(result).name}")
@@ -291,7 +299,7 @@ class ArchiveClient:
                 )
             if time.monotonic() > deadline:
                 raise ArchiveTimeoutError(
-                    f"could not send {type(message).__name__} to the archive within {self.ctx.message_timeout_ms} ms "
+                    f"could not send {type(message).__name__} to the archive within {format_duration_ns(self.ctx.message_timeout_ns)} "
                     f"({OfferResult(result).name})"
                 )
             time.sleep(0.0001)
@@ -326,7 +334,7 @@ class ArchiveClient:
             )
 
     def _await_message(self, match: Callable[[Any], bool], what: str) -> Any:
-        deadline = time.monotonic() + self.ctx.message_timeout_ms / 1000
+        deadline = time.monotonic() + self.ctx.message_timeout_ns / 1e9
         delay = 0.00005
         while True:
             for i, message in enumerate(self._inbox):
@@ -373,10 +381,16 @@ class ArchiveClient:
         self._send(build(correlation_id))
         response = self._await_message(
             lambda m: isinstance(m, cc.ControlResponse) and m.correlation_id == correlation_id,
-            f"the archive did not answer {what} within {self.ctx.message_timeout_ms} ms",
+            f"the archive did not answer {what} within {format_duration_ns(self.ctx.message_timeout_ns)}",
         )
         self._raise_if_error(response, what)
         return int(response.relevant_id)
+
+    def _session_request(self, message_type: Callable[..., Any], what: str, **fields: Any) -> int:
+        """:meth:`_request` of ``message_type(**fields)`` stamped with this client's session id and the
+        request's correlation id."""
+        sid = self.control_session_id
+        return self._request(lambda c: message_type(control_session_id=sid, correlation_id=c, **fields), what)
 
     def _check_session(self) -> None:
         if self.control_session_id < 0 or self._publication is None:
@@ -393,7 +407,7 @@ class ArchiveClient:
                 self.errors.append(message)
                 self._inbox.remove(message)
         self._check_alive()
-        if self._now_ms() - self._last_sent_ms >= self.ctx.keep_alive_interval_ms:
+        if (self._now_ms() - self._last_sent_ms) * 1_000_000 >= self.ctx.keep_alive_interval_ns:
             self._send(
                 cc.KeepAliveRequest(
                     control_session_id=self.control_session_id, correlation_id=self._next_correlation_id()
@@ -403,52 +417,39 @@ class ArchiveClient:
         return n
 
     def archive_id(self) -> int:
-        sid = self.control_session_id
-        return self._request(lambda c: cc.ArchiveIdRequest(control_session_id=sid, correlation_id=c), "archive id")
+        return self._session_request(cc.ArchiveIdRequest, "archive id")
 
     def start_recording(self, channel: str, stream_id: int, *, remote: bool = False, auto_stop: bool = False) -> int:
         """Record every image of ``channel``/``stream_id`` (a UDP channel on this driver is spied unless
         ``remote``); returns the recording subscription id."""
-        sid = self.control_session_id
-        location = cc.SourceLocation.REMOTE if remote else cc.SourceLocation.LOCAL
-        return self._request(
-            lambda c: cc.StartRecordingRequest2(
-                control_session_id=sid,
-                correlation_id=c,
-                stream_id=stream_id,
-                source_location=location,
-                auto_stop=cc.BooleanType.TRUE if auto_stop else cc.BooleanType.FALSE,
-                channel=channel,
-            ),
+        return self._session_request(
+            cc.StartRecordingRequest2,
             f"start recording of {channel} stream {stream_id}",
+            stream_id=stream_id,
+            source_location=cc.SourceLocation.REMOTE if remote else cc.SourceLocation.LOCAL,
+            auto_stop=cc.BooleanType.TRUE if auto_stop else cc.BooleanType.FALSE,
+            channel=channel,
         )
 
     def stop_recording(self, channel: str, stream_id: int) -> None:
-        sid = self.control_session_id
-        self._request(
-            lambda c: cc.StopRecordingRequest(
-                control_session_id=sid, correlation_id=c, stream_id=stream_id, channel=channel
-            ),
+        self._session_request(
+            cc.StopRecordingRequest,
             f"stop recording of {channel} stream {stream_id}",
+            stream_id=stream_id,
+            channel=channel,
         )
 
     def stop_recording_subscription(self, subscription_id: int) -> None:
-        sid = self.control_session_id
-        self._request(
-            lambda c: cc.StopRecordingSubscriptionRequest(
-                control_session_id=sid, correlation_id=c, subscription_id=subscription_id
-            ),
+        self._session_request(
+            cc.StopRecordingSubscriptionRequest,
             f"stop recording subscription {subscription_id}",
+            subscription_id=subscription_id,
         )
 
     def stop_recording_by_identity(self, recording_id: int) -> bool:
-        sid = self.control_session_id
         return bool(
-            self._request(
-                lambda c: cc.StopRecordingByIdentityRequest(
-                    control_session_id=sid, correlation_id=c, recording_id=recording_id
-                ),
-                f"stop recording {recording_id}",
+            self._session_request(
+                cc.StopRecordingByIdentityRequest, f"stop recording {recording_id}", recording_id=recording_id
             )
         )
 
@@ -490,7 +491,7 @@ class ArchiveClient:
                     getattr(m, "correlation_id", None) == correlation_id
                     and isinstance(m, (cc.RecordingDescriptor, cc.ControlResponse))
                 ),
-                f"the archive did not finish listing recordings within {self.ctx.message_timeout_ms} ms",
+                f"the archive did not finish listing recordings within {format_duration_ns(self.ctx.message_timeout_ns)}",
             )
             if isinstance(message, cc.RecordingDescriptor):
                 found.append(message)
@@ -514,7 +515,7 @@ class ArchiveClient:
                 getattr(m, "correlation_id", None) == correlation_id
                 and isinstance(m, (cc.RecordingDescriptor, cc.ControlResponse))
             ),
-            f"the archive did not describe recording {recording_id} within {self.ctx.message_timeout_ms} ms",
+            f"the archive did not describe recording {recording_id} within {format_duration_ns(self.ctx.message_timeout_ns)}",
         )
         if isinstance(message, cc.RecordingDescriptor):
             return message
@@ -522,11 +523,7 @@ class ArchiveClient:
         raise ArchiveError(f"unexpected answer to describe recording {recording_id}: {message}")
 
     def _position(self, cls: Any, recording_id: int, what: str) -> int:
-        sid = self.control_session_id
-        return self._request(
-            lambda c: cls(control_session_id=sid, correlation_id=c, recording_id=recording_id),
-            f"{what} of recording {recording_id}",
-        )
+        return self._session_request(cls, f"{what} of recording {recording_id}", recording_id=recording_id)
 
     def recording_position(self, recording_id: int) -> int:
         """The recorded position of an active recording (-1 if it is not active)."""
@@ -547,28 +544,23 @@ class ArchiveClient:
         """The position of the recording's first message whose reserved value (the publisher's timestamp) is
         at least ``time_value``, or its recorded position if none is: the archive seeks its time index (a
         logbuf extension request, so this works from any host)."""
-        sid = self.control_session_id
-        return self._request(
-            lambda c: cc.RecordingPositionAtTimeRequest(
-                control_session_id=sid, correlation_id=c, recording_id=recording_id, time=time_value
-            ),
+        return self._session_request(
+            cc.RecordingPositionAtTimeRequest,
             f"position at time {time_value} of recording {recording_id}",
+            recording_id=recording_id,
+            time=time_value,
         )
 
     def find_last_matching_recording(
         self, min_recording_id: int, channel_fragment: str, stream_id: int, session_id: int
     ) -> int:
-        sid = self.control_session_id
-        return self._request(
-            lambda c: cc.FindLastMatchingRecordingRequest(
-                control_session_id=sid,
-                correlation_id=c,
-                min_recording_id=min_recording_id,
-                session_id=session_id,
-                stream_id=stream_id,
-                channel=channel_fragment,
-            ),
+        return self._session_request(
+            cc.FindLastMatchingRecordingRequest,
             "find last matching recording",
+            min_recording_id=min_recording_id,
+            session_id=session_id,
+            stream_id=stream_id,
+            channel=channel_fragment,
         )
 
     def start_replay(
@@ -645,26 +637,22 @@ class ArchiveClient:
         to for the source's live stream) a followed copy merges onto the live stream once caught up: it copies
         from the live image and drops the replay (a MERGE signal). Progress arrives as recording signals
         (:attr:`signals`)."""
-        sid = self.control_session_id
-        return self._request(
-            lambda c: cc.ReplicateRequest2(
-                control_session_id=sid,
-                correlation_id=c,
-                src_recording_id=src_recording_id,
-                dst_recording_id=dst_recording_id,
-                stop_position=stop_position,
-                channel_tag_id=cc.NULL_INT64,
-                subscription_tag_id=cc.NULL_INT64,
-                src_control_stream_id=src_control_stream_id,
-                file_io_max_length=cc.NULL_INT32,
-                replication_session_id=cc.NULL_INT32,
-                src_control_channel=src_control_channel,
-                live_destination=live_destination,
-                replication_channel=replication_channel,
-                encoded_credentials=src_auth_secret,
-                src_response_channel=src_response_channel,
-            ),
+        return self._session_request(
+            cc.ReplicateRequest2,
             f"replicate recording {src_recording_id} from {src_control_channel}",
+            src_recording_id=src_recording_id,
+            dst_recording_id=dst_recording_id,
+            stop_position=stop_position,
+            channel_tag_id=cc.NULL_INT64,
+            subscription_tag_id=cc.NULL_INT64,
+            src_control_stream_id=src_control_stream_id,
+            file_io_max_length=cc.NULL_INT32,
+            replication_session_id=cc.NULL_INT32,
+            src_control_channel=src_control_channel,
+            live_destination=live_destination,
+            replication_channel=replication_channel,
+            encoded_credentials=src_auth_secret,
+            src_response_channel=src_response_channel,
         )
 
     def _ask(self, request: Any, answer: type[_Answer], what: str) -> _Answer:
@@ -677,7 +665,7 @@ class ArchiveClient:
         )
         response = self._await_message(
             lambda m: isinstance(m, (answer, cc.ControlResponse)) and m.correlation_id == correlation_id,
-            f"the archive did not answer {what} within {self.ctx.message_timeout_ms} ms",
+            f"the archive did not answer {what} within {format_duration_ns(self.ctx.message_timeout_ns)}",
         )
         self._raise_if_error(response, what)
         if not isinstance(response, answer):
@@ -697,64 +685,41 @@ class ArchiveClient:
 
     def sync_repair(self, request: cc.SyncRepairRequest) -> int:
         """Ask the archive to replace its failing frames with verifying ones; returns the bytes written."""
-        sid = self.control_session_id
-        return self._request(
-            lambda c: dataclasses.replace(request, control_session_id=sid, correlation_id=c),
-            f"sync repair at position {request.position}",
+        return self._session_request(
+            functools.partial(dataclasses.replace, request), f"sync repair at position {request.position}"
         )
 
     def stop_replication(self, replication_id: int) -> None:
-        sid = self.control_session_id
-        self._request(
-            lambda c: cc.StopReplicationRequest(
-                control_session_id=sid, correlation_id=c, replication_id=replication_id
-            ),
-            f"stop replication {replication_id}",
+        self._session_request(
+            cc.StopReplicationRequest, f"stop replication {replication_id}", replication_id=replication_id
         )
 
     def stop_replay(self, replay_session_id: int) -> None:
-        sid = self.control_session_id
-        self._request(
-            lambda c: cc.StopReplayRequest(
-                control_session_id=sid, correlation_id=c, replay_session_id=replay_session_id
-            ),
-            f"stop replay {replay_session_id}",
+        self._session_request(
+            cc.StopReplayRequest, f"stop replay {replay_session_id}", replay_session_id=replay_session_id
         )
 
     def stop_all_replays(self, recording_id: int = NULL_POSITION) -> None:
-        sid = self.control_session_id
-        self._request(
-            lambda c: cc.StopAllReplaysRequest(control_session_id=sid, correlation_id=c, recording_id=recording_id),
-            "stop all replays",
-        )
+        self._session_request(cc.StopAllReplaysRequest, "stop all replays", recording_id=recording_id)
 
     def truncate_recording(self, recording_id: int, position: int) -> None:
-        sid = self.control_session_id
-        self._request(
-            lambda c: cc.TruncateRecordingRequest(
-                control_session_id=sid, correlation_id=c, recording_id=recording_id, position=position
-            ),
+        self._session_request(
+            cc.TruncateRecordingRequest,
             f"truncate recording {recording_id}",
+            recording_id=recording_id,
+            position=position,
         )
 
     def purge_recording(self, recording_id: int) -> None:
-        sid = self.control_session_id
-        self._request(
-            lambda c: cc.PurgeRecordingRequest(control_session_id=sid, correlation_id=c, recording_id=recording_id),
-            f"purge recording {recording_id}",
-        )
+        self._session_request(cc.PurgeRecordingRequest, f"purge recording {recording_id}", recording_id=recording_id)
 
     def purge_segments(self, recording_id: int, new_start_position: int) -> int:
         """Drop whole segments before ``new_start_position``; returns how many went."""
-        sid = self.control_session_id
-        return self._request(
-            lambda c: cc.PurgeSegmentsRequest(
-                control_session_id=sid,
-                correlation_id=c,
-                recording_id=recording_id,
-                new_start_position=new_start_position,
-            ),
+        return self._session_request(
+            cc.PurgeSegmentsRequest,
             f"purge segments of recording {recording_id}",
+            recording_id=recording_id,
+            new_start_position=new_start_position,
         )
 
     # -- closing ---------------------------------------------------------------------------------------------

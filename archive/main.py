@@ -41,7 +41,7 @@ from logbuf.archive.remote_cli import (
 from logbuf.archive.replication import read_replications, read_source
 from logbuf.archive.segments import DEFAULT_SEGMENT_LENGTH, SegmentError, segment_files
 from logbuf.archive.verify import verify_recording
-from logbuf.durations import parse_duration_ns
+from logbuf.durations import duration_argument
 from logbuf.errors import ConfigurationError, LogbufError
 from logbuf.logging_config import configure_logging
 
@@ -60,14 +60,6 @@ def _size(text: str) -> int:
         return int(t[:-1] if mult != 1 else t) * mult
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a size (bytes, or with a k/m/g suffix)") from None
-
-
-def _duration_ms(text: str) -> int:
-    """Durations in :mod:`logbuf.durations`' grammar (``500ms``, ``30s``, ``2h``, ``7d``); a bare number is seconds."""
-    try:
-        return parse_duration_ns(text, bare_unit="s") // 1_000_000
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a duration (e.g. 500ms, 30s, 10m, 2h, 7d)") from None
 
 
 def _time_ms(text: str) -> int:
@@ -134,8 +126,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--driver-dir", default="", help="the media driver's directory (default $LOGBUF_DIR)")
     p.add_argument("--stream-id", type=int, action="append", help="only these recorded streams (default: all)")
     p.add_argument("--bandwidth", type=int, default=0, help="bytes/s the fetches may ask for (default: unbounded)")
-    p.add_argument("--interval", type=float, default=0.0, help="seconds between rounds: continuous anti-entropy")
-    p.add_argument("--timeout", type=float, default=60.0, help="seconds one fetch may take")
+    p.add_argument(
+        "--interval",
+        type=duration_argument("s"),
+        default=0,
+        metavar="DURATION",
+        help="time between rounds, for continuous anti-entropy (e.g. 30s, 5m; a bare number is seconds; default: "
+        "one round)",
+    )
+    p.add_argument(
+        "--timeout",
+        type=duration_argument("s"),
+        default=60_000_000_000,
+        metavar="DURATION",
+        help="how long one fetch may take (a bare number is seconds; default 60s)",
+    )
 
     p = command("stop", "stop a recording on an archive service (--control)")
     add_control_arguments(p, required=True)
@@ -171,7 +176,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("retention", "drop whole segments before a position or a time")
     p.add_argument("recording_id", type=_non_negative, nargs="?", help="default: every VALID recording")
     p.add_argument("--before-position", type=_non_negative, help="drop segments that end at or before this position")
-    p.add_argument("--older-than", type=_duration_ms, help="drop segments last written longer ago than this (2h, 7d)")
+    p.add_argument(
+        "--older-than", type=duration_argument("s"), help="drop segments last written longer ago than this (2h, 7d)"
+    )
     p.add_argument("--before-time", type=_time_ms, help="drop segments last written before this (epoch ms or ISO)")
 
     p = command("recover", "close recordings whose recorder died, at their valid prefix")
@@ -183,7 +190,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("destination", help="e.g. s3://bucket/archive?endpoint_override=host:9000&scheme=http")
     p.add_argument(
         "--follow",
-        type=_duration_ms,
+        type=duration_argument("s"),
         metavar="INTERVAL",
         help="repeat every INTERVAL (e.g. 10s) until SIGINT/SIGTERM, uploading each segment as it completes",
     )
@@ -200,7 +207,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=DEFAULT_SEGMENT_LENGTH,
         help="segment file length, a power of two 64k..1g (default 64m; at least the term length)",
     )
-    p.add_argument("--driver-timeout", type=_duration_ms, default=10_000, help="driver liveness timeout (default 10s)")
+    p.add_argument(
+        "--driver-timeout",
+        type=duration_argument("s"),
+        default=10_000_000_000,
+        help="driver liveness timeout (default 10s)",
+    )
     p.add_argument("--no-reconnect", action="store_true", help="end when the driver goes away")
     p.add_argument(
         "--checksum",
@@ -225,7 +237,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--length", type=_non_negative, help="bytes to replay (default: to the end, following a live one)")
     p.add_argument("--driver-dir", default="", help="the media driver's directory (default $LOGBUF_DIR)")
     p.add_argument(
-        "--connect-timeout", type=_duration_ms, default=30_000, help="how long to wait for a subscriber (default 30s)"
+        "--connect-timeout",
+        type=duration_argument("s"),
+        default=30_000_000_000,
+        help="how long to wait for a subscriber (default 30s)",
     )
     return parser
 
@@ -359,7 +374,7 @@ def cmd_sync(args: argparse.Namespace) -> int:
                 )
             if args.interval <= 0:
                 report = sync_once(
-                    peers, stream_ids=stream_ids, bandwidth_bytes_per_s=args.bandwidth, timeout_s=args.timeout
+                    peers, stream_ids=stream_ids, bandwidth_bytes_per_s=args.bandwidth, timeout_ns=args.timeout
                 )
                 print(json.dumps(_sync_summary(report)), flush=True)
                 return 1 if report.failed or report.conflicts else 0
@@ -369,11 +384,11 @@ def cmd_sync(args: argparse.Namespace) -> int:
                 sync_forever(
                     peers,
                     stop,
-                    interval_s=args.interval,
+                    interval_ns=args.interval,
                     on_report=lambda report: print(json.dumps(_sync_summary(report)), flush=True),
                     stream_ids=stream_ids,
                     bandwidth_bytes_per_s=args.bandwidth,
-                    timeout_s=args.timeout,
+                    timeout_ns=args.timeout,
                 )
             except KeyboardInterrupt:
                 pass
@@ -463,7 +478,7 @@ def _cmd_delete(archive_dir: str, args: argparse.Namespace) -> int:
 def _cmd_retention(archive_dir: str, args: argparse.Namespace) -> int:
     before_time = args.before_time
     if args.older_than is not None:
-        older = time.time_ns() // 1_000_000 - args.older_than
+        older = (time.time_ns() - args.older_than) // 1_000_000
         before_time = older if before_time is None else min(before_time, older)
     if args.before_position is None and before_time is None:
         raise UsageError("retention needs --before-position, --older-than or --before-time")
@@ -547,7 +562,7 @@ def _cmd_upload(archive_dir: str, args: argparse.Namespace) -> int:
         )
         if args.follow is None:
             return 0
-        deadline = time.monotonic() + args.follow / 1000
+        deadline = time.monotonic() + args.follow / 1e9
         while not stop and time.monotonic() < deadline:
             time.sleep(0.05)
         if stop:
@@ -561,7 +576,7 @@ def _cmd_record(archive_dir: str, args: argparse.Namespace) -> int:
         stream_id=args.stream_id,
         driver_dir=args.driver_dir,
         segment_length=args.segment_length,
-        driver_timeout_ms=args.driver_timeout,
+        driver_timeout_ns=args.driver_timeout,
         reconnect=not args.no_reconnect,
         checksum=args.checksum,
         time_index=not args.no_time_index,
@@ -590,7 +605,7 @@ def _cmd_replay(archive_dir: str, args: argparse.Namespace) -> int:
             position=args.position,
             length=args.length,
             channel=args.channel,
-            connect_timeout_ms=args.connect_timeout,
+            connect_timeout_ns=args.connect_timeout,
         )
         stop = []
         for signum in (signal.SIGINT, signal.SIGTERM):

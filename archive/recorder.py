@@ -62,6 +62,7 @@ from logbuf.archive.time_index import (
 from logbuf.channel_uri import ChannelUri
 from logbuf.client import Aeron, Context, Image, Subscription
 from logbuf.directory import access_modes, resolve_dir, shares_with_group
+from logbuf.durations import renamed_duration_keywords
 from logbuf.errors import DriverTimeoutError, LogbufError
 from logbuf.logbuffer import data_header_descriptor as dh
 
@@ -70,6 +71,13 @@ __all__ = ["Recorder", "RecorderContext", "RecordingSession"]
 _FIRST_WORD = 4  # the frame length field, written last
 
 
+@renamed_duration_keywords(
+    {
+        "driver_timeout_ms": ("driver_timeout_ns", 1_000_000),
+        "busy_idle_sleep_s": ("busy_idle_sleep_ns", 1_000_000_000),
+        "max_idle_sleep_s": ("max_idle_sleep_ns", 1_000_000_000),
+    }
+)
 @dataclass
 class RecorderContext:
     """Recorder settings (each is a ``logbuf-archive record`` option)."""
@@ -84,14 +92,14 @@ class RecorderContext:
     coarser retention."""
     block_length: int = 1 << 20
     """Most bytes written per block poll (one pwrite). Larger: fewer syscalls when behind."""
-    driver_timeout_ms: int = 10_000
+    driver_timeout_ns: int = 10_000_000_000
     """How long without a driver heartbeat before the recordings are stopped and a reconnect starts."""
     reconnect: bool = True
     """After losing the driver, wait for a new one (else the recorder ends)."""
-    busy_idle_sleep_s: float = 0.0002
+    busy_idle_sleep_ns: int = 200_000
     """Longest sleep while the stream was busy in the last 10 ms (shorter: faster catch-up, as the
     publishers wait for the recorder at their limit; measured 1.2-1.4 GB/s at 200 us vs ~0.4-1 at 1 ms)."""
-    max_idle_sleep_s: float = 0.002
+    max_idle_sleep_ns: int = 2_000_000
     """Longest sleep when nothing was recorded for 10 ms (the recorder's CPU use when idle)."""
     checksum: str = "none"
     """``crc32``: each DATA frame is recorded with its payload's CRC-32 in its session id field (Aeron
@@ -109,8 +117,8 @@ class RecorderContext:
         effective_segment_length(self.segment_length, 64 * 1024)
         if self.block_length < 4096:
             raise ValueError(f"block_length={self.block_length} must be at least 4096")
-        if self.driver_timeout_ms <= 0:
-            raise ValueError(f"driver_timeout_ms={self.driver_timeout_ms} must be positive")
+        if self.driver_timeout_ns <= 0:
+            raise ValueError(f"driver_timeout_ns={self.driver_timeout_ns} must be positive")
         if self.checksum_type is None:
             raise ValueError(f"checksum={self.checksum!r} must be 'none' or 'crc32'")
         return self
@@ -394,7 +402,7 @@ class Recorder:
     def connect(self) -> None:
         """Connect to the driver (waiting up to the driver timeout) and subscribe."""
         context = Context(
-            dir=self.ctx.driver_dir, use_conductor_thread=False, driver_timeout_ms=self.ctx.driver_timeout_ms
+            dir=self.ctx.driver_dir, use_conductor_thread=False, driver_timeout_ns=self.ctx.driver_timeout_ns
         )
         self._aeron = Aeron.connect(context)
         self._subscription = self._aeron.add_subscription(
@@ -464,7 +472,7 @@ class Recorder:
                     last_work_s = time.monotonic()
                 else:
                     busy = time.monotonic() - last_work_s < 0.01
-                    cap = self.ctx.busy_idle_sleep_s if busy else self.ctx.max_idle_sleep_s
+                    cap = (self.ctx.busy_idle_sleep_ns if busy else self.ctx.max_idle_sleep_ns) / 1e9
                     idle_s = min(cap, idle_s * 2 or 0.00005)
                     time.sleep(idle_s)
         finally:

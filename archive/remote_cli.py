@@ -26,6 +26,7 @@ from logbuf.archive.client import (
     replay_image_session_id,
 )
 from logbuf.archive.service_context import DEFAULT_CONTROL_STREAM_ID, DEFAULT_EVENTS_STREAM_ID, ArchiveContext
+from logbuf.durations import duration_argument
 
 __all__ = [
     "REMOTE_COMMANDS",
@@ -76,7 +77,13 @@ def add_control_arguments(p: argparse.ArgumentParser, *, required: bool = False,
     p.add_argument("--auth-secret-file", help="the service's shared secret (a file holding it)")
     if driver_dir:
         p.add_argument("--driver-dir", default="", help="this host's media driver directory (default $LOGBUF_DIR)")
-    p.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for each answer (default 5)")
+    p.add_argument(
+        "--timeout",
+        type=duration_argument("s"),
+        default=5_000_000_000,
+        metavar="DURATION",
+        help="how long to wait for each answer (e.g. 500ms, 5s; a bare number is seconds; default 5s)",
+    )
 
 
 def add_serve_arguments(p: argparse.ArgumentParser) -> None:
@@ -94,7 +101,13 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-sessions", type=int, default=defaults.max_sessions)
     p.add_argument("--max-replays", type=int, default=defaults.max_concurrent_replays)
     p.add_argument("--max-recordings", type=int, default=defaults.max_concurrent_recordings)
-    p.add_argument("--session-timeout", type=float, default=defaults.session_timeout_ms / 1000, help="seconds")
+    p.add_argument(
+        "--session-timeout",
+        type=duration_argument("s"),
+        default=defaults.session_timeout_ns,
+        metavar="DURATION",
+        help=f"close a silent session after this (a bare number is seconds; default {defaults.session_timeout_ns // 10**9}s)",
+    )
     p.add_argument("--segment-length", type=int, default=defaults.segment_length)
     p.add_argument("--checksum", choices=("none", "crc32"), default="none")
     p.add_argument(
@@ -122,7 +135,7 @@ def cmd_serve(archive_dir: str, args: argparse.Namespace) -> int:
         max_sessions=args.max_sessions,
         max_concurrent_replays=args.max_replays,
         max_concurrent_recordings=args.max_recordings,
-        session_timeout_ms=int(args.session_timeout * 1000),
+        session_timeout_ns=args.session_timeout,
         segment_length=args.segment_length,
         checksum=args.checksum,
     )
@@ -150,7 +163,7 @@ def _client(args: argparse.Namespace) -> ArchiveClient:
             response_stream_id=args.response_stream_id,
             driver_dir=args.driver_dir,
             auth_secret=_secret(args.auth_secret_file),
-            message_timeout_ms=int(args.timeout * 1000),
+            message_timeout_ns=args.timeout,
         )
     )
 

@@ -37,6 +37,7 @@ from logbuf.archive.catalog import Catalog, CatalogError, RecordingDescriptor, R
 from logbuf.archive.segments import SegmentError, SegmentReader
 from logbuf.channel_uri import ChannelUri
 from logbuf.client import Aeron, Publication
+from logbuf.durations import format_duration_ns, renamed_duration_keywords
 from logbuf.errors import LogbufError
 from logbuf.logbuffer import data_header_descriptor as dh
 from logbuf.logbuffer import log_buffer_descriptor as lbd
@@ -112,6 +113,7 @@ def check_replay_bounds(
             raise ReplayError(f"replay position {position} is not the start of a frame in recording {rid}")
 
 
+@renamed_duration_keywords({"connect_timeout_ms": ("connect_timeout_ns", 1_000_000)})
 class Replay:
     """Replays one recording into a new exclusive publication; drive it with :meth:`do_work`.
 
@@ -131,7 +133,7 @@ class Replay:
         position: int | None = None,
         length: int | None = None,
         channel: str = "aeron:ipc",
-        connect_timeout_ms: int = 5_000,
+        connect_timeout_ns: int = 5_000_000_000,
         limit_position: Callable[[], int] | None = None,
     ) -> None:
         self.archive_dir = archive_dir
@@ -168,8 +170,8 @@ class Replay:
         self._known_stop = d.stop_position
         self._recording_active = d.active
         self._connected = False
-        self._connect_deadline_ns = time.monotonic_ns() + connect_timeout_ms * 1_000_000
-        self.connect_timeout_ms = connect_timeout_ms
+        self._connect_deadline_ns = time.monotonic_ns() + connect_timeout_ns
+        self.connect_timeout_ns = connect_timeout_ns
         self.is_done = False
         self.error: str | None = None
         self.subscriber_left = False
@@ -198,7 +200,7 @@ class Replay:
             elif time.monotonic_ns() > self._connect_deadline_ns:
                 self._fail(
                     f"no subscriber connected to {self.channel} stream {self.stream_id} within "
-                    f"{self.connect_timeout_ms} ms"
+                    f"{format_duration_ns(self.connect_timeout_ns)}"
                 )
                 return 0
             else:

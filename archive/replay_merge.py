@@ -44,6 +44,7 @@ import structlog
 from logbuf.archive import control_codec as cc
 from logbuf.archive.client import ArchiveClient, ArchiveError, InvalidPositionError, replay_image_session_id
 from logbuf.client import Image, Subscription
+from logbuf.durations import format_duration_ns, renamed_duration_keywords
 from logbuf.logbuffer.fragment_assembler import FragmentAssembler
 from logbuf.logbuffer.image import ControlledPollAction
 
@@ -62,6 +63,12 @@ class ReplayMergeState(enum.Enum):
     FAILED = "FAILED"
 
 
+@renamed_duration_keywords(
+    {
+        "progress_interval_ms": ("progress_interval_ns", 1_000_000),
+        "live_join_timeout_ms": ("live_join_timeout_ns", 1_000_000),
+    }
+)
 class ReplayMerge:
     """A subscription from a recording's past onto the live stream (see the module doc).
 
@@ -86,8 +93,8 @@ class ReplayMerge:
         archive_dir: str | os.PathLike[str] | None = None,
         oldest_if_purged: bool = False,
         live_add_threshold: int | None = None,
-        progress_interval_ms: int = 50,
-        live_join_timeout_ms: int = 10_000,
+        progress_interval_ns: int = 50_000_000,
+        live_join_timeout_ns: int = 10_000_000_000,
     ) -> None:
         self.archive = archive
         self.recording_id = recording_id
@@ -122,9 +129,9 @@ class ReplayMerge:
         self.state = ReplayMergeState.REPLAY
         self.recorded_position = start
         self.live_join_position = -1
-        self._progress_interval_ms = progress_interval_ms
+        self._progress_interval_ns = progress_interval_ns
         self._next_progress_ms = 0
-        self._live_join_timeout_ms = live_join_timeout_ms
+        self._live_join_timeout_ns = live_join_timeout_ns
         self._live_deadline_ms = 0
         self._live_subscription: Subscription | None = None
         self._live_image: Image | None = None
@@ -225,7 +232,7 @@ class ReplayMerge:
     def _housekeeping(self, now_ms: int) -> None:
         if now_ms < self._next_progress_ms:
             return
-        self._next_progress_ms = now_ms + self._progress_interval_ms
+        self._next_progress_ms = now_ms + self._progress_interval_ns // 1_000_000  # the archive client's ms clock
         self.archive.poll()
         for error in self.archive.errors:
             raise ReplayMergeError(f"the archive ended the replay: {error.error_message}")
@@ -235,7 +242,7 @@ class ReplayMerge:
 
     def _add_live(self, now_ms: int) -> None:
         self._live_subscription = self.archive.aeron.add_subscription(self.live_channel, self.live_stream_id)
-        self._live_deadline_ms = now_ms + self._live_join_timeout_ms
+        self._live_deadline_ms = now_ms + self._live_join_timeout_ns // 1_000_000
         self.state = ReplayMergeState.LIVE_ADDED
         self._log.info("replay_merge.live_added", position=self.position, recorded_position=self.recorded_position)
 
@@ -246,7 +253,7 @@ class ReplayMerge:
             if now_ms > self._live_deadline_ms:
                 raise ReplayMergeError(
                     f"no live image of session {self.session_id} on {self.live_channel} stream {self.live_stream_id} "
-                    f"within {self._live_join_timeout_ms} ms (is the publisher still there?)"
+                    f"within {format_duration_ns(self._live_join_timeout_ns)} (is the publisher still there?)"
                 )
             return
         self._live_image = image

@@ -132,7 +132,7 @@ class ReplicationSession:
         *,
         archive_dir: str | os.PathLike[str],
         driver_dir: str,
-        message_timeout_ms: int = 5_000,
+        message_timeout_ns: int = 5_000_000_000,
         block_length: int = 1 << 20,
         retry_max_s: float = 1.0,
     ) -> None:
@@ -140,7 +140,7 @@ class ReplicationSession:
         self.request = request
         self.archive_dir = Path(archive_dir)
         self.driver_dir = driver_dir
-        self.message_timeout_ms = message_timeout_ms
+        self.message_timeout_ns = message_timeout_ns
         self.block_length = block_length
         self.retry_max_s = retry_max_s
         self.descriptor: cc.RecordingDescriptor | None = None
@@ -249,7 +249,7 @@ class ReplicationSession:
                 control_stream_id=request.src_control_stream_id,
                 response_channel=response,
                 auth_secret=bytes(request.encoded_credentials),
-                message_timeout_ms=self.message_timeout_ms,
+                message_timeout_ns=self.message_timeout_ns,
             )
         )
 
@@ -287,7 +287,7 @@ class ReplicationSession:
         start = self.position
         d = self.descriptor
         assert d is not None
-        deadline = time.monotonic() + self.message_timeout_ms / 1000
+        deadline = time.monotonic() + self.message_timeout_ns / 1e9
         image: Image | None = None
         while image is None:
             image = subscription.image_by_session_id(session_id)
@@ -545,7 +545,7 @@ class Replications:
             request,
             archive_dir=ctx.archive_dir,
             driver_dir=ctx.driver_dir,
-            message_timeout_ms=ctx.connect_timeout_ms,
+            message_timeout_ns=ctx.connect_timeout_ns,
             block_length=ctx.block_length,
         )
         self._next_id += 1

@@ -57,7 +57,7 @@ class ArchiveService:
         try:
             self.counters = ArchiveCounters(ctx.archive_dir, file_mode)
             self.aeron = Aeron.connect(
-                Context(dir=ctx.driver_dir, use_conductor_thread=False, driver_timeout_ms=ctx.driver_timeout_ms)
+                Context(dir=ctx.driver_dir, use_conductor_thread=False, driver_timeout_ns=ctx.driver_timeout_ns)
             )
             self.conductor = ArchiveConductor(ctx, self.aeron, self.catalog, self.counters)
             replications = Replications(self.conductor)
@@ -100,7 +100,7 @@ class ArchiveService:
             if work:
                 idle = 0.0
             else:
-                idle = min(self.ctx.idle_sleep_s, idle * 2 or 0.00005)
+                idle = min(self.ctx.idle_sleep_ns / 1e9, idle * 2 or 0.00005)
                 time.sleep(idle)
 
     def run(self) -> None:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from logbuf.archive.segments import DEFAULT_SEGMENT_LENGTH, effective_segment_length
 from logbuf.channel_uri import ChannelUri
+from logbuf.durations import renamed_duration_keywords
 from logbuf.errors import ConfigurationError
 
 __all__ = [
@@ -27,6 +28,15 @@ DEFAULT_EVENTS_STREAM_ID = 30
 """Aeron Archive's default recording events stream id."""
 
 
+@renamed_duration_keywords(
+    {
+        **{
+            old + "_ms": (old + "_ns", 1_000_000)
+            for old in ("session_timeout", "connect_timeout", "progress_interval", "driver_timeout")
+        },
+        "idle_sleep_s": ("idle_sleep_ns", 1_000_000_000),
+    }
+)
 @dataclass
 class ArchiveContext:
     """Archive service settings (validated by :meth:`conclude`)."""
@@ -54,9 +64,9 @@ class ArchiveContext:
     """Recordings at once (MAX_RECORDINGS beyond it): each holds an image and a segment file open."""
     max_recording_subscriptions: int = 32
     """Start-recording subscriptions at once (each can record many images)."""
-    session_timeout_ms: int = 10_000
+    session_timeout_ns: int = 10_000_000_000
     """A session that sends nothing (not even a keep-alive) for this long is closed."""
-    connect_timeout_ms: int = 5_000
+    connect_timeout_ns: int = 5_000_000_000
     """A session whose response channel does not connect within this is closed (and so is a challenge
     that is not answered)."""
     allowed_clients: list[str] = field(default_factory=list)
@@ -79,7 +89,7 @@ class ArchiveContext:
     queue overflows is closed (its client is not reading)."""
     requests_per_poll: int = 64
     """Control fragments taken per duty cycle (bounds one flood's share of the service's time)."""
-    progress_interval_ms: int = 100
+    progress_interval_ns: int = 100_000_000
     """Recording progress events at most this often per recording."""
     segment_length: int = DEFAULT_SEGMENT_LENGTH
     """Segment file length of new recordings (a recording uses max(this, its term length))."""
@@ -89,9 +99,9 @@ class ArchiveContext:
     """``crc32``: record each DATA frame with its payload's CRC-32 (see ``logbuf-archive record``)."""
     time_index: bool = True
     """Index complete segments by time (so replays and Spark can start from a time)."""
-    idle_sleep_s: float = 0.001
+    idle_sleep_ns: int = 1_000_000
     """Longest sleep of the service's duty cycle when idle."""
-    driver_timeout_ms: int = 10_000
+    driver_timeout_ns: int = 10_000_000_000
     """How long without a driver heartbeat before the service gives up its client."""
     archive_id: int = -1
     """This archive's id (ArchiveIdRequest); -1: derived from the catalog's path at start."""
@@ -123,13 +133,13 @@ class ArchiveContext:
             "max_concurrent_replays",
             "max_concurrent_recordings",
             "max_recording_subscriptions",
-            "session_timeout_ms",
-            "connect_timeout_ms",
+            "session_timeout_ns",
+            "connect_timeout_ns",
             "max_list_count",
             "response_queue_length",
             "requests_per_poll",
-            "progress_interval_ms",
-            "driver_timeout_ms",
+            "progress_interval_ns",
+            "driver_timeout_ns",
         ):
             value = getattr(self, name)
             if not isinstance(value, int) or value <= 0:
@@ -151,8 +161,8 @@ class ArchiveContext:
             except ValueError:
                 raise ConfigurationError(f"allowed_clients: {text!r} is not an address or network") from None
         self.allowed_networks = networks
-        if self.idle_sleep_s <= 0:
-            raise ConfigurationError(f"idle_sleep_s={self.idle_sleep_s} must be positive")
+        if self.idle_sleep_ns <= 0:
+            raise ConfigurationError(f"idle_sleep_ns={self.idle_sleep_ns} must be positive")
         return self
 
     def client_allowed(self, address: str) -> bool:

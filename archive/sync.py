@@ -21,7 +21,7 @@ archives, for every history either holds (optionally only some streams):
 4. wait for every replication to end; the bandwidth setting spaces the requests so that at most
    ``bandwidth_bytes_per_s`` are asked for per second.
 
-:func:`sync_forever` runs rounds every ``interval_s`` (anti-entropy) until told to stop. A hole that no
+:func:`sync_forever` runs rounds every ``interval_ns`` (anti-entropy) until told to stop. A hole that no
 recording ends at and no source recording starts at is reported as ``unfetchable`` rather than fetched.
 """
 
@@ -49,6 +49,7 @@ from logbuf.archive.sync_digest import (
     subtract,
 )
 from logbuf.archive.sync_service import MAX_SYNC_BLOCKS
+from logbuf.durations import renamed_duration_arguments
 
 __all__ = [
     "Conflict",
@@ -390,12 +391,13 @@ def _await_end(peer: Peer, replication_id: int, deadline: float) -> str | None:
     return f"replication {replication_id} did not end in time"
 
 
+@renamed_duration_arguments({"timeout_s": ("timeout_ns", 1_000_000_000)})
 def sync_once(
     peers: Sequence[Peer],
     *,
     stream_ids: set[int] | None = None,
     bandwidth_bytes_per_s: int = 0,
-    timeout_s: float = 60.0,
+    timeout_ns: int = 60_000_000_000,
     digests: DigestSettings | None = DigestSettings(),
 ) -> SyncReport:
     """One round between every pair of peers (each learns from each); 0 bandwidth: unbounded.
@@ -421,7 +423,7 @@ def sync_once(
                     due = started + report.fetched_bytes / bandwidth_bytes_per_s
                     time.sleep(max(0.0, due - time.monotonic()))
                 replication_id = _replicate(dst, src, fetch)
-                error = _await_end(dst, replication_id, time.monotonic() + timeout_s)
+                error = _await_end(dst, replication_id, time.monotonic() + timeout_ns / 1e9)
                 if error is not None:
                     report.failed.append((dst.name, fetch, error))
                     log.warning("sync.fetch_failed", peer=dst.name, source=src.name, error=error)
@@ -467,18 +469,19 @@ def _reachable(peer: Peer, suspect: bool) -> bool:
     return True
 
 
+@renamed_duration_arguments({"interval_s": ("interval_ns", 1_000_000_000), "timeout_s": ("timeout_ns", 1_000_000_000)})
 def sync_forever(
     peers: Sequence[Peer],
     stop: threading.Event,
     *,
-    interval_s: float = 1.0,
+    interval_ns: int = 1_000_000_000,
     on_report: Callable[[SyncReport], None] | None = None,
     stream_ids: set[int] | None = None,
     bandwidth_bytes_per_s: int = 0,
-    timeout_s: float = 60.0,
+    timeout_ns: int = 60_000_000_000,
     digests: DigestSettings | None = DigestSettings(),
 ) -> int:
-    """Anti-entropy: every ``interval_s`` until ``stop`` is set, a :func:`sync_once` round for each pair of
+    """Anti-entropy: every ``interval_ns`` until ``stop`` is set, a :func:`sync_once` round for each pair of
     reachable peers; returns the pair rounds run.
 
     A peer whose session was lost (restarted, cut off) is connected again through :attr:`Peer.connect`; a
@@ -499,7 +502,7 @@ def sync_forever(
                         [a, b],
                         stream_ids=stream_ids,
                         bandwidth_bytes_per_s=bandwidth_bytes_per_s,
-                        timeout_s=timeout_s,
+                        timeout_ns=timeout_ns,
                         digests=digests,
                     )
                 except (ArchiveError, ValueError) as e:
@@ -509,5 +512,5 @@ def sync_forever(
                 rounds += 1
                 if on_report is not None:
                     on_report(report)
-        stop.wait(interval_s)
+        stop.wait(interval_ns / 1e9)
     return rounds

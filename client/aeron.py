@@ -6,7 +6,7 @@ Commands go to the driver through the CnC's to-driver ring buffer, each with a f
 correlation id; responses and image events come back on the to-clients broadcast buffer. The
 client conductor (:class:`ClientConductor`) owns all of that: it is driven by the caller's thread
 while a command awaits its response, and by a small background thread otherwise (keepalives
-every ``keepalive_interval``, image events, the driver-liveness check, closing lingering
+every ``keepalive_interval_ns``, image events, the driver-liveness check, closing lingering
 resources). One re-entrant lock serialises them.
 
 The data path never touches the conductor: ``Publication.offer`` and ``Image.poll`` are native
@@ -34,6 +34,7 @@ from logbuf.conduit.error_log import epoch_ms
 from logbuf.conduit.ring_buffer import ManyToOneRingBuffer
 from logbuf.conduit.system_counters_descriptor import SLOTS, SystemCounterId
 from logbuf.directory import ENV_PREFIX, DirectoryPermissionError, check_directory, resolve_dir
+from logbuf.durations import format_duration_ns, renamed_duration_keywords
 from logbuf.errors import ClosedError, ConfigurationError, DriverTimeoutError, ErrorCode, RegistrationError
 from logbuf.logbuffer.image import FragmentBatch
 from logbuf.logbuffer.image import Image as _Image
@@ -60,13 +61,23 @@ RESOURCE_LINGER_NS = 3_000_000_000
 """Closed images and logs stay mapped this long: a poll still running on another thread is safe."""
 
 
+@renamed_duration_keywords(
+    {
+        "driver_timeout_ms": ("driver_timeout_ns", 1_000_000),
+        "keepalive_interval_ms": ("keepalive_interval_ns", 1_000_000),
+    }
+)
 @dataclass
 class Context:
-    """Client settings. ``dir``: where the driver lives (default ``LOGBUF_DIR`` or /dev/shm/logbuf-<user>)."""
+    """Client settings. ``dir``: where the driver lives (default ``LOGBUF_DIR`` or /dev/shm/logbuf-<user>).
+    Durations are integer nanoseconds (``driver_timeout_ns=5_000_000_000``); the old ``*_ms`` keywords still
+    work, with a DeprecationWarning, for one release."""
 
     dir: str = ""
-    driver_timeout_ms: int = 10_000
-    keepalive_interval_ms: int = 500
+    driver_timeout_ns: int = 10_000_000_000
+    """A driver whose CnC heartbeat is older than this is dead; a command unanswered this long fails."""
+    keepalive_interval_ns: int = 500_000_000
+    """How often the conductor tells the driver this client is alive (and checks the driver's heartbeat)."""
     error_handler: Callable[[BaseException], None] | None = None
     on_available_image: Callable[[Image], None] | None = None
     on_unavailable_image: Callable[[Image], None] | None = None
@@ -94,10 +105,10 @@ class Context:
         self.dir = resolve_dir(self.dir or None)
         if os.environ.get(GROUP_ACCESS_ENV, "").strip().lower() in ("1", "true", "yes", "on"):
             self.group_access = True
-        if self.driver_timeout_ms <= 0:
-            raise ConfigurationError(f"driver_timeout_ms={self.driver_timeout_ms} must be positive")
-        if self.keepalive_interval_ms <= 0:
-            raise ConfigurationError(f"keepalive_interval_ms={self.keepalive_interval_ms} must be positive")
+        if self.driver_timeout_ns <= 0:
+            raise ConfigurationError(f"driver_timeout_ns={self.driver_timeout_ns} must be positive")
+        if self.keepalive_interval_ns <= 0:
+            raise ConfigurationError(f"keepalive_interval_ns={self.keepalive_interval_ns} must be positive")
         return self
 
 
@@ -430,7 +441,7 @@ class ClientConductor:
             work = self.to_clients.receive(self._on_response)
             now_ns = self.ctx.clock_ns()
             if now_ns >= self._next_keepalive_ns:
-                self._next_keepalive_ns = now_ns + self.ctx.keepalive_interval_ms * 1_000_000
+                self._next_keepalive_ns = now_ns + self.ctx.keepalive_interval_ns
                 self._check_driver()
                 if self._driver_error is None:
                     self._send(cmd.CLIENT_KEEPALIVE, cmd.CorrelatedCommand(self.client_id, 0).encode())
@@ -449,10 +460,10 @@ class ClientConductor:
         if self._driver_error is not None:
             return
         age_ms = self.ctx.epoch_clock_ms() - cnc_driver_heartbeat_ms(self.cnc)
-        if age_ms > self.ctx.driver_timeout_ms:
+        if age_ms * 1_000_000 > self.ctx.driver_timeout_ns:
             self._driver_error = DriverTimeoutError(
                 f"media driver in {self.ctx.dir} has not heartbeated for {age_ms} ms "
-                f"(driver_timeout_ms={self.ctx.driver_timeout_ms})"
+                f"(driver_timeout_ns={format_duration_ns(self.ctx.driver_timeout_ns)})"
             )
             self._log.error("client.driver_timeout", age_ms=age_ms)
             self._force_close_resources()
@@ -470,10 +481,11 @@ class ClientConductor:
 
     # -- commands -----------------------------------------------------------------------------------------
     def _send(self, msg_type_id: int, payload: bytes) -> None:
-        deadline_ns = self.ctx.clock_ns() + self.ctx.driver_timeout_ms * 1_000_000
+        deadline_ns = self.ctx.clock_ns() + self.ctx.driver_timeout_ns
         while not self.to_driver.write(msg_type_id, payload):
             if self.ctx.clock_ns() > deadline_ns:
-                raise DriverTimeoutError(f"command ring full for {self.ctx.driver_timeout_ms} ms: driver not consuming")
+                timeout = format_duration_ns(self.ctx.driver_timeout_ns)
+                raise DriverTimeoutError(f"command ring full for {timeout}: driver not consuming")
             self._idle(0.001)
 
     def _idle(self, seconds: float) -> None:
@@ -488,7 +500,7 @@ class ClientConductor:
         pending = self._pending[correlation_id] = _Pending(correlation_id)
         try:
             self._send(msg_type_id, payload)
-            deadline_ns = self.ctx.clock_ns() + self.ctx.driver_timeout_ms * 1_000_000
+            deadline_ns = self.ctx.clock_ns() + self.ctx.driver_timeout_ns
             while pending.response is None:
                 self.do_work()
                 if pending.response is not None:
@@ -500,7 +512,7 @@ class ClientConductor:
                     self._ensure_usable()
                     raise DriverTimeoutError(
                         f"no response from the media driver in {self.ctx.dir} within "
-                        f"{self.ctx.driver_timeout_ms} ms for {cmd.COMMAND_NAMES.get(msg_type_id, msg_type_id)}"
+                        f"{format_duration_ns(self.ctx.driver_timeout_ns)} for {cmd.COMMAND_NAMES.get(msg_type_id, msg_type_id)}"
                     )
                 self._idle(0.0002)
         finally:
@@ -799,14 +811,14 @@ class ClientConductor:
 
 def _await_cnc(ctx: Context) -> CncFile:
     """Map the driver's CnC, waiting up to the driver timeout for an active driver."""
-    deadline_ns = ctx.clock_ns() + ctx.driver_timeout_ms * 1_000_000
+    deadline_ns = ctx.clock_ns() + ctx.driver_timeout_ns
     last_error: Exception | None = None
     while True:
         try:
             check_directory(ctx.dir, group_access=ctx.group_access)  # DirectoryPermissionError: no point waiting
             cnc = CncFile.open(ctx.dir)
             age_ms = ctx.epoch_clock_ms() - cnc_driver_heartbeat_ms(cnc)
-            if age_ms <= ctx.driver_timeout_ms:
+            if age_ms * 1_000_000 <= ctx.driver_timeout_ns:
                 return cnc
             cnc.close()
             last_error = DriverTimeoutError(f"media driver in {ctx.dir} is not alive (heartbeat {age_ms} ms old)")
@@ -816,7 +828,7 @@ def _await_cnc(ctx: Context) -> CncFile:
             last_error = e
         if ctx.clock_ns() > deadline_ns:
             raise DriverTimeoutError(
-                f"no active media driver found in {ctx.dir} within {ctx.driver_timeout_ms} ms: {last_error}"
+                f"no active media driver found in {ctx.dir} within {format_duration_ns(ctx.driver_timeout_ns)}: {last_error}"
             )
         time.sleep(0.01)
 

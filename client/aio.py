@@ -7,8 +7,8 @@ mapped log, and an awaited offer or poll that finds work returns after that one 
 the event loop. Only an offer that is refused (back-pressured, not connected, a term rotating) or a poll
 that finds nothing waits, and it waits the way Aeron's back-off idle strategy does, turned into
 awaits: a few zero-length sleeps (``await asyncio.sleep(0)``: other tasks run, the loop does not block),
-then sleeps doubling from ``min_park_s`` up to ``max_park_s``. An idle subscriber thus costs one short
-loop iteration every ``max_park_s`` (5 ms) for its first second, then every ``deep_park_s`` (50 ms); the
+then sleeps doubling from ``min_park_ns`` up to ``max_park_ns``. An idle subscriber thus costs one short
+loop iteration every ``max_park_ns`` (5 ms) for its first second, then every ``deep_park_ns`` (50 ms); the
 first message after a quiet spell is seen within that. The conductor task steps every 20 ms, and every
 100 ms once a second passes with no driver event. On the machine this was measured on a bare asyncio
 wake-up costs about 100 us, so 5 ms parks alone cost 2% of a core: the deep park is what brings an idle
@@ -23,7 +23,7 @@ A task that never waits starves the loop: a subscriber that always finds message
 conductor send its keepalives. So every ``ASYNC_YIELD_EVERY`` (64) consecutive successful awaited calls,
 one of them also yields with ``await asyncio.sleep(0)``.
 
-The client conductor runs as a task on the loop (:class:`AsyncAeron`), every ``conductor_interval_s`` (20 ms):
+The client conductor runs as a task on the loop (:class:`AsyncAeron`), every ``conductor_interval_ns`` (20 ms):
 keepalives, image events and the driver-liveness check happen on the loop thread, so the image list a
 subscription polls changes only between the loop's steps. Commands to the driver (add or remove a
 publication or subscription) wait for the driver's response in a worker thread (``asyncio.to_thread``),
@@ -38,6 +38,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from logbuf.client.aeron import ASYNC_YIELD_EVERY
+from logbuf.durations import renamed_duration_keywords
 from logbuf.errors import ClosedError, LogbufError
 from logbuf.logbuffer.fragment_assembler import FragmentAssembler
 from logbuf.logbuffer.publication import OfferResult
@@ -54,26 +55,29 @@ class MaxPositionExceededError(LogbufError):
     """The stream reached its maximum position (term_length * 2^31): close and use a new publication."""
 
 
+@renamed_duration_keywords(
+    {name + "_s": (name + "_ns", 1_000_000_000) for name in ("min_park", "max_park", "deep_park")}
+)
 @dataclasses.dataclass(frozen=True, slots=True)
 class AsyncIdle:
     """How an awaited offer or poll waits when there is nothing to do: ``spins`` zero-length sleeps, then
-    sleeps doubling from ``min_park_s`` to ``max_park_s``, and after ``deep_after`` waits in a row (about a
-    second at the defaults) parks of ``deep_park_s``. A shorter park sees the first message after a quiet
+    sleeps doubling from ``min_park_ns`` to ``max_park_ns``, and after ``deep_after`` waits in a row (about a
+    second at the defaults) parks of ``deep_park_ns``. A shorter park sees the first message after a quiet
     spell sooner and costs more CPU while idle: one loop iteration per park, about 100 us each on the 2-core
     machine this was measured on (``perf/asyncio_subscriber.py``)."""
 
     spins: int = 10
-    min_park_s: float = 50e-6
-    max_park_s: float = 0.005
-    deep_park_s: float = 0.05
+    min_park_ns: int = 50_000
+    max_park_ns: int = 5_000_000
+    deep_park_ns: int = 50_000_000
     deep_after: int = 200
 
     def __post_init__(self) -> None:
         if self.spins < 0:
             raise ValueError(f"spins={self.spins} must be >= 0")
-        if not 0 < self.min_park_s <= self.max_park_s <= self.deep_park_s:
+        if not 0 < self.min_park_ns <= self.max_park_ns <= self.deep_park_ns:
             raise ValueError(
-                f"min_park_s={self.min_park_s}, max_park_s={self.max_park_s} and deep_park_s={self.deep_park_s}: "
+                f"min_park_ns={self.min_park_ns}, max_park_ns={self.max_park_ns} and deep_park_ns={self.deep_park_ns}: "
                 "need 0 < min <= max <= deep"
             )
         if self.deep_after < 0:
@@ -84,14 +88,14 @@ class AsyncIdle:
         if step < self.spins:
             await asyncio.sleep(0)
         elif step >= self.deep_after:
-            await asyncio.sleep(self.deep_park_s)
+            await asyncio.sleep(self.deep_park_ns / 1e9)
         else:
-            await asyncio.sleep(min(self.min_park_s * (1 << min(step - self.spins, 30)), self.max_park_s))
+            await asyncio.sleep(min(self.min_park_ns << min(step - self.spins, 30), self.max_park_ns) / 1e9)
         return step + 1
 
 
 DEFAULT_IDLE = AsyncIdle()
-CONDUCTOR_QUIET_INTERVAL_S = 0.1
+CONDUCTOR_QUIET_INTERVAL_NS = 100_000_000
 """The conductor task's step once no driver event came for a second (image events then arrive within this)."""
 
 
@@ -179,6 +183,7 @@ async def _wait_for_message(
     return stream.take()
 
 
+@renamed_duration_keywords({"conductor_interval_s": ("conductor_interval_ns", 1_000_000_000)})
 class AsyncAeron:
     """A client whose conductor is a task on the running event loop::
 
@@ -191,21 +196,26 @@ class AsyncAeron:
     ``Publication.offer_async``, ``Subscription.poll_async`` and ``Subscription.messages`` to await them.
     """
 
-    def __init__(self, context: Context | None = None, *, conductor_interval_s: float = 0.02) -> None:
+    def __init__(self, context: Context | None = None, *, conductor_interval_ns: int = 20_000_000) -> None:
         from logbuf.client.aeron import Context
 
-        if conductor_interval_s <= 0:
-            raise ValueError(f"conductor_interval_s={conductor_interval_s} must be positive")
+        if conductor_interval_ns <= 0:
+            raise ValueError(f"conductor_interval_ns={conductor_interval_ns} must be positive")
         self._context = dataclasses.replace(context or Context(), use_conductor_thread=False)
-        self._interval_s = conductor_interval_s
+        self._interval_ns = conductor_interval_ns
         self._aeron: Aeron | None = None
         self._task: asyncio.Task[None] | None = None
         self._log = library_logger(role="client.aio")
 
     @classmethod
-    async def connect(cls, context: Context | None = None, *, conductor_interval_s: float = 0.02) -> AsyncAeron:
-        """Connect to the driver (waiting for it in a worker thread) and start the conductor task."""
-        client = cls(context, conductor_interval_s=conductor_interval_s)
+    async def connect(
+        cls, context: Context | None = None, *, conductor_interval_ns: int = 20_000_000, **deprecated: Any
+    ) -> AsyncAeron:
+        """Connect to the driver (waiting for it in a worker thread) and start the conductor task
+        (``conductor_interval_s=`` still works for one release, with a DeprecationWarning)."""
+        if "conductor_interval_s" not in deprecated:
+            deprecated["conductor_interval_ns"] = conductor_interval_ns
+        client = cls(context, **deprecated)
         await client.start()
         return client
 
@@ -236,8 +246,9 @@ class AsyncAeron:
                 if handler is not None:
                     handler(e)
             # after a second with no driver event, step every CONDUCTOR_QUIET_INTERVAL_S (keepalives need 2/s)
-            quiet = quiet_steps * self._interval_s > 1.0
-            await asyncio.sleep(max(self._interval_s, CONDUCTOR_QUIET_INTERVAL_S) if quiet else self._interval_s)
+            quiet = quiet_steps * self._interval_ns > 1_000_000_000
+            interval_ns = max(self._interval_ns, CONDUCTOR_QUIET_INTERVAL_NS) if quiet else self._interval_ns
+            await asyncio.sleep(interval_ns / 1e9)
 
     async def add_publication(self, channel: str, stream_id: int) -> Publication:
         return await asyncio.to_thread(self.aeron.add_publication, channel, stream_id)

@@ -13,7 +13,7 @@ delivers to its own clients; a client may fail over to any gateway by sending it
 Theory of operation: :func:`parse` and :func:`encode_msg` are the sans-IO codec; :class:`FastpussGateway` is an
 agent (``do_work``: read up to a batch of datagrams, poll the topic subscriptions, expire silent clients) that
 only moves bytes. Malformed datagrams (not UTF-8, no verb, no topic, ``MSG`` from a client, too long) are counted
-and dropped. Bounds: ``max_clients``, ``max_subscriptions_per_client``; ``client_expiry_s`` drops the
+and dropped. Bounds: ``max_clients``, ``max_subscriptions_per_client``; ``client_expiry_ns`` drops the
 subscriptions of a client not heard from for that long (0: never); ``allow_unsubscribe`` accepts ``UNSUB <topic>``
 (not in FASTPUSS's grammar, so off by default).
 """
@@ -31,6 +31,7 @@ from typing import Any, Final
 
 import structlog
 
+from logbuf.durations import duration_argument, renamed_duration_keywords
 from logbuf.errors import ConfigurationError, LogbufError
 from logbuf.topic_names import TopicNameError, check_topic_name
 
@@ -100,6 +101,7 @@ def client_id(address: tuple[str, int]) -> str:
     return f"/{address[0]}:{address[1]}"
 
 
+@renamed_duration_keywords({"client_expiry_s": ("client_expiry_ns", 1_000_000_000)})
 @dataclass
 class GatewayContext:
     listen: tuple[str, int] = ("0.0.0.0", 7400)
@@ -110,15 +112,15 @@ class GatewayContext:
     """A UDP channel peers publish to (this host's endpoint), or None for a single host."""
     peer_channels: list[str] = field(default_factory=list)
     """One UDP channel per peer gateway's ``subscribe_channel``."""
-    client_expiry_s: float = 300.0
+    client_expiry_ns: int = 300_000_000_000
     allow_unsubscribe: bool = False
     max_clients: int = 10_000
     max_subscriptions_per_client: int = 1_000
     receive_batch: int = 256
 
     def conclude(self) -> GatewayContext:
-        if self.client_expiry_s < 0:
-            raise ConfigurationError(f"client_expiry_s={self.client_expiry_s} must not be negative")
+        if self.client_expiry_ns < 0:
+            raise ConfigurationError(f"client_expiry_ns={self.client_expiry_ns} must not be negative")
         if self.max_clients <= 0 or self.max_subscriptions_per_client <= 0:
             raise ConfigurationError("max_clients and max_subscriptions_per_client must be positive")
         return self
@@ -128,17 +130,18 @@ class GatewayContext:
 class _Client:
     address: tuple[str, int]
     topics: set[str]
-    last_heard_s: float
+    last_heard_ns: int
 
 
 class FastpussGateway:
-    """The agent. ``aeron``: a connected client of this host's driver; ``clock``: seconds (injectable)."""
+    """The agent. ``aeron``: a connected client of this host's driver; ``clock_ns``: monotonic nanoseconds
+    (injectable)."""
 
     role_name = "fastpuss-gateway"
 
-    def __init__(self, ctx: GatewayContext, aeron: Any, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, ctx: GatewayContext, aeron: Any, clock_ns: Callable[[], int] = time.monotonic_ns) -> None:
         self.ctx = ctx.conclude()
-        self._clock = clock
+        self._clock_ns = clock_ns
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.sock.bind(ctx.listen)
         self.sock.setblocking(False)
@@ -151,17 +154,17 @@ class FastpussGateway:
         self._subscribers: dict[str, set[str]] = {}  # FASTPUSS topic -> client ids
         self.counts = {"received": 0, "published": 0, "delivered": 0, "malformed": 0, "refused": 0, "expired": 0}
         self._log = structlog.get_logger().bind(role=self.role_name, listen=client_id(self.address))
-        self._next_expiry_s = 0.0
+        self._next_expiry_ns = 0
 
     # -- the duty cycle ------------------------------------------------------------------------------------
     def do_work(self) -> int:
         work = self._receive()
         for sub in self._subscriptions:
             work += sub.poll(self._on_message, 256)
-        now = self._clock()
-        if self.ctx.client_expiry_s and now >= self._next_expiry_s:
-            self._next_expiry_s = now + min(1.0, self.ctx.client_expiry_s / 4)
-            work += self._expire(now)
+        now_ns = self._clock_ns()
+        if self.ctx.client_expiry_ns and now_ns >= self._next_expiry_ns:
+            self._next_expiry_ns = now_ns + min(1_000_000_000, self.ctx.client_expiry_ns // 4)
+            work += self._expire(now_ns)
         return work
 
     def _receive(self) -> int:
@@ -205,8 +208,8 @@ class FastpussGateway:
             if len(self._clients) >= self.ctx.max_clients:
                 self.counts["refused"] += 1
                 return
-            client = self._clients[key] = _Client(address, set(), self._clock())
-        client.last_heard_s = self._clock()
+            client = self._clients[key] = _Client(address, set(), self._clock_ns())
+        client.last_heard_ns = self._clock_ns()
         if topic in client.topics:
             return
         if len(client.topics) >= self.ctx.max_subscriptions_per_client:
@@ -235,8 +238,8 @@ class FastpussGateway:
             for sub in self._subscriptions:
                 sub.unsubscribe(logbuf_topic(topic))
 
-    def _expire(self, now: float) -> int:
-        stale = [k for k, c in self._clients.items() if now - c.last_heard_s > self.ctx.client_expiry_s]
+    def _expire(self, now_ns: int) -> int:
+        stale = [k for k, c in self._clients.items() if now_ns - c.last_heard_ns > self.ctx.client_expiry_ns]
         for key in stale:
             client = self._clients.pop(key)
             for topic in client.topics:
@@ -284,9 +287,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     fp.add_argument("--stream-id", type=int, default=7400)
     fp.add_argument("--subscribe-channel", help="UDP channel peers publish to (this host's endpoint)")
     fp.add_argument("--peer", action="append", default=[], help="a peer gateway's subscribe channel (repeat)")
-    fp.add_argument("--client-expiry", type=float, default=300.0, help="seconds of silence before a client's SUBs go")
+    fp.add_argument(
+        "--client-expiry",
+        type=duration_argument("s"),
+        default=300_000_000_000,
+        metavar="DURATION",
+        help="silence before a client's SUBs go (e.g. 90s, 5m; a bare number is seconds; default 5m)",
+    )
     fp.add_argument("--allow-unsubscribe", action="store_true", help="accept UNSUB <topic> (not FASTPUSS grammar)")
-    fp.add_argument("--duration", type=float, default=None, help=argparse.SUPPRESS)
+    fp.add_argument("--duration", type=duration_argument("s"), default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     from logbuf.client import Aeron, Context
     from logbuf.logging_config import configure_logging
@@ -301,14 +310,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         stream_id=args.stream_id,
         subscribe_channel=args.subscribe_channel,
         peer_channels=args.peer,
-        client_expiry_s=args.client_expiry,
+        client_expiry_ns=args.client_expiry,
         allow_unsubscribe=args.allow_unsubscribe,
     )
     with Aeron.connect(Context(dir=args.dir or "")) as aeron:
         gateway = FastpussGateway(ctx, aeron)
         log = structlog.get_logger().bind(role="fastpuss-gateway")
         log.info("gateway.started", listen=client_id(gateway.address))
-        deadline = None if args.duration is None else time.monotonic() + args.duration
+        deadline = None if args.duration is None else time.monotonic() + args.duration / 1e9
         try:
             while deadline is None or time.monotonic() < deadline:
                 if not gateway.do_work():

@@ -29,6 +29,7 @@ import os
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Final
@@ -47,6 +48,7 @@ from logbuf.conduit.system_counters_descriptor import (
     SYSTEM_COUNTER_TYPE_IDS,
     UDP_SYSTEM_COUNTER_IDS,
 )
+from logbuf.durations import duration_argument, format_duration_ns, renamed_duration_keywords
 from logbuf.errors import ShmError
 from logbuf.logbuffer import data_header_descriptor as dh
 from logbuf.logbuffer.log_buffer import LogBuffers
@@ -55,7 +57,7 @@ from logbuf.process import pid_alive
 
 PUBLICATIONS_DIR = "publications"
 IMAGES_DIR = "images"
-DEFAULT_ALIVE_TIMEOUT_MS = 5_000
+DEFAULT_ALIVE_TIMEOUT_NS = 5_000_000_000
 MAX_SCAN_BYTES = 1 << 20
 """Frames scanned per stream per sample to estimate messages per byte."""
 
@@ -200,12 +202,13 @@ def _channel(info: CounterInfo) -> str:
     return channel
 
 
+@renamed_duration_keywords({"alive_timeout_ms": ("alive_timeout_ns", 1_000_000)})
 class StatReader:
     """Samples a driver directory; keeps the previous sample to compute rates."""
 
-    def __init__(self, directory: str, *, alive_timeout_ms: int = DEFAULT_ALIVE_TIMEOUT_MS) -> None:
+    def __init__(self, directory: str, *, alive_timeout_ns: int = DEFAULT_ALIVE_TIMEOUT_NS) -> None:
         self.dir = directory
-        self.alive_timeout_ms = alive_timeout_ms
+        self.alive_timeout_ns = alive_timeout_ns
         self.cnc = CncFile.open(directory)
         self.counters = CountersReader(self.cnc.counters_metadata, self.cnc.counters_values)
         self._logs: dict[int, LogBuffers | None] = {}
@@ -241,7 +244,7 @@ class StatReader:
         streams = self._streams(infos)
         return Snapshot(
             dir=self.dir,
-            alive=heartbeat_age <= self.alive_timeout_ms,
+            alive=heartbeat_age * 1_000_000 <= self.alive_timeout_ns,
             driver_pid=self.cnc.pid,
             heartbeat_age_ms=heartbeat_age,
             time_ms=now_ms,
@@ -499,12 +502,23 @@ def render(snapshot: Snapshot) -> Any:
     return Group(*parts)
 
 
-def serve_prometheus(directory: str, port: int, *, alive_timeout_ms: int = DEFAULT_ALIVE_TIMEOUT_MS) -> Any:
+def serve_prometheus(
+    directory: str, port: int, *, alive_timeout_ns: int = DEFAULT_ALIVE_TIMEOUT_NS, alive_timeout_ms: int | None = None
+) -> Any:
     """Serve the driver's counters at ``http://0.0.0.0:port/metrics``; returns (server, reader).
 
-    Scrapes run on the server's thread with a reader of their own.
+    Scrapes run on the server's thread with a reader of their own. ``alive_timeout_ms`` is deprecated (one
+    release): give ``alive_timeout_ns``.
     """
-    reader = StatReader(directory, alive_timeout_ms=alive_timeout_ms)
+    if alive_timeout_ms is not None:
+        warnings.warn(
+            "serve_prometheus(alive_timeout_ms=...) is deprecated and will be removed: use alive_timeout_ns "
+            "(integer nanoseconds)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        alive_timeout_ns = alive_timeout_ms * 1_000_000
+    reader = StatReader(directory, alive_timeout_ns=alive_timeout_ns)
     lock = threading.Lock()
     from prometheus_client import CollectorRegistry, start_http_server
     from prometheus_client.core import GaugeMetricFamily
@@ -673,8 +687,22 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--dir", help="driver directory (default: LOGBUF_DIR, else /dev/shm/logbuf-<user>)")
     parser.add_argument("--once", action="store_true", help="print one snapshot and exit")
     parser.add_argument("--json", action="store_true", help="JSON output (with --once: one object; else one per line)")
-    parser.add_argument("--interval", type=float, default=1.0, help="seconds between samples (default 1)")
-    parser.add_argument("--duration", type=float, default=None, help="stop after this many seconds")
+    parser.add_argument(
+        "--interval",
+        dest="interval_ns",
+        type=duration_argument("s"),
+        default=1_000_000_000,
+        metavar="DURATION",
+        help="time between samples (e.g. 500ms, 2s; a bare number is seconds; default 1s)",
+    )
+    parser.add_argument(
+        "--duration",
+        dest="duration_ns",
+        type=duration_argument("s"),
+        default=None,
+        metavar="DURATION",
+        help="stop after this long (e.g. 30s, 5m; a bare number is seconds)",
+    )
     parser.add_argument("--prometheus", type=int, metavar="PORT", default=None, help="serve /metrics on PORT")
     parser.add_argument(
         "--loss",
@@ -695,15 +723,16 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--alive-timeout-ms",
-        type=int,
-        default=DEFAULT_ALIVE_TIMEOUT_MS,
-        help="heartbeat age beyond which the driver is reported not alive",
+        dest="alive_timeout_ns",
+        type=duration_argument("ms"),
+        default=DEFAULT_ALIVE_TIMEOUT_NS,
+        metavar="DURATION",
+        help="heartbeat age beyond which the driver is reported not alive (e.g. 500ms, 5s; a bare number is "
+        "milliseconds; default 5s)",
     )
     args = parser.parse_args(argv)
-    if args.interval <= 0:
-        parser.error(f"--interval={args.interval} must be positive")
-    if args.duration is not None and args.duration < 0:
-        parser.error(f"--duration={args.duration} must not be negative")
+    if args.interval_ns <= 0:
+        parser.error(f"--interval={format_duration_ns(args.interval_ns)} must be positive")
     if args.prometheus is not None and not 0 <= args.prometheus <= 65535:
         parser.error(f"--prometheus={args.prometheus} is not a TCP port")
     return args
@@ -733,7 +762,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return run_topics(directory, args)
     try:
-        reader = StatReader(directory, alive_timeout_ms=args.alive_timeout_ms)
+        reader = StatReader(directory, alive_timeout_ns=args.alive_timeout_ns)
     except CncError as e:
         print(f"logbuf-stat: {e}", file=sys.stderr)
         return 2
@@ -741,7 +770,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.once:
             reader.sample()  # the baseline for rates
-            time.sleep(args.interval)
+            time.sleep(args.interval_ns / 1e9)
             snapshot = reader.sample()
             archives = archive_counters(args.archive_dir)
             if args.json:
@@ -755,7 +784,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     console.print(render_archive(archive))
             return 0
         if args.prometheus is not None:
-            prometheus = serve_prometheus(directory, args.prometheus, alive_timeout_ms=args.alive_timeout_ms)
+            prometheus = serve_prometheus(directory, args.prometheus, alive_timeout_ns=args.alive_timeout_ns)
         return _run_live(reader, args)
     except KeyboardInterrupt:
         return 0
@@ -767,17 +796,18 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run_live(reader: StatReader, args: argparse.Namespace) -> int:
-    deadline = None if args.duration is None else time.monotonic() + args.duration
+    interval_s = args.interval_ns / 1e9
+    deadline = None if args.duration_ns is None else time.monotonic() + args.duration_ns / 1e9
     if args.json:
         while deadline is None or time.monotonic() < deadline:
             print(json.dumps(reader.sample().to_json()), flush=True)
-            time.sleep(args.interval)
+            time.sleep(interval_s)
         return 0
     from rich.live import Live
 
     with Live(render(reader.sample()), refresh_per_second=4, screen=False) as live:
         while deadline is None or time.monotonic() < deadline:
-            time.sleep(min(args.interval, max(0.0, deadline - time.monotonic()) if deadline else args.interval))
+            time.sleep(min(interval_s, max(0.0, deadline - time.monotonic()) if deadline else interval_s))
             live.update(render(reader.sample()))
     if not live.console.is_terminal:
         live.console.line()  # the final render ends without a newline when not on a terminal

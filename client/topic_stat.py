@@ -186,9 +186,9 @@ def run_topics(directory: str, args: Any) -> int:
         return 2
     try:
         reader.sample(time.monotonic())  # the baseline for rates
-        deadline = None if args.duration is None else time.monotonic() + args.duration
+        deadline = None if args.duration_ns is None else time.monotonic() + args.duration_ns / 1e9
         while True:
-            time.sleep(args.interval)
+            time.sleep(args.interval_ns / 1e9)
             snapshot = reader.sample(time.monotonic())
             print(json.dumps(snapshot.to_json()) if args.json else "\n".join(topic_lines(snapshot)), flush=True)
             if args.once or (deadline is not None and time.monotonic() >= deadline):

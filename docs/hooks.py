@@ -32,8 +32,7 @@ lay_out_sources()  # at import: the hook is loaded before mkdocstrings reads its
 
 
 def driver_settings_table() -> str:
-    from logbuf.directory import ENV_PREFIX
-    from logbuf.driver.context import DriverContext, format_default
+    from logbuf.driver.context import DriverContext, env_name, flag_name, format_default
 
     rows = ["| flag | environment | default | what it trades |", "|---|---|---|---|"]
     for f in fields(DriverContext):
@@ -41,8 +40,7 @@ def driver_settings_table() -> str:
             continue
         default = f.metadata.get("default_text") or format_default(f.metadata["kind"], f.default)
         doc = " ".join(str(f.metadata["doc"]).split()).replace("|", "\\|")
-        flag = "--" + f.name.replace("_", "-")
-        rows.append(f"| `{flag}` | `{ENV_PREFIX}{f.name.upper()}` | `{default}` | {doc} |")
+        rows.append(f"| `{flag_name(f)}` | `{env_name(f)}` | `{default}` | {doc} |")
     return "\n".join(rows)
 
 

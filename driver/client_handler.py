@@ -1,7 +1,7 @@
 """Clients: their sessions (made on a client's first command), keepalives, closes, timeouts and limits.
 
 A client keeps alive by any command, a CLIENT_KEEPALIVE, or (Aeron's clients) by writing epoch
-milliseconds into its heartbeat counter; one silent for ``client_liveness_timeout`` is told
+milliseconds into its heartbeat counter; one silent for ``client_liveness_timeout_ns`` is told
 ON_CLIENT_TIMEOUT and loses its publications and subscriptions. What one client may hold is bounded
 (``max_client_registrations``, ``max_client_endpoints``, ``client_counters_share``), checked before
 a registration makes anything.
@@ -97,7 +97,7 @@ class ClientHandler:
 
     # -- timer ------------------------------------------------------------------------------------------
     def time_out_clients(self, now_ns: int) -> int:
-        """Remove clients silent for ``client_liveness_timeout`` (at most a bounded number per call)."""
+        """Remove clients silent for ``client_liveness_timeout_ns`` (at most a bounded number per call)."""
         timeouts = 0
         for session in list(self.registry.clients.values()):
             if timeouts == MAX_CLIENT_TIMEOUTS_PER_TIMER:
@@ -106,7 +106,7 @@ class ClientHandler:
             heartbeat_age_ms = self.ctx.epoch_clock_ms() - self.counters.value(session.heartbeat_counter_id)
             if heartbeat_age_ms * 1_000_000 < now_ns - session.last_keepalive_ns:
                 session.last_keepalive_ns = now_ns - heartbeat_age_ms * 1_000_000
-            if now_ns > session.last_keepalive_ns + self.ctx.client_liveness_timeout:
+            if now_ns > session.last_keepalive_ns + self.ctx.client_liveness_timeout_ns:
                 self.system_counters.increment(SystemCounterId.CLIENT_TIMEOUTS)
                 self.client_proxy.on_client_timeout(session.client_id)
                 self.remove_client(session, reason="timeout")

@@ -11,7 +11,7 @@ once into a :class:`~logbuf.driver.udp_channel.DriverChannel`; counters come fro
 :class:`~logbuf.driver.conductor_registry.ConductorRegistry`.
 
 Duty cycle (:meth:`DriverConductor.do_work`): drain up to a batch of commands from the to-driver
-ring; move every IPC publication's limit (clean, then publish); every ``timer_interval``:
+ring; move every IPC publication's limit (clean, then publish); every ``timer_interval_ns``:
 heartbeat into the CnC, time out silent clients, retire drained publications and inactive images,
 sample positions.
 
@@ -84,7 +84,7 @@ class DriverConductor:
     ) -> None:
         self.ctx = ctx
         self.to_driver = to_driver
-        self._to_driver_unblocker = RingBufferUnblocker(to_driver, ctx.command_unblock_timeout_ns)
+        self._to_driver_unblocker = RingBufferUnblocker(to_driver, ctx.effective_command_unblock_timeout_ns)
         self.counters = counters
         self.system_counters = system_counters
         self.error_log = error_log
@@ -185,7 +185,7 @@ class DriverConductor:
                 work += receive()
         now_ns = self.ctx.clock_ns()
         if now_ns >= self._next_timer_ns:
-            self._next_timer_ns = now_ns + self.ctx.timer_interval
+            self._next_timer_ns = now_ns + self.ctx.timer_interval_ns
             work += self._on_timer(now_ns)  # counts only what changed: a heartbeat alone is no work
         return work
 

@@ -20,7 +20,7 @@ from logbuf.conduit.error_log import epoch_ms
 from logbuf.directory import ENV_PREFIX, resolve_dir
 from logbuf.driver.destination_tracker import AllowedSources
 from logbuf.driver.udp import TransportFactory, UdpTransport
-from logbuf.durations import parse_duration_ns
+from logbuf.durations import parse_duration_ns, renamed_duration_keywords
 from logbuf.errors import ConfigurationError
 from logbuf.logbuffer import data_header_descriptor as dh
 from logbuf.logbuffer import log_buffer_descriptor as lbd
@@ -88,9 +88,48 @@ def _settings(cls: type[DriverContext] | DriverContext) -> list[Field[Any]]:
     return [f for f in fields(cls) if "kind" in f.metadata]
 
 
+def setting_name(setting: Field[Any]) -> str:
+    """The name people type for a setting: its field's name, less the ``_ns`` a duration carries in code (people
+    give the unit with the value: ``--nak-delay 100us``, ``LOGBUF_NAK_DELAY=100us``)."""
+    return setting.name.removesuffix("_ns") if setting.metadata["kind"] == "duration" else setting.name
+
+
+def flag_name(setting: Field[Any]) -> str:
+    """The setting's command-line flag (``--nak-delay`` for ``nak_delay_ns``)."""
+    return "--" + setting_name(setting).replace("_", "-")
+
+
+def env_name(setting: Field[Any]) -> str:
+    """The setting's environment variable (``LOGBUF_NAK_DELAY`` for ``nak_delay_ns``)."""
+    return ENV_PREFIX + setting_name(setting).upper()
+
+
+_RENAMED_DURATIONS = (
+    "client_liveness_timeout",
+    "driver_timeout",
+    "publication_linger_timeout",
+    "publication_unblock_timeout",
+    "command_unblock_timeout",
+    "timer_interval",
+    "image_liveness_timeout",
+    "publication_connection_timeout",
+    "status_message_timeout",
+    "nak_delay",
+    "nak_retry_delay",
+    "nak_multicast_max_backoff",
+    "flow_control_receiver_timeout",
+    "mdc_destination_timeout",
+    "retransmit_linger",
+)
+"""Duration fields named without their unit before they took ``_ns`` (they held nanoseconds already)."""
+
+
+@renamed_duration_keywords({old: (old + "_ns", 1) for old in _RENAMED_DURATIONS})
 @dataclass
 class DriverContext:
-    """Media driver settings. CLI ``--term-length``/env ``LOGBUF_TERM_LENGTH`` for field ``term_length``, etc."""
+    """Media driver settings. CLI ``--term-length``/env ``LOGBUF_TERM_LENGTH`` for field ``term_length``, etc.;
+    a duration field carries ``_ns`` (integer nanoseconds) and its flag and variable do not
+    (``nak_delay_ns``: ``--nak-delay``, ``LOGBUF_NAK_DELAY``, given as ``100us``)."""
 
     dir: str = setting(
         "", "str", "Where the CnC and logs live; clients use the same.", default_text="/dev/shm/logbuf-<user>"
@@ -106,29 +145,29 @@ class DriverContext:
         "How far publishers may run ahead of the slowest subscriber.",
         default_text="0, half the IPC term length",
     )
-    client_liveness_timeout: int = setting(
+    client_liveness_timeout_ns: int = setting(
         10_000_000_000, "duration", "A client silent this long is timed out and its resources reclaimed."
     )
-    driver_timeout: int = setting(
+    driver_timeout_ns: int = setting(
         10_000_000_000, "duration", "Clients give up on a driver whose heartbeat is older than this."
     )
-    publication_linger_timeout: int = setting(
+    publication_linger_timeout_ns: int = setting(
         5_000_000_000, "duration", "How long a closed publication's log stays for subscribers to drain."
     )
-    publication_unblock_timeout: int = setting(
+    publication_unblock_timeout_ns: int = setting(
         15_000_000_000,
         "duration",
         "A publication whose consumers are stuck below its tail this long "
         "has a dead publisher's claim padded over (Aeron's unblock).",
     )
-    command_unblock_timeout: int = setting(
+    command_unblock_timeout_ns: int = setting(
         0,
         "duration",
         "A command ring stuck this long behind a record nobody commits (a client died mid-write, or "
         "wrote nonsense) is unblocked; 0 = half the client liveness timeout, so that the keepalives "
         "queued behind it still arrive in time. Shorter risks padding over a slow client's command.",
     )
-    timer_interval: int = setting(100_000_000, "duration", "How often the conductor heartbeats and checks timeouts.")
+    timer_interval_ns: int = setting(100_000_000, "duration", "How often the conductor heartbeats and checks timeouts.")
     idle_strategy: str = setting("backoff", "str", "Conductor idle strategy: backoff, sleep, yield or spin.")
     busy_cpu_time: bool = setting(
         False,
@@ -162,29 +201,31 @@ class DriverContext:
     )
     group_access: bool = setting(False, "bool", "Create files group-readable/writable (0660) instead of owner-only.")
     dir_delete_on_shutdown: bool = setting(True, "bool", "Remove the driver directory on clean shutdown.")
-    image_liveness_timeout: int = setting(
+    image_liveness_timeout_ns: int = setting(
         10_000_000_000, "duration", "An image with no packets this long becomes unavailable."
     )
-    publication_connection_timeout: int = setting(
+    publication_connection_timeout_ns: int = setting(
         5_000_000_000, "duration", "A network publication with no status message this long is not connected."
     )
-    status_message_timeout: int = setting(200_000_000, "duration", "Longest gap between a receiver's status messages.")
-    nak_delay: int = setting(100_000, "duration", "Delay before a gap is NAKed (lets reordered data arrive).")
-    nak_retry_delay: int = setting(10_000_000, "duration", "Delay before a still-open gap is NAKed again.")
-    nak_multicast_max_backoff: int = setting(
+    status_message_timeout_ns: int = setting(
+        200_000_000, "duration", "Longest gap between a receiver's status messages."
+    )
+    nak_delay_ns: int = setting(100_000, "duration", "Delay before a gap is NAKed (lets reordered data arrive).")
+    nak_retry_delay_ns: int = setting(10_000_000, "duration", "Delay before a still-open gap is NAKed again.")
+    nak_multicast_max_backoff_ns: int = setting(
         10_000_000,
         "duration",
         "Multicast receivers NAK after a random delay up to this (RFC 5401 back-off, Aeron's): longer means "
         "fewer duplicate NAKs from a group, slower recovery. A channel's nak-delay= replaces it.",
     )
     nak_multicast_group_size: int = setting(10, "int", "Expected multicast group size, shaping the NAK back-off.")
-    flow_control_receiver_timeout: int = setting(
+    flow_control_receiver_timeout_ns: int = setting(
         5_000_000_000,
         "duration",
         "A receiver of a multicast or MDC publication silent this long leaves its flow-control group (fc=...,t: "
         "per channel).",
     )
-    mdc_destination_timeout: int = setting(
+    mdc_destination_timeout_ns: int = setting(
         5_000_000_000, "duration", "A dynamic MDC destination with no status message this long is dropped."
     )
     mdc_dynamic_allow: str = setting(
@@ -195,7 +236,7 @@ class DriverContext:
         "forged SM make the publication send its stream to a victim's address; a list closes that but a "
         "receiver not on it cannot join.",
     )
-    retransmit_linger: int = setting(
+    retransmit_linger_ns: int = setting(
         10_000_000,
         "duration",
         "A byte resent for a NAK is not resent again for this long, whatever offsets later NAKs name "
@@ -217,7 +258,15 @@ class DriverContext:
         "rate limited) and dropped: higher repairs heavy loss (over a fifth of the stream) or loss on a blocked "
         "stream sooner, lower caps what NAKs, forged or not, add to what the sender sends.",
     )
-    initial_window_length: int = setting(128 * 1024, "size", "Receiver window (capped at term/2).")
+    initial_window_length: int = setting(
+        128 * 1024,
+        "size",
+        "Receiver window, how far past what its subscribers consumed a receiver lets a sender run (capped at "
+        "term/2, at most socket_buffer_length; a channel's rcv-wnd overrides it). Aeron's 128k: one window per "
+        "status-message round trip bounds a stream's rate, so fast streams want more (rcv-wnd=1m), but under "
+        "fc=min a receiver whose position plus window is over a window behind the group's is not admitted "
+        "(Aeron's rule), so receivers of one min/tagged group should share one window.",
+    )
     max_images_per_endpoint: int = setting(
         128,
         "int",
@@ -310,16 +359,22 @@ class DriverContext:
     def _check_durations(self) -> None:
         """The durations: positive (the command unblock timeout may be 0: off)."""
         for name in (
-            "client_liveness_timeout",
-            "driver_timeout",
-            "publication_linger_timeout",
-            "publication_unblock_timeout",
-            "timer_interval",
+            "client_liveness_timeout_ns",
+            "driver_timeout_ns",
+            "publication_linger_timeout_ns",
+            "publication_unblock_timeout_ns",
+            "timer_interval_ns",
         ):
-            if getattr(self, name) <= 0:
-                raise ConfigurationError(f"{name}={getattr(self, name)} must be a positive duration")
-        if self.command_unblock_timeout < 0:
-            raise ConfigurationError(f"command_unblock_timeout={self.command_unblock_timeout} must be 0 or positive")
+            self._check_positive_duration(name)
+        if self.command_unblock_timeout_ns < 0:
+            raise ConfigurationError(
+                f"command_unblock_timeout={self.command_unblock_timeout_ns}ns must be 0 or a positive duration"
+            )
+
+    def _check_positive_duration(self, name: str) -> None:
+        """Errors name the setting as people type it (``nak_retry_delay``, ``--nak-retry-delay``)."""
+        if getattr(self, name) <= 0:
+            raise ConfigurationError(f"{name.removesuffix('_ns')}={getattr(self, name)}ns must be a positive duration")
 
     def _check_agents_and_buffers(self) -> None:
         """CPU affinity, idle strategy, the CnC buffers and UDP fault rates."""
@@ -345,18 +400,16 @@ class DriverContext:
     def _check_udp(self) -> None:
         """The network settings: timeouts, retransmits, MDC, NAKs and windows."""
         for name in (
-            "image_liveness_timeout",
-            "publication_connection_timeout",
-            "status_message_timeout",
-            "nak_retry_delay",
-            "nak_multicast_max_backoff",
-            "flow_control_receiver_timeout",
-            "mdc_destination_timeout",
+            "image_liveness_timeout_ns",
+            "publication_connection_timeout_ns",
+            "status_message_timeout_ns",
+            "nak_retry_delay_ns",
+            "nak_multicast_max_backoff_ns",
+            "flow_control_receiver_timeout_ns",
+            "mdc_destination_timeout_ns",
+            "retransmit_linger_ns",
         ):
-            if getattr(self, name) <= 0:
-                raise ConfigurationError(f"{name}={getattr(self, name)} must be a positive duration")
-        if self.retransmit_linger <= 0:
-            raise ConfigurationError(f"retransmit_linger={self.retransmit_linger} must be a positive duration")
+            self._check_positive_duration(name)
         if self.max_retransmits < 1:
             raise ConfigurationError(f"max_retransmits={self.max_retransmits} must be at least 1")
         if self.retransmit_max_rate < self.mtu:
@@ -372,6 +425,11 @@ class DriverContext:
         if self.initial_window_length < self.mtu:
             raise ConfigurationError(
                 f"initial_window_length={self.initial_window_length} must be at least mtu={self.mtu}"
+            )
+        if self.initial_window_length > self.socket_buffer_length:
+            raise ConfigurationError(
+                f"initial_window_length={self.initial_window_length} must be at most "
+                f"socket_buffer_length={self.socket_buffer_length} (a window the socket cannot buffer loses data)"
             )
 
     def _check_limits(self) -> None:
@@ -401,9 +459,9 @@ class DriverContext:
             raise ConfigurationError(f"error_buffer_length={self.error_buffer_length} must be at least 4096")
 
     @property
-    def command_unblock_timeout_ns(self) -> int:
+    def effective_command_unblock_timeout_ns(self) -> int:
         """The command ring's unblock timeout with 0 resolved (half the client liveness timeout)."""
-        return self.command_unblock_timeout or max(1, self.client_liveness_timeout // 2)
+        return self.command_unblock_timeout_ns or max(1, self.client_liveness_timeout_ns // 2)
 
     @property
     def file_mode(self) -> int:
@@ -420,15 +478,15 @@ class DriverContext:
         env = os.environ if env is None else env
         values: dict[str, Any] = {}
         for f in _settings(cls):
-            key = ENV_PREFIX + f.name.upper()
+            key = env_name(f)
             if key in env:
-                values[f.name] = cls._parse(f.name, f.metadata["kind"], env[key], source=key)
+                values[f.name] = cls._parse(setting_name(f), f.metadata["kind"], env[key], source=key)
         parser = cls.argument_parser()
         args = parser.parse_args(argv)
         for f in _settings(cls):
             text = getattr(args, f.name)
             if text is not None:
-                values[f.name] = cls._parse(f.name, f.metadata["kind"], text, source="--" + f.name.replace("_", "-"))
+                values[f.name] = cls._parse(setting_name(f), f.metadata["kind"], text, source=flag_name(f))
         return cls(**values)
 
     @staticmethod
@@ -451,7 +509,7 @@ class DriverContext:
             kind = f.metadata["kind"]
             default = f.metadata.get("default_text") or format_default(kind, f.default)
             parser.add_argument(
-                "--" + f.name.replace("_", "-"),
+                flag_name(f),
                 dest=f.name,
                 default=None,
                 metavar=METAVARS.get(kind, f.name.upper()),

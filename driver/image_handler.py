@@ -173,10 +173,10 @@ class ImageHandler:
             receiver_id=endpoint.receiver_id,
             join_position=join,
             window_length=min(settings.window_length or self.ctx.initial_window_length, setup.term_length // 2),
-            liveness_timeout_ns=self.ctx.image_liveness_timeout,
-            nak_delay_ns=self.ctx.nak_delay if settings.nak_delay_ns is None else settings.nak_delay_ns,
-            nak_retry_ns=self.ctx.nak_retry_delay,
-            sm_interval_ns=self.ctx.status_message_timeout,
+            liveness_timeout_ns=self.ctx.image_liveness_timeout_ns,
+            nak_delay_ns=self.ctx.nak_delay_ns if settings.nak_delay_ns is None else settings.nak_delay_ns,
+            nak_retry_ns=self.ctx.nak_retry_delay_ns,
+            sm_interval_ns=self.ctx.status_message_timeout_ns,
             now_ns=self.ctx.clock_ns(),
             reliable=settings.reliable,
             nak_delay_generator=self._nak_delay_generator(endpoint, settings),
@@ -201,7 +201,7 @@ class ImageHandler:
         if not endpoint.multicast:
             return None
         return OptimalMulticastDelayGenerator(
-            settings.nak_delay_ns or self.ctx.nak_multicast_max_backoff, self.ctx.nak_multicast_group_size
+            settings.nak_delay_ns or self.ctx.nak_multicast_max_backoff_ns, self.ctx.nak_multicast_group_size
         )
 
     def _receive_channel_of(self, endpoint: ReceiveChannelEndpoint) -> ReceiveChannel | None:

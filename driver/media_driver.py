@@ -53,9 +53,10 @@ from logbuf.driver.proxies import ReceiverProxy, SenderProxy
 from logbuf.driver.receiver import Receiver
 from logbuf.driver.sender import Sender
 from logbuf.driver.system_counters import SystemCounterId, SystemCounters
+from logbuf.durations import format_duration_ns
 from logbuf.errors import ErrorCode, LogbufError
 
-COUNTER_FREE_TO_REUSE_TIMEOUT_MS = 1_000
+COUNTER_FREE_TO_REUSE_TIMEOUT_NS = 1_000_000_000
 JUST_BUSY_NS = 1_000_000
 RECENTLY_BUSY_NS = 10_000_000
 BUSY_MAX_PARK_S = 20e-6
@@ -216,13 +217,13 @@ class MediaDriver:
             to_clients_capacity=ctx.to_clients_buffer_length,
             counters_values_length=ctx.counters_buffer_length,
             error_log_length=ctx.error_buffer_length,
-            client_liveness_timeout_ns=ctx.client_liveness_timeout,
+            client_liveness_timeout_ns=ctx.client_liveness_timeout_ns,
             mode=ctx.file_mode,
         )
         self.counters = CountersManager(
             self.cnc.counters_metadata,
             self.cnc.counters_values,
-            free_to_reuse_timeout_ms=COUNTER_FREE_TO_REUSE_TIMEOUT_MS,
+            free_to_reuse_timeout_ns=COUNTER_FREE_TO_REUSE_TIMEOUT_NS,
         )
         self.system_counters = SystemCounters(self.counters)
         self.loss_report_file = LossReportFile.create(ctx.dir, ctx.loss_report_buffer_length, mode=ctx.file_mode)
@@ -361,11 +362,10 @@ def prepare_directory(ctx: DriverContext) -> None:
     (:func:`check_directory`) and a live driver there; clear a stale one."""
     log = structlog.get_logger().bind(role="driver", dir=ctx.dir)
     if check_directory(ctx.dir, group_access=ctx.group_access):
-        timeout_ms = ctx.driver_timeout // 1_000_000
-        if is_driver_active(ctx.dir, timeout_ms):
+        if is_driver_active(ctx.dir, timeout_ns=ctx.driver_timeout_ns):
             raise ActiveDriverError(
                 f"an active media driver is already running in {ctx.dir} "
-                f"(its heartbeat is fresher than driver_timeout={timeout_ms} ms)"
+                f"(its heartbeat is fresher than --driver-timeout {format_duration_ns(ctx.driver_timeout_ns)})"
             )
         log.warning("driver.stale_directory_taken_over")
         shutil.rmtree(ctx.dir)

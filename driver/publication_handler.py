@@ -214,7 +214,7 @@ class PublicationHandler:
             counters=self.counters,
             linger_timeout_ns=params.linger_ns,
             clean_position=start,
-            unblock_timeout_ns=self.ctx.publication_unblock_timeout,
+            unblock_timeout_ns=self.ctx.publication_unblock_timeout_ns,
         )
         if channel.send is not None:
             publication: IpcPublication = self._new_network_publication(common, channel, channel.send, params, factory)
@@ -274,13 +274,13 @@ class PublicationHandler:
             sender_position=self.counters.position(snd_pos),
             system_counters=self.system_counters,
             mtu_length=params.mtu,
-            connection_timeout_ns=self.ctx.publication_connection_timeout,
+            connection_timeout_ns=self.ctx.publication_connection_timeout_ns,
             sender_limit=start,
             flow_control=new_flow_control(params.flow_control),
             setup_flags=GROUP_FLAG if plan.group else 0,
             setup_ttl=params.setup_ttl,
             retransmit_handler=RetransmitHandler(
-                self.ctx.retransmit_linger, self.ctx.max_retransmits, self.ctx.retransmit_max_rate
+                self.ctx.retransmit_linger_ns, self.ctx.max_retransmits, self.ctx.retransmit_max_rate
             ),
         )
         if plan.group:

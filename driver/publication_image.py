@@ -13,7 +13,7 @@ handed over alone goes through the same rule (:meth:`insert_packet`). The agent 
 Datagrams land at their term offset in any order (duplicates are skipped); only data inside
 ``[min subscriber position, min subscriber position + term/2)`` is accepted, so nothing unread
 is overwritten and the partition written to has been cleaned. Each gap between rcv-pos and rcv-hwm
-(up to 16; Aeron NAKs only the first) is NAKed after ``nak_delay`` and again every ``nak_retry``
+(up to 16; Aeron NAKs only the first) is NAKed after ``nak_delay_ns`` and again every ``nak_retry``
 while it stays; on a ``reliable=false`` subscription it is filled with a padding frame instead
 (Aeron's TermGapFiller, counted in "Loss gap fills"), so subscribers skip it. An SM goes out when the
 subscribers consumed a quarter of the window since the last one, every ``sm_interval``, and

@@ -64,7 +64,7 @@ class SendPlan:
             return None
         return DestinationTracker(
             manual=self.manual,
-            timeout_ns=ctx.mdc_destination_timeout,
+            timeout_ns=ctx.mdc_destination_timeout_ns,
             allowed=AllowedSources.parse(ctx.mdc_dynamic_allow),
         )
 
@@ -114,7 +114,7 @@ class PublicationParams:
             fc_spec = parse_flow_control(
                 uri.get("fc"),
                 group=plan is not None and plan.group,
-                default_timeout_ns=ctx.flow_control_receiver_timeout,
+                default_timeout_ns=ctx.flow_control_receiver_timeout_ns,
             )
         except InvalidChannelError as e:
             raise CommandError(ErrorCode.INVALID_CHANNEL, f"{e}: {uri.original}") from None
@@ -125,7 +125,7 @@ class PublicationParams:
             session_id=uri.session_id(),
             initial_term_id=initial[0] if initial else random.randint(-(1 << 31), (1 << 31) - 1),
             initial_position=(initial[1], initial[2]) if initial else None,
-            linger_ns=uri.linger_ns() or ctx.publication_linger_timeout,
+            linger_ns=uri.linger_ns() or ctx.publication_linger_timeout_ns,
             flow_control=fc_spec,
             setup_ttl=(uri.ttl() or 0) if plan is not None and plan.multicast is not None else 0,
         )

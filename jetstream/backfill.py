@@ -318,7 +318,7 @@ class BackfillPlan:
     result: BackfillResult
 
 
-def plan_backfill(archive_dir: str, channel: str, stream_id: int, *, retention_s: float | None) -> BackfillPlan:
+def plan_backfill(archive_dir: str, channel: str, stream_id: int, *, retention_ns: int | None) -> BackfillPlan:
     """Close interrupted recordings at their valid prefix, list the stream's recordings and find the
     newest recorded event (reads one term per recording); the events are read by :func:`run_backfill`."""
     result = BackfillResult()
@@ -328,8 +328,8 @@ def plan_backfill(archive_dir: str, channel: str, stream_id: int, *, retention_s
         newest = max((_last_time_us(archive_dir, d) for d in recordings), default=0)
     except (CatalogError, OSError, ValueError) as e:
         raise BackfillError(f"cannot read the archive in {archive_dir} for the backfill: {e}") from None
-    if retention_s is not None and newest:
-        result.cutoff_us = max(0, newest - int(retention_s * 1_000_000))
+    if retention_ns is not None and newest:
+        result.cutoff_us = max(0, newest - retention_ns // 1_000)  # event times are epoch microseconds
     return BackfillPlan(archive_dir, recordings, newest, result)
 
 
@@ -387,10 +387,10 @@ def run_backfill(plan: BackfillPlan, append: AppendFn) -> BackfillResult:
 
 
 def backfill(
-    archive_dir: str, channel: str, stream_id: int, append: AppendFn, *, retention_s: float | None
+    archive_dir: str, channel: str, stream_id: int, append: AppendFn, *, retention_ns: int | None
 ) -> BackfillResult:
-    """Append the recorded events of the last ``retention_s`` (None: all) to ``append``; see the module doc."""
-    return run_backfill(plan_backfill(archive_dir, channel, stream_id, retention_s=retention_s), append)
+    """Append the recorded events of the last ``retention_ns`` (None: all) to ``append``; see the module doc."""
+    return run_backfill(plan_backfill(archive_dir, channel, stream_id, retention_ns=retention_ns), append)
 
 
 class BackgroundBackfill:

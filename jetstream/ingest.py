@@ -8,7 +8,7 @@ One ingest thread runs an asyncio loop with one *source*:
   ``websockets`` client. An HTTP 4xx answer to the subscription (a bad filter or path in the URL;
   not 408/429) ends the ingest with :class:`IngestError`: retrying would not help. When the
   connection ends for any other reason (refused, reset, 5xx, timeout) it reconnects with exponential
-  back-off (``backoff_initial_s`` doubling up to ``backoff_max_s``, reset after a connection that
+  back-off (``backoff_initial_ns`` doubling up to ``backoff_max_ns``, reset after a connection that
   delivered events), asking for ``cursor = last upstream time_us − rewind`` (default rewind 5 s:
   jetstream's README advises rewinding "a few seconds" when switching instances, @atcute rewinds
   10 s on failover). Replay is inclusive and rewound, so the first events of a new connection are
@@ -80,6 +80,7 @@ import websockets
 from websockets.asyncio.client import connect
 
 from logbuf.client.aio import AsyncIdle, MaxPositionExceededError
+from logbuf.durations import renamed_duration_keywords
 from logbuf.errors import ClosedError, LogbufError
 from logbuf.jetstream.events import KIND_COMMIT, parse_event
 from logbuf.jetstream.generator import EventGenerator
@@ -107,7 +108,7 @@ UPSTREAM_MAX_MESSAGE_LENGTH: Final = 16 * 1024 * 1024
 CLOSE_GOING_AWAY: Final = 1001
 """The close code the ingest leaves an upstream with when it is stopped."""
 """Largest upstream frame accepted (real events reach ~1 MB; legacy #49 shows 1,088,193 bytes)."""
-_OFFER_IDLE: Final = AsyncIdle(spins=0, min_park_s=50e-6, max_park_s=0.01)
+_OFFER_IDLE: Final = AsyncIdle(spins=0, min_park_ns=50_000, max_park_ns=10_000_000)
 """How a back-pressured or unconnected offer waits: parks doubling from 50 us to 10 ms."""
 _TIME_US_KEY: Final = b'"time_us"'
 _CURSOR_KEY: Final = b',"cursor":'
@@ -455,10 +456,10 @@ class TopicTee:
 
     async def offer(self, raw: bytes, topic: str) -> None:
         """Offer until done, parking from 50 µs doubling to 10 ms while the topic stream back-pressures."""
-        park_s = _OFFER_IDLE.min_park_s
+        park_ns = _OFFER_IDLE.min_park_ns
         while not self.try_offer(raw, topic):
-            await asyncio.sleep(park_s)
-            park_s = min(park_s * 2, _OFFER_IDLE.max_park_s)
+            await asyncio.sleep(park_ns / 1e9)
+            park_ns = min(park_ns * 2, _OFFER_IDLE.max_park_ns)
 
 
 class Source(Protocol):
@@ -546,6 +547,12 @@ def with_cursor(url: str, cursor: int | None) -> str:
     return urllib.parse.urlunsplit(parts._replace(query=urllib.parse.urlencode(query, safe=":*")))
 
 
+@renamed_duration_keywords(
+    {
+        name + "_s": (name + "_ns", 1_000_000_000)
+        for name in ("backoff_initial", "backoff_max", "open_timeout", "ping_interval")
+    }
+)
 class UpstreamSource:
     """Follow an upstream jetstream, reconnecting with back-off (see the module docstring)."""
 
@@ -554,28 +561,28 @@ class UpstreamSource:
         url: str,
         sequencer: Sequencer,
         *,
-        backoff_initial_s: float = 0.25,
-        backoff_max_s: float = 10.0,
-        open_timeout_s: float = 10.0,
-        ping_interval_s: float = 20.0,
+        backoff_initial_ns: int = 250_000_000,
+        backoff_max_ns: int = 10_000_000_000,
+        open_timeout_ns: int = 10_000_000_000,
+        ping_interval_ns: int = 20_000_000_000,
     ) -> None:
         self.url = check_upstream_url(url)
-        if not 0 < backoff_initial_s <= backoff_max_s:
+        if not 0 < backoff_initial_ns <= backoff_max_ns:
             raise ValueError(
-                f"backoff_initial_s={backoff_initial_s} and backoff_max_s={backoff_max_s} "
+                f"backoff_initial_ns={backoff_initial_ns} and backoff_max_ns={backoff_max_ns} "
                 "must satisfy 0 < initial <= max"
             )
         self.sequencer = sequencer
-        self.backoff_initial_s = backoff_initial_s
-        self.backoff_max_s = backoff_max_s
-        self.open_timeout_s = open_timeout_s
-        self.ping_interval_s = ping_interval_s
+        self.backoff_initial_ns = backoff_initial_ns
+        self.backoff_max_ns = backoff_max_ns
+        self.open_timeout_ns = open_timeout_ns
+        self.ping_interval_ns = ping_interval_ns
         self._log = structlog.get_logger().bind(role="jetstream.ingest", upstream=self.url)
 
     async def run(self, publisher: StreamPublisher) -> None:
         stats, sequencer = publisher.stats, self.sequencer
         sequencer.stats = stats
-        delay = self.backoff_initial_s
+        delay_ns = self.backoff_initial_ns
         while True:
             cursor = sequencer.resume_cursor()
             url = with_cursor(self.url, cursor)
@@ -585,9 +592,9 @@ class UpstreamSource:
                     url,
                     compression=None,
                     max_size=UPSTREAM_MAX_MESSAGE_LENGTH,
-                    open_timeout=self.open_timeout_s,
-                    ping_interval=self.ping_interval_s,
-                    ping_timeout=self.ping_interval_s,
+                    open_timeout=self.open_timeout_ns / 1e9,
+                    ping_interval=self.ping_interval_ns / 1e9,
+                    ping_timeout=self.ping_interval_ns / 1e9,
                     close_timeout=2,
                     user_agent_header="logbuf-jetstream",
                 ) as ws:
@@ -620,7 +627,7 @@ class UpstreamSource:
                     raise IngestError(f"upstream {url} refused the subscription: HTTP {status} {body}") from None
                 stats.disconnects += 1
                 stats.last_error = f"HTTP {status} {body}"[:200]
-                self._log.warning("upstream.refused", status=status, body=body, retry_in_s=round(delay, 3))
+                self._log.warning("upstream.refused", status=status, body=body, retry_in_s=round(delay_ns / 1e9, 3))
             except (TimeoutError, OSError, websockets.exceptions.WebSocketException) as e:
                 stats.disconnects += 1
                 stats.last_error = f"{type(e).__name__}: {e}"[:200]
@@ -628,12 +635,12 @@ class UpstreamSource:
                     "upstream.disconnected",
                     error=stats.last_error,
                     events=stats.received - received_before,
-                    retry_in_s=round(delay, 3),
+                    retry_in_s=round(delay_ns / 1e9, 3),
                 )
             if stats.received > received_before:
-                delay = self.backoff_initial_s
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, self.backoff_max_s)
+                delay_ns = self.backoff_initial_ns
+            await asyncio.sleep(delay_ns / 1e9)
+            delay_ns = min(delay_ns * 2, self.backoff_max_ns)
 
 
 class Ingest:

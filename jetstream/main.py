@@ -39,7 +39,7 @@ import structlog
 from prometheus_client.core import Metric
 
 from logbuf.client import Subscription
-from logbuf.durations import parse_duration_ns
+from logbuf.durations import duration_argument, format_duration_ns
 from logbuf.errors import LogbufError
 from logbuf.jetstream import BUNDLED_ZSTD_DICTIONARY
 from logbuf.jetstream.backfill import (
@@ -82,20 +82,12 @@ DEFAULT_STREAM_ID = 6008
 DEFAULT_PORT = 6008
 DEFAULT_RATE = 500.0
 """Events per second of the built-in generator: the live network's order of magnitude (300–500/s)."""
-DEFAULT_DRIVER_TIMEOUT_S = 10.0
+DEFAULT_DRIVER_TIMEOUT_NS = 10_000_000_000
 """The media driver's own default driver and client liveness timeouts."""
 
 
-def _duration_s(text: str) -> float:
-    """Durations in :mod:`logbuf.durations`' grammar (``90s``, ``15m``, ``24h``, ``1.5d``; a bare number is
-    seconds) -> seconds."""
-    try:
-        value = parse_duration_ns(text.strip().removeprefix("-"), bare_unit="s") / 1e9
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a duration (e.g. 90s, 15m, 24h)") from None
-    if not value > 0 or text.strip().startswith("-"):
-        raise argparse.ArgumentTypeError(f"{text!r} must be a positive duration")
-    return value
+_duration_ns = duration_argument("s", positive=True)
+"""Relay durations: a bare number is seconds; 0 and negatives are refused."""
 
 
 def _rate(text: str) -> float:
@@ -178,11 +170,11 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--seed", type=int, default=0, help="generator random seed (default: %(default)s)")
     src.add_argument(
         "--rewind",
-        type=_duration_s,
-        default=DEFAULT_REWIND_S,
+        type=_duration_ns,
+        default=round(DEFAULT_REWIND_S * 1e9),
         metavar="DURATION",
         help="on reconnect, ask the upstream for events from the last time_us minus this "
-        "(duplicates are dropped; default: %(default)gs)",
+        f"(duplicates are dropped; default: {DEFAULT_REWIND_S:g}s)",
     )
     srv = p.add_argument_group("server")
     srv.add_argument("--host", default="127.0.0.1", help="address to listen on, 0.0.0.0 for all (default: %(default)s)")
@@ -202,7 +194,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     srv.add_argument(
         "--retention",
-        type=_duration_s,
+        type=_duration_ns,
         default=None,
         metavar="DURATION",
         help="how long events are kept for cursor replay, e.g. 24h (default: the server's, 24h)",
@@ -326,11 +318,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     st.add_argument(
         "--driver-timeout",
-        type=_duration_s,
-        default=DEFAULT_DRIVER_TIMEOUT_S,
+        type=_duration_ns,
+        default=DEFAULT_DRIVER_TIMEOUT_NS,
         metavar="DURATION",
         help="a driver silent this long is lost (the relay reconnects, or restarts its embedded one, and "
-        "serves on from its files); also the embedded driver's client liveness timeout (default: %(default)gs)",
+        f"serves on from its files); also the embedded driver's client liveness timeout (default: "
+        f"{format_duration_ns(DEFAULT_DRIVER_TIMEOUT_NS)})",
     )
     st.add_argument(
         "--role",
@@ -347,7 +340,7 @@ def build_parser() -> argparse.ArgumentParser:
         "of the retention window are served again (cursor replay) and the ingest resumes after them",
     )
     p.add_argument(
-        "--duration", type=_duration_s, default=None, help="stop after this long (default: run until SIGINT/SIGTERM)"
+        "--duration", type=_duration_ns, default=None, help="stop after this long (default: run until SIGINT/SIGTERM)"
     )
     p.add_argument(
         "--log-level",
@@ -376,7 +369,7 @@ def _make_source(args: argparse.Namespace, floor_us: int) -> Source:
     """The ingest's source; nothing at or below ``floor_us`` (the newest event already held) is published again."""
     if args.upstream is None:
         return GeneratorSource(EventGenerator(args.seed), args.rate, clock=OriginClock(last_us=floor_us))
-    return UpstreamSource(args.upstream, Sequencer(rewind_us=int(args.rewind * 1_000_000), floor_us=floor_us))
+    return UpstreamSource(args.upstream, Sequencer(rewind_us=args.rewind // 1_000, floor_us=floor_us))
 
 
 def _make_server(args: argparse.Namespace, run: _Running) -> Any:
@@ -405,7 +398,7 @@ def _make_server(args: argparse.Namespace, run: _Running) -> Any:
         "reuse_port": args.reuse_port,
     }
     if args.retention is not None:
-        options["retention"] = args.retention
+        options["retention_ns"] = args.retention
     run.server = RelayServer(RelayConfig(**options))
     return run.server
 
@@ -496,7 +489,7 @@ def _start_recorder(args: argparse.Namespace, run: _Running, driver_dir: str) ->
             channel=args.channel,
             stream_id=args.stream_id,
             driver_dir=driver_dir,
-            driver_timeout_ms=int(args.driver_timeout * 1000),
+            driver_timeout_ns=args.driver_timeout,
         )
     )
     recorder.connect()
@@ -557,7 +550,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if serving:
             server = _make_server(args, run)
             if args.record is not None:  # quick: lists the recordings and finds the newest event
-                plan = plan_backfill(args.record, args.channel, args.stream_id, retention_s=server.config.retention)
+                plan = plan_backfill(
+                    args.record,
+                    args.channel,
+                    args.stream_id,
+                    retention_ns=server.config.retention_ns,
+                )
                 initial_floor = plan.newest_us
             _start_server(args, run, plan, log)
         elif args.record is not None:  # --role ingest: resume above what the archive holds
@@ -580,7 +578,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             SupervisorSettings(
                 driver_mode=args.driver,
                 driver_dir=args.driver_dir,
-                driver_timeout_ms=int(args.driver_timeout * 1000),
+                driver_timeout_ns=args.driver_timeout,
                 channel=args.channel,
                 stream_id=args.stream_id,
                 publish=publishing,
@@ -606,7 +604,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             relay_role=args.role,
             floor_us=initial_floor if publishing else None,
         )
-        deadline = None if args.duration is None else time.monotonic() + args.duration
+        deadline = None if args.duration is None else time.monotonic() + args.duration / 1e9
         while not stop.wait(0.2):
             if deadline is not None and time.monotonic() >= deadline:
                 break

@@ -4,7 +4,7 @@ Theory of operation (``protocol_spec/jetstream-relay.md`` has the details):
 
 * One thread runs everything: ``epoll`` over the listening socket and every connection, the duties
   (the ingest side's stream subscription, which calls :meth:`RelayServer.append`), a pass of the
-  fan-out engine (:mod:`jetstream.fanout`) at most every ``flush_interval_s``, and timers (handshake
+  fan-out engine (:mod:`jetstream.fanout`) at most every ``flush_interval_ns``, and timers (handshake
   and close deadlines, pings, write timeouts, retention). Nothing blocks: sockets are non-blocking.
 * Each event is stored once per encoding (:mod:`jetstream.store`) as a ready websocket frame; clients
   are byte cursors into the frame files and get them with ``os.sendfile``.
@@ -12,9 +12,9 @@ Theory of operation (``protocol_spec/jetstream-relay.md`` has the details):
   limits, upgrade validation and the 101 response, frame parsing with the 10 MB message cap, ping
   answers, close handshake). Its output (responses, pongs, pings, close frames) is queued and written
   between our frames; the events themselves never go through it.
-* Per connection: HANDSHAKE (bounded by ``handshake_timeout_s``) → HELD (``requireHello``) →
+* Per connection: HANDSHAKE (bounded by ``handshake_timeout_ns``) → HELD (``requireHello``) →
   STREAMING → CLOSING (a last response or close frame queued) → LINGER (write side shut, read until
-  the peer closes, at most ``close_timeout_s``) → closed.
+  the peer closes, at most ``close_timeout_ns``) → closed.
 
 Client messages (``options_update``) never hold up the fan-out. Reading client bytes takes at most
 ``READ_SLICE_NS`` of an iteration (connections left over are read first next time); a complete
@@ -58,6 +58,7 @@ from websockets.http11 import Request, Response
 from websockets.protocol import State as ProtocolState
 from websockets.server import ServerProtocol
 
+from logbuf.durations import renamed_duration_keywords
 from logbuf.errors import ConfigurationError
 
 from . import BUNDLED_ZSTD_DICTIONARY
@@ -154,14 +155,29 @@ _WS_LOGGER = logging.getLogger("jetstream.relay.websocket")
 _WS_LOGGER.setLevel(logging.WARNING)
 
 
+_RENAMED = (
+    "retention_check",
+    "handshake_timeout",
+    "close_timeout",
+    "ping_interval",
+    "write_timeout",
+    "flush_interval",
+    "client_message_timeout",
+)
+"""Durations that were float seconds (``*_s``) before they took ``_ns``."""
+
+
+@renamed_duration_keywords(
+    {"retention": ("retention_ns", 1_000_000_000), **{name + "_s": (name + "_ns", 1_000_000_000) for name in _RENAMED}}
+)
 @dataclass
 class RelayConfig:
     """The relay's settings; :meth:`validate` checks them all (errors name the setting and value).
 
-    ``retention`` (seconds) / ``retention_bytes``: keep events at most this much older than the newest / this
-    many bytes of plain frames (either or both; at least one). ``flush_interval_s``: the shortest time
+    ``retention_ns`` / ``retention_bytes``: keep events at most this much older than the newest / this
+    many bytes of plain frames (either or both; at least one). ``flush_interval_ns``: the shortest time
     between two passes over the subscribers: longer batches more events per ``sendfile`` (less CPU per
-    client), shorter lowers the added latency. ``write_timeout_s``: drop a client whose socket took no
+    client), shorter lowers the added latency. ``write_timeout_ns``: drop a client whose socket took no
     byte for that long (0: never; retention still drops it when it falls behind).
     ``zstd_dictionary``: the dictionary for ``compress=true`` (default jetstream's, bundled; None: refuse
     compression and keep no compressed file, saving one compression per event).
@@ -178,7 +194,7 @@ class RelayConfig:
     buffered (jetstream allows 10 MB; a lower cap bounds what each connection can make the relay hold).
     ``max_incoming_bytes``: what all connections together may have declared and not yet finished (and
     request heads in progress): a declaration past it closes that connection with 1009 (a request head,
-    503). ``client_message_timeout_s``: a message must finish this long after it began, or 1008.
+    503). ``client_message_timeout_ns``: a message must finish this long after it began, or 1008.
     ``max_client_messages_per_s`` / ``client_message_burst`` and ``max_client_message_bytes_per_s`` (burst:
     ``max_client_message_length``): each connection's token buckets of client messages
     (``options_update``; binary and unknown messages count too) and of their bytes: a message over either
@@ -203,9 +219,9 @@ class RelayConfig:
     data_dir: str
     host: str = "127.0.0.1"
     port: int = 6008
-    retention: float | None = 86_400.0
+    retention_ns: int | None = 86_400 * 1_000_000_000
     retention_bytes: int | None = None
-    retention_check_s: float = 1.0
+    retention_check_ns: int = 1_000_000_000
     zstd_dictionary: str | None = BUNDLED_ZSTD_DICTIONARY
     metrics_host: str = "127.0.0.1"
     metrics_port: int | None = DEFAULT_METRICS_PORT
@@ -213,18 +229,18 @@ class RelayConfig:
     max_connections: int = DEFAULT_MAX_CONNECTIONS
     trusted_proxies: tuple[str, ...] = ()
     max_events_per_ip_s: float = DEFAULT_MAX_EVENTS_PER_IP_S
-    handshake_timeout_s: float = 10.0
-    close_timeout_s: float = 2.0
-    ping_interval_s: float = 30.0
-    write_timeout_s: float = 10.0
-    flush_interval_s: float = 0.05
+    handshake_timeout_ns: int = 10_000_000_000
+    close_timeout_ns: int = 2_000_000_000
+    ping_interval_ns: int = 30_000_000_000
+    write_timeout_ns: int = 10_000_000_000
+    flush_interval_ns: int = 50_000_000
     socket_send_buffer_bytes: int = 256 * 1024
     tls_cert: str | None = None
     tls_key: str | None = None
     metrics_tls: bool = False
     max_client_message_length: int = DEFAULT_MAX_CLIENT_MESSAGE_LENGTH
     max_incoming_bytes: int = 64 * 1024 * 1024
-    client_message_timeout_s: float = 10.0
+    client_message_timeout_ns: int = 10_000_000_000
     max_client_messages_per_s: float = DEFAULT_MAX_CLIENT_MESSAGES_PER_S
     client_message_burst: int = DEFAULT_CLIENT_MESSAGE_BURST
     max_client_message_bytes_per_s: float = DEFAULT_MAX_CLIENT_MESSAGE_BYTES_PER_S
@@ -245,13 +261,13 @@ class RelayConfig:
             raise ConfigurationError(
                 f"metrics_port={self.metrics_port} must be 0..65535 (0: any free port) or None (no metrics listener)"
             )
-        if self.retention is None and self.retention_bytes is None:
-            raise ConfigurationError("retention and retention_bytes are both None: set at least one")
-        if self.retention is not None:
-            positive("retention", self.retention)
+        if self.retention_ns is None and self.retention_bytes is None:
+            raise ConfigurationError("retention_ns and retention_bytes are both None: set at least one")
+        if self.retention_ns is not None:
+            positive("retention_ns", self.retention_ns)
         if self.retention_bytes is not None:
             positive("retention_bytes", self.retention_bytes)
-        positive("retention_check_s", self.retention_check_s)
+        positive("retention_check_ns", self.retention_check_ns)
         positive("max_connections_per_ip", self.max_connections_per_ip)
         positive("max_connections", self.max_connections)
         positive("max_events_per_ip_s", self.max_events_per_ip_s, allow_zero=True)
@@ -259,11 +275,11 @@ class RelayConfig:
             TrustedProxies(self.trusted_proxies)
         except ValueError as exc:
             raise ConfigurationError(f"trusted_proxies: {exc}") from None
-        positive("handshake_timeout_s", self.handshake_timeout_s)
-        positive("close_timeout_s", self.close_timeout_s)
-        positive("ping_interval_s", self.ping_interval_s)
-        positive("write_timeout_s", self.write_timeout_s, allow_zero=True)
-        positive("flush_interval_s", self.flush_interval_s, allow_zero=True)
+        positive("handshake_timeout_ns", self.handshake_timeout_ns)
+        positive("close_timeout_ns", self.close_timeout_ns)
+        positive("ping_interval_ns", self.ping_interval_ns)
+        positive("write_timeout_ns", self.write_timeout_ns, allow_zero=True)
+        positive("flush_interval_ns", self.flush_interval_ns, allow_zero=True)
         positive("max_client_message_length", self.max_client_message_length)
         if self.max_client_message_length > MAX_CLIENT_MESSAGE_LENGTH:
             raise ConfigurationError(
@@ -276,7 +292,7 @@ class RelayConfig:
                 f"max_incoming_bytes={self.max_incoming_bytes} must be at least "
                 f"max_client_message_length={self.max_client_message_length}"
             )
-        positive("client_message_timeout_s", self.client_message_timeout_s)
+        positive("client_message_timeout_ns", self.client_message_timeout_ns)
         positive("max_client_messages_per_s", self.max_client_messages_per_s)
         positive("client_message_burst", self.client_message_burst)
         positive("max_client_message_bytes_per_s", self.max_client_message_bytes_per_s)
@@ -380,7 +396,7 @@ class RelayServer:
         self._dirty = False
         self._duty_work = 0
         self._accept_paused_until_ns = 0
-        self._flush_interval_ns = int(config.flush_interval_s * 1e9)
+        self._flush_interval_ns = config.flush_interval_ns
         self._next_flush_ns = 0
         self._next_timer_ns = 0
         self._next_slow_timer_ns = 0
@@ -576,7 +592,7 @@ class RelayServer:
                 conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, cfg.socket_send_buffer_bytes)
             ip = normalize_ip(str(addr[0]))
             protocol = ServerProtocol(max_size=cfg.max_client_message_length, logger=_WS_LOGGER)
-            sub = Subscriber(conn, ip, protocol, now + int(cfg.handshake_timeout_s * 1e9))
+            sub = Subscriber(conn, ip, protocol, now + cfg.handshake_timeout_ns)
             sub.listener = kind
             if self._tls is not None and listener.fileno() in self._tls_listeners:
                 sub.tls = TlsSession(self._tls)
@@ -714,7 +730,7 @@ class RelayServer:
         self._reserve(sub, meter.message_length)
         if meter.message_length and meter.messages_begun != begun:
             # The message in progress began in this data (back-to-back messages never let the reservation
-            # fall to 0): its client_message_timeout_s counts from now, not from an earlier message.
+            # fall to 0): its client_message_timeout_ns counts from now, not from an earlier message.
             sub.reserved_since_ns = time.monotonic_ns()
 
     def _make_room(self, sub: Subscriber, extra: int) -> bool:
@@ -904,7 +920,7 @@ class RelayServer:
             self.limiter.attach(sub.ip, now)
             sub.rate_limited = True
         self.fanout.set_options(sub, options)
-        sub.next_ping_ns = time.monotonic_ns() + int(self.config.ping_interval_s * 1e9)
+        sub.next_ping_ns = time.monotonic_ns() + self.config.ping_interval_ns
         if options.require_hello:
             sub.move(Input.UPGRADED_HELD)
         elif not self._servable(options.cursor):
@@ -1031,7 +1047,7 @@ class RelayServer:
 
     def _on_linger(self, sub: Subscriber) -> None:
         self.fanout.remove(sub)
-        sub.deadline_ns = time.monotonic_ns() + int(self.config.close_timeout_s * 1e9)
+        sub.deadline_ns = time.monotonic_ns() + self.config.close_timeout_ns
         self._lingering[sub.fd] = sub
 
     def _drop(self, sub: Subscriber, reason: str) -> None:
@@ -1093,15 +1109,15 @@ class RelayServer:
             self._next_slow_timer_ns = now + SLOW_TIMER_PERIOD_NS
             self._pings_and_write_timeouts(now)
         if now >= self._next_retention_ns:
-            self._next_retention_ns = now + int(self.config.retention_check_s * 1e9)
+            self._next_retention_ns = now + self.config.retention_check_ns
             self._retention()
 
     def _pings_and_write_timeouts(self, now: int) -> None:
         cfg = self.config
-        write_timeout_ns = int(cfg.write_timeout_s * 1e9)
-        ping_ns = int(cfg.ping_interval_s * 1e9)
+        write_timeout_ns = cfg.write_timeout_ns
+        ping_ns = cfg.ping_interval_ns
         stuck: list[Subscriber] = []
-        message_timeout_ns = int(cfg.client_message_timeout_s * 1e9)
+        message_timeout_ns = cfg.client_message_timeout_ns
         for sub in list(self.fanout.subscribers.values()):
             if sub.reserved and sub.state in READING_FRAMES and now - sub.reserved_since_ns > message_timeout_ns:
                 self.counters.clients_dropped["client_message_timeout"] += 1
@@ -1128,7 +1144,7 @@ class RelayServer:
 
     def _retention(self) -> None:
         cfg = self.config
-        max_age_us = None if cfg.retention is None else int(cfg.retention * 1e6)
+        max_age_us = None if cfg.retention_ns is None else cfg.retention_ns // 1_000  # event times are epoch us
         if not self.store.retire(max_age_us=max_age_us, max_bytes=cfg.retention_bytes):
             return
         if not self.store.punch_supported and not self._punch_warned:
@@ -1144,7 +1160,7 @@ class RelayServer:
     # -- shutdown --------------------------------------------------------------------------------
 
     def _shut_down(self) -> None:
-        """Close 1001 to every client at its next frame boundary; give them ``close_timeout_s``."""
+        """Close 1001 to every client at its next frame boundary; give them ``close_timeout_ns``."""
         for fd in self._listeners:
             try:
                 self._epoll.unregister(fd)
@@ -1156,7 +1172,7 @@ class RelayServer:
             if sub.protocol.state is ProtocolState.OPEN:
                 sub.protocol.send_close(CLOSE_GOING_AWAY, SHUTDOWN_REASON)
                 self._pump(sub)
-        deadline = time.monotonic_ns() + int(self.config.close_timeout_s * 1e9)
+        deadline = time.monotonic_ns() + self.config.close_timeout_ns
         self._next_flush_ns = 0
         while self._connections and time.monotonic_ns() < deadline:
             self._dirty = True

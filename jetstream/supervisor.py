@@ -69,7 +69,7 @@ class _NoDriver(LogbufError):
 class SupervisorSettings:
     driver_mode: str  # auto | embedded | external
     driver_dir: str | None
-    driver_timeout_ms: int
+    driver_timeout_ns: int
     channel: str
     stream_id: int
     publish: bool  # --role all / ingest: hold the stream lock, publish, run the ingest
@@ -204,14 +204,13 @@ class Supervisor:
 
     def _ensure_driver(self) -> None:
         s = self.settings
-        timeout_ms = s.driver_timeout_ms
         if self.driver is not None:
-            if self.driver.runner.is_running and is_driver_active(self.directory, timeout_ms):
+            if self.driver.runner.is_running and is_driver_active(self.directory, timeout_ns=s.driver_timeout_ns):
                 return
             self._log.warning("jetstream.driver_restarting", driver_dir=self.directory)
             self.driver.close()  # removes its directory: a new driver starts there clean
             self.driver = None
-        elif s.driver_mode != "embedded" and is_driver_active(self.directory, timeout_ms):
+        elif s.driver_mode != "embedded" and is_driver_active(self.directory, timeout_ns=s.driver_timeout_ns):
             self._log.info("jetstream.driver_connected", driver_dir=self.directory)
             return
         if s.driver_mode == "external":
@@ -220,8 +219,8 @@ class Supervisor:
             dir=self.directory,
             ipc_term_length=EMBEDDED_IPC_TERM_LENGTH,
             dir_delete_on_shutdown=True,
-            driver_timeout=timeout_ms * 1_000_000,
-            client_liveness_timeout=timeout_ms * 1_000_000,
+            driver_timeout_ns=s.driver_timeout_ns,
+            client_liveness_timeout_ns=s.driver_timeout_ns,
         )
         self.driver = MediaDriver.launch(ctx)
         self.driver.start()
@@ -235,7 +234,7 @@ class Supervisor:
         try:
             session.aeron = Aeron.connect(
                 Context(
-                    dir=self.directory, driver_timeout_ms=s.driver_timeout_ms, error_handler=session.on_client_error
+                    dir=self.directory, driver_timeout_ns=s.driver_timeout_ns, error_handler=session.on_client_error
                 )
             )
             if s.subscribe:

@@ -1,4 +1,5 @@
-"""Shared pieces of the perf/ benchmarks: the pyzmq peer, percentiles, CPU sampling, results files.
+"""Shared pieces of the perf/ benchmarks: the pyzmq peer, percentiles, CPU sampling, results files, a
+media driver process and the throughput subscribers' counting loops.
 
 The benchmarks run as scripts (``python perf/<name>.py``); this module sits beside them on sys.path
 and spawned children import it from there.
@@ -10,12 +11,15 @@ import json
 import multiprocessing as mp
 import os
 import platform
+import shutil
+import subprocess
 import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, NamedTuple
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
@@ -40,6 +44,32 @@ def cpu_user_system_seconds(pid: int) -> tuple[float, float]:
 
 def cpu_seconds(pid: int) -> float:
     return sum(cpu_user_system_seconds(pid))
+
+
+class MediaDriver(NamedTuple):
+    process: subprocess.Popen[bytes]
+    directory: str
+
+
+@contextmanager
+def media_driver(*args: str, prefix: str = "logbuf-perf", start_timeout_s: float = 10.0) -> Iterator[MediaDriver]:
+    """A ``mediadriver`` process with ``args`` in a fresh /dev/shm directory, active (its CnC heartbeat
+    seen within ``start_timeout_s``) when the block starts; terminated and its directory removed after."""
+    from logbuf.conduit.cnc import wait_for_driver
+
+    directory = f"/dev/shm/{prefix}-{uuid.uuid4().hex[:8]}"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "logbuf.driver.main", "--dir", directory, *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_for_driver(directory, timeout_ns=round(start_timeout_s * 1e9))
+        yield MediaDriver(process, directory)
+    finally:
+        process.terminate()
+        process.wait(10)
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 def new_results(benchmark: str, **params: Any) -> dict[str, Any]:
@@ -144,6 +174,68 @@ def count_until_end(
     return received, time.perf_counter() - start if start else 0.0, done
 
 
+def count_log_until_end(source: Any, size: int, batch: int, idle: Callable[[], object]) -> tuple[int, float]:
+    """A throughput subscriber's loop over a log ``source`` (a Subscription, or a standalone log's Image):
+    ``block_poll`` with ``batch`` > 1 (frames indexed in place), else ``poll``, counting the ``size``-byte
+    messages until the one longer message (the END marker); ``idle()`` after an empty poll. Returns
+    (messages, seconds from the first fragment to the end)."""
+    import numpy as np
+
+    from logbuf.native import frame_index
+
+    offsets = np.empty(1 << 16, dtype=np.int32)
+    lengths = np.empty(1 << 16, dtype=np.int32)
+    received = 0
+    done = False
+    start = 0.0
+
+    def on_fragment(buffer: memoryview, header: Any) -> None:
+        nonlocal received, done
+        if len(buffer) == size:
+            received += 1
+        else:
+            done = True
+
+    def on_block(block: memoryview, term_offset: int, session_id: int, term_id: int) -> None:
+        nonlocal received, done
+        n = frame_index(block, offsets, lengths)
+        if n and lengths[n - 1] != size:
+            done = True
+            n -= 1
+        received += n
+
+    while not done:
+        n = source.block_poll(on_block, 1 << 21) if batch > 1 else source.poll(on_fragment, 4096)
+        if n:
+            if not start:
+                start = time.perf_counter()
+        else:
+            idle()
+    return received, time.perf_counter() - start
+
+
+def count_batches_until_end(
+    poll_batch: Callable[[Any], int], batch: Any, size: int, timeout_s: float, idle: Callable[[], object]
+) -> tuple[int, float, bool]:
+    """:func:`count_until_end` for a batch subscriber: ``poll_batch(batch)`` into a FragmentBatch (messages of
+    one fragment each), counting the ``size``-byte fragments until the one longer fragment (the END marker)
+    or ``timeout_s``. Returns (messages, seconds from the first fragment to the end, whether the end arrived)."""
+    received, done, start = 0, False, 0.0
+    lengths = batch.lengths
+    deadline = time.monotonic() + timeout_s
+    while not done and time.monotonic() < deadline:
+        count = poll_batch(batch)
+        if count:
+            if not start:
+                start = time.perf_counter()
+            full = int((lengths[:count] == size).sum())
+            received += full
+            done = full < count
+        else:
+            idle()
+    return received, time.perf_counter() - start if start else 0.0, done
+
+
 def run_child(target: Callable[..., object], *args: Any) -> None:
     """Process target: ``target(*args)``, an exception also reported on the queue (the last argument) as
     ("error", text), so the parent never waits out a timeout for a dead child."""
@@ -173,6 +265,29 @@ def collect(q: Any, keys: int, timeout_s: float) -> dict[str, float]:
     while len(results) < keys:
         key, value = q.get(timeout=timeout_s)
         results[key] = value
+    return results
+
+
+def run_pair(
+    subscriber: Callable[..., object],
+    subscriber_args: tuple[Any, ...],
+    publisher: Callable[..., object],
+    publisher_args: tuple[Any, ...],
+    seconds: float,
+) -> dict[str, float]:
+    """A throughput case's two processes (spawned; each gets the report queue as its last argument): the
+    subscriber, which reports ("ready", 0) once subscribed, then the publisher, which runs ``seconds``. The
+    three reports that follow (sent, received, elapsed), once both have reported."""
+    ctx = mp.get_context("spawn")
+    q: Any = ctx.Queue()
+    sub = ctx.Process(target=subscriber, args=(*subscriber_args, q))
+    sub.start()
+    assert q.get(timeout=30)[0] == "ready"
+    pub = ctx.Process(target=publisher, args=(*publisher_args, q))
+    pub.start()
+    results = collect(q, 3, seconds + 60)
+    pub.join(30)
+    sub.join(30)
     return results
 
 
@@ -250,16 +365,7 @@ def zmq_subscriber(endpoint: str, out: Any) -> None:
 
 def zmq_throughput(size: int, seconds: float) -> dict[str, Any]:
     endpoint = f"ipc://{tempfile.gettempdir()}/lbperf-{uuid.uuid4().hex[:8]}"
-    ctx = mp.get_context("spawn")
-    q: Any = ctx.Queue()
-    sub = ctx.Process(target=zmq_subscriber, args=(endpoint, q))
-    sub.start()
-    assert q.get(timeout=30)[0] == "ready"
-    pub = ctx.Process(target=zmq_publisher, args=(endpoint, size, seconds, q))
-    pub.start()
-    results = collect(q, 3, seconds + 60)
-    pub.join(30)
-    sub.join(30)
+    results = run_pair(zmq_subscriber, (endpoint,), zmq_publisher, (endpoint, size, seconds), seconds)
     rate = results["received"] / results["elapsed"]
     return {
         "size": size,

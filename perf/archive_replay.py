@@ -37,7 +37,7 @@ import tempfile
 import time
 from typing import Any
 
-from _common import ROOT, collect_or_raise, new_results, quiet, run_child, write_results
+from _common import ROOT, collect_or_raise, count_batches_until_end, new_results, quiet, run_child, write_results
 
 A, B = "10.13.0.1", "10.13.0.2"
 END = b"END!"
@@ -90,21 +90,8 @@ def counter(name: str, directory: str, channel: str, stream_id: int, size: int, 
     with Aeron.connect(Context(dir=directory)) as aeron:
         sub = aeron.add_subscription(channel, stream_id)
         out.put((f"{name}.ready", 1))
-        received, done, start = 0, False, 0.0
-        batch = FragmentBatch(4096)
-        poll, idle, lengths = sub.poll_batch, os.sched_yield, batch.lengths
-        deadline = time.monotonic() + timeout_s
-        while not done and time.monotonic() < deadline:
-            count = poll(batch)
-            if count:
-                if not start:
-                    start = time.perf_counter()
-                full = int((lengths[:count] == size).sum())
-                received += full
-                done = full < count
-            else:
-                idle()
-        out.put((f"{name}.result", (received, time.perf_counter() - start if start else 0.0, done)))
+        result = count_batches_until_end(sub.poll_batch, FragmentBatch(4096), size, timeout_s, os.sched_yield)
+        out.put((f"{name}.result", result))
 
 
 def late_joiner(directory: str, live: str, stream_id: int, recording_id: int, timeout_s: float, out: Any) -> None:
@@ -204,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
             a = drivers.start(NetnsDriverProcess(args=DRIVER_ARGS, namespace=net.host(0)))
             b = drivers.start(NetnsDriverProcess(args=DRIVER_ARGS, namespace=net.host(1)))
             ctx = ArchiveContext(
-                archive_dir=archive_dir, driver_dir=a.dir, control_channel=CONTROL, session_timeout_ms=3_600_000
+                archive_dir=archive_dir, driver_dir=a.dir, control_channel=CONTROL, session_timeout_ns=3_600_000_000_000
             )  # this process waits on its children without keep-alives
             with (
                 ArchiveService.launch(ctx) as service,

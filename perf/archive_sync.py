@@ -73,14 +73,17 @@ def main() -> int:
                 control_stream_id=100 + i,
                 segment_length=segment,
                 checksum="crc32",
-                session_timeout_ms=600_000,  # the set-up leaves sessions idle for a long time
+                session_timeout_ns=600_000_000_000,  # the set-up leaves sessions idle for a long time
             )
             services[name] = ArchiveService.launch(ctx)
         with Aeron.connect(Context(dir=driver.dir)) as aeron:
             clients = {
                 name: ArchiveClient.connect(
                     ArchiveClientContext(
-                        aeron=aeron, control_stream_id=100 + i, response_stream_id=200 + i, message_timeout_ms=20_000
+                        aeron=aeron,
+                        control_stream_id=100 + i,
+                        response_stream_id=200 + i,
+                        message_timeout_ns=20_000_000_000,
                     )
                 )
                 for i, name in enumerate(services)
@@ -175,7 +178,7 @@ def main() -> int:
                 keep_alive()
                 before = shutil.copytree(services[other].ctx.archive_dir, os.path.join(work, f"{other}-before"))
                 t0 = time.monotonic()
-                report = sync_once([peers["a"], peers[other]], timeout_s=300)
+                report = sync_once([peers["a"], peers[other]], timeout_ns=300_000_000_000)
                 elapsed = time.monotonic() - t0
                 cases[case] = {
                     "sync_s": elapsed,

@@ -294,7 +294,7 @@ def start_driver(directory: str) -> subprocess.Popen[bytes]:
     )
     from logbuf.conduit.cnc import wait_for_driver
 
-    wait_for_driver(directory, timeout_s=60)  # a loaded machine starts a driver slowly
+    wait_for_driver(directory, timeout_ns=60_000_000_000)  # a loaded machine starts a driver slowly
     return driver
 
 

@@ -7,7 +7,7 @@ C client and driver), every pairing in the same run.
 Each pairing is ``<driver>/<client> -> <driver>/<client>``: over ``aeron:udp?endpoint=127.0.0.1:P``
 between two drivers (logbuf -> logbuf, logbuf -> C, C -> logbuf, C -> C, each with either client
 library on the drivers' own side), and over ``aeron:ipc`` with the two client libraries on one
-driver. The processes are those of ``tests/interop/peer.py`` (one offer per message, retried on
+driver. The processes are those of ``logbuf/testing/aeron_peer.py`` (one offer per message, retried on
 back pressure; the subscriber checks every message's sequence and content). The figure is the
 subscriber's messages per second from its first message to its last; a pairing that fails is
 reported as such in the matrix and the run goes on. Aeron -> Aeron is the peer measured in the same
@@ -27,8 +27,8 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from logbuf.testing.aeron import Interop, pyaeron_python  # noqa: E402
 from logbuf.testing.host import free_udp_port  # noqa: E402
-from tests.interop.conftest import Interop, _pyaeron_python  # noqa: E402
 
 UDP_PAIRINGS = [
     (("aeron", "pyaeron"), ("aeron", "pyaeron")),
@@ -113,7 +113,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
     count = 200_000 if args.quick else 1_000_000
-    python = _pyaeron_python()
+    python = pyaeron_python()
     results: list[dict[str, Any]] = []
     cases = [("udp", p) for p in UDP_PAIRINGS] + [("ipc", p) for p in IPC_PAIRINGS]
     for transport, (pub, sub) in cases:

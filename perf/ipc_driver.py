@@ -13,21 +13,20 @@ from __future__ import annotations
 import argparse
 import multiprocessing as mp
 import os
-import shutil
-import subprocess
 import sys
 import time
-import uuid
 from typing import Any
 
 from _common import (
-    collect,
+    count_log_until_end,
     cpu_seconds,
+    media_driver,
     new_results,
     percentiles,
     print_latency,
     print_throughput,
     quiet,
+    run_pair,
     write_results,
     zmq_latency,
     zmq_throughput,
@@ -68,57 +67,21 @@ def lb_publisher(directory: str, size: int, seconds: float, batch: int, out: Any
 
 def lb_subscriber(directory: str, size: int, batch: int, out: Any) -> None:
     quiet()
-    import numpy as np
-
     from logbuf.client import Aeron, Context
-    from logbuf.native import frame_index
 
-    offsets = np.empty(1 << 16, dtype=np.int32)
-    lengths = np.empty(1 << 16, dtype=np.int32)
     with Aeron.connect(Context(dir=directory)) as aeron:
         sub = aeron.add_subscription("aeron:ipc", 10)
         out.put(("ready", 0))
-        received = 0
-        done = False
-        start = 0.0
-
-        def on_fragment(buffer: memoryview, header: Any) -> None:
-            nonlocal received, done
-            if len(buffer) == size:
-                received += 1
-            else:
-                done = True
-
-        def on_block(block: memoryview, term_offset: int, session_id: int, term_id: int) -> None:
-            nonlocal received, done
-            n = frame_index(block, offsets, lengths)
-            if n and lengths[n - 1] != size:
-                done = True
-                n -= 1
-            received += n
-
-        while not done:
-            n = sub.block_poll(on_block, 1 << 21) if batch > 1 else sub.poll(on_fragment, 4096)
-            if n:
-                if not start:
-                    start = time.perf_counter()
-            else:
-                os.sched_yield()  # as the peers' subscribers do: a spinning one holds the core the publisher needs
+        # idle: sched_yield, as the peers' subscribers do: a spinning one holds the core the publisher needs
+        received, elapsed = count_log_until_end(sub, size, batch, os.sched_yield)
         out.put(("received", received))
-        out.put(("elapsed", time.perf_counter() - start))
+        out.put(("elapsed", elapsed))
 
 
 def lb_throughput(directory: str, size: int, seconds: float, batch: int) -> dict[str, Any]:
-    ctx = mp.get_context("spawn")
-    q: Any = ctx.Queue()
-    sub = ctx.Process(target=lb_subscriber, args=(directory, size, batch, q))
-    sub.start()
-    assert q.get(timeout=30)[0] == "ready"
-    pub = ctx.Process(target=lb_publisher, args=(directory, size, seconds, batch, q))
-    pub.start()
-    results = collect(q, 3, seconds + 60)
-    pub.join(30)
-    sub.join(30)
+    results = run_pair(
+        lb_subscriber, (directory, size, batch), lb_publisher, (directory, size, seconds, batch), seconds
+    )
     rate = results["received"] / results["elapsed"]
     return {
         "size": size,
@@ -197,15 +160,8 @@ def main(argv: list[str] | None = None) -> int:
     quiet()
     if args.quick:
         args.seconds, args.pings = 1.0, 10_000
-    directory = f"/dev/shm/logbuf-perf-{uuid.uuid4().hex[:8]}"
-    driver = subprocess.Popen(
-        [sys.executable, "-m", "logbuf.driver.main", "--dir", directory], stderr=subprocess.DEVNULL
-    )
     results = new_results("ipc_driver", seconds=args.seconds, pings=args.pings)
-    try:
-        from logbuf.conduit.cnc import wait_for_driver
-
-        wait_for_driver(directory)
+    with media_driver() as (driver, directory):
         time.sleep(1.0)
         c0, t0 = cpu_seconds(driver.pid), time.monotonic()
         time.sleep(3.0)
@@ -236,10 +192,6 @@ def main(argv: list[str] | None = None) -> int:
         }
         results["cases"].append(case)
         print_latency(case)
-    finally:
-        driver.terminate()
-        driver.wait(10)
-        shutil.rmtree(directory, ignore_errors=True)
     write_results(results)
     return 0
 

@@ -12,13 +12,12 @@ received: lost = sent - received. Writes perf/results/ipc_throughput.json.
 from __future__ import annotations
 
 import argparse
-import multiprocessing as mp
 import sys
 import time
 import uuid
 from typing import Any
 
-from _common import collect, new_results, print_throughput, quiet, write_results, zmq_throughput
+from _common import count_log_until_end, new_results, print_throughput, quiet, run_pair, write_results, zmq_throughput
 
 TERM_LENGTH = 16 * 1024 * 1024
 
@@ -52,59 +51,27 @@ def publisher(name: str, size: int, seconds: float, batch: int, out: Any) -> Non
 
 def subscriber(name: str, size: int, batch: int, out: Any) -> None:
     quiet()
-    import numpy as np
-
     from logbuf.logbuffer.standalone import StreamLog
-    from logbuf.native import frame_index
 
-    offsets = np.empty(1 << 16, dtype=np.int32)
-    lengths = np.empty(1 << 16, dtype=np.int32)
     with StreamLog.open(name) as log:
         image = log.add_subscriber(join_position=0)
         out.put(("ready", 0))
-        received = 0
-        done = False
-        start = 0.0
-
-        def on_fragment(buffer: memoryview, header: Any) -> None:
-            nonlocal received, done
-            if len(buffer) == size:
-                received += 1
-            else:
-                done = True
-
-        def on_block(block: memoryview, term_offset: int, session_id: int, term_id: int) -> None:
-            nonlocal received, done
-            n = frame_index(block, offsets, lengths)
-            if n and lengths[n - 1] != size:
-                done = True
-                n -= 1
-            received += n
-
-        while not done:
-            n = image.block_poll(on_block, 1 << 21) if batch > 1 else image.poll(on_fragment, 4096)
-            if n and not start:
-                start = time.perf_counter()
+        received, elapsed = count_log_until_end(image, size, batch, spin)  # no driver: the reader spins
         out.put(("received", received))
-        out.put(("elapsed", time.perf_counter() - start))
+        out.put(("elapsed", elapsed))
+
+
+def spin() -> None:
+    """The idle of a spinning reader: nothing."""
 
 
 def lb_throughput(size: int, seconds: float, batch: int) -> dict[str, Any]:
     from logbuf.logbuffer.standalone import StreamLog
 
     name = f"lbperf-{uuid.uuid4().hex[:8]}"
-    ctx = mp.get_context("spawn")
-    q: Any = ctx.Queue()
     with StreamLog.create(name, term_length=TERM_LENGTH, stream_id=10) as log:
         try:
-            sub = ctx.Process(target=subscriber, args=(name, size, batch, q))
-            sub.start()
-            assert q.get(timeout=30)[0] == "ready"
-            pub = ctx.Process(target=publisher, args=(name, size, seconds, batch, q))
-            pub.start()
-            results = collect(q, 3, seconds + 60)
-            pub.join(30)
-            sub.join(30)
+            results = run_pair(subscriber, (name, size, batch), publisher, (name, size, seconds, batch), seconds)
         finally:
             log.unlink()
     rate = results["received"] / results["elapsed"]

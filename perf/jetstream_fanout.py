@@ -175,9 +175,9 @@ def relay_server(
         RelayConfig(
             data_dir=data_dir,
             port=port,
-            retention=120.0,
-            flush_interval_s=flush_interval_s,
-            handshake_timeout_s=60.0,
+            retention_ns=120_000_000_000,
+            flush_interval_ns=round(flush_interval_s * 1e9),
+            handshake_timeout_ns=60_000_000_000,
             metrics_port=None,
             max_events_per_ip_s=events_per_ip_s,
             reuse_port=driver_dir is not None,
@@ -674,7 +674,7 @@ def main() -> None:
         "--flush-interval",
         type=float,
         default=0.05,
-        help="relay's flush_interval_s (time between passes over the clients)",
+        help="relay's flush_interval_ns, in seconds here (time between passes over the clients)",
     )
     parser.add_argument(
         "--workers",

@@ -22,14 +22,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import multiprocessing as mp
-import shutil
-import subprocess
 import sys
 import time
-import uuid
 from typing import Any
 
-from _common import new_results, quiet, write_results
+from _common import media_driver, new_results, quiet, write_results
 
 CHANNEL = "aeron:ipc"
 
@@ -145,19 +142,11 @@ def main() -> int:
     count = 30_000 if args.quick else 100_000
     seconds = 2.0 if args.quick else 5.0
     results = new_results("jetstream_ingest", upstream_events=count, generator_seconds=seconds)
-    directory = f"/dev/shm/logbuf-perf-{uuid.uuid4().hex[:8]}"
-    driver = subprocess.Popen(
-        [sys.executable, "-m", "logbuf.driver.main", "--dir", directory, "--ipc-term-length", "16m"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
     ctx = mp.get_context("spawn")
-    try:
-        from logbuf.conduit.cnc import wait_for_driver
+    with media_driver("--ipc-term-length", "16m", start_timeout_s=20) as (_, directory):
         from logbuf.jetstream.generator import EventGenerator
         from logbuf.jetstream.ingest import GeneratorSource, OriginClock, Sequencer, UpstreamSource
 
-        wait_for_driver(directory, timeout_s=20)
         gen = run_ingest_case(
             directory, 2001, lambda: GeneratorSource(EventGenerator(3), 0, clock=OriginClock()), None, seconds
         )
@@ -183,10 +172,6 @@ def main() -> int:
         finally:
             server.terminate()
             server.join(5)
-    finally:
-        driver.terminate()
-        driver.wait(10)
-        shutil.rmtree(directory, ignore_errors=True)
     write_results(results)
     return 0
 

@@ -54,7 +54,7 @@ CASES: dict[str, tuple[int, int]] = {  # name: (frame type, frame length written
 SUBSCRIBER = """
 import json, sys, time, zlib
 from logbuf.client import Aeron, Context
-with Aeron.connect(Context(dir=sys.argv[1], driver_timeout_ms=8_000)) as aeron:
+with Aeron.connect(Context(dir=sys.argv[1], driver_timeout_ns=8_000_000_000)) as aeron:
     sub = aeron.add_subscription("aeron:ipc", int(sys.argv[2]))
     print("ready", flush=True)
     sys.stdin.readline()
@@ -100,7 +100,7 @@ def corrupt_frame_case(
         assert child.stdin is not None and child.stdout is not None
         try:
             assert child.stdout.readline().strip() == "ready"
-            with Aeron.connect(Context(dir=driver.dir, driver_timeout_ms=8_000)) as aeron:
+            with Aeron.connect(Context(dir=driver.dir, driver_timeout_ns=8_000_000_000)) as aeron:
                 pub = aeron.add_publication("aeron:ipc", stream_id)
                 deadline = time.monotonic() + 20
                 while not pub.is_connected and time.monotonic() < deadline:
@@ -163,7 +163,7 @@ def full_disk_catalog(driver: DriverProcess) -> dict[str, Any]:
                  "--stream-id", "16", "--driver-dir", driver.dir, "--segment-length", "128k"],
                 stdout=out, stderr=subprocess.STDOUT,
             )  # fmt: skip
-        with Aeron.connect(Context(dir=driver.dir, driver_timeout_ms=8_000)) as aeron:
+        with Aeron.connect(Context(dir=driver.dir, driver_timeout_ns=8_000_000_000)) as aeron:
             pubs = [aeron.add_exclusive_publication("aeron:ipc", 16) for _ in range(3)]
             for pub in pubs:
                 deadline = time.monotonic() + 20
@@ -211,7 +211,7 @@ def error_log_flood(refusals: int) -> dict[str, Any]:
         ]
     ).start()
     try:
-        with Aeron.connect(Context(dir=driver.dir, driver_timeout_ms=8_000)) as aeron:
+        with Aeron.connect(Context(dir=driver.dir, driver_timeout_ns=8_000_000_000)) as aeron:
             held = []
             try:
                 for stream_id in range(1, 200):

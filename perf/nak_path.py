@@ -21,7 +21,7 @@ from _common import new_results, quiet, write_results
 from logbuf.driver.udp import SendChannelEndpoint
 from logbuf.protocol import NakFrame, StatusMessageFrame
 from logbuf.testing.link import LinkNetwork
-from tests.interop.test_protocol_fixes import TERM, Wire, connect
+from logbuf.testing.udp_pair import TERM_LENGTH, Wire, connect
 
 GROUP = ("239.1.2.3", 4000)
 SENDER = ("10.0.0.1", 5000)
@@ -45,7 +45,7 @@ def main() -> None:
         for _ in range(64):
             assert publication.offer(b"x" * 100) > 0
         network.send(now, Wire().send)
-        sm = StatusMessageFrame(77, 5, term_id, offset, TERM // 2, 9).encode()
+        sm = StatusMessageFrame(77, 5, term_id, offset, TERM_LENGTH // 2, 9).encode()
         endpoint.on_datagram(memoryview(sm), RECEIVER)
         stepped = [memoryview(NakFrame(77, 5, term_id, offset + o, 1 << 20).encode()) for o in range(0, 64 * 160, 32)]
         endpoint.on_datagram(stepped[0], RECEIVER)  # resent once: the rest linger

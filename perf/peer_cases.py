@@ -28,7 +28,15 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _common import collect, count_until_end, percentiles, ping_pong_rtts, zmq_latency, zmq_throughput  # noqa: E402
+from _common import (  # noqa: E402
+    collect,
+    count_until_end,
+    media_driver,
+    percentiles,
+    ping_pong_rtts,
+    zmq_latency,
+    zmq_throughput,
+)
 
 CASES = (
     "ipc-32",
@@ -264,35 +272,13 @@ def logbuf_case(case: str, seconds: float, pings: int) -> dict[str, Any]:
 
     size = int(case.split("-")[1]) if case.split("-")[1].isdigit() else 0
     if case.startswith("ipc") and case.endswith("batch"):
-        directory = f"/dev/shm/logbuf-peers-{uuid.uuid4().hex[:8]}"
-        driver = udp_driver.subprocess.Popen(
-            [sys.executable, "-m", "logbuf.driver.main", "--dir", directory], stderr=udp_driver.subprocess.DEVNULL
-        )
-        try:
-            from logbuf.conduit.cnc import wait_for_driver
-
-            wait_for_driver(directory)
+        with media_driver(prefix="logbuf-peers") as (_, directory):
             return lb_batch_throughput(directory, directory, "aeron:ipc", size, seconds)
-        finally:
-            driver.terminate()
-            driver.wait(10)
-            shutil.rmtree(directory, ignore_errors=True)
     if case.startswith("ipc"):
-        directory = f"/dev/shm/logbuf-peers-{uuid.uuid4().hex[:8]}"
-        driver = udp_driver.subprocess.Popen(
-            [sys.executable, "-m", "logbuf.driver.main", "--dir", directory], stderr=udp_driver.subprocess.DEVNULL
-        )
-        try:
-            from logbuf.conduit.cnc import wait_for_driver
-
-            wait_for_driver(directory)
+        with media_driver(prefix="logbuf-peers") as (_, directory):
             if case == "ipc-pingpong":
                 return ipc_driver.lb_latency(directory, pings)
             return ipc_driver.lb_throughput(directory, int(case.split("-")[1]), seconds, 1)
-        finally:
-            driver.terminate()
-            driver.wait(10)
-            shutil.rmtree(directory, ignore_errors=True)
     a, b = udp_driver.Driver("a", []), udp_driver.Driver("b", [])
     try:
         a.wait_started()

@@ -713,6 +713,25 @@ def measure(name: str, make_df: Any, runs: int, recorded_bytes: int, expected_ro
     return case
 
 
+def local_spark(app_name: str, driver_memory: str) -> Any:
+    """A local[2] SparkSession on loopback, quiet (no UI, no progress bars, ERROR logs), 2 shuffle partitions."""
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName(app_name)
+        .config("spark.ui.enabled", "false")
+        .config("spark.driver.memory", driver_memory)
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="a 128 MiB archive instead of >= 1 GiB")
@@ -736,22 +755,9 @@ def main(argv: list[str] | None = None) -> int:
 
     with Catalog.open(archive_dir) as catalog:
         d = catalog.recordings()[0]
-    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
-
     from logbuf.archive.spark import register
 
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("spark-ingest")
-        .config("spark.ui.enabled", "false")
-        .config("spark.driver.memory", "4g")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = local_spark("spark-ingest", "4g")
     results = new_results(
         "spark_ingest",
         archive_bytes=facts["recorded_bytes"],
@@ -815,22 +821,9 @@ def main(argv: list[str] | None = None) -> int:
 def main_goals(args: argparse.Namespace) -> int:
     archive_dir = args.archive_dir or "/tmp/logbuf-spark-goals-300k"
     facts = make_goals_archive(archive_dir)
-    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
-
     from logbuf.archive.spark import register
 
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("spark-ingest-goals")
-        .config("spark.ui.enabled", "false")
-        .config("spark.driver.memory", "2g")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = local_spark("spark-ingest-goals", "2g")
     try:
         register(spark)
         results = goals(spark, archive_dir, facts, args.runs, args.label)

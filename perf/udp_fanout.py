@@ -59,7 +59,16 @@ import sys
 import time
 from typing import Any
 
-from _common import ROOT, collect_or_raise, cpu_user_system_seconds, new_results, quiet, run_child, write_results
+from _common import (
+    ROOT,
+    collect_or_raise,
+    count_batches_until_end,
+    cpu_user_system_seconds,
+    new_results,
+    quiet,
+    run_child,
+    write_results,
+)
 
 STREAM_ID = 10
 END = b"END!"
@@ -125,24 +134,10 @@ def subscriber(index: int, directory: str, channel: str, size: int, timeout_s: f
     with Aeron.connect(Context(dir=directory)) as aeron:
         sub = aeron.add_subscription(channel, STREAM_ID)
         out.put((f"ready{index}", 1))
-        received = 0
-        done = False
-        start = 0.0
         batch = FragmentBatch(4096)  # 32 B and 512 B messages are one fragment each (MTU 1408)
-        poll, idle, lengths = sub.poll_batch, os.sched_yield, batch.lengths
-        deadline = time.monotonic() + timeout_s
-        while not done and time.monotonic() < deadline:
-            count = poll(batch)
-            if count:
-                if not start:
-                    start = time.perf_counter()
-                full = int((lengths[:count] == size).sum())
-                received += full
-                done = full < count  # the end marker is longer: the last fragment of the stream
-            else:
-                idle()
+        received, elapsed, done = count_batches_until_end(sub.poll_batch, batch, size, timeout_s, os.sched_yield)
         out.put((f"received{index}", received))
-        out.put((f"elapsed{index}", time.perf_counter() - start if start else 0.0))
+        out.put((f"elapsed{index}", elapsed))
         out.put((f"completed{index}", done))
 
 

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterator
 
 import pytest
-import structlog
 
 from tests.support.wheel import Wheel, shared_wheel
 
-# The test kit's fixtures for every test: ``driver_factory`` (real media driver processes).
+# The test kit's fixtures for every test: ``driver_factory`` (real media driver processes), ``fake_clock``,
+# and structlog's configuration put back after each test.
 pytest_plugins = ["logbuf.testing.pytest_plugin"]
 
 # On a failing example Hypothesis imports libcst (to suggest a patch), whose import warns
@@ -22,19 +21,6 @@ with warnings.catch_warnings():
         import hypothesis.extra._patching  # noqa: F401
     except ImportError:  # pragma: no cover - libcst not installed: nothing to pre-import
         pass
-
-
-@pytest.fixture(autouse=True)
-def _structlog_as_it_was() -> Iterator[None]:
-    """Entry points run in-process (``logbuf-stat``, ``logbuf-archive``, the demo) configure structlog
-    to print to the stream that was ``sys.stderr`` then: pytest's capture of that one test. Later tests
-    would log into that closed capture (``ValueError: I/O operation on closed file``) and threads that
-    log, like the jetstream ingest and the relay's loop, would die of it. Put the configuration back."""
-    saved, was_configured = structlog.get_config(), structlog.is_configured()
-    yield
-    structlog.reset_defaults()
-    if was_configured:
-        structlog.configure(**saved)
 
 
 @pytest.fixture(scope="session")

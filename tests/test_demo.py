@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
 
 import pytest
@@ -15,6 +14,7 @@ import pytest
 from logbuf.client import demo
 from logbuf.client.stat import StatReader
 from logbuf.errors import LogbufError
+from logbuf.testing import wait_until
 
 pytestmark = pytest.mark.slow
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -69,11 +69,8 @@ def test_ctrl_c_stops_everything_in_order_without_a_traceback_and_reports() -> N
         start_new_session=True,  # its own process group, as a terminal's foreground job is
     )
     try:
-        deadline = time.monotonic() + 60
-        while not publishing(directory):
-            assert proc.poll() is None, proc.communicate()[0]
-            assert time.monotonic() < deadline, "the demo did not start publishing"
-            time.sleep(0.1)
+        wait_until(lambda: publishing(directory) or proc.poll() is not None, 60, "the demo to publish", max_idle_s=0.1)
+        assert proc.poll() is None, proc.communicate()[0]
         os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C: every process of the group gets it
         output = proc.communicate(timeout=60)[0]
     finally:

@@ -14,7 +14,7 @@ from logbuf.testing.driver_process import DriverProcess, DriverSet
 
 
 def provoke_an_invalid_channel_error(driver: DriverProcess) -> None:
-    with Aeron.connect(Context(dir=driver.dir, driver_timeout_ms=5_000)) as aeron:
+    with Aeron.connect(Context(dir=driver.dir, driver_timeout_ns=5_000_000_000)) as aeron:
         with pytest.raises(RegistrationError, match="INVALID_CHANNEL"):
             aeron.add_publication("aeron:carrier-pigeon", 1)
 
@@ -53,7 +53,11 @@ def test_a_restart_in_the_same_directory_waits_for_the_new_driver(driver_factory
     first_pid = driver.pid
     driver.kill()
     # a new driver takes the directory over once the heartbeat is stale
-    wait_until(lambda: not is_driver_active(driver.dir, 1_000), 10, "the killed driver's heartbeat to go stale")
+    wait_until(
+        lambda: not is_driver_active(driver.dir, timeout_ns=1_000_000_000),
+        10,
+        "the killed driver's heartbeat to go stale",
+    )
     driver.start()  # the dead driver's CnC, fresh enough for 5 s, is still there: start() waits for the new pid
     assert driver.alive and driver.pid != first_pid
     cnc = CncFile.open(driver.dir)

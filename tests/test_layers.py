@@ -91,3 +91,18 @@ def test_the_checker_sees_a_forbidden_import(tmp_path: pathlib.Path) -> None:
     assert imported_modules(source) >= {"logbuf.driver.context", "logbuf.client.aeron"}
     assert layer_of("logbuf.driver.context") == "logbuf.driver"
     assert layer_of("logbuf.errors") is None
+
+
+def test_benchmarks_import_no_test_module() -> None:
+    """``perf/`` is run by users and CI alike; what it shares with the tests lives in ``logbuf.testing`` (or,
+    perf-only, in ``perf/_common.py``), never in a test module."""
+    found = []
+    for path in sorted((ROOT / "perf").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names = [node.module]
+            found += [f"{path.name} imports {name}" for name in names if name == "tests" or name.startswith("tests.")]
+    assert found == []

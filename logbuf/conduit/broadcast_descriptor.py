@@ -12,48 +12,36 @@ of receivers follow it and detect when they have been lapped. A 128-byte trailer
     |  104 bytes padding         |   24
     +----------------------------+  128 = TRAILER_LENGTH
 
-A record, 8-byte aligned (length counts the header)::
-
-     0                   1                   2                   3
-     0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1
-    +---------------------------------------------------------------+
-    |                         Length (int32)                        |   0
-    +---------------------------------------------------------------+
-    |                     Message Type Id (int32)                   |   4
-    +---------------------------------------------------------------+
-    |                        Encoded Message                       ...  8
-    +---------------------------------------------------------------+
-
-Type id ``PADDING_MSG_TYPE_ID`` (-1) fills the end of the ring when a record does not fit before
-the wrap. A record at ``cursor`` is intact while ``cursor + capacity > tail intent``.
+A record is the to-driver ring buffer's (:mod:`logbuf.conduit.ring_buffer_descriptor` draws it: an
+int32 length that counts the 8-byte header, an int32 message type id, the message; 8-byte aligned); its
+offsets, alignment and checks are imported from there. Type id ``PADDING_MSG_TYPE_ID`` (-1) fills the
+end of the ring when a record does not fit before the wrap. A record at ``cursor`` is intact while ``cursor + capacity > tail intent``.
 """
 
 from __future__ import annotations
 
-import struct
 from typing import Final
 
 from logbuf import native
+from logbuf.conduit.ring_buffer_descriptor import ALIGNMENT
+from logbuf.conduit.ring_buffer_descriptor import HEADER_LENGTH as HEADER_LENGTH
+from logbuf.conduit.ring_buffer_descriptor import LENGTH_OFFSET as LENGTH_OFFSET
+from logbuf.conduit.ring_buffer_descriptor import MAX_MSG_TYPE_ID as MAX_MSG_TYPE_ID
+from logbuf.conduit.ring_buffer_descriptor import PADDING_MSG_TYPE_ID as PADDING_MSG_TYPE_ID
+from logbuf.conduit.ring_buffer_descriptor import RECORD_HEADER as RECORD_HEADER
+from logbuf.conduit.ring_buffer_descriptor import TYPE_OFFSET as TYPE_OFFSET
+from logbuf.conduit.ring_buffer_descriptor import align as align
+from logbuf.conduit.ring_buffer_descriptor import check_msg_length as check_msg_length
+from logbuf.conduit.ring_buffer_descriptor import check_msg_type_id as check_msg_type_id
 
-# -- record -----------------------------------------------------------------------------------
-LENGTH_OFFSET: Final[int] = 0
-TYPE_OFFSET: Final[int] = LENGTH_OFFSET + 4
-HEADER_LENGTH: Final[int] = TYPE_OFFSET + 4
-RECORD_ALIGNMENT: Final[int] = HEADER_LENGTH
-PADDING_MSG_TYPE_ID: Final[int] = -1
-MAX_MSG_TYPE_ID: Final[int] = (1 << 31) - 1
-RECORD_HEADER: Final[struct.Struct] = struct.Struct("<ii")
-"""length, msg_type_id."""
+# -- record (the ring buffer's) ----------------------------------------------------------------
+RECORD_ALIGNMENT: Final[int] = ALIGNMENT
 
 # -- trailer ----------------------------------------------------------------------------------
 TAIL_INTENT_COUNTER_OFFSET: Final[int] = 0
 TAIL_COUNTER_OFFSET: Final[int] = TAIL_INTENT_COUNTER_OFFSET + 8
 LATEST_COUNTER_OFFSET: Final[int] = TAIL_COUNTER_OFFSET + 8
 TRAILER_LENGTH: Final[int] = 128
-
-
-def align(value: int, alignment: int = RECORD_ALIGNMENT) -> int:
-    return (value + alignment - 1) & ~(alignment - 1)
 
 
 def check_capacity(buffer_length: int) -> int:
@@ -69,18 +57,6 @@ def check_capacity(buffer_length: int) -> int:
 
 def max_msg_length(capacity: int) -> int:
     return capacity // 8
-
-
-def check_msg_type_id(msg_type_id: int) -> None:
-    if not 1 <= msg_type_id <= MAX_MSG_TYPE_ID:
-        raise ValueError(
-            f"msg_type_id={msg_type_id} must be >= 1 and <= {MAX_MSG_TYPE_ID} (-1 is padding, 0 is reserved)"
-        )
-
-
-def check_msg_length(length: int, max_length: int) -> None:
-    if length > max_length:
-        raise ValueError(f"message length={length} exceeds max_msg_length={max_length} (capacity / 8)")
 
 
 # -- ordered access ----------------------------------------------------------------------------------

@@ -274,15 +274,16 @@ def initialising_cnc_pid(directory: str) -> int:
     return int.from_bytes(raw, "little", signed=True) if len(raw) == 8 else 0
 
 
-def is_driver_active(directory: str, timeout_ms: int, now_ms: int | None = None) -> bool:
-    """Is there a compatible CnC in ``directory`` whose driver heartbeat is at most ``timeout_ms`` old
-    and whose driver process (the CnC's pid) still exists?
+def is_driver_active(directory: str, *, timeout_ns: int, now_ms: int | None = None) -> bool:
+    """Is there a compatible CnC in ``directory`` whose driver heartbeat is at most ``timeout_ns`` old
+    and whose driver process (the CnC's pid) still exists? ``now_ms``: the wall clock in the heartbeat's
+    unit (epoch milliseconds), for tests.
 
-    A CnC still being initialised is waited for, up to ``timeout_ms`` (as Aeron does), unless the pid
+    A CnC still being initialised is waited for, up to ``timeout_ns`` (as Aeron does), unless the pid
     its creator already wrote is dead (a driver killed while starting: nothing will finish it). The pid
     check lets a driver killed with SIGKILL be taken over at once instead of after the driver timeout.
     """
-    deadline = time.monotonic() + timeout_ms / 1000
+    deadline = time.monotonic() + timeout_ns / 1e9
     while True:
         try:
             cnc = CncFile.open(directory)
@@ -295,16 +296,18 @@ def is_driver_active(directory: str, timeout_ms: int, now_ms: int | None = None)
             return False
     try:
         now = time.time_ns() // 1_000_000 if now_ms is None else now_ms
-        return now - cnc_driver_heartbeat_ms(cnc) <= timeout_ms and is_process_alive(cnc.pid)
+        return (now - cnc_driver_heartbeat_ms(cnc)) * 1_000_000 <= timeout_ns and is_process_alive(cnc.pid)
     finally:
         cnc.close()
 
 
-def wait_for_driver(directory: str, timeout_s: float = 10.0, heartbeat_timeout_ms: int = 10_000) -> None:
+def wait_for_driver(
+    directory: str, *, timeout_ns: int = 10_000_000_000, heartbeat_timeout_ns: int = 10_000_000_000
+) -> None:
     """Block until a driver in ``directory`` is active (for scripts and tests)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if is_driver_active(directory, heartbeat_timeout_ms):
+    deadline_ns = time.monotonic_ns() + timeout_ns
+    while time.monotonic_ns() < deadline_ns:
+        if is_driver_active(directory, timeout_ns=heartbeat_timeout_ns):
             return
         time.sleep(0.01)
-    raise TimeoutError(f"no active media driver in {directory} after {timeout_s} s")
+    raise TimeoutError(f"no active media driver in {directory} after {timeout_ns / 1e9:g} s")

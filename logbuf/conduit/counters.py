@@ -118,9 +118,9 @@ class CountersReader:
 class CountersManager(CountersReader):
     """Allocates and frees counters; safe across processes (records are claimed by CAS)."""
 
-    def __init__(self, metadata: memoryview, values: memoryview, *, free_to_reuse_timeout_ms: int = 0) -> None:
+    def __init__(self, metadata: memoryview, values: memoryview, *, free_to_reuse_timeout_ns: int = 0) -> None:
         super().__init__(metadata, values)
-        self.free_to_reuse_timeout_ms = free_to_reuse_timeout_ms
+        self.free_to_reuse_timeout_ns = free_to_reuse_timeout_ns
         self._high_water_mark = 0
         """Records below it have been used, as far as this manager knows."""
         self._freed: deque[int] = deque()
@@ -235,7 +235,7 @@ class CountersManager(CountersReader):
         """Release a counter; its record may be reused after the free-to-reuse timeout."""
         self._check_id(counter_id)
         meta = cd.metadata_offset(counter_id)
-        deadline = int(time.time() * 1000) + self.free_to_reuse_timeout_ms
+        deadline = int(time.time() * 1000) + self.free_to_reuse_timeout_ns // 1_000_000  # epoch ms, as Aeron lays it
         struct.pack_into("=q", self.metadata, meta + cd.FREE_FOR_REUSE_DEADLINE_OFFSET, deadline)
         native.put_int32_ordered(self.metadata, meta + cd.RECORD_STATE_OFFSET, cd.RECORD_RECLAIMED)
         self._freed.append(counter_id)

@@ -9,7 +9,7 @@ there for good, although other publishers keep committing frames after it::
     term   | committed | committed | 0 0 0 0 0 0 (dead claim) | committed | ... | tail
                                    ^ blocked offset            ^ next committed frame
 
-The driver, seeing the consumer position stuck below the tail for ``publication_unblock_timeout``,
+The driver, seeing the consumer position stuck below the tail for ``publication_unblock_timeout_ns``,
 covers the dead claim with a padding frame so readers skip it: up to the next committed frame
 (after checking everything between is still zero), or to the end of the term, then rotating the
 log, when no frame follows in the term.

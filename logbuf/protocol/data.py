@@ -1,30 +1,9 @@
 """DATA, PAD and heartbeat frames as they travel in datagrams (types 0x01 and 0x00).
 
-The 32-byte header layout is :mod:`logbuf.logbuffer.data_header_descriptor` (the log stores frames
-exactly as they are sent); this module adds the wire view: a frozen dataclass per kind of
-frame, and the rules for a datagram of them.
-
-::
-
-     0                   1                   2                   3
-     0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1
-    +-+-------------------------------------------------------------+
-    |R|                       Frame Length                          |   0
-    +-+-------------+-+-+-+---------+-------------------------------+
-    |   Version     |B|E|S| Flags   |      Type (DATA 1, PAD 0)     |   4
-    +---------------+-+-+-+---------+-------------------------------+
-    |R|                       Term Offset                           |   8
-    +-+-------------------------------------------------------------+
-    |                          Session ID                           |  12
-    +---------------------------------------------------------------+
-    |                          Stream ID                            |  16
-    +---------------------------------------------------------------+
-    |                           Term ID                             |  20
-    +---------------------------------------------------------------+
-    |                        Reserved Value                         |  24
-    |                                                               |
-    +---------------------------------------------------------------+
-    |                 Payload (DATA only) ... zero pad to 32       ...  32
+The 32-byte header (type DATA 1 or PAD 0, the payload after it) is drawn and laid out in
+:mod:`logbuf.logbuffer.data_header_descriptor`, one layout in one module: the log stores frames exactly
+as they are sent. This module adds the wire view: a frozen dataclass per kind of frame, and the rules
+for a datagram of them.
 
 Datagram rules (what an Aeron sender produces, and what :func:`decode_datagram` accepts):
 

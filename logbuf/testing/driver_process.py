@@ -54,8 +54,27 @@ DEFAULT_ARGS: list[str] = [
 """Settings for most system tests: small logs, timeouts short enough to test and long enough to ride out
 a loaded 2-core machine. Tests that time something out pass their own."""
 
+
+def quick_timeout_args(ipc_term_length: str = "1m") -> list[str]:
+    """Settings for tests that watch a client or a publication go: :data:`DEFAULT_ARGS` with a 3 s driver
+    timeout and 2 s client liveness (``ipc_term_length``: a small one makes back pressure come early)."""
+    return [
+        *("--ipc-term-length", ipc_term_length, "--driver-timeout", "3s", "--client-liveness-timeout", "2s"),
+        *("--publication-linger-timeout", "1s", "--dir-delete-on-shutdown", "false"),
+    ]
+
+
 START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 10.0
+
+
+def read_output(path: str) -> str:
+    """What a child process wrote to its log file ``path`` so far ("" before the file exists)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read().decode(errors="replace")
+    except OSError:
+        return ""
 
 
 def unique_dir() -> str:
@@ -81,7 +100,7 @@ class DriverProcess:
     def command(self) -> list[str]:
         return [sys.executable, "-m", "logbuf.driver.main", "--dir", self.dir, *self.args]
 
-    def start(self, timeout_s: float = START_TIMEOUT_S, heartbeat_timeout_ms: int = 5_000) -> DriverProcess:
+    def start(self, timeout_s: float = START_TIMEOUT_S, heartbeat_timeout_ns: int = 5_000_000_000) -> DriverProcess:
         """Start the process and wait until it heartbeats in its directory as itself."""
         if self.alive:
             raise AssertionError(f"driver in {self.dir} is already running (pid {self.pid})")
@@ -98,7 +117,7 @@ class DriverProcess:
                 env=None if self.env is None else {**os.environ, **self.env},
             )
         deadline = time.monotonic() + timeout_s
-        while not self._heartbeating(heartbeat_timeout_ms):
+        while not self._heartbeating(heartbeat_timeout_ns):
             if self.proc.poll() is not None:
                 raise AssertionError(
                     f"driver exited with {self.proc.returncode} at start; output:\n{self.output()[-10_000:]}"
@@ -109,7 +128,7 @@ class DriverProcess:
             time.sleep(0.01)
         return self
 
-    def _heartbeating(self, heartbeat_timeout_ms: int) -> bool:
+    def _heartbeating(self, heartbeat_timeout_ns: int) -> bool:
         """This process's CnC is in the directory and its heartbeat is fresh."""
         try:
             cnc = CncFile.open(self.dir)
@@ -118,7 +137,7 @@ class DriverProcess:
         try:
             assert self.proc is not None
             age_ms = time.time_ns() // 1_000_000 - cnc_driver_heartbeat_ms(cnc)
-            return cnc.pid == self.proc.pid and age_ms <= heartbeat_timeout_ms
+            return cnc.pid == self.proc.pid and age_ms * 1_000_000 <= heartbeat_timeout_ns
         finally:
             cnc.close()
 
@@ -151,11 +170,7 @@ class DriverProcess:
             self.proc.wait(STOP_TIMEOUT_S)
 
     def output(self) -> str:
-        try:
-            with open(self.log_path, "rb") as f:
-                return f.read().decode(errors="replace")
-        except OSError:
-            return ""
+        return read_output(self.log_path)
 
     # -- what the driver left in shared memory ----------------------------------------------------------
     def errors(self) -> list[str]:
@@ -190,6 +205,15 @@ class DriverProcess:
         ]
         assert len(values) == 1, f"no single system counter labelled {label!r} in {self.dir}"
         return int(values[0])
+
+    def system_counters(self) -> dict[str, int]:
+        """Every system counter by name (the label up to Aeron's ``: <details>``), read in this process at one
+        moment: quicker than :meth:`stat_json`, and counters read together cover the same time."""
+        return {
+            c["label"].split(": ", 1)[0]: int(c["value"])
+            for c in self.counters()
+            if c["type_id"] in SYSTEM_COUNTER_TYPE_IDS
+        }
 
     def stream_counters(self, type_id: int) -> list[int]:
         return [int(c["value"]) for c in self.counters() if c["type_id"] == type_id]

@@ -18,20 +18,28 @@ When something is missing the fixture fails with what and why, rather than skipp
 from __future__ import annotations
 
 import atexit
+import os
 import shutil
 import subprocess
 import sys
 import uuid
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import pytest
 
 from logbuf.errors import LogbufError
-from logbuf.testing.driver_process import DriverProcess
+from logbuf.testing.driver_process import DriverProcess, DriverSet
 
 SUBNET = "10.13.0"
 TAG_PREFIX = "h13"
 COMMAND_TIMEOUT_S = 30
+
+
+requires_netns = pytest.mark.skipif(
+    os.environ.get("CI") != "true" and os.geteuid() != 0, reason="network namespaces need root (run in CI)"
+)
+"""The mark of a test module that makes namespaces: skipped only off CI for a user who is not root."""
 
 
 class NetnsError(LogbufError, AssertionError):
@@ -174,3 +182,40 @@ def make_network(hosts: int) -> NetnsNetwork:
         return NetnsNetwork(hosts).create()
     except NetnsError as e:
         pytest.fail(f"cannot make the network namespaces this test needs (root and iproute2 required): {e}")
+
+
+def network_fixture(hosts: int) -> Callable[[], Iterator[NetnsNetwork]]:
+    """A module-scoped fixture yielding a network of ``hosts`` hosts, closed after the module's last test:
+    ``net = network_fixture(2)`` in a test module."""
+
+    @pytest.fixture(scope="module")
+    def net() -> Iterator[NetnsNetwork]:
+        network = make_network(hosts)
+        try:
+            yield network
+        finally:
+            network.close()
+
+    return net
+
+
+def start_drivers(
+    drivers: DriverSet, net: NetnsNetwork, args: Sequence[str], hosts: Sequence[int] | None = None
+) -> list[DriverProcess]:
+    """A driver with ``args`` in each of ``hosts`` (every host by default), looked after by ``drivers``."""
+    return [
+        drivers.start(NetnsDriverProcess(args=list(args), namespace=net.host(i)))
+        for i in (range(net.hosts) if hosts is None else hosts)
+    ]
+
+
+def drivers_fixture(args: Sequence[str]) -> Callable[..., Iterator[list[DriverProcess]]]:
+    """A module-scoped fixture yielding a driver with ``args`` on every host of the module's ``net`` fixture,
+    in host order: ``hosts = drivers_fixture(DRIVER_ARGS)`` in a test module."""
+
+    @pytest.fixture(scope="module")
+    def hosts(net: NetnsNetwork, request: pytest.FixtureRequest) -> Iterator[list[DriverProcess]]:
+        with DriverSet(request) as drivers:
+            yield start_drivers(drivers, net, args)
+
+    return hosts

@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from logbuf.client import Publication
+from logbuf.client import Aeron, Context, Publication
 from logbuf.logbuffer.publication import OfferResult
 from logbuf.testing import wait_until
-from logbuf.testing.driver_process import DriverProcess, DriverSet
+from logbuf.testing.driver_process import DriverProcess, DriverSet, read_output
 from logbuf.testing.host import free_tcp_port
 
 # Credentials for the S3 API server the tests start (moto accepts any), set before any Spark JVM starts so
@@ -54,12 +54,16 @@ def publish(pub: Publication, payloads: list[bytes], timeout_s: float = 20) -> t
     deadline = time.monotonic() + timeout_s
     for payload in payloads:
         stamp = time.time_ns() // 1_000
-        while (result := pub.offer(payload, reserved_value=stamp)) < 0:
+
+        def taken() -> int:
+            result = pub.offer(payload, reserved_value=stamp)
+            if result > 0:
+                return result
             assert result in (OfferResult.BACK_PRESSURED, OfferResult.ADMIN_ACTION), OfferResult(result).name
-            assert time.monotonic() < deadline, "publishing timed out"
-            time.sleep(0.0001)
+            return 0
+
+        ends.append(wait_until(taken, max(0.0, deadline - time.monotonic()), "publishing", max_idle_s=0.001))
         reserved.append(stamp)
-        ends.append(result)
     return reserved, ends
 
 
@@ -105,11 +109,7 @@ class RecorderProcess:
         return self
 
     def output(self) -> str:
-        try:
-            with open(self.log_path, "rb") as f:
-                return f.read().decode(errors="replace")
-        except OSError:
-            return ""
+        return read_output(self.log_path)
 
     def stop(self, timeout_s: float = 10.0) -> int:
         """SIGTERM and wait; returns the exit status."""
@@ -134,6 +134,13 @@ def archive_driver(request: pytest.FixtureRequest) -> Iterator[DriverProcess]:
     """One driver for a test module (64 KiB IPC terms); its error log must stay empty."""
     with DriverSet(request) as drivers:
         yield drivers(base=ARCHIVE_DRIVER_ARGS)
+
+
+@pytest.fixture
+def aeron(archive_driver: DriverProcess) -> Iterator[Aeron]:
+    """A client of :func:`archive_driver`, for one test."""
+    with Aeron.connect(Context(dir=archive_driver.dir)) as client:
+        yield client
 
 
 def archive_cli(archive: str | os.PathLike[str], *args: str) -> int:

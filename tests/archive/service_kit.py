@@ -15,6 +15,7 @@ from typing import Any
 from logbuf.client import Publication
 from logbuf.logbuffer.publication import OfferResult
 from logbuf.testing import wait_until
+from logbuf.testing.driver_process import read_output
 
 SEQ_BYTES = 8
 
@@ -57,7 +58,7 @@ class SequencedPublisher:
         try:
             while not self._stop.is_set():
                 if self.rate and self.sent >= (time.monotonic() - started) * self.rate:
-                    time.sleep(0.0005)
+                    time.sleep(0.0005)  # pace: the publisher's rate
                     continue
                 payload = payloads[self.sent & 0xFF]
                 message = self.sent.to_bytes(SEQ_BYTES, "little") + payload[SEQ_BYTES:]
@@ -67,7 +68,7 @@ class SequencedPublisher:
                         return
                     if self._stop.is_set():
                         return
-                    time.sleep(0.0001)
+                    time.sleep(0.0001)  # pace: back off on back pressure, retrying the same message
                 self.positions.append(result)
                 self.sent += 1
         except Exception as e:  # reported by the test
@@ -156,11 +157,7 @@ class ServeProcess:
         return self
 
     def output(self) -> str:
-        try:
-            with open(self.log_path, "rb") as f:
-                return f.read().decode(errors="replace")
-        except OSError:
-            return ""
+        return read_output(self.log_path)
 
     def kill(self) -> None:
         assert self.proc is not None

@@ -11,9 +11,7 @@ frames verify; B keeps the source's identity beside its own recording id.
 
 from __future__ import annotations
 
-import os
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,7 +24,13 @@ from logbuf.archive.verify import verify_recording
 from logbuf.client import Aeron, Context
 from logbuf.testing import wait_until
 from logbuf.testing.driver_process import DriverSet
-from logbuf.testing.netns import SUBNET, NetnsDriverProcess, NetnsNetwork, make_network
+from logbuf.testing.netns import (
+    SUBNET,
+    NetnsNetwork,
+    network_fixture,
+    requires_netns,
+    start_drivers,
+)
 from tests.archive.service_kit import (
     NETNS_DRIVER_ARGS,
     SequencedPublisher,
@@ -35,9 +39,7 @@ from tests.archive.service_kit import (
     recorded_stream,
 )
 
-pytestmark = pytest.mark.skipif(
-    os.environ.get("CI") != "true" and os.geteuid() != 0, reason="network namespaces need root (run in CI)"
-)
+pytestmark = requires_netns
 
 LIVE = "aeron:ipc"
 LIVE_STREAM = 1001
@@ -45,13 +47,7 @@ LENGTH = 200
 TIMEOUT_S = 30
 
 
-@pytest.fixture(scope="module")
-def net() -> Iterator[NetnsNetwork]:
-    network = make_network(2)
-    try:
-        yield network
-    finally:
-        network.close()
+net = network_fixture(2)
 
 
 @dataclass
@@ -83,8 +79,7 @@ def test_b_replicates_a_live_recording_through_a_link_cut_and_kill_9_of_either_s
     host_a, host_b = net.address(0), net.address(1)
     control_a = f"aeron:udp?endpoint={host_a}:8010"
     with DriverSet(request) as drivers:
-        driver_a = drivers.start(NetnsDriverProcess(args=list(NETNS_DRIVER_ARGS), namespace=net.host(0)))
-        driver_b = drivers.start(NetnsDriverProcess(args=list(NETNS_DRIVER_ARGS), namespace=net.host(1)))
+        driver_a, driver_b = start_drivers(drivers, net, NETNS_DRIVER_ARGS)
         common = ["--segment-length", str(1 << 20), "--checksum", "crc32"]
         a = ServeProcess(
             str(tmp_path / "a"),
@@ -126,7 +121,7 @@ def test_b_replicates_a_live_recording_through_a_link_cut_and_kill_9_of_either_s
                 wait_until(lambda: b_position() > 200_000, TIMEOUT_S, "B's copy to follow A's recording")
 
                 net.add_loss(1, 1.0)  # the link into B is cut
-                time.sleep(3)
+                time.sleep(3)  # pace: the length of the cut
                 at_cut_end = a_position()
                 net.clear_loss(1)
                 wait_until(lambda: b_position() >= at_cut_end, TIMEOUT_S, "B's copy to catch up after the link cut")
@@ -148,7 +143,7 @@ def test_b_replicates_a_live_recording_through_a_link_cut_and_kill_9_of_either_s
                 wait_until(lambda: not recording(b.archive_dir, 0).active, TIMEOUT_S, "the replication to end")
 
                 replicate()  # the same request again, once A's recording is copied whole: extends, nothing to add
-                time.sleep(1)
+                time.sleep(1)  # pace: time for the request to start (it may end at once: nothing to add)
                 wait_until(lambda: not recording(b.archive_dir, 0).active, TIMEOUT_S, "the second request to end")
                 with Catalog.open(b.archive_dir) as catalog_b:
                     copies = catalog_b.recordings()

@@ -11,7 +11,6 @@ Clients need no namespace (they meet their driver in /dev/shm), so every client 
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Iterator
@@ -27,13 +26,11 @@ from logbuf.archive.service_context import ArchiveContext
 from logbuf.client import Aeron, Context
 from logbuf.testing import wait_until
 from logbuf.testing.driver_process import DriverProcess, DriverSet
-from logbuf.testing.netns import NetnsDriverProcess, NetnsNetwork, make_network
+from logbuf.testing.netns import NetnsNetwork, network_fixture, requires_netns, start_drivers
 from tests.archive.conftest import archive_cli
 from tests.archive.service_kit import Received, SequencedPublisher
 
-pytestmark = pytest.mark.skipif(
-    os.environ.get("CI") != "true" and os.geteuid() != 0, reason="network namespaces need root (run in CI)"
-)
+pytestmark = requires_netns
 
 A, B = "10.13.0.1", "10.13.0.2"
 CONTROL = f"aeron:udp?endpoint={A}:8010"
@@ -58,13 +55,7 @@ class Hosts:
     publisher: SequencedPublisher
 
 
-@pytest.fixture(scope="module")
-def net() -> Iterator[NetnsNetwork]:
-    network = make_network(2)
-    try:
-        yield network
-    finally:
-        network.close()
+net = network_fixture(2)
 
 
 class Drain:
@@ -82,7 +73,7 @@ class Drain:
             n = self.subscription.poll(lambda b, h: None, 1000)
             self.count += n
             if not n:
-                time.sleep(0.0005)
+                time.sleep(0.0005)  # pace: idle between empty polls until stopped
 
     def close(self) -> None:
         self._stop.set()
@@ -95,8 +86,7 @@ def hosts(
     net: NetnsNetwork, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Hosts]:
     with DriverSet(request) as drivers:
-        a = drivers.start(NetnsDriverProcess(args=list(DRIVER_ARGS), namespace=net.host(0)))
-        b = drivers.start(NetnsDriverProcess(args=list(DRIVER_ARGS), namespace=net.host(1)))
+        a, b = start_drivers(drivers, net, DRIVER_ARGS)
         ctx = ArchiveContext(
             archive_dir=str(tmp_path_factory.mktemp("archive-a")),
             driver_dir=a.dir,
@@ -129,7 +119,7 @@ def remote_client(hosts: Hosts, response_port: int) -> ArchiveClient:
             aeron=hosts.aeron_b,
             control_channel=CONTROL,
             response_channel=f"aeron:udp?endpoint={B}:{response_port}",
-            message_timeout_ms=10_000,
+            message_timeout_ns=10_000_000_000,
         )
     )
 
@@ -158,12 +148,10 @@ def test_host_b_lists_a_recordings_and_replays_a_range_over_udp_byte_for_byte(ho
             received = Received(length=64)
             session_id = replay_image_session_id(replay_session_id)
 
-            def step() -> None:
+            def step() -> int:
+                """Fragments polled; 0 (back off) while the replay's image is not there yet."""
                 image = subscription.image_by_session_id(session_id)
-                if image is not None:
-                    image.poll(received.handler, 200)
-                else:
-                    time.sleep(0.001)
+                return image.poll(received.handler, 200) if image is not None else 0
 
             wait_until(lambda: len(received.seqs) >= 3_000, TIMEOUT_S, f"the replay on {channel}", do_work=step)
             received.check_once_in_order(1_000, 3_999)
@@ -217,8 +205,7 @@ def test_remote_connects_outside_the_allow_list_or_answered_elsewhere_are_droppe
     reflect = cc.ConnectRequest(  # from B, naming A's address: the service would send at a host that did not ask
         correlation_id=1, response_stream_id=20, version=0, response_channel=f"aeron:udp?endpoint={A}:8030"
     )
-    while control.offer(cc.encode(reflect)) < 0:
-        time.sleep(0.001)
+    wait_until(lambda: control.offer(cc.encode(reflect)) > 0, TIMEOUT_S, "the reflected connect offered")
     wait_until(lambda: hosts.service.counters.requests_dropped.get() > before, TIMEOUT_S, "the connect to be dropped")
     assert hosts.service.conductor is not None
     assert not [s for s in hosts.service.conductor.sessions.values() if s.response_channel.endswith(":8030")]
@@ -235,7 +222,7 @@ def test_remote_connects_outside_the_allow_list_or_answered_elsewhere_are_droppe
             aeron=hosts.aeron_b,
             control_channel=f"aeron:udp?endpoint={A}:8011",
             response_channel=f"aeron:udp?endpoint={B}:8031",
-            message_timeout_ms=1_500,
+            message_timeout_ns=1_500_000_000,
         )
         with pytest.raises(ArchiveTimeoutError):
             ArchiveClient.connect(refused)

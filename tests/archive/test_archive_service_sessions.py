@@ -15,7 +15,7 @@ from logbuf.archive import control_codec as cc
 from logbuf.archive.client import ArchiveClient, ArchiveClientContext, ArchiveRequestError
 from logbuf.archive.service import ArchiveService
 from logbuf.archive.service_context import ArchiveContext
-from logbuf.client import Aeron, Context
+from logbuf.client import Aeron
 from logbuf.testing import wait_until
 from logbuf.testing.driver_process import DriverProcess
 from logbuf.testing.host import free_tcp_port
@@ -28,19 +28,13 @@ MAX_RECORDING_SUBSCRIPTIONS = 2
 
 
 @pytest.fixture
-def aeron(archive_driver: DriverProcess) -> Iterator[Aeron]:
-    with Aeron.connect(Context(dir=archive_driver.dir)) as client:
-        yield client
-
-
-@pytest.fixture
 def service(archive_driver: DriverProcess, tmp_path: os.PathLike[str]) -> Iterator[ArchiveService]:
     ctx = ArchiveContext(
         archive_dir=os.path.join(tmp_path, "archive"),
         driver_dir=archive_driver.dir,
         segment_length=128 * 1024,
-        session_timeout_ms=SESSION_TIMEOUT_MS,
-        connect_timeout_ms=CONNECT_TIMEOUT_MS,
+        session_timeout_ns=SESSION_TIMEOUT_MS * 1_000_000,
+        connect_timeout_ns=CONNECT_TIMEOUT_MS * 1_000_000,
         max_sessions=MAX_SESSIONS,
         max_recording_subscriptions=MAX_RECORDING_SUBSCRIPTIONS,
         events_channel="aeron:ipc",
@@ -57,10 +51,10 @@ def _open_sessions(service: ArchiveService) -> set[int]:
 def test_an_idle_client_is_kept_alive_past_the_session_timeout_by_its_keep_alive_thread(
     service: ArchiveService, aeron: Aeron
 ) -> None:
-    ctx = ArchiveClientContext(aeron=aeron, keep_alive_interval_ms=SESSION_TIMEOUT_MS // 4)
+    ctx = ArchiveClientContext(aeron=aeron, keep_alive_interval_ns=SESSION_TIMEOUT_MS // 4 * 1_000_000)
     with ArchiveClient.connect(ctx) as client:
         archive_id = client.archive_id()
-        time.sleep(4 * SESSION_TIMEOUT_MS / 1000)  # idle: no requests, no poll()
+        time.sleep(4 * SESSION_TIMEOUT_MS / 1000)  # pace: the thing under test, idle: no requests, no poll()
         assert client.control_session_id in _open_sessions(service)
         assert client.keep_alives_sent >= 4
         assert client.archive_id() == archive_id
@@ -69,7 +63,9 @@ def test_an_idle_client_is_kept_alive_past_the_session_timeout_by_its_keep_alive
 def test_without_the_keep_alive_thread_an_idle_client_is_closed_by_the_service(
     service: ArchiveService, aeron: Aeron
 ) -> None:
-    ctx = ArchiveClientContext(aeron=aeron, keep_alive_interval_ms=SESSION_TIMEOUT_MS // 4, keep_alive_thread=False)
+    ctx = ArchiveClientContext(
+        aeron=aeron, keep_alive_interval_ns=SESSION_TIMEOUT_MS // 4 * 1_000_000, keep_alive_thread=False
+    )
     with ArchiveClient.connect(ctx) as client:
         session_id = client.control_session_id
         assert session_id in _open_sessions(service)
@@ -92,20 +88,24 @@ def test_a_flood_of_connects_is_capped_each_timed_out_and_counted_and_an_honest_
             version=cc.PROTOCOL_SEMANTIC_VERSION,
             response_channel="aeron:ipc",
         )
-        while flood.offer(cc.encode(request)) < 0:
-            time.sleep(0.0001)
+        wait_until(lambda: flood.offer(cc.encode(request)) > 0, 10, f"connect request {i} offered", max_idle_s=0.001)
     most = 0
 
     def watch() -> None:
         nonlocal most
         most = max(most, len(_open_sessions(service)))
-        time.sleep(0.001)
 
     wait_until(
-        lambda: counters.requests_dropped.get() - dropped >= 50 - MAX_SESSIONS, 10, "the surplus dropped", do_work=watch
+        lambda: counters.requests_dropped.get() - dropped >= 50 - MAX_SESSIONS,
+        10,
+        "the surplus dropped",
+        do_work=watch,
+        max_idle_s=0.002,
     )
     assert most <= MAX_SESSIONS
-    wait_until(lambda: not _open_sessions(service), 10, "the unconnected sessions to time out", do_work=watch)
+    wait_until(
+        lambda: not _open_sessions(service), 10, "the unconnected sessions to time out", do_work=watch, max_idle_s=0.002
+    )
     assert most <= MAX_SESSIONS
     assert counters.sessions_closed.get() - closed == MAX_SESSIONS  # each one that was opened, timed out
     flood.close()
@@ -138,8 +138,9 @@ def test_a_remote_source_records_the_network_image_and_needs_a_udp_channel(
         wait_until(lambda: publication.is_connected, 10, "the recording's network subscription")
         end = 0
         for i in range(200):
-            while (end := publication.offer(sequenced(i, 100))) < 0:
-                time.sleep(0.0001)
+            end = wait_until(
+                lambda: max(0, publication.offer(sequenced(i, 100))), 10, f"message {i} offered", max_idle_s=0.001
+            )
         (d,) = [d for d in client.list_recordings() if d.stream_id == 8_200]
         assert d.source_identity.startswith("127.0.0.1:")  # the sender's address: a network image, not a spy
         wait_until(lambda: client.max_recorded_position(d.recording_id) >= end, 10, "the recording")

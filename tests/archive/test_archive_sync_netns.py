@@ -12,10 +12,8 @@ byte the same, every message once and in order, and every recording's frames ver
 from __future__ import annotations
 
 import functools
-import os
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -28,7 +26,13 @@ from logbuf.archive.verify import verify_recording
 from logbuf.client import Aeron, Context
 from logbuf.testing import wait_until
 from logbuf.testing.driver_process import DriverSet
-from logbuf.testing.netns import SUBNET, NetnsDriverProcess, NetnsNetwork, make_network
+from logbuf.testing.netns import (
+    SUBNET,
+    NetnsNetwork,
+    network_fixture,
+    requires_netns,
+    start_drivers,
+)
 from tests.archive.service_kit import (
     NETNS_DRIVER_ARGS,
     SequencedPublisher,
@@ -37,9 +41,7 @@ from tests.archive.service_kit import (
     recorded_stream,
 )
 
-pytestmark = pytest.mark.skipif(
-    os.environ.get("CI") != "true" and os.geteuid() != 0, reason="network namespaces need root (run in CI)"
-)
+pytestmark = requires_netns
 
 LIVE = f"aeron:udp?endpoint=224.0.1.27:40740|interface={SUBNET}.0/24"
 """The same channel string on every host, so the three recordings are one stream history."""
@@ -48,13 +50,7 @@ LENGTH = 200
 TIMEOUT_S = 30
 
 
-@pytest.fixture(scope="module")
-def net() -> Iterator[NetnsNetwork]:
-    network = make_network(3)
-    try:
-        yield network
-    finally:
-        network.close()
+net = network_fixture(3)
 
 
 def recording_count(archive_dir: str) -> int:
@@ -75,9 +71,7 @@ def test_three_archives_converge_after_a_link_cut_and_a_killed_recorder(
     controls = [f"aeron:udp?endpoint={h}:8010" for h in hosts]
     common = ["--segment-length", str(1 << 20), "--checksum", "crc32", "--allowed-clients", f"{SUBNET}.0/24"]
     with DriverSet(request) as drivers:
-        driver_dirs = [
-            drivers.start(NetnsDriverProcess(args=list(NETNS_DRIVER_ARGS), namespace=net.host(i))).dir for i in range(3)
-        ]
+        driver_dirs = [d.dir for d in start_drivers(drivers, net, NETNS_DRIVER_ARGS)]
         serves = [
             ServeProcess(
                 str(tmp_path / f"h{i}"),
@@ -116,7 +110,7 @@ def test_three_archives_converge_after_a_link_cut_and_a_killed_recorder(
                         control_channel=controls[i],
                         response_channel=f"aeron:udp?endpoint={hosts[0]}:{8100 + i}",
                         response_stream_id=20 + i,
-                        message_timeout_ms=3_000,
+                        message_timeout_ns=3_000_000_000,
                     )
                     return Peer(
                         f"h{i}",
@@ -132,16 +126,16 @@ def test_three_archives_converge_after_a_link_cut_and_a_killed_recorder(
                 sync_thread = threading.Thread(
                     target=sync_forever,
                     args=(peers, stop_sync),
-                    kwargs={"interval_s": 0.5, "timeout_s": 20.0, "on_report": reports.append},
+                    kwargs={"interval_ns": 500_000_000, "timeout_ns": 20_000_000_000, "on_report": reports.append},
                     daemon=True,
                 )
                 sync_thread.start()
 
                 wait_until(lambda: publisher.sent > 4_000, TIMEOUT_S, "the stream to run")
                 net.add_loss(2, 1.0)  # host 2 is cut off
-                time.sleep(2)
+                time.sleep(2)  # pace: the stream runs 2 s into the cut
                 serves[1].kill()  # host 1's recorder is killed during the cut
-                time.sleep(3)
+                time.sleep(3)  # pace: 3 s more of the cut with host 1's recorder down
                 started = serves[1].output().count("archive.started")
                 serves[1].proc = None
                 serves[1].start()

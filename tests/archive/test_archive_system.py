@@ -420,7 +420,7 @@ def test_recording_survives_a_driver_restart(tmp_path: Any, driver_factory: Driv
     archive = str(tmp_path / "restart")
     r = RecorderProcess(archive, driver.dir, "aeron:ipc", 14, ["--driver-timeout", "1s"]).start()
     try:
-        with Aeron.connect(Context(dir=driver.dir, driver_timeout_ms=1000)) as client:
+        with Aeron.connect(Context(dir=driver.dir, driver_timeout_ns=1_000_000_000)) as client:
             pub = client.add_publication("aeron:ipc", 14)
             wait_until(lambda: pub.is_connected, 20, "the recorder to subscribe")
             first = payloads_for(6, 300)

@@ -115,7 +115,7 @@ def test_the_recorder_fails_a_recording_that_does_not_fit_and_keeps_recording_th
     Catalog.open_writable(archive, capacity=cat.HEADER_LENGTH + 3 * cat.ENTRY_LENGTH).close()
     recorder = RecorderProcess(archive, archive_driver.dir, "aeron:ipc", STREAM).start()
     try:
-        with Aeron.connect(Context(dir=archive_driver.dir, driver_timeout_ms=8_000)) as aeron:
+        with Aeron.connect(Context(dir=archive_driver.dir, driver_timeout_ns=8_000_000_000)) as aeron:
             pubs = [aeron.add_exclusive_publication("aeron:ipc", STREAM) for _ in range(3)]
             for pub in pubs:
                 wait_until(lambda: pub.is_connected, 20, "the recorder to subscribe")  # noqa: B023

@@ -234,9 +234,9 @@ def test_the_loop_keeps_the_client_alive_past_the_liveness_timeout(driver: Drive
 
 
 def test_idle_settings_are_checked() -> None:
-    with pytest.raises(ValueError, match="min_park_s"):
-        AsyncIdle(min_park_s=0.01, max_park_s=0.001)
-    with pytest.raises(ValueError, match="deep_park_s"):
-        AsyncIdle(max_park_s=0.01, deep_park_s=0.001)
+    with pytest.raises(ValueError, match="min_park_ns"):
+        AsyncIdle(min_park_ns=10_000_000, max_park_ns=1_000_000)
+    with pytest.raises(ValueError, match="deep_park_ns"):
+        AsyncIdle(max_park_ns=10_000_000, deep_park_ns=1_000_000)
     with pytest.raises(ValueError, match="spins"):
         AsyncIdle(spins=-1)

@@ -9,6 +9,7 @@ import time
 
 from logbuf.client import Aeron, Context, FragmentAssembler, OfferResult
 from logbuf.logging_config import configure_logging
+from logbuf.testing import wait_until
 
 SEQ = struct.Struct("<q")
 
@@ -16,13 +17,10 @@ SEQ = struct.Struct("<q")
 def publisher(directory: str, stream_id: int, count: int, size: int, timeout_s: float) -> dict[str, int]:
     """Publish ``count`` messages of ``size`` bytes carrying their sequence number; count back pressure."""
     back_pressured = 0
-    with Aeron.connect(Context(dir=directory, driver_timeout_ms=5_000)) as aeron:
+    with Aeron.connect(Context(dir=directory, driver_timeout_ns=5_000_000_000)) as aeron:
         pub = aeron.add_publication("aeron:ipc", stream_id)
         deadline = time.monotonic() + timeout_s
-        while not pub.is_connected:
-            if time.monotonic() > deadline:
-                raise TimeoutError("publisher never connected")
-            time.sleep(0.001)
+        wait_until(lambda: pub.is_connected, timeout_s, "the publisher connected")
         body = bytearray(size)
         for seq in range(count):
             SEQ.pack_into(body, 0, seq)
@@ -53,16 +51,16 @@ def subscriber(
             errors += 1
         expected = seq + 1
         if delay_every and expected % delay_every == 0:
-            time.sleep(delay_s)
+            time.sleep(delay_s)  # pace: the slow consumer the test asked for
 
-    with Aeron.connect(Context(dir=directory, driver_timeout_ms=5_000)) as aeron:
+    with Aeron.connect(Context(dir=directory, driver_timeout_ns=5_000_000_000)) as aeron:
         sub = aeron.add_subscription("aeron:ipc", stream_id)
         print("ready", flush=True)
         handler = FragmentAssembler(on_message)
         deadline = time.monotonic() + timeout_s
         while expected < count:
             if sub.poll(handler, 64) == 0:
-                time.sleep(0.0001)
+                time.sleep(0.0001)  # pace: idle between empty polls
             if time.monotonic() > deadline:
                 raise TimeoutError(f"subscriber got {expected} of {count}")
         return {"received": expected, "errors": errors}
@@ -70,11 +68,11 @@ def subscriber(
 
 def idle_client(directory: str, stream_id: int) -> None:
     """Add a publication and a subscription, say so, then wait to be killed."""
-    with Aeron.connect(Context(dir=directory, driver_timeout_ms=5_000)) as aeron:
+    with Aeron.connect(Context(dir=directory, driver_timeout_ns=5_000_000_000)) as aeron:
         aeron.add_publication("aeron:ipc", stream_id)
         aeron.add_subscription("aeron:ipc", stream_id)
         print("ready", flush=True)
-        time.sleep(600)
+        time.sleep(600)  # pace: hold the client open until the test kills this process
 
 
 if __name__ == "__main__":

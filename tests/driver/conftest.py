@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from logbuf.testing.driver_process import DriverProcess, DriverSet, unique_dir
+from logbuf.testing.driver_process import DriverProcess, DriverSet, quick_timeout_args, unique_dir
 
 __all__ = ["DriverProcess", "unique_dir"]
 
@@ -16,18 +16,7 @@ __all__ = ["DriverProcess", "unique_dir"]
 @pytest.fixture
 def driver_args() -> list[str]:
     """Override in a test module (or parametrize) for other settings."""
-    return [
-        "--ipc-term-length",
-        "1m",
-        "--driver-timeout",
-        "3s",
-        "--client-liveness-timeout",
-        "2s",
-        "--publication-linger-timeout",
-        "1s",
-        "--dir-delete-on-shutdown",
-        "false",
-    ]
+    return quick_timeout_args()
 
 
 @pytest.fixture

@@ -41,7 +41,7 @@ def open_files() -> Iterator[None]:
 
 
 def connect(driver: DriverProcess) -> Aeron:
-    return Aeron.connect(Context(dir=driver.dir, driver_timeout_ms=8_000))
+    return Aeron.connect(Context(dir=driver.dir, driver_timeout_ns=8_000_000_000))
 
 
 def round_trip(aeron: Aeron, channel: str, stream_id: int) -> None:

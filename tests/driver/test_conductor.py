@@ -40,9 +40,9 @@ def driver(clock: FakeClock) -> Iterator[SteppedDriver]:
         stepped = SteppedDriver(
             os.path.join(parent, "driver"),
             clock,
-            timer_interval=TIMER_NS,
-            client_liveness_timeout=LIVENESS_NS,
-            publication_linger_timeout=LINGER_NS,
+            timer_interval_ns=TIMER_NS,
+            client_liveness_timeout_ns=LIVENESS_NS,
+            publication_linger_timeout_ns=LINGER_NS,
         )
         try:
             yield stepped

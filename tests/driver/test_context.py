@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from logbuf.driver.context import DriverContext, format_default
+from logbuf.driver.context import DriverContext, flag_name, format_default
 from logbuf.errors import ConfigurationError
 
 
@@ -46,7 +46,7 @@ def test_help_shows_durations_and_sizes_with_units(help_text: str) -> None:
 
 def test_help_gives_every_setting_one_default(help_text: str) -> None:
     by_flag = option_help(help_text)
-    flags = {"--" + f.name.replace("_", "-") for f in fields(DriverContext) if "kind" in f.metadata}
+    flags = {flag_name(f) for f in fields(DriverContext) if "kind" in f.metadata}
     assert flags <= set(by_flag)
     for flag in flags:
         assert by_flag[flag].lower().count("default") == 1, by_flag[flag]
@@ -86,6 +86,10 @@ def test_defaults_are_written_in_the_largest_exact_unit(kind: str, value: int, t
         (["--max-images-per-endpoint", "0"], "max_images_per_endpoint=0 must be at least 1"),
         (["--max-image-term-length", "3m"], "max_image_term_length: term_length=3145728 is not a power of 2"),
         (["--max-image-term-length", "2g"], "max_image_term_length: term_length=2147483648 is greater than"),
+        (
+            ["--initial-window-length", "4m", "--socket-buffer-length", "2m"],
+            "initial_window_length=4194304 must be at most socket_buffer_length=2097152",
+        ),
     ],
 )
 def test_the_caps_on_what_the_network_may_allocate_are_validated(argv: list[str], problem: str) -> None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -29,7 +28,7 @@ import json, sys, time
 from logbuf.client import Aeron, Context, FragmentBatch
 from logbuf.errors import CorruptLogError
 directory, stream_id, flavour = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-with Aeron.connect(Context(dir=directory, driver_timeout_ms=8_000)) as aeron:
+with Aeron.connect(Context(dir=directory, driver_timeout_ns=8_000_000_000)) as aeron:
     sub = aeron.add_subscription("aeron:ipc", stream_id)
     print("ready", flush=True)
     sys.stdin.readline()  # the log is damaged now
@@ -45,7 +44,7 @@ with Aeron.connect(Context(dir=directory, driver_timeout_ms=8_000)) as aeron:
         except CorruptLogError as e:
             error = {"message": str(e), "position": e.position, "frame_length": e.frame_length,
                      "session_id": e.session_id, "stream_id": e.stream_id, "channel": e.channel}
-        time.sleep(0.001)
+        time.sleep(0.001)  # pace: poll every millisecond until the damage is met (or the deadline)
     print(json.dumps({"got": got, "error": error}), flush=True)
     sys.stdin.readline()  # stay subscribed (stuck at the damage) until the driver has looked at it
 """
@@ -98,14 +97,13 @@ def run_case(
 ) -> None:
     assert child.stdout is not None and child.stdin is not None
     assert child.stdout.readline().strip() == "ready"
-    with Aeron.connect(Context(dir=driver.dir, driver_timeout_ms=8_000)) as aeron:
+    with Aeron.connect(Context(dir=driver.dir, driver_timeout_ns=8_000_000_000)) as aeron:
         pub = aeron.add_publication("aeron:ipc", stream_id)
         wait_until(lambda: pub.is_connected, 20, "the child's subscription")
         positions = []
         for text in ("m0", "m1", "m2"):
             positions.append(pub.position)
-            while pub.offer(text.encode()) < 0:
-                time.sleep(0.001)
+            wait_until(lambda: pub.offer(text.encode()) > 0, 20, f"the offer of {text}")
         bad_position = positions[1]
         term = pub._log_buffers.term_buffer(0)  # this process maps the log, as any client can
         dh.HEADER.pack_into(term, bad_position, frame_length, 0, 0xC0, frame_type, bad_position, 0, 0, 0, 0)
@@ -129,8 +127,7 @@ def run_case(
         sub = aeron.add_subscription("aeron:ipc", stream_id + 1)
         other = aeron.add_publication("aeron:ipc", stream_id + 1)
         wait_until(lambda: other.is_connected, 20, "another stream")
-        while other.offer(b"still serving") < 0:
-            time.sleep(0.001)
+        wait_until(lambda: other.offer(b"still serving") > 0, 20, "the offer on another stream")
         got: list[bytes] = []
         wait_until(lambda: sub.poll(lambda b, h: got.append(bytes(b)), 10) > 0, 20, "a message on another stream")
         assert got == [b"still serving"]

@@ -35,7 +35,7 @@ def test_repeated_refusals_naming_different_streams_and_channels_are_one_record_
     media_driver: DriverProcess,
 ) -> None:
     media_driver.expected_errors += ["counters are full", "INVALID_CHANNEL"]
-    with Aeron.connect(Context(dir=media_driver.dir, driver_timeout_ms=8_000)) as aeron:
+    with Aeron.connect(Context(dir=media_driver.dir, driver_timeout_ns=8_000_000_000)) as aeron:
         held = []
         with pytest.raises(RegistrationError, match="counters are full"):
             for stream_id in range(1, 200):

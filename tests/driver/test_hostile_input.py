@@ -15,7 +15,8 @@ from logbuf.driver.udp import MAX_ELICITED_SESSIONS, ReceiveChannelEndpoint, Sen
 from logbuf.logbuffer import data_header_descriptor as dh
 from logbuf.protocol import DataFrame, HeartbeatFrame, NakFrame, StatusMessageFrame
 from logbuf.testing.link import LinkNetwork
-from tests.interop.test_protocol_fixes import TERM, NoImages, Wire, connect, deliver, workdir
+from logbuf.testing.udp_pair import TERM_LENGTH, Wire, connect
+from tests.interop.test_protocol_fixes import NoImages, deliver, workdir
 
 __all__ = ["workdir"]  # the fixture, imported for this module's tests
 
@@ -40,8 +41,8 @@ def system_counters() -> SystemCounters:
         (1000, 0, 0, "far ahead of snd-pos (overflowed int32 in the batch send)"),
         (0, 64, 0, "ahead of snd-pos"),
         (-1000, 0, 0, "a negative position"),
-        (0, TERM + 32, 0, "an offset past the term"),
-        (0, 0, TERM // 2 + 32, "a window over half a term"),
+        (0, TERM_LENGTH + 32, 0, "an offset past the term"),
+        (0, 0, TERM_LENGTH // 2 + 32, "a window over half a term"),
         (0, 0, 0x7FFFFFFF, "the largest window"),
     ],
 )
@@ -55,7 +56,7 @@ def test_a_status_message_no_receiver_could_send_is_counted_invalid_and_changes_
     network.receiver_address = RECEIVER
     term_id, _ = network.log.term_of(network.sender_position.get())
     limit = network.sender_limit
-    assert network.is_plausible_status_message(StatusMessageFrame(77, 5, term_id, 0, TERM // 2, 9))
+    assert network.is_plausible_status_message(StatusMessageFrame(77, 5, term_id, 0, TERM_LENGTH // 2, 9))
     forged = StatusMessageFrame(77, 5, wrap(term_id + term_delta), term_offset, window, 9)
     assert not network.is_plausible_status_message(forged), why
     endpoint.on_datagram(memoryview(forged.encode()), RECEIVER)
@@ -74,12 +75,14 @@ def test_status_messages_and_naks_from_another_address_are_spoofed_once_connecte
     endpoint.publications[(network.session_id, network.stream_id)] = network
     network.receiver_address = RECEIVER
     term_id, _ = network.log.term_of(network.sender_position.get())
-    endpoint.on_datagram(memoryview(StatusMessageFrame(77, 5, term_id, 0, TERM // 2, 1).encode()), ("10.6.6.6", 1))
+    endpoint.on_datagram(
+        memoryview(StatusMessageFrame(77, 5, term_id, 0, TERM_LENGTH // 2, 1).encode()), ("10.6.6.6", 1)
+    )
     endpoint.on_datagram(memoryview(NakFrame(77, 5, term_id, 0, 1408).encode()), ("10.6.6.6", 1))
     assert system.get(SystemCounterId.SPOOFED_FRAMES_DROPPED) == 2
     assert system.get(SystemCounterId.NAK_MESSAGES_RECEIVED) == 0
     received = system.get(SystemCounterId.STATUS_MESSAGES_RECEIVED)
-    endpoint.on_datagram(memoryview(StatusMessageFrame(77, 5, term_id, 0, TERM // 2, 1).encode()), RECEIVER)
+    endpoint.on_datagram(memoryview(StatusMessageFrame(77, 5, term_id, 0, TERM_LENGTH // 2, 1).encode()), RECEIVER)
     assert system.get(SystemCounterId.STATUS_MESSAGES_RECEIVED) == received + 1
 
 
@@ -116,7 +119,7 @@ def test_an_end_of_stream_behind_the_receive_position_or_past_the_window_is_igno
         image.insert_packet(memoryview(heartbeat), now)
 
     eos_at(image.join_position)  # behind rcv-pos: would end the stream before what was received
-    eos_at(image.rebuild + TERM)  # past the window
+    eos_at(image.rebuild + TERM_LENGTH)  # past the window
     assert image.eos_position == -1
     eos_at(image.rebuild)
     assert image.eos_position == image.rebuild

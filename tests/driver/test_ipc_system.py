@@ -53,7 +53,7 @@ def result_of(proc: subprocess.Popen[str], timeout_s: float) -> dict[str, int]:
 
 @pytest.fixture
 def aeron(media_driver: DriverProcess) -> Iterator[Aeron]:
-    with Aeron.connect(Context(dir=media_driver.dir, driver_timeout_ms=3_000)) as client:
+    with Aeron.connect(Context(dir=media_driver.dir, driver_timeout_ns=3_000_000_000)) as client:
         yield client
 
 
@@ -97,15 +97,16 @@ def test_three_subscribers_at_different_speeds_lose_nothing_and_the_slowest_back
         pub = spawn("publisher", directory=media_driver.dir, stream_id=stream_id, count=count, size=100, timeout_s=90)
         # While running, the stat tool sees the slowest subscriber lagging behind the publisher.
         lags: list[int] = []
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and pub.poll() is None:
-            snapshot = media_driver.stat_json()
-            for stream in snapshot["streams"]:
+
+        def lagging_or_done() -> bool:
+            if pub.poll() is not None:
+                return True
+            for stream in media_driver.stat_json()["streams"]:
                 if stream["stream_id"] == stream_id and len(stream["subscribers"]) == 3:
                     lags.append(max(s["lag"] for s in stream["subscribers"]))
-            if lags and max(lags) > 0:
-                break
-            time.sleep(0.2)
+            return bool(lags) and max(lags) > 0
+
+        wait_until(lagging_or_done, 30, "logbuf-stat to see a lagging subscriber", max_idle_s=0.2)
         published = result_of(pub, 120)
         results = [result_of(sub, 120) for sub in subs]
     finally:
@@ -260,14 +261,17 @@ def test_killed_client_is_timed_out_and_its_resources_reclaimed(aeron: Aeron, me
 
 def test_killed_driver_raises_driver_timeout_and_a_new_driver_takes_over(driver_factory: DriverSet) -> None:
     first = driver_factory("--driver-timeout", "2s", "--ipc-term-length", "1m", base=[])
-    client = Aeron.connect(Context(dir=first.dir, driver_timeout_ms=2_000))
+    client = Aeron.connect(Context(dir=first.dir, driver_timeout_ns=2_000_000_000))
     pub = client.add_publication("aeron:ipc", 5)
     first.kill()
-    with pytest.raises(DriverTimeoutError):
-        deadline = time.monotonic() + 10  # the driver timeout is 2 s: within 10 s the client must notice
-        while time.monotonic() < deadline:
-            client.add_subscription("aeron:ipc", 5)
-            time.sleep(0.2)
+    with pytest.raises(DriverTimeoutError):  # the driver timeout is 2 s: within 10 s the client must notice
+        wait_until(
+            lambda: False,
+            10,
+            "the client to see the driver gone",
+            do_work=lambda: (client.add_subscription("aeron:ipc", 5), 0)[1],  # 0: no work, back off to 0.2 s
+            max_idle_s=0.2,
+        )
     assert pub.offer(b"x") == OfferResult.CLOSED
     client.close()
     # the stale directory is taken over; a live driver in it is refused
@@ -280,7 +284,7 @@ def test_killed_driver_raises_driver_timeout_and_a_new_driver_takes_over(driver_
     )
     assert third.returncode != 0
     assert "active media driver" in third.stderr + third.stdout
-    with Aeron.connect(Context(dir=second.dir, driver_timeout_ms=2_000)) as again:
+    with Aeron.connect(Context(dir=second.dir, driver_timeout_ns=2_000_000_000)) as again:
         assert again.add_publication("aeron:ipc", 5).registration_id > 0
 
 
@@ -318,12 +322,13 @@ def test_a_publisher_killed_mid_claim_is_unblocked_and_the_stream_goes_on(media_
         "import sys, time\n"
         "from client import Aeron, Context\n"
         "from logbuf.logbuffer.publication import BufferClaim\n"
+        "from logbuf.testing import wait_until\n"
         f"aeron = Aeron.connect(Context(dir={media_driver.dir!r}))\n"
         "pub = aeron.add_publication('aeron:ipc', 9)\n"
-        "while not pub.is_connected: time.sleep(0.001)\n"
+        "wait_until(lambda: pub.is_connected, 30, 'the publication connected')\n"
         "claim = BufferClaim()\n"
         "print(pub.try_claim(100, claim), flush=True)\n"
-        "time.sleep(60)\n"
+        "time.sleep(60)  # pace: hold the claim, uncommitted, until the test kills this process\n"
     )
     with Aeron.connect(Context(dir=media_driver.dir)) as aeron:
         sub = aeron.add_subscription("aeron:ipc", 9)
@@ -337,14 +342,14 @@ def test_a_publisher_killed_mid_claim_is_unblocked_and_the_stream_goes_on(media_
             victim.communicate(timeout=10)
         sent = [f"after {i}".encode() for i in range(100)]
         for message in sent:
-            while pub.offer(message) < 0:
-                time.sleep(0.001)
+            wait_until(lambda: pub.offer(message) > 0, 10, f"the offer of {message!r}")
         got: list[bytes] = []
-        deadline = time.monotonic() + 10
-        while len(got) < len(sent):
-            assert time.monotonic() < deadline, f"still blocked: got {len(got)} of {len(sent)}"
-            if not sub.poll(lambda buffer, header: got.append(bytes(buffer)), 100):
-                time.sleep(0.01)
+        wait_until(
+            lambda: len(got) >= len(sent),
+            10,
+            f"all {len(sent)} messages (still blocked?)",
+            do_work=lambda: sub.poll(lambda buffer, header: got.append(bytes(buffer)), 100),
+        )
         assert got == sent
     unblocked = [c for c in media_driver.stat_json()["counters"] if c["label"] == "Unblocked Publications"]
     assert unblocked[0]["value"] == 1
@@ -353,7 +358,5 @@ def test_a_publisher_killed_mid_claim_is_unblocked_and_the_stream_goes_on(media_
 @pytest.mark.parametrize("driver_args", [["--cpu-affinity", "1", "--dir-delete-on-shutdown", "false"]])
 def test_the_duty_cycle_runs_on_the_cpus_it_is_given(media_driver: DriverProcess) -> None:
     assert media_driver.proc is not None
-    deadline = time.monotonic() + 10
-    while os.sched_getaffinity(media_driver.proc.pid) != {1}:  # set as the duty cycle starts
-        assert time.monotonic() < deadline, f"affinity {os.sched_getaffinity(media_driver.proc.pid)}"
-        time.sleep(0.01)
+    pid = media_driver.proc.pid
+    wait_until(lambda: os.sched_getaffinity(pid) == {1}, 10, "the duty cycle's affinity {1}")  # set as it starts

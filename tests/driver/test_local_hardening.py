@@ -79,7 +79,7 @@ def cnc(media_driver: DriverProcess) -> Iterator[Cnc]:
 
 
 def connect(directory: str) -> Aeron:
-    return Aeron.connect(Context(dir=directory, driver_timeout_ms=8_000))
+    return Aeron.connect(Context(dir=directory, driver_timeout_ns=8_000_000_000))
 
 
 def round_trip(aeron: Aeron, stream_id: int, message: bytes = b"hello") -> None:
@@ -153,7 +153,7 @@ class DriverLoggingToFile(DriverProcess):
                 cwd=log_dir,
             )
         try:
-            wait_for_driver(self.dir, timeout_s=timeout_s, heartbeat_timeout_ms=5_000)
+            wait_for_driver(self.dir, timeout_ns=round(timeout_s * 1e9), heartbeat_timeout_ns=5_000_000_000)
         except TimeoutError:
             raise AssertionError(f"driver did not start: {self.stop()}") from None
         return self
@@ -191,15 +191,14 @@ def flood_clients(cnc: Cnc) -> None:
     flood = 5_000
     for client_id in range(10_000_000, 10_000_000 + flood):
         payload = cmd.CorrelatedCommand(client_id, 0).encode()
-        while not cnc.ring.write(cmd.CLIENT_KEEPALIVE, payload):
-            time.sleep(0.001)
+        wait_until(lambda: cnc.ring.write(cmd.CLIENT_KEEPALIVE, payload), 10, "room in the command ring")
     heartbeats_while_reaping: set[int] = set()
     deadline = time.monotonic() + 60
     while (timeouts := cnc.counter("Client liveness timeouts")) < flood:
         assert time.monotonic() < deadline, f"{timeouts} of {flood} clients timed out"
         if timeouts > 0:
             heartbeats_while_reaping.add(cnc.heartbeat_ms())
-        time.sleep(0.002)
+        time.sleep(0.002)  # pace: samples the heartbeat every 2 ms, well inside the 100 ms reaping tick
     assert cnc.counter("Active clients") == 0
     # 64 per 100 ms tick at most: some 80 ticks, each with its own heartbeat (sampling may miss a few)
     assert len(heartbeats_while_reaping) >= 10, sorted(heartbeats_while_reaping)
@@ -305,14 +304,14 @@ def small_tmpfs() -> Iterator[str]:
 
 
 PUBLISH_INTO_A_SECOND_LOG = """
-import json, sys, time
+import json, sys
 from logbuf.client import Aeron, Context, DirectoryPermissionError, RegistrationError
+from logbuf.testing import wait_until
 directory = sys.argv[1]
-with Aeron.connect(Context(dir=directory, driver_timeout_ms=8_000)) as aeron:
+with Aeron.connect(Context(dir=directory, driver_timeout_ns=8_000_000_000)) as aeron:
     first_sub = aeron.add_subscription("aeron:ipc", 1)
     first = aeron.add_publication("aeron:ipc", 1)
-    while not first.is_connected:
-        time.sleep(0.001)
+    wait_until(lambda: first.is_connected, 30, "the first publication connected")
 
     def send(publication, subscription, length):
         sent = 0
@@ -327,15 +326,13 @@ with Aeron.connect(Context(dir=directory, driver_timeout_ms=8_000)) as aeron:
     try:
         second = aeron.add_publication("aeron:ipc", 2)
     except RegistrationError as e:
-        while first.offer(b"the first log still works") < 0:
-            time.sleep(0.001)
+        wait_until(lambda: first.offer(b"the first log still works") > 0, 30, "the offer on the first log")
         got = []
         while not got:
             first_sub.poll(lambda b, h: got.append(bytes(b)), 1)
         print(json.dumps({"refused": e.error_code, "message": str(e), "first": got[0].decode()}))
         sys.exit(0)
-    while not second.is_connected:
-        time.sleep(0.001)
+    wait_until(lambda: second.is_connected, 30, "the second publication connected")
     print(json.dumps({"sent": send(second, sub, 3 * 1024 * 1024)}))
 """
 
@@ -364,13 +361,13 @@ def test_a_log_that_does_not_fit_is_refused_with_storage_space_instead_of_a_sigb
 SUBSCRIBE_AND_POLL = """
 import json, sys, time
 from logbuf.client import Aeron, Context
-with Aeron.connect(Context(dir=sys.argv[1], driver_timeout_ms=8_000)) as aeron:
+with Aeron.connect(Context(dir=sys.argv[1], driver_timeout_ns=8_000_000_000)) as aeron:
     sub = aeron.add_subscription(f"aeron:udp?endpoint=127.0.0.1:{sys.argv[2]}", 7)
     print("ready", flush=True)
     deadline = time.monotonic() + float(sys.argv[3])
     while time.monotonic() < deadline:
         if not sub.poll(lambda b, h: None, 100):
-            time.sleep(0.001)
+            time.sleep(0.001)  # pace: idle between empty polls for the whole period the test holds it
     print(json.dumps({"images": sub.image_count}), flush=True)
 """
 
@@ -398,7 +395,7 @@ def test_an_image_that_does_not_fit_is_refused_and_the_receiving_driver_stays_up
                 if pub.offer(bytes(4000)) > 0:
                     sent += 4000
                 else:
-                    time.sleep(0.001)
+                    time.sleep(0.001)  # pace: back off on back pressure while streaming until the rejection
             assert receiver.proc is not None and receiver.proc.poll() is None, (
                 f"receiving driver died ({receiver.proc.returncode if receiver.proc else None}) after {sent} bytes"
             )
@@ -455,8 +452,7 @@ def test_archive_files_get_the_drivers_modes_not_the_umasks(
         with connect(driver.dir) as aeron:
             pub = aeron.add_publication("aeron:ipc", 92)
             wait_until(lambda: pub.is_connected, timeout_s=20, what="recorder subscribed")
-            while pub.offer(b"recorded") < 0:
-                time.sleep(0.001)
+            wait_until(lambda: pub.offer(b"recorded") > 0, what="the offer")
             wait_until(lambda: any(n.endswith(".rec") for n in os.listdir(archive_dir)), what="a segment file")
         modes = modes_under(archive_dir)
         written = {name: mode for name, mode in modes.items() if name.endswith((".rec", ".catalog"))}
@@ -476,9 +472,9 @@ def test_a_client_refuses_a_driver_directory_owned_by_another_user(media_driver:
     would read every message), and it says why at once instead of waiting out the driver timeout."""
     os.chown(media_driver.dir, NOBODY, 0)
     with pytest.raises(DirectoryPermissionError, match=r"owned by nobody \(uid 65534.*not by root \(uid 0\)"):
-        Aeron.connect(Context(dir=media_driver.dir, driver_timeout_ms=30_000))
+        Aeron.connect(Context(dir=media_driver.dir, driver_timeout_ns=30_000_000_000))
     # under group access a directory of one of the user's groups (root's group here) is trusted
-    with Aeron.connect(Context(dir=media_driver.dir, driver_timeout_ms=8_000, group_access=True)) as aeron:
+    with Aeron.connect(Context(dir=media_driver.dir, driver_timeout_ns=8_000_000_000, group_access=True)) as aeron:
         assert aeron.add_publication("aeron:ipc", 81).registration_id > 0
     os.chown(media_driver.dir, 0, 0)
 
@@ -486,7 +482,7 @@ def test_a_client_refuses_a_driver_directory_owned_by_another_user(media_driver:
 def test_a_client_refuses_a_driver_directory_writable_by_everyone(media_driver: DriverProcess) -> None:
     os.chmod(media_driver.dir, 0o777)
     with pytest.raises(DirectoryPermissionError, match="writable by every user"):
-        Aeron.connect(Context(dir=media_driver.dir, driver_timeout_ms=30_000))
+        Aeron.connect(Context(dir=media_driver.dir, driver_timeout_ns=30_000_000_000))
 
 
 def test_the_driver_refuses_a_directory_another_user_made_first() -> None:
@@ -511,7 +507,7 @@ os.setgroups([])
 os.setgid(65534)
 os.setuid(65534)
 try:
-    Aeron.connect(Context(dir=sys.argv[1], driver_timeout_ms=3_000))
+    Aeron.connect(Context(dir=sys.argv[1], driver_timeout_ns=3_000_000_000))
     print(json.dumps({"connected": True}))
 except Exception as e:
     print(json.dumps({"error": type(e).__name__, "message": str(e), "permission": isinstance(e, PermissionError)}))
@@ -582,11 +578,11 @@ def test_a_client_close_naming_another_client_is_refused_and_the_victim_goes_on(
 STREAM_PUBLISHER = """
 import json, os, struct, sys, time
 from logbuf.client import Aeron, Context
+from logbuf.testing import wait_until
 directory, stop_path = sys.argv[1], sys.argv[2]
-with Aeron.connect(Context(dir=directory, driver_timeout_ms=10_000)) as aeron:
+with Aeron.connect(Context(dir=directory, driver_timeout_ns=10_000_000_000)) as aeron:
     pub = aeron.add_publication("aeron:ipc", 55)
-    while not pub.is_connected:
-        time.sleep(0.001)
+    wait_until(lambda: pub.is_connected, 60, "the subscriber")
     body, seq, deadline = bytearray(64), 0, time.monotonic() + 120
     while seq == 0 or not os.path.exists(stop_path):
         struct.pack_into("<q", body, 0, seq)
@@ -614,13 +610,13 @@ def on_message(buffer, header):
         state["next"] = seq + 1
     else:
         state["next"] += 1
-with Aeron.connect(Context(dir=sys.argv[1], driver_timeout_ms=10_000)) as aeron:
+with Aeron.connect(Context(dir=sys.argv[1], driver_timeout_ns=10_000_000_000)) as aeron:
     sub = aeron.add_subscription("aeron:ipc", 55)
     print("ready", flush=True)
     deadline = time.monotonic() + 150
     while not state["done"]:
         if not sub.poll(on_message, 256):
-            time.sleep(0.0002)
+            time.sleep(0.0002)  # pace: idle between empty polls until the end marker
         assert time.monotonic() < deadline, f"subscriber stuck at {state['next']}"
     print(json.dumps({"received": state["next"], "errors": state["errors"]}))
 """
@@ -638,14 +634,13 @@ def fuzz_command_ring(cnc: Cnc, rng: random.Random, count: int) -> dict[str, int
             while type_id == cmd.TERMINATE_DRIVER:
                 type_id = rng.randint(1, (1 << 31) - 1)
             payload = rng.randbytes(rng.randint(0, 300))
-            while not ring.write(type_id, payload):
-                time.sleep(0.001)
+            wait_until(lambda: ring.write(type_id, payload), 10, "room in the command ring")
             done["framed"] += 1
         elif kind < 0.95:
             claimed = rng.randint(1, 40) * rd.ALIGNMENT
             offset = ring._claim_capacity(claimed)
             if offset < 0:
-                time.sleep(0.001)
+                time.sleep(0.001)  # pace: the ring is full; let the driver drain it, then draw again
                 continue
             ring.buffer[offset + rd.HEADER_LENGTH : offset + claimed] = rng.randbytes(claimed - rd.HEADER_LENGTH)
             rd.MSG_TYPE_ID.pack_into(ring.buffer, offset + rd.TYPE_OFFSET, rng.choice(type_ids))
@@ -703,7 +698,7 @@ def test_random_records_in_the_command_ring_leave_the_driver_and_a_live_stream_u
         wait_until(lambda: cnc.ring.consumer_position() == cnc.ring.producer_position(), what="ring drained")
         assert driver.proc.poll() is None, "the driver died"
         assert cnc.heartbeat_ms() > heartbeat_before
-        assert is_driver_active(driver.dir, 2_000)
+        assert is_driver_active(driver.dir, timeout_ns=2_000_000_000)
         rss_after = rss_bytes(driver.proc.pid)
         assert rss_after - rss_before < 64 * 1024 * 1024, (rss_before, rss_after)
         assert done["dead"] == 3 and cnc.counter("Unblocked Control Commands") >= 3

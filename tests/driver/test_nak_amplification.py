@@ -11,52 +11,23 @@ from __future__ import annotations
 
 import multiprocessing
 import socket
-import struct
 import time
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Iterator
 
 import pytest
 
 from logbuf.client import Aeron, Context, Subscription
-from logbuf.conduit.system_counters_descriptor import SYSTEM_COUNTER_TYPE_IDS
 from logbuf.protocol import NakFrame, StatusMessageFrame
 from logbuf.testing import wait_until
-from logbuf.testing.driver_process import DriverProcess, DriverSet
+from logbuf.testing.checked_stream import stream
+from logbuf.testing.driver_process import DriverSet
 from logbuf.testing.host import free_udp_port
-from tests.driver.test_udp import BASE_ARGS, stream
+from logbuf.testing.nak_flood import Forger, flood, stepped_naks_at
+from tests.driver.test_udp import BASE_ARGS
 
 NAK_LENGTH = 28
 """A NAK frame's bytes (the UDP payload; IP and UDP headers not counted, nor in what the sender resends)."""
 MAX_AMPLIFICATION = 16
-
-
-class Forger:
-    """Sends UDP datagrams with any source address and port (IP_HDRINCL; the kernel fills in the IP
-    checksum and total length, the UDP checksum is left 0, which IPv4 allows)."""
-
-    def __init__(self) -> None:
-        self.raw = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW)
-
-    def send(self, payload: bytes, source: tuple[str, int], destination: tuple[str, int]) -> None:
-        ip = struct.pack(
-            "!BBHHHBBH4s4s",
-            0x45,
-            0,
-            20 + 8 + len(payload),
-            0,
-            0,
-            64,
-            socket.IPPROTO_UDP,
-            0,
-            socket.inet_aton(source[0]),
-            socket.inet_aton(destination[0]),
-        )
-        udp = struct.pack("!HHHH", source[1], destination[1], 8 + len(payload), 0)
-        self.raw.sendto(ip + udp + payload, (destination[0], 0))
-
-    def close(self) -> None:
-        self.raw.close()
 
 
 @pytest.fixture
@@ -64,14 +35,6 @@ def forger() -> Iterator[Forger]:
     f = Forger()
     yield f
     f.close()
-
-
-def system_counters(driver: DriverProcess) -> dict[str, int]:
-    """As :func:`tests.driver.test_udp.counters`, read in this process: a moment, not the second that
-    running ``logbuf-stat`` takes (the NAKs counted and the bytes resent cover the same time)."""
-    return {
-        c["label"].split(": ", 1)[0]: c["value"] for c in driver.counters() if c["type_id"] in SYSTEM_COUNTER_TYPE_IDS
-    }
 
 
 def sender_address(sub: Subscription) -> tuple[str, int]:
@@ -83,58 +46,6 @@ def sender_address(sub: Subscription) -> tuple[str, int]:
 def stepped_naks(session_id: int, stream_id: int, sub: Subscription) -> list[bytes]:
     image = sub.images[0]
     return stepped_naks_at(session_id, stream_id, image.initial_term_id, image.term_length, image.position)
-
-
-FLOOD_RATE = 3_000
-"""Forged NAKs per second (84 KB/s). Retransmits are bounded in time (a quarter of the stream's rate plus
-``retransmit-max-rate``), not per NAK, so the ratio holds for a flood, not for a trickle: the perf
-scenario reports both."""
-
-
-def stepped_naks_at(
-    session_id: int, stream_id: int, initial_term_id: int, term_length: int, position: int
-) -> list[bytes]:
-    """The attack's NAKs for a receiver at ``position``: offsets stepped by 32 from 4 KiB below it to
-    16 KiB above it, where what it has not yet reported consumed lies (defeating a linger keyed on the
-    exact offset), and over the start of its term, each asking for 1 MiB."""
-    term_id = initial_term_id + position // term_length
-    offset = position % term_length
-    offsets = list(range(max(0, offset - 4096), min(term_length, offset + 16384), 32)) + list(range(0, 2048, 32))
-    return [NakFrame(session_id, stream_id, term_id, o, 1 << 20).encode() for o in offsets]
-
-
-def naks_at_term_start(
-    session_id: int, stream_id: int, initial_term_id: int, term_length: int, position: int
-) -> list[bytes]:
-    """The first attack measured: a NAK for 1 MiB from offset 0 of the receiver's term, again and again."""
-    term_id = initial_term_id + position // term_length
-    return [NakFrame(session_id, stream_id, term_id, 0, 1 << 20).encode()]
-
-
-def flood(
-    target: tuple[str, int],
-    source: tuple[str, int],
-    stream: tuple[int, int, int, int],
-    position: Any,
-    sent: Any,
-    stop: Any,
-    rate: int = FLOOD_RATE,
-    pattern: Callable[..., list[bytes]] = stepped_naks_at,
-) -> None:
-    """A child process: NAKs from ``source`` (forged) at ``rate`` per second, made by ``pattern`` for the
-    receiver's ``position`` (a shared value the test keeps current), until ``stop`` is set; ``sent``
-    counts them."""
-    forger = Forger()
-    started = time.monotonic()
-    while not stop.is_set():
-        for nak in pattern(*stream, position.value):
-            while sent.value >= (time.monotonic() - started) * rate:
-                time.sleep(0.001)
-            forger.send(nak, source, target)
-            sent.value += 1
-            if stop.is_set():
-                break
-    forger.close()
 
 
 def test_a_flood_of_forged_naks_from_the_receivers_address_costs_at_most_16_times_its_bytes(
@@ -159,9 +70,9 @@ def test_a_flood_of_forged_naks_from_the_receivers_address_costs_at_most_16_time
         child.start()
         try:
             wait_until(lambda: sent.value > 0, 30, "the flood started")
-            before, naks_before = system_counters(a), sent.value
+            before, naks_before = a.system_counters(), sent.value
             [got] = stream(pub, [sub], 2_000, 60, lambda: setattr(position, "value", image.position))
-            after, naks = system_counters(a), sent.value - naks_before
+            after, naks = a.system_counters(), sent.value - naks_before
         finally:
             stop.set()
             child.join(10)
@@ -201,7 +112,7 @@ def test_naks_from_an_address_that_is_no_destination_of_an_mdc_publication_get_n
             pub.add_destination(f"aeron:udp?endpoint={endpoint}")
         wait_until(lambda: pub.is_connected and bool(sub.images), 20, "connection")
         target = sender_address(sub)
-        before_a, before_b = system_counters(a), system_counters(b)
+        before_a, before_b = a.system_counters(), b.system_counters()
         naks = 0
         batch: list[bytes] = []
 
@@ -215,7 +126,7 @@ def test_naks_from_an_address_that_is_no_destination_of_an_mdc_publication_get_n
             naks += 1
 
         assert stream(pub, [sub], 500, 60, attack) == [list(range(500))]
-        after_a, after_b = system_counters(a), system_counters(b)
+        after_a, after_b = a.system_counters(), b.system_counters()
     # whatever was resent, the honest receiver asked for (loopback rarely loses, a loaded machine may)
     honest_naks = after_b["NAKs sent"] - before_b["NAKs sent"]
     from_non_receivers = after_a["NAKs from non-receivers"] - before_a.get("NAKs from non-receivers", 0)
@@ -244,18 +155,18 @@ def test_naks_with_unaligned_offsets_or_lengths_are_counted_as_malformed_and_get
         )
         image = sub.images[0]
         term_id = image.initial_term_id + image.position // image.term_length
-        before = system_counters(a)
+        before = a.system_counters()
         malformed = [(4, 1408), (16, 1408), (0, 100), (64, 1)]
         for offset, length in malformed:
             forger.send(
                 NakFrame(pub.session_id, 42, term_id, offset, length).encode(), ("127.0.0.1", port), sender_address(sub)
             )
         wait_until(
-            lambda: system_counters(a)["NAKs malformed"] - before.get("NAKs malformed", 0) == len(malformed),
+            lambda: a.system_counters()["NAKs malformed"] - before.get("NAKs malformed", 0) == len(malformed),
             10,
             "the malformed NAKs counted",
         )
-        after = system_counters(a)
+        after = a.system_counters()
     assert after["Retransmitted bytes"] == before["Retransmitted bytes"]
     assert after["Invalid packets"] - before["Invalid packets"] == len(malformed)
 
@@ -282,7 +193,7 @@ def test_with_an_allow_list_a_forged_sm_does_not_make_a_dynamic_mdc_publication_
         for setup in (True, False):  # a setup-eliciting SM, then one with a position
             sm = StatusMessageFrame(pub.session_id, 43, term_id, 0, 64 * 1024, 666, flags=0x80 if setup else 0)
             victim.sendto(sm.encode(), ("127.0.0.1", control))
-        wait_until(lambda: system_counters(a)["Status Messages rejected"] >= 2, 10, "the victim's SMs rejected")
+        wait_until(lambda: a.system_counters()["Status Messages rejected"] >= 2, 10, "the victim's SMs rejected")
         got: list[bytes] = []
         for i in range(200):
             while pub.offer(b"m%03d" % i) < 0:

@@ -8,7 +8,8 @@ from logbuf.driver.system_counters import SystemCounterId
 from logbuf.driver.udp import SendChannelEndpoint
 from logbuf.protocol import NakFrame, StatusMessageFrame
 from logbuf.testing.link import LinkNetwork
-from tests.interop.test_protocol_fixes import TERM, Wire, connect, workdir
+from logbuf.testing.udp_pair import TERM_LENGTH, Wire, connect
+from tests.interop.test_protocol_fixes import workdir
 
 __all__ = ["workdir"]  # the fixture, imported for this module's tests
 
@@ -34,7 +35,7 @@ def test_a_multicast_publication_answers_naks_only_from_receivers_and_never_belo
         endpoint.on_datagram(memoryview(NakFrame(77, 5, term_id, from_offset, 320).encode()), source)
 
     def sm(at_offset: int, source: tuple[str, int]) -> None:
-        frame = StatusMessageFrame(77, 5, term_id, at_offset, TERM // 2, 9)
+        frame = StatusMessageFrame(77, 5, term_id, at_offset, TERM_LENGTH // 2, 9)
         endpoint.on_datagram(memoryview(frame.encode()), source)
 
     sm(offset, RECEIVER)

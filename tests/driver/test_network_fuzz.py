@@ -59,13 +59,11 @@ NETWORK_MODULES = ("udp.py", "receiver.py", "sender.py", "network_publication.py
 PUBLISHER = """
 import json, os, struct, sys, time
 from logbuf.client import Aeron, Context
+from logbuf.testing import wait_until
 directory, channel, stream_id, stop_path = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
-with Aeron.connect(Context(dir=directory, driver_timeout_ms=20_000)) as aeron:
+with Aeron.connect(Context(dir=directory, driver_timeout_ns=20_000_000_000)) as aeron:
     pub = aeron.add_publication(channel, stream_id)
-    deadline = time.monotonic() + 60
-    while not pub.is_connected:
-        assert time.monotonic() < deadline, "never connected"
-        time.sleep(0.001)
+    wait_until(lambda: pub.is_connected, 60, "the publication connected")
     body, seq, deadline = bytearray(200), 0, time.monotonic() + 150
     while seq == 0 or not os.path.exists(stop_path):
         struct.pack_into("<q", body, 0, seq)
@@ -73,20 +71,19 @@ with Aeron.connect(Context(dir=directory, driver_timeout_ms=20_000)) as aeron:
         if pub.offer(body) > 0:
             seq += 1
             if seq % 32 == 0:
-                time.sleep(0.001)  # a steady stream that outlasts the fuzzing
+                time.sleep(0.001)  # pace: a steady stream that outlasts the fuzzing
         else:
-            time.sleep(0.0002)
+            time.sleep(0.0002)  # pace: back off on back pressure
         assert time.monotonic() < deadline, f"publisher stuck at {seq}"
     struct.pack_into("<q", body, 0, -1)
-    while pub.offer(body) < 0:
-        assert time.monotonic() < deadline, "the end marker was never taken"
-        time.sleep(0.001)
+    wait_until(lambda: pub.offer(body) > 0, max(1.0, deadline - time.monotonic()), "the end marker taken")
     print(json.dumps({"published": seq}), flush=True)
 """
 
 SUBSCRIBER = """
 import json, struct, sys, time
 from logbuf.client import Aeron, Context
+from logbuf.testing import wait_until
 directory, channel, stream_id, session_path = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 state = {"next": 0, "errors": 0, "done": False, "session": None}
 def on_message(buffer, header):
@@ -100,20 +97,18 @@ def on_message(buffer, header):
         state["next"] = seq + 1
     else:
         state["next"] += 1
-with Aeron.connect(Context(dir=directory, driver_timeout_ms=20_000)) as aeron:
+with Aeron.connect(Context(dir=directory, driver_timeout_ns=20_000_000_000)) as aeron:
     sub = aeron.add_subscription(channel, stream_id)
     print("ready", flush=True)
     deadline = time.monotonic() + 180
-    while not sub.images:
-        assert time.monotonic() < deadline, "no image"
-        time.sleep(0.001)
+    wait_until(lambda: sub.images, 180, "the stream's image")
     image = sub.images[0]
     state["session"] = image.session_id
     print(json.dumps({"session_id": image.session_id, "initial_term_id": image.initial_term_id,
                       "term_length": image.term_length, "source": image.source_identity}), flush=True)
     while not state["done"]:
         if not sub.poll(on_message, 256):
-            time.sleep(0.0002)
+            time.sleep(0.0002)  # pace: idle between empty polls until the end marker
         assert time.monotonic() < deadline, f"subscriber stuck at {state['next']}"
     print(json.dumps({"received": state["next"], "errors": state["errors"]}), flush=True)
 """
@@ -302,7 +297,7 @@ def test_a_stream_survives_fuzzed_frames_command_rings_and_archives(
                     exits.append(verify_damaged_archive(rng, pristine, recorded, tmp_path, sent["archives"]))
                     sent["archives"] += 1
                     next_archive = time.monotonic() + 2
-                time.sleep(0.01)
+                time.sleep(0.01)  # pace: the fuzzing rate, 100 datagrams per 10 ms for FUZZ_SECONDS
                 for proc in children:
                     assert proc.poll() is None, f"a client died during the fuzzing: {proc.args!r}"
         # the stream: every message once, in order
@@ -314,7 +309,7 @@ def test_a_stream_survives_fuzzed_frames_command_rings_and_archives(
         assert published > 0 and sent["archives"] >= 3 and sent["ring_records"] > 0
         for d in (a, b):
             assert d.alive, f"driver {d.dir} died"
-            assert is_driver_active(d.dir, 5_000)
+            assert is_driver_active(d.dir, timeout_ns=5_000_000_000)
             growth = rss_bytes(d.pid) - rss_before[d.dir]
             assert growth < RSS_BOUND, f"driver {d.dir} grew by {growth / 2**20:.1f} MiB"
             network_errors = [e for e in d.errors() if any(m in e for m in NETWORK_MODULES)]

@@ -5,7 +5,6 @@ position is a multi-digit int."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -13,6 +12,7 @@ import pytest
 
 from logbuf.client import Aeron, Context, OfferResult
 from logbuf.native import publisher
+from logbuf.testing import wait_until
 from logbuf.testing.driver_process import DriverProcess
 
 TERM_LENGTH = 1 << 20  # the media_driver fixture's --ipc-term-length
@@ -23,7 +23,7 @@ FRAME = 64  # a 32-byte message, framed
 
 @pytest.fixture
 def aeron(media_driver: DriverProcess) -> Iterator[Aeron]:
-    with Aeron.connect(Context(dir=media_driver.dir, driver_timeout_ms=3_000)) as client:
+    with Aeron.connect(Context(dir=media_driver.dir, driver_timeout_ns=3_000_000_000)) as client:
         yield client
 
 
@@ -31,11 +31,12 @@ def aeron(media_driver: DriverProcess) -> Iterator[Aeron]:
 def connected(aeron: Aeron) -> Any:
     pub = aeron.add_publication(CHANNEL, 7)
     sub = aeron.add_subscription("aeron:ipc", 7)
-    deadline = time.monotonic() + 10
-    while not (pub.is_connected and sub.images):
-        assert time.monotonic() < deadline, "publication not connected in 10 s"
-        sub.poll(lambda buffer, header: None, 1)
-        time.sleep(0.001)
+    wait_until(
+        lambda: pub.is_connected and sub.images,
+        10,
+        "the publication connected",
+        do_work=lambda: sub.poll(lambda buffer, header: None, 1),
+    )
     return pub
 
 

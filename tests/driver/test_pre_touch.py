@@ -34,7 +34,7 @@ def resident_kib(path: str) -> tuple[int, int]:
 
 @pytest.mark.parametrize("pre_touch", [True, False], ids=["pre-touched", "on-first-use"])
 def test_a_log_is_mapped_in_full_when_pre_touched(media_driver: DriverProcess, pre_touch: bool) -> None:
-    context = Context(dir=media_driver.dir, driver_timeout_ms=3_000, pre_touch_mapped_memory=pre_touch)
+    context = Context(dir=media_driver.dir, driver_timeout_ns=3_000_000_000, pre_touch_mapped_memory=pre_touch)
     with Aeron.connect(context) as aeron:
         pub = aeron.add_publication("aeron:ipc", 11)
         path = os.path.realpath(pub._log_file_name)  # type: ignore[attr-defined]

@@ -42,10 +42,7 @@ def test_rates_lag_and_the_slowest_subscriber(media_driver: DriverProcess) -> No
         pub = aeron.add_publication("aeron:ipc", 31)
         fast = aeron.add_subscription("aeron:ipc", 31)
         slow = aeron.add_subscription("aeron:ipc", 31)
-        deadline = time.monotonic() + 10
-        while not (pub.is_connected and fast.images and slow.images):
-            assert time.monotonic() < deadline, "not connected"
-            time.sleep(0.01)
+        wait_until(lambda: pub.is_connected and fast.images and slow.images, 10, "connected")
         with StatReader(media_driver.dir) as reader:
             first = reader.sample()
             [stream] = [s for s in first.streams if s.stream_id == 31]
@@ -73,10 +70,7 @@ def test_once_json_prometheus_and_live_view(media_driver: DriverProcess) -> None
     with Aeron.connect(Context(dir=media_driver.dir)) as aeron:
         pub = aeron.add_publication("aeron:ipc", 32)
         sub = aeron.add_subscription("aeron:ipc", 32)
-        deadline = time.monotonic() + 10
-        while not (pub.is_connected and sub.images):
-            assert time.monotonic() < deadline, "not connected"
-            time.sleep(0.01)
+        wait_until(lambda: pub.is_connected and sub.images, 10, "connected")
         _publish(pub, 10, 64)  # unread: lag 10 frames of 96 bytes
 
         once = _stat("--dir", media_driver.dir, "--once", "--json", "--interval", "0.1")
@@ -168,16 +162,13 @@ def test_the_udp_counter_ids_come_from_the_descriptor_and_are_the_network_counte
 
 def test_dead_driver_is_reported_not_alive_with_what_it_left(driver_factory: DriverSet) -> None:
     driver = driver_factory("--ipc-term-length", "64k", "--dir-delete-on-shutdown", "false", base=[])
-    with Aeron.connect(Context(dir=driver.dir, driver_timeout_ms=60_000)) as aeron:
+    with Aeron.connect(Context(dir=driver.dir, driver_timeout_ns=60_000_000_000)) as aeron:
         pub = aeron.add_publication("aeron:ipc", 33)
         aeron.add_subscription("aeron:ipc", 33)
-        deadline = time.monotonic() + 10
-        while not pub.is_connected:
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
+        wait_until(lambda: pub.is_connected, 10, "connected")
         assert pub.offer(b"left behind") > 0
         driver.kill()
-        time.sleep(0.6)  # past the alive timeout given below
+        time.sleep(0.6)  # pace: past the alive timeout given below
         out = _stat("--dir", driver.dir, "--once", "--json", "--interval", "0.1", "--alive-timeout-ms", "500")
         assert out.returncode == 0, out.stderr
         snapshot = json.loads(out.stdout)
@@ -194,7 +185,9 @@ def test_missing_directory_and_bad_arguments_name_the_problem() -> None:
     assert out.returncode == 2
     assert f"no CnC file at {missing}/cnc.dat" in out.stderr
     bad = _stat("--dir", missing, "--interval", "0")
-    assert bad.returncode == 2 and "--interval=0.0 must be positive" in bad.stderr
+    assert bad.returncode == 2 and "--interval=0ns must be positive" in bad.stderr
+    unitless = _stat("--dir", missing, "--interval", "2 parsecs")
+    assert unitless.returncode == 2 and "'2 parsecs' is not a duration" in unitless.stderr
 
 
 def test_the_live_view_lists_each_receiver_of_a_group_publication_slowest_marked() -> None:

@@ -4,7 +4,6 @@ process and real shared memory; two exclusive publications on one stream make tw
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -12,23 +11,25 @@ import pytest
 
 from logbuf.client import Aeron, Context
 from logbuf.native import SubscriptionCore
+from logbuf.testing import wait_until
 from logbuf.testing.driver_process import DriverProcess
 
 
 @pytest.fixture
 def aeron(media_driver: DriverProcess) -> Iterator[Aeron]:
-    with Aeron.connect(Context(dir=media_driver.dir, driver_timeout_ms=3_000)) as client:
+    with Aeron.connect(Context(dir=media_driver.dir, driver_timeout_ns=3_000_000_000)) as client:
         yield client
 
 
 def test_poll_takes_turns_over_the_images_and_shares_the_fragment_limit(aeron: Aeron) -> None:
     sub = aeron.add_subscription("aeron:ipc", 9)
     pubs = [aeron.add_exclusive_publication("aeron:ipc", 9) for _ in range(2)]
-    deadline = time.monotonic() + 10
-    while len(sub.images) < 2 or not all(p.is_connected for p in pubs):
-        assert time.monotonic() < deadline, "images not available in 10 s"
-        sub.poll(lambda buffer, header: None, 1)
-        time.sleep(0.001)
+    wait_until(
+        lambda: len(sub.images) >= 2 and all(p.is_connected for p in pubs),
+        10,
+        "both images",
+        do_work=lambda: sub.poll(lambda buffer, header: None, 1),
+    )
     assert isinstance(sub, SubscriptionCore)
     for i in range(50):
         for k, pub in enumerate(pubs):

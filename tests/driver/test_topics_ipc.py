@@ -15,6 +15,7 @@ import pytest
 from logbuf.client import Aeron, Context, ControlledPollAction, FragmentBatch, TopicNameError
 from logbuf.client.topics import TopicPublication, TopicSubscription
 from logbuf.conduit.topic_registry import TopicRegistry
+from logbuf.testing import wait_until
 from logbuf.testing.driver_process import DriverProcess, DriverSet
 from logbuf.topic_names import TopicPatterns, topic_id
 
@@ -37,15 +38,16 @@ def media_driver(request: pytest.FixtureRequest) -> Iterator[DriverProcess]:
 
 @pytest.fixture
 def aeron(media_driver: DriverProcess) -> Iterator[Aeron]:
-    with Aeron.connect(Context(dir=media_driver.dir, driver_timeout_ms=3_000)) as client:
+    with Aeron.connect(Context(dir=media_driver.dir, driver_timeout_ns=3_000_000_000)) as client:
         yield client
 
 
 def _connect(subs: list[TopicSubscription], pubs: list[TopicPublication]) -> None:
-    deadline = time.monotonic() + 10
-    while not all(s.image_count == len(pubs) for s in subs) or not all(p.is_connected for p in pubs):
-        assert time.monotonic() < deadline, "images not available in 10 s"
-        time.sleep(0.002)
+    wait_until(
+        lambda: all(s.image_count == len(pubs) for s in subs) and all(p.is_connected for p in pubs),
+        10,
+        "every image available and every publication connected",
+    )
 
 
 class Collector:
@@ -68,10 +70,7 @@ class Collector:
 
 
 def _offer(pub: TopicPublication, topic: str, payload: str) -> None:
-    deadline = time.monotonic() + 10
-    while pub.offer(topic, payload.encode()) < 0:
-        assert time.monotonic() < deadline, f"offer of {topic} refused for 10 s"
-        time.sleep(0.0005)
+    wait_until(lambda: pub.offer(topic, payload.encode()) > 0, 10, f"the offer of {topic}")
 
 
 def _expected(sent: list[tuple[int, str, str]], patterns: list[str]) -> list[tuple[int, str, str]]:
@@ -203,15 +202,11 @@ def test_one_hundred_thousand_distinct_topics_on_one_stream(aeron: Aeron, media_
     def poll_all() -> int:
         return sum(s.poll(h, 4096) for s, h in zip(subs, handlers, strict=True))
 
-    for i, name in enumerate(names):
-        while pub.offer(name, str(i).encode()) < 0:
-            poll_all()
+    for i, name in enumerate(names):  # bounded: a client timed out on a loaded machine fails here, not hangs
+        wait_until(lambda: pub.offer(name, str(i).encode()) > 0, 10, f"the offer of {name}", do_work=poll_all)
     while poll_all():
         pass
-    deadline = time.monotonic() + 10
-    while len(got[2]) < count:
-        assert time.monotonic() < deadline
-        poll_all()
+    wait_until(lambda: len(got[2]) >= count, 10, f"all {count} messages", do_work=poll_all)
     assert got[0] == ["7"]
     assert got[1] == [str(i) for i in range(count) if i % 100 == 7]
     assert got[2] == [str(i) for i in range(count)]

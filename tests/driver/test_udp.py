@@ -8,15 +8,15 @@ import socket
 import struct
 import time
 import zlib
-from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from logbuf.client import Aeron, Context, FragmentAssembler, OfferResult
+from logbuf.client import Aeron, Context, FragmentAssembler
 from logbuf.protocol import DataFrame, SetupFrame, StatusMessageFrame, encode_datagram
 from logbuf.protocol import rttm as rttm_codec
 from logbuf.testing import wait_until
+from logbuf.testing.checked_stream import message, stream
 from logbuf.testing.driver_process import DriverProcess, DriverSet
 from logbuf.testing.host import free_udp_port
 
@@ -57,44 +57,6 @@ def settled_stream(
         return wait_until(settled, timeout_s, what, max_idle_s=0.05)  # each check runs logbuf-stat
     except AssertionError as e:
         raise AssertionError(f"{e}: {last}") from None
-
-
-def message(seq: int) -> bytes:
-    size = 8 + (seq * 7919) % 3000  # up to ~3 KB: many messages span 2-3 frames at MTU 1408
-    body = struct.pack("<q", seq) + bytes((seq + i) & 0xFF for i in range(size - 12))
-    return body + struct.pack("<I", zlib.crc32(body))
-
-
-def stream(
-    pub: Any, subs: list[Any], count: int, timeout_s: float, between: Callable[[], None] = lambda: None
-) -> list[list[int]]:
-    """Offer ``count`` messages while polling every subscription (and calling ``between`` after each
-    round: an attack, say); returns each one's sequence numbers."""
-    received: list[list[int]] = [[] for _ in subs]
-
-    def handler_for(i: int) -> FragmentAssembler:
-        def on_message(buffer: memoryview, header: Any) -> None:
-            data = bytes(buffer)
-            assert zlib.crc32(data[:-4]) == struct.unpack("<I", data[-4:])[0], "corrupt message"
-            received[i].append(struct.unpack_from("<q", data)[0])
-
-        return FragmentAssembler(on_message)
-
-    assemblers = [handler_for(i) for i in range(len(subs))]
-    deadline = time.monotonic() + timeout_s
-    sent = 0
-    while min(len(r) for r in received) < count:
-        assert time.monotonic() < deadline, f"timed out: sent {sent}, received {[len(r) for r in received]}"
-        if sent < count:
-            result = pub.offer(message(sent))
-            if result > 0:
-                sent += 1
-            else:
-                assert result in (OfferResult.BACK_PRESSURED, OfferResult.ADMIN_ACTION), OfferResult(result).name
-        for sub, assembler in zip(subs, assemblers):
-            sub.poll(assembler, 64)
-        between()
-    return received
 
 
 def connect(a: DriverProcess, b: DriverProcess, stream_id: int) -> tuple[Aeron, Aeron, str]:

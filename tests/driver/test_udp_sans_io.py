@@ -55,9 +55,9 @@ class Pair:
             term_length=TERM,
             mtu=MTU,
             initial_window_length=TERM // 2,
-            nak_retry_delay=1_000_000,
-            client_liveness_timeout=HOUR_NS,
-            image_liveness_timeout=HOUR_NS,
+            nak_retry_delay_ns=1_000_000,
+            client_liveness_timeout_ns=HOUR_NS,
+            image_liveness_timeout_ns=HOUR_NS,
         )
         self.a = SteppedDriver(os.path.join(workdir, "a"), self.clock, **common)
         self.b = SteppedDriver(os.path.join(workdir, "b"), self.clock, **common)

@@ -15,7 +15,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -26,6 +25,7 @@ from logbuf.conduit import system_counters_descriptor as scd
 from logbuf.conduit.cnc import CncFile
 from logbuf.conduit.counters import CounterInfo, CountersReader
 from logbuf.conduit.loss_report import LossEntry, LossReportFile
+from logbuf.testing import wait_until
 from logbuf.testing.host import free_udp_port
 from tests.interop.conftest import Interop
 from tests.interop.test_aeron_interop import check_messages, start_driver, transfer
@@ -122,15 +122,17 @@ def test_stream_counters_have_aerons_type_ids_labels_keys_and_links(interop: Int
             )
             pub.wait("ready")
             peers.append(pub)
-        deadline = time.monotonic() + 30
-        while True:  # the UDP image (rcv-hwm, rcv-pos, its sub-pos) comes once the SETUP is answered
+
+        def udp_image() -> bool:  # the UDP image (rcv-hwm, rcv-pos, its sub-pos) comes once the SETUP is answered
             with counters_of(directory) as counters:
                 shapes[kind] = {71: stream_shape(counters, 71), 72: stream_shape(counters, 72)}
             types = [s[0] for s in shapes[kind][72]]
-            if cd.RECEIVER_POSITION_TYPE_ID in types and types.count(cd.SUBSCRIBER_POSITION_TYPE_ID) == 1:
-                break
-            assert time.monotonic() < deadline, f"{kind}: no image for the UDP stream: {shapes[kind][72]}"
-            time.sleep(0.1)
+            return cd.RECEIVER_POSITION_TYPE_ID in types and types.count(cd.SUBSCRIBER_POSITION_TYPE_ID) == 1
+
+        try:
+            wait_until(udp_image, 30, f"{kind}: an image for the UDP stream", max_idle_s=0.1)
+        except AssertionError as e:
+            raise AssertionError(f"{e}: {shapes[kind][72]}") from None
         for pub in peers:
             pub.go()
     for stream_id in (71, 72):

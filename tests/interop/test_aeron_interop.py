@@ -1,6 +1,6 @@
 """logbuf against real Aeron (pyaeron: the Aeron 1.53 C client and C media driver), every pairing.
 
-Each test runs drivers and clients as separate processes (``peer.py``), and checks every message:
+Each test runs drivers and clients as separate processes (``logbuf.testing.aeron_peer``), and checks every message:
 count, order, no duplicates, content. Pairings are named ``<driver>/<client>``: ``logbuf`` is our
 ``mediadriver`` or client, ``aeron`` the C driver, ``pyaeron`` the C client.
 """
@@ -144,7 +144,7 @@ def test_udp_with_5_percent_loss_on_each_side_delivers_every_message_once_in_ord
 
 
 def test_pyaerons_own_assembler_drops_a_message_split_across_polls(interop: Interop) -> None:
-    """Why peer.py reassembles pyaeron's fragments itself: pyaeron 0.1.0's ``poll(assemble=True)``
+    """Why the peer reassembles pyaeron's fragments itself: pyaeron 0.1.0's ``poll(assemble=True)``
     forgets a partly assembled message when a poll ends, so a 64 KiB message (48 fragments) never
     completes under a 10-fragment limit, on Aeron's own driver. (Under loss, polls end mid-message
     wherever a gap stops them: the "stall" of logbuf -> C driver at 64 KiB, 44 of 200 messages.)
@@ -198,7 +198,7 @@ def test_terminate_driver_is_denied_by_default_and_obeyed_with_the_configured_to
     assert driver.proc.poll() is None, "TERMINATE_DRIVER without a configured token stopped the driver"
     directory, driver = interop.driver("logbuf", "--termination-token", "s3cret")
     terminate(directory, b"wrong")
-    time.sleep(1.0)
+    time.sleep(1.0)  # as above: time for a wrongly obeyed command to act
     assert driver.proc.poll() is None
     terminate(directory, b"s3cret")
     assert driver.proc.wait(timeout=30) == 0

@@ -7,7 +7,6 @@ import mmap
 import os
 import tempfile
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
@@ -15,153 +14,22 @@ from logbuf.conduit import counters_descriptor as cd
 from logbuf.conduit.counters import CountersManager
 from logbuf.driver import _udp
 from logbuf.driver.ipc_publication import PublicationState
-from logbuf.driver.network_publication import NetworkPublication
 from logbuf.driver.publication_image import ImageState, PublicationImage
 from logbuf.driver.system_counters import SystemCounters
 from logbuf.driver.udp import ReceiveChannelEndpoint
 from logbuf.logbuffer import data_header_descriptor as dh
-from logbuf.logbuffer.image import Image
-from logbuf.logbuffer.log_buffer import LogBuffers
-from logbuf.logbuffer.publication import OfferResult, Publication
+from logbuf.logbuffer.publication import OfferResult
 from logbuf.protocol import data as data_codec
-from logbuf.protocol import setup as setup_codec
 from logbuf.protocol import status as status_codec
 from logbuf.protocol.data import HeartbeatFrame
 from logbuf.testing.link import LinkNetwork
-
-MS = 1_000_000
-TERM = 64 * 1024
-MTU = 1408
-
-
-def build(
-    workdir: str, name: str
-) -> tuple[NetworkPublication, Publication, LogBuffers, SystemCounters, CountersManager]:
-    values = mmap.mmap(-1, 128 * cd.COUNTER_LENGTH)
-    metadata = mmap.mmap(-1, 128 * cd.METADATA_LENGTH)
-    counters = CountersManager(memoryview(metadata), memoryview(values))
-    system = SystemCounters(counters)
-    path = os.path.join(workdir, f"{name}.pub")
-    log = LogBuffers.create_file(
-        path,
-        term_length=TERM,
-        mtu_length=MTU,
-        session_id=77,
-        stream_id=5,
-        initial_term_id=2**31 - 2,
-        term_window_length=TERM // 2,
-    )
-    ids = [
-        counters.allocate(label, type_id)
-        for label, type_id in (
-            ("pub-lmt", cd.PUBLISHER_LIMIT_TYPE_ID),
-            ("pub-pos", cd.PUBLISHER_POSITION_TYPE_ID),
-            ("snd-pos", cd.SENDER_POSITION_TYPE_ID),
-            ("snd-lmt", cd.SENDER_LIMIT_TYPE_ID),
-        )
-    ]
-    network = NetworkPublication(
-        registration_id=1,
-        session_id=77,
-        stream_id=5,
-        channel="aeron:udp?endpoint=test:1",
-        exclusive=True,
-        log=log,
-        log_file_name=path,
-        publisher_limit_id=ids[0],
-        publisher_limit=counters.position(ids[0]),
-        publisher_position_id=ids[1],
-        counters=counters,
-        linger_timeout_ns=10**9,
-        sender_position_id=ids[2],
-        sender_limit_id=ids[3],
-        sender_position=counters.position(ids[2]),
-        system_counters=system,
-        mtu_length=MTU,
-    )
-    publication = Publication(log.view, values, cd.values_offset(ids[0]), True, None)
-    return network, publication, log, system, counters
-
-
-def image_from_setup(
-    workdir: str,
-    setup: setup_codec.SetupFrame,
-    counters: CountersManager,
-    system: SystemCounters,
-    now: int,
-    reliable: bool = True,
-) -> PublicationImage:
-    path = os.path.join(workdir, "image")
-    log = LogBuffers.create_file(
-        path,
-        term_length=setup.term_length,
-        mtu_length=setup.mtu_length,
-        session_id=setup.session_id,
-        stream_id=setup.stream_id,
-        initial_term_id=setup.initial_term_id,
-    )
-    log.seek_to(setup.active_term_id, setup.term_offset)
-    hwm = counters.allocate("rcv-hwm", cd.RECEIVER_HWM_TYPE_ID)
-    rebuild = counters.allocate("rcv-pos", cd.RECEIVER_POSITION_TYPE_ID)
-    return PublicationImage(
-        registration_id=2,
-        session_id=setup.session_id,
-        stream_id=setup.stream_id,
-        channel="aeron:udp?endpoint=test:1",
-        source_identity="test",
-        source_address=("test", 1),
-        log=log,
-        log_file_name=path,
-        counters=counters,
-        system_counters=system,
-        hwm_id=hwm,
-        rebuild_id=rebuild,
-        receiver_id=9,
-        join_position=log.tail_position(),
-        window_length=TERM // 2,
-        liveness_timeout_ns=10**10,
-        nak_delay_ns=100_000,
-        nak_retry_ns=1_000_000,
-        sm_interval_ns=200_000_000,
-        now_ns=now,
-        reliable=reliable,
-    )
+from logbuf.testing.udp_pair import MS, Wire, connect
 
 
 @pytest.fixture
 def workdir() -> Iterator[str]:
     with tempfile.TemporaryDirectory(dir="/dev/shm" if os.path.isdir("/dev/shm") else None) as d:
         yield d
-
-
-class Wire:
-    def __init__(self) -> None:
-        self.datagrams: list[bytes] = []
-
-    def send(self, datagram: Any) -> int:
-        self.datagrams.append(bytes(datagram))
-        return len(datagram)
-
-    def take(self) -> list[bytes]:
-        out, self.datagrams = self.datagrams, []
-        return out
-
-
-def connect(workdir: str) -> tuple[Any, Any, PublicationImage, Image, CountersManager, int]:
-    """A publication and an image connected through SETUP and a first SM; returns them at time ``now``."""
-    network, publication, log, system, counters = build(workdir, "p")
-    wire = Wire()
-    now = 1_000 * MS
-    network.send(now, wire.send)
-    setup = setup_codec.decode(wire.take()[0])
-    image = image_from_setup(workdir, setup, counters, system, now)
-    sub = image.add_subscriber(3, 0, "test")
-    subscriber = Image(image.log.view, counters.values, cd.values_offset(sub.counter_id))
-    image.track_rebuild(now, wire.send)
-    for datagram in wire.take():
-        network.on_status_message(status_codec.decode(datagram), now)
-    network.update_publisher_limit()
-    return network, publication, image, subscriber, counters, now
 
 
 def deliver(image: PublicationImage, datagrams: list[bytes], now: int) -> None:

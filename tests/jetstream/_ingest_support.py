@@ -34,20 +34,30 @@ from websockets.http11 import Request, Response
 from logbuf.client import Aeron, Context, FragmentAssembler
 from logbuf.jetstream.generator import EventGenerator
 from logbuf.testing import wait_until
-from logbuf.testing.driver_process import DriverProcess, DriverSet, unique_dir
+from logbuf.testing.driver_process import DriverProcess, DriverSet, quick_timeout_args, unique_dir
 
-DRIVER_ARGS = [
-    "--ipc-term-length",
-    "1m",
-    "--driver-timeout",
-    "3s",
-    "--client-liveness-timeout",
-    "2s",
-    "--publication-linger-timeout",
-    "1s",
-    "--dir-delete-on-shutdown",
-    "false",
-]
+DRIVER_ARGS = quick_timeout_args()
+
+
+def big_event(time_us: int, text_length: int) -> bytes:
+    """A commit event whose post's text is ``text_length`` bytes: longer than the MTU (fragmented in the
+    stream), or than the stream's largest message when ``text_length`` is large enough."""
+    return json.dumps(
+        {
+            "did": "did:plc:abcdefghijklmnopqrstuvwx",
+            "time_us": time_us,
+            "kind": "commit",
+            "commit": {
+                "rev": "3l3qo2vutsw2b",
+                "operation": "create",
+                "collection": "app.bsky.feed.post",
+                "rkey": "3l3qo2vuowo2b",
+                "record": {"text": "x" * text_length},
+                "cid": "bafyrei" + "a" * 52,
+            },
+        },
+        separators=(",", ":"),
+    ).encode()
 
 
 @contextmanager
@@ -264,7 +274,7 @@ class StreamReader:
     """Reads (bytes, reserved_value) messages from a stream through a driver on a background thread."""
 
     def __init__(self, directory: str, channel: str, stream_id: int) -> None:
-        self.aeron = Aeron.connect(Context(dir=directory, driver_timeout_ms=3_000))
+        self.aeron = Aeron.connect(Context(dir=directory, driver_timeout_ns=3_000_000_000))
         self.subscription = self.aeron.add_subscription(channel, stream_id)
         self.messages: list[tuple[bytes, int]] = []
         self.paused = threading.Event()
@@ -279,7 +289,7 @@ class StreamReader:
     def _run(self) -> None:
         while not self._stop.is_set():
             if self.paused.is_set() or self.subscription.poll(self._assembler, 256) == 0:
-                time.sleep(0.0005)
+                time.sleep(0.0005)  # pace: idle while paused or between empty polls
 
     def wait_for(self, count: int, timeout_s: float = 20.0) -> list[tuple[bytes, int]]:
         wait_until(lambda: len(self.messages) >= count, timeout_s, f"{count} messages (have {len(self.messages)})")
@@ -372,6 +382,7 @@ class RelayProcess:
 
 __all__ = [
     "DRIVER_ARGS",
+    "big_event",
     "TcpProxy",
     "read_events",
     "unique_driver_dir",

@@ -36,6 +36,7 @@ from tests.archive.conftest import publish
 from tests.jetstream._ingest_support import (
     RelayProcess,
     UpstreamStandIn,
+    big_event,
     driver_process,
     make_events,
     read_events,
@@ -45,26 +46,6 @@ from tests.jetstream._ingest_support import (
 
 STREAM_ID = 6101
 CHANNEL = "aeron:ipc"
-
-
-def big_event(time_us: int, size: int) -> bytes:
-    """A commit event of about ``size`` bytes (fragmented in the stream: the MTU is far smaller)."""
-    return json.dumps(
-        {
-            "did": "did:plc:bigbigbigbigbigbigbigbig",
-            "time_us": time_us,
-            "kind": "commit",
-            "commit": {
-                "rev": "3l3qo2vutsw2b",
-                "operation": "create",
-                "collection": "app.bsky.feed.post",
-                "rkey": "3l3qo2vuowo2b",
-                "record": {"text": "x" * size},
-                "cid": "bafyrei",
-            },
-        },
-        separators=(",", ":"),
-    ).encode()
 
 
 @pytest.fixture(scope="module")
@@ -123,7 +104,7 @@ def recorded() -> Iterator[tuple[str, list[bytes]]]:
 
 
 def collect(
-    archive_dir: str, retention_s: float | None, stream_id: int = STREAM_ID
+    archive_dir: str, retention_ns: int | None, stream_id: int = STREAM_ID
 ) -> tuple[list[bytes], BackfillResult]:
     got: list[bytes] = []
     metas: list[EventMeta] = []
@@ -132,14 +113,14 @@ def collect(
         got.append(raw)
         metas.append(meta)
 
-    result = backfill(archive_dir, CHANNEL, stream_id, append, retention_s=retention_s)
+    result = backfill(archive_dir, CHANNEL, stream_id, append, retention_ns=retention_ns)
     assert all(a.time_us < b.time_us for a, b in zip(metas, metas[1:]))
     return got, result
 
 
 def test_backfill_returns_every_recorded_event_whole_and_in_order(recorded: tuple[str, list[bytes]]) -> None:
     archive_dir, expected = recorded
-    got, result = collect(archive_dir, retention_s=None)
+    got, result = collect(archive_dir, retention_ns=None)
     assert got == expected  # fragmented events come back whole; byte for byte
     assert result.events == len(expected) and result.non_increasing == 1 and result.invalid == 1
     assert result.corrupt_regions == 0 and result.reader == "numpy"
@@ -151,9 +132,9 @@ def test_backfill_returns_every_recorded_event_whole_and_in_order(recorded: tupl
 def test_backfill_reads_only_the_retention_window(recorded: tuple[str, list[bytes]]) -> None:
     archive_dir, expected = recorded
     last = time_us_of(expected[-1])
-    for retention_s in (0.5, 2.2, 4.0):
-        got, result = collect(archive_dir, retention_s)
-        cutoff = last - int(retention_s * 1e6)
+    for retention_ns in (500_000_000, 2_200_000_000, 4_000_000_000):
+        got, result = collect(archive_dir, retention_ns)
+        cutoff = last - retention_ns // 1_000
         assert got == [e for e in expected if time_us_of(e) >= cutoff]  # nothing lost by skipping terms
         assert result.cutoff_us == cutoff
 
@@ -182,9 +163,9 @@ def test_the_relay_serves_while_a_background_backfill_loads(recorded: tuple[str,
     from tests.jetstream._relay_support import assert_silent, recv_raw, running_relay
 
     archive_dir, expected = recorded
-    with running_relay(str(tmp_path), retention=None, retention_bytes=1 << 30, max_events_per_ip_s=0) as relay:
+    with running_relay(str(tmp_path), retention_ns=None, retention_bytes=1 << 30, max_events_per_ip_s=0) as relay:
         server = relay.server
-        plan = plan_backfill(archive_dir, CHANNEL, STREAM_ID, retention_s=None)
+        plan = plan_backfill(archive_dir, CHANNEL, STREAM_ID, retention_ns=None)
         assert plan.newest_us == time_us_of(expected[-1])
         background = BackgroundBackfill(plan, server.append, server.end_backfill, server.store.make_compressor())
 
@@ -243,7 +224,7 @@ def test_during_a_backfill_loaded_cursors_start_and_the_others_wait(tmp_path: An
 
 
 def test_no_archive_yet_is_an_empty_backfill(tmp_path: Any) -> None:
-    got, result = collect(str(tmp_path / "none"), retention_s=3600)
+    got, result = collect(str(tmp_path / "none"), retention_ns=3_600_000_000_000)
     assert got == [] and result.last_time_us == 0 and result.recordings == 0
 
 

@@ -86,7 +86,7 @@ def test_external_driver_required_but_absent_fails_clearly() -> None:
 def test_ingest_role_publishes_generated_events_into_the_drivers_stream_and_collections_as_topics() -> None:
     with driver_process() as driver:
         reader = StreamReader(driver.dir, "aeron:ipc", 1101)
-        topic_aeron = Aeron.connect(Context(dir=driver.dir, driver_timeout_ms=3_000))
+        topic_aeron = Aeron.connect(Context(dir=driver.dir, driver_timeout_ns=3_000_000_000))
         feed = topic_aeron.add_topic_subscription("aeron:ipc", 1102, ["app.bsky.feed.*"])
         try:
             relay = RelayProcess(

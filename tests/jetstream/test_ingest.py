@@ -22,9 +22,11 @@ from logbuf.jetstream.ingest import (
     with_cursor,
 )
 from logbuf.testing import wait_until
+from logbuf.testing.driver_process import quick_timeout_args
 from tests.jetstream._ingest_support import (
     StreamReader,
     UpstreamStandIn,
+    big_event,
     driver_process,
     make_events,
     time_us_of,
@@ -205,7 +207,7 @@ def test_generator_ingest_publishes_exactly_its_events_with_time_us_as_reserved_
     with driver_process() as driver:
         reader = StreamReader(driver.dir, CHANNEL, 1001)
         try:
-            with Aeron.connect(Context(dir=driver.dir, driver_timeout_ms=3_000)) as aeron:
+            with Aeron.connect(Context(dir=driver.dir, driver_timeout_ns=3_000_000_000)) as aeron:
                 pub = aeron.add_exclusive_publication(CHANNEL, 1001)
                 clock = OriginClock()
                 ingest = Ingest(pub, GeneratorSource(EventGenerator(11), 0, count=3000, clock=clock))
@@ -229,22 +231,11 @@ def test_generator_ingest_publishes_exactly_its_events_with_time_us_as_reserved_
 
 def test_back_pressure_delays_the_ingest_without_dropping() -> None:
     # 64 KiB terms: the window is 32 KiB, ~70 events; the reader pauses, the ingest must wait.
-    args = [
-        "--ipc-term-length",
-        "64k",
-        "--driver-timeout",
-        "3s",
-        "--client-liveness-timeout",
-        "2s",
-        "--publication-linger-timeout",
-        "1s",
-        "--dir-delete-on-shutdown",
-        "false",
-    ]
+    args = quick_timeout_args("64k")
     with driver_process(args) as driver:
         reader = StreamReader(driver.dir, CHANNEL, 1002)
         try:
-            with Aeron.connect(Context(dir=driver.dir, driver_timeout_ms=3_000)) as aeron:
+            with Aeron.connect(Context(dir=driver.dir, driver_timeout_ns=3_000_000_000)) as aeron:
                 pub = aeron.add_exclusive_publication(CHANNEL, 1002)
                 wait_until(lambda: pub.is_connected, 10, "publication connected")
                 reader.paused.set()
@@ -265,9 +256,11 @@ def test_back_pressure_delays_the_ingest_without_dropping() -> None:
 
 
 def _follow(driver_dir: str, stream_id: int, url: str, rewind_us: int) -> tuple[Aeron, Ingest]:
-    aeron = Aeron.connect(Context(dir=driver_dir, driver_timeout_ms=3_000))
+    aeron = Aeron.connect(Context(dir=driver_dir, driver_timeout_ns=3_000_000_000))
     pub = aeron.add_exclusive_publication(CHANNEL, stream_id)
-    source = UpstreamSource(url, Sequencer(rewind_us=rewind_us), backoff_initial_s=0.05, backoff_max_s=0.2)
+    source = UpstreamSource(
+        url, Sequencer(rewind_us=rewind_us), backoff_initial_ns=50_000_000, backoff_max_ns=200_000_000
+    )
     ingest = Ingest(pub, source)
     ingest.start()
     return aeron, ingest
@@ -333,7 +326,9 @@ def test_failover_to_an_instance_with_an_earlier_clock_keeps_time_us_strictly_in
 def test_an_upstream_refusing_the_subscription_with_4xx_ends_the_ingest_naming_the_answer() -> None:
     upstream = UpstreamStandIn(make_events(5)).start()
     try:
-        source = UpstreamSource(f"ws://127.0.0.1:{upstream.port}/wrong-path", Sequencer(), backoff_initial_s=0.05)
+        source = UpstreamSource(
+            f"ws://127.0.0.1:{upstream.port}/wrong-path", Sequencer(), backoff_initial_ns=50_000_000
+        )
 
         class NoPublication:  # never offered to: the subscription is refused first
             max_message_length = 1 << 20
@@ -354,35 +349,9 @@ def test_an_upstream_refusing_the_subscription_with_4xx_ends_the_ingest_naming_t
 def test_an_event_longer_than_the_streams_largest_message_is_counted_and_skipped() -> None:
     events = make_events(20)
     big_time = (time_us_of(events[9]) + time_us_of(events[10])) // 2
-    big = json.dumps(
-        {
-            "did": "did:plc:abcdefghijklmnopqrstuvwx",
-            "time_us": big_time,
-            "kind": "commit",
-            "commit": {
-                "rev": "3l3qo2vutsw2b",
-                "operation": "create",
-                "collection": "app.bsky.feed.post",
-                "rkey": "3l3qo2vuowo2b",
-                "record": {"text": "x" * 10_000},
-                "cid": "bafyrei" + "a" * 52,
-            },
-        },
-        separators=(",", ":"),
-    ).encode()
+    big = big_event(big_time, 10_000)
     upstream = UpstreamStandIn(events[:10] + [big] + events[10:]).start()
-    args = [
-        "--ipc-term-length",
-        "64k",
-        "--driver-timeout",
-        "3s",
-        "--client-liveness-timeout",
-        "2s",
-        "--publication-linger-timeout",
-        "1s",
-        "--dir-delete-on-shutdown",
-        "false",
-    ]  # largest message 8 KiB
+    args = quick_timeout_args("64k")  # largest message 8 KiB
     with driver_process(args) as driver:
         reader = StreamReader(driver.dir, CHANNEL, 1005)
         aeron, ingest = _follow(driver.dir, 1005, upstream.url, rewind_us=0)

@@ -53,7 +53,7 @@ def test_upstream_relay_drops_and_comes_back_without_losing_or_repeating_events(
         time.sleep(0.7)  # ...stays away (reconnects are refused)...
         proxy = TcpProxy(origin_port, port=proxy_port).start()  # ...and comes back
         wait_until(lambda: proxy is not None and proxy.connections >= 1, 20, "the follower to reconnect")
-        time.sleep(1.0)
+        time.sleep(1.0)  # events flow again after the reconnect (the window checked below ends 0.3 s ago)
         until = time.time_ns() // 1000 - 300_000  # both relays hold every event up to here by now
 
         async def both() -> tuple[list[bytes], list[bytes]]:

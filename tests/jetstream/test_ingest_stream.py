@@ -3,31 +3,34 @@ appends parsed events in strictly increasing time_us, reassembling large events.
 
 from __future__ import annotations
 
-import json
-import time
-
 from logbuf.client import Aeron, Context, OfferResult
 from logbuf.jetstream.events import EventMeta
 from logbuf.jetstream.generator import EventGenerator
 from logbuf.jetstream.ingest import GeneratorSource, Ingest, OriginClock
 from logbuf.jetstream.stream import EventStreamAdapter
 from logbuf.testing import wait_until
-from tests.jetstream._ingest_support import driver_process, time_us_of
+from tests.jetstream._ingest_support import big_event, driver_process, time_us_of
 
 CHANNEL = "aeron:ipc"
 
 
 def offer_all(pub: object, messages: list[tuple[bytes, int]]) -> None:
     for raw, reserved in messages:
-        deadline = time.monotonic() + 10
-        while (result := pub.offer(raw, reserved)) < 0:  # type: ignore[attr-defined]
-            assert result in (OfferResult.BACK_PRESSURED, OfferResult.NOT_CONNECTED, OfferResult.ADMIN_ACTION)
-            assert time.monotonic() < deadline, "offer stuck"
-            time.sleep(0.001)
+
+        def taken() -> bool:
+            result = pub.offer(raw, reserved)  # type: ignore[attr-defined]
+            assert result > 0 or result in (
+                OfferResult.BACK_PRESSURED,
+                OfferResult.NOT_CONNECTED,
+                OfferResult.ADMIN_ACTION,
+            )
+            return bool(result > 0)
+
+        wait_until(taken, 10, "the offer")
 
 
 def test_adapter_appends_ingested_events_in_order_including_fragmented_ones() -> None:
-    with driver_process() as driver, Aeron.connect(Context(dir=driver.dir, driver_timeout_ms=3_000)) as aeron:
+    with driver_process() as driver, Aeron.connect(Context(dir=driver.dir, driver_timeout_ns=3_000_000_000)) as aeron:
         sub = aeron.add_subscription(CHANNEL, 1201)
         appended: list[tuple[bytes, EventMeta]] = []
         adapter = EventStreamAdapter(sub, lambda raw, meta: appended.append((raw, meta)))
@@ -39,22 +42,7 @@ def test_adapter_appends_ingested_events_in_order_including_fragmented_ones() ->
         assert ingest.error is None
         # Plus one ~100 KB event (≈ 73 fragments at MTU 1408; 1 MiB terms carry up to 128 KiB), stamped after the generator's last.
         big_time = ingest.stats.last_time_us + 1
-        big = json.dumps(
-            {
-                "did": "did:plc:abcdefghijklmnopqrstuvwx",
-                "time_us": big_time,
-                "kind": "commit",
-                "commit": {
-                    "rev": "3l3qo2vutsw2b",
-                    "operation": "create",
-                    "collection": "app.bsky.feed.post",
-                    "rkey": "3l3qo2vuowo2b",
-                    "record": {"text": "x" * 100_000},
-                    "cid": "bafyrei" + "a" * 52,
-                },
-            },
-            separators=(",", ":"),
-        ).encode()
+        big = big_event(big_time, 100_000)
         offer_all(pub, [(big, big_time)])
         wait_until(lambda: adapter.do_work() >= 0 and len(appended) >= 1501, 20, "1501 events appended")
         times = [meta.time_us for _, meta in appended]
@@ -68,7 +56,7 @@ def test_adapter_appends_ingested_events_in_order_including_fragmented_ones() ->
 
 def test_adapter_skips_stale_and_invalid_messages_and_counts_them() -> None:
     gen = EventGenerator(2)
-    with driver_process() as driver, Aeron.connect(Context(dir=driver.dir, driver_timeout_ms=3_000)) as aeron:
+    with driver_process() as driver, Aeron.connect(Context(dir=driver.dir, driver_timeout_ns=3_000_000_000)) as aeron:
         sub = aeron.add_subscription(CHANNEL, 1202)
         appended: list[int] = []
         adapter = EventStreamAdapter(sub, lambda raw, meta: appended.append(meta.time_us), after_us=1_000)

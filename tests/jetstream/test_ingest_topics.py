@@ -48,22 +48,20 @@ def test_collections_go_out_as_topics_each_matching_event_once_in_order_across_a
     upstream = UpstreamStandIn(events, rate=6000).start()
     with driver_process() as driver:
         reader = StreamReader(driver.dir, CHANNEL, EVENTS_STREAM)
-        aeron = Aeron.connect(Context(dir=driver.dir, driver_timeout_ms=3_000))
+        aeron = Aeron.connect(Context(dir=driver.dir, driver_timeout_ns=3_000_000_000))
         pattern_sets = [["app.bsky.feed.*"], ["app.bsky.graph.follow"], [">"]]
         readers = [TopicReader(aeron.add_topic_subscription(CHANNEL, TOPICS_STREAM, p)) for p in pattern_sets]
         pub = aeron.add_exclusive_publication(CHANNEL, EVENTS_STREAM)
         topics = aeron.add_topic_publication(CHANNEL, TOPICS_STREAM, exclusive=True)
         wait_until(lambda: topics.is_connected and pub.is_connected, 10, "publications connected")
-        source = UpstreamSource(upstream.url, Sequencer(rewind_us=200_000), backoff_initial_s=0.05, backoff_max_s=0.2)
+        source = UpstreamSource(
+            upstream.url, Sequencer(rewind_us=200_000), backoff_initial_ns=50_000_000, backoff_max_ns=200_000_000
+        )
         ingest = Ingest(pub, source, topics=topics)
         ingest.start()
 
         def poll_until(condition: Any, what: str, timeout_s: float = 30) -> None:
-            deadline = time.monotonic() + timeout_s
-            while not condition():
-                assert time.monotonic() < deadline, what
-                if not sum(r.poll() for r in readers):
-                    time.sleep(0.0005)
+            wait_until(condition, timeout_s, what, do_work=lambda: sum(r.poll() for r in readers))
 
         try:
             poll_until(lambda: len(readers[2].got) >= 600, "the first 600 events on the topic stream")

@@ -70,7 +70,7 @@ def test_an_options_update_flood_leaves_an_honest_client_under_2_s_of_lag(tmp_pa
     # Each flooder is closed by a limit, and the counters agree: its message rate (1008), or, while the
     # flooders together hold the relay's whole client-input budget, the budget (1009: refused, or closed as the
     # biggest holder to make room for a smaller message), or a message of its
-    # left unfinished for client_message_timeout_s while the relay read the others (1008).
+    # left unfinished for client_message_timeout_ns while the relay read the others (1008).
     assert sum(report.closes.values()) == FLOODERS, f"flooders not all closed: {dict(report.closes)}"
     for reason, text_start in LIMIT_CLOSES.items():
         closed = sum(n for label, n in report.closes.items() if label.startswith(text_start))

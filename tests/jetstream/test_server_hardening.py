@@ -203,7 +203,7 @@ def test_a_declared_length_over_the_message_cap_closes_with_1009_at_once(tmp_pat
 
 
 def test_a_message_that_never_finishes_is_closed_with_1008(tmp_path: Path) -> None:
-    with running_relay(str(tmp_path), client_message_timeout_s=0.3) as relay:
+    with running_relay(str(tmp_path), client_message_timeout_ns=300_000_000) as relay:
         with upgraded(relay, "127.0.0.1") as sock:
             sock.sendall(client_frame(0x1, b"", declared=1000) + b"x" * 10)
             assert close_code(sock) == 1008

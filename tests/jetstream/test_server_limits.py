@@ -154,7 +154,7 @@ def test_the_event_rate_per_address_delays_and_never_drops(tmp_path: Path) -> No
     rate = 400.0
     events = make_events(1200)
     expected = [BASE_US + 1000 * i for i in range(len(events))]
-    with running_relay(str(tmp_path), max_events_per_ip_s=rate, flush_interval_s=0.01) as relay:
+    with running_relay(str(tmp_path), max_events_per_ip_s=rate, flush_interval_ns=10_000_000) as relay:
         relay.append(events)
         got: dict[str, list[int]] = {}
         early: dict[str, tuple[float, int]] = {}
@@ -163,7 +163,7 @@ def test_the_event_rate_per_address_delays_and_never_drops(tmp_path: Path) -> No
             with connect_as(relay, "cursor=0", source=source) as ws:
                 start = time.monotonic()
                 times = [e["time_us"] for e in recv_events(ws, 1)]
-                time.sleep(0.2)
+                time.sleep(0.2)  # pace: the period measured: what the relay sends in 0.2 s
                 while True:  # everything the relay has sent by now
                     try:
                         times += [e["time_us"] for e in recv_events(ws, 1, timeout_s=0.001)]
@@ -262,7 +262,7 @@ def test_metrics_answer_while_client_input_fills_the_relay_budget(tmp_path: Path
 
 
 def test_a_client_that_streams_on_after_its_close_frame_is_cut_off(tmp_path: Path) -> None:
-    with running_relay(str(tmp_path), max_client_message_length=10_000, close_timeout_s=30) as relay:
+    with running_relay(str(tmp_path), max_client_message_length=10_000, close_timeout_ns=30_000_000_000) as relay:
         with raw_connection(relay) as sock:
             sock.sendall(UPGRADE.format(query="").encode())
             assert sock.recv(4096).startswith(b"HTTP/1.1 101")
@@ -292,7 +292,10 @@ def test_a_full_input_budget_closes_its_biggest_holder_not_an_honest_clients_upd
     update = json.dumps({"type": "options_update", "payload": {"wantedDids": sorted(wanted)}})
     stop = threading.Event()
     with running_relay(
-        str(tmp_path), max_client_message_length=declared, max_incoming_bytes=budget, client_message_timeout_s=60
+        str(tmp_path),
+        max_client_message_length=declared,
+        max_incoming_bytes=budget,
+        client_message_timeout_ns=60_000_000_000,
     ) as relay:
 
         def produce() -> None:  # ~200 events/s stamped with the wall clock
@@ -344,11 +347,11 @@ def test_a_full_input_budget_closes_its_biggest_holder_not_an_honest_clients_upd
 
 def test_the_unfinished_message_timer_restarts_with_each_message(tmp_path: Path) -> None:
     """Back-to-back messages, each sent whole within 0.3 s but each read arriving with the next one's first
-    bytes, keep a connection busy for longer than client_message_timeout_s: none of them is late."""
+    bytes, keep a connection busy for longer than client_message_timeout_ns: none of them is late."""
     update = json.dumps({"type": "options_update", "payload": {"wantedCollections": ["app.bsky.feed.post"]}})
     frame = client_frame(0x1, update.encode())
     with running_relay(
-        str(tmp_path), client_message_timeout_s=0.5, max_client_messages_per_s=100.0, client_message_burst=100
+        str(tmp_path), client_message_timeout_ns=500_000_000, max_client_messages_per_s=100.0, client_message_burst=100
     ) as relay:
         with upgraded(relay, "127.0.0.1") as sock:
             cut = 10  # the 6-byte header and 4 bytes of the payload: the message has begun

@@ -33,7 +33,7 @@ def us(i: int) -> int:
 def test_replay_from_a_cursor_then_live_without_gap_or_duplicate(tmp_path: Path) -> None:
     total, first_live, cursor_index = 3000, 300, 100
     events = make_events(total, step_us=STEP_US)
-    with running_relay(str(tmp_path), flush_interval_s=0.002) as relay:
+    with running_relay(str(tmp_path), flush_interval_ns=2_000_000) as relay:
         relay.append(events[:first_live])
         stop = threading.Event()
 
@@ -42,7 +42,7 @@ def test_replay_from_a_cursor_then_live_without_gap_or_duplicate(tmp_path: Path)
                 if stop.is_set():
                     return
                 relay.append(events[i : i + 20])
-                time.sleep(0.002)
+                time.sleep(0.002)  # pace: a live feed's rate, 20 events per 2 ms
 
         feeder = threading.Thread(target=feed)
         feeder.start()
@@ -84,7 +84,7 @@ def test_cursor_zero_or_negative_replays_everything_retained(tmp_path: Path) -> 
 
 def test_cursor_older_than_retention_starts_at_the_oldest_kept_event(tmp_path: Path) -> None:
     events = make_events(1000, step_us=STEP_US)  # 1 s of time_us
-    with running_relay(str(tmp_path), retention=0.2, retention_check_s=0.02) as relay:
+    with running_relay(str(tmp_path), retention_ns=200_000_000, retention_check_ns=20_000_000) as relay:
         relay.append(events)
         wait_until(lambda: relay.on_loop(lambda: relay.server.store.first_seq) > 0, what="retention")
         oldest = relay.on_loop(relay.server.store.oldest_time_us)

@@ -49,11 +49,11 @@ def test_a_client_that_never_reads_slows_no_one_and_is_dropped_behind_retention(
     events = make_events(total, step_us=STEP_US)  # about 6 MB of frames
     with running_relay(
         str(tmp_path),
-        retention=None,
+        retention_ns=None,
         retention_bytes=1_000_000,
-        retention_check_s=0.05,
-        write_timeout_s=0,
-        flush_interval_s=0.002,
+        retention_check_ns=50_000_000,
+        write_timeout_ns=0,
+        flush_interval_ns=2_000_000,
         max_events_per_ip_s=0,  # 12,000 events at once to one address: not what this test is about
     ) as relay:
         slow = socket.socket()
@@ -78,7 +78,7 @@ def test_a_client_that_never_reads_slows_no_one_and_is_dropped_behind_retention(
             reader.start()
             for i in range(0, total, 500):
                 relay.append(events[i : i + 500])
-                time.sleep(0.01)
+                time.sleep(0.01)  # pace: the feed's rate, 500 events per 10 ms
             reader.join(35)  # recv_events gives up after 30 s: the slow client must not hold the fast one back
             assert got == [BASE_US + STEP_US * i for i in range(total)]
             wait_until(lambda: relay.server.counters.clients_dropped["behind_retention"] == 1, what="the drop")
@@ -104,7 +104,9 @@ def test_a_client_that_never_reads_slows_no_one_and_is_dropped_behind_retention(
 
 def test_a_client_whose_socket_takes_nothing_is_dropped_after_the_write_timeout(tmp_path: Path) -> None:
     events = make_events(12_000, step_us=STEP_US)
-    with running_relay(str(tmp_path), write_timeout_s=0.3, flush_interval_s=0.002, max_events_per_ip_s=0) as relay:
+    with running_relay(
+        str(tmp_path), write_timeout_ns=300_000_000, flush_interval_ns=2_000_000, max_events_per_ip_s=0
+    ) as relay:
         with socket.socket() as slow:
             slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
             slow.settimeout(10)

@@ -68,7 +68,7 @@ def ring_producer(path: str, producer_id: int, count: int, timeout_s: float) -> 
             full += 1
             if time.monotonic() > deadline:
                 raise TimeoutError(f"producer {producer_id} stuck at seq {seq}")
-            time.sleep(0)
+            time.sleep(0)  # pace: yield to the consumer while the ring is full
     return {"written": count, "full": full}
 
 
@@ -82,7 +82,7 @@ def broadcast_listener(path: str, count: int, timeout_s: float) -> dict[str, obj
         if receiver.receive(lambda type_id, payload: received.append([type_id, payload.hex()])) == 0:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"received {len(received)} of {count}")
-            time.sleep(0.0005)
+            time.sleep(0.0005)  # pace: idle between empty reads
     return {"received": received, "lapped_count": receiver.lapped_count}
 
 

@@ -191,4 +191,4 @@ def stuck_subscriber_main(name: str, ready: Any) -> None:
     with StreamLog.open(name) as log:
         log.add_subscriber()
         ready.put(os.getpid())
-        time.sleep(600)
+        time.sleep(600)  # pace: a live subscriber that never reads, until the test kills this process

@@ -155,7 +155,7 @@ def test_another_major_version_is_rejected_naming_both(driver_cnc: CncFile, dire
     set_version(directory, cnd.semantic_version(1, 0, 3))
     with pytest.raises(CncVersionError, match=r"has version 1\.0\.3 \(65539\), this client expects 0\.2\.0 \(512\)"):
         CncFile.open(directory)
-    assert not is_driver_active(directory, 10_000)
+    assert not is_driver_active(directory, timeout_ns=10_000_000_000)
 
 
 def test_another_minor_version_is_accepted(driver_cnc: CncFile, directory: str) -> None:
@@ -173,25 +173,25 @@ def test_a_file_whose_lengths_do_not_add_up_is_corrupt(driver_cnc: CncFile, dire
 
 
 def test_a_fresh_driver_heartbeat_means_an_active_driver(driver_cnc: CncFile, directory: str) -> None:
-    assert is_driver_active(directory, 1_000)  # create stamps the heartbeat with the start time
+    assert is_driver_active(directory, timeout_ns=1_000_000_000)  # create stamps the heartbeat with the start time
     assert cnc_driver_heartbeat_ms(driver_cnc) == driver_cnc.start_timestamp_ms
     ring = ManyToOneRingBuffer(driver_cnc.to_driver)
     now_ms = time.time_ns() // 1_000_000
     ring.set_consumer_heartbeat_time(now_ms - 5_000)
     assert cnc_driver_heartbeat_ms(driver_cnc) == now_ms - 5_000
-    assert not is_driver_active(directory, 1_000)
-    assert is_driver_active(directory, 10_000)
-    assert is_driver_active(directory, 1_000, now_ms=now_ms - 4_500)
+    assert not is_driver_active(directory, timeout_ns=1_000_000_000)
+    assert is_driver_active(directory, timeout_ns=10_000_000_000)
+    assert is_driver_active(directory, timeout_ns=1_000_000_000, now_ms=now_ms - 4_500)
     del ring
 
 
 def test_no_file_means_no_active_driver(directory: str) -> None:
-    assert not is_driver_active(directory, 1_000)
+    assert not is_driver_active(directory, timeout_ns=1_000_000_000)
 
 
 def test_a_file_that_never_gets_ready_is_inactive(driver_cnc: CncFile, directory: str) -> None:
     set_version(directory, 0)
-    assert not is_driver_active(directory, 200)
+    assert not is_driver_active(directory, timeout_ns=200_000_000)
 
 
 def test_a_file_still_being_initialised_is_waited_for(driver_cnc: CncFile, directory: str) -> None:
@@ -199,7 +199,7 @@ def test_a_file_still_being_initialised_is_waited_for(driver_cnc: CncFile, direc
     ready = threading.Timer(0.2, set_version, (directory, cnd.CNC_VERSION))
     ready.start()  # the creator finishes while is_driver_active waits
     try:
-        assert is_driver_active(directory, 10_000)
+        assert is_driver_active(directory, timeout_ns=10_000_000_000)
     finally:
         ready.join(10)
 
@@ -217,7 +217,7 @@ def test_a_file_left_half_initialised_by_a_dead_creator_is_not_waited_for(driver
     ready = threading.Timer(30.0, set_version, (directory, cnd.CNC_VERSION))
     ready.start()  # would make it active, were it waited for
     try:
-        assert not is_driver_active(directory, 60_000)  # had it waited, the file would be finished
+        assert not is_driver_active(directory, timeout_ns=60_000_000_000)  # had it waited, the file would be finished
     finally:
         ready.cancel()
     assert initialising_cnc_pid(os.path.join(directory, "missing")) == 0
@@ -263,7 +263,7 @@ def test_a_client_liveness_lock_goes_with_its_process(driver_cnc: CncFile) -> No
             "from logbuf.conduit.cnc import ClientLivenessLock\n"
             "lock = ClientLivenessLock(sys.argv[1], 7)\n"
             "print(lock.held, flush=True)\n"
-            "time.sleep(60)\n",
+            "time.sleep(60)  # pace: hold the lock until the test kills this process\n",
             driver_cnc.path,
         ],
         stdout=subprocess.PIPE,

@@ -170,7 +170,7 @@ def test_a_killed_subscriber_stops_holding_publishers_back(log_name: str) -> Non
             while time.monotonic() < blocked_until:  # a live, stuck subscriber holds it back
                 assert pub.offer(message) == OfferResult.BACK_PRESSURED
                 live.poll(_drain, 100)
-                time.sleep(0.001)
+                time.sleep(0.001)  # pace: the period held back is the thing under test
             stuck_at = pub.position
 
             os.kill(victim_pid, signal.SIGKILL)

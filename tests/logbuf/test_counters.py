@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import mmap
-import time
 
 import pytest
 
 from logbuf.conduit import counters_descriptor as cd
 from logbuf.conduit.counters import CountersManager
+from logbuf.testing import wait_until
 
 CAPACITY = 64
 
@@ -52,7 +52,7 @@ def test_allocation_tries_one_record_however_many_are_allocated(buffers: tuple[m
 
 
 def test_a_freed_record_waits_out_its_reuse_timeout_oldest_first(buffers: tuple[memoryview, memoryview]) -> None:
-    counters = CountersManager(*buffers, free_to_reuse_timeout_ms=200)
+    counters = CountersManager(*buffers, free_to_reuse_timeout_ns=200_000_000)
     for i in range(CAPACITY):
         counters.allocate(f"c{i}")
     counters.free(5)
@@ -60,10 +60,7 @@ def test_a_freed_record_waits_out_its_reuse_timeout_oldest_first(buffers: tuple[
     assert not counters.has_room(1)
     with pytest.raises(MemoryError, match=f"capacity {CAPACITY}.*'late'"):
         counters.allocate("late")
-    deadline = time.monotonic() + 10
-    while not counters.has_room(2):
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
+    wait_until(lambda: counters.has_room(2), 10, "room for two counters")
     assert counters.allocate("first") == 5
     assert counters.allocate("second") == 2
     assert counters.label(5) == "first"

@@ -23,6 +23,7 @@ from typing import Any
 
 from logbuf.client import Aeron, Context, FragmentAssembler, OfferResult
 from logbuf.logging_config import configure_logging
+from logbuf.testing import wait_until
 
 HEADER = struct.Struct("<qiI")
 """seq, size (whole message), crc32(body)."""
@@ -85,15 +86,11 @@ def publisher(
     stop = _stop_on_stdin() if count < 0 else None
     results = {r.name: 0 for r in OfferResult}
     crc = 0
-    with Aeron.connect(Context(dir=directory, driver_timeout_ms=5_000)) as aeron:
+    with Aeron.connect(Context(dir=directory, driver_timeout_ns=5_000_000_000)) as aeron:
         pub = (aeron.add_exclusive_publication if exclusive else aeron.add_publication)(channel, stream_id)
         for destination in destinations:  # a control-mode=manual MDC publication
             pub.add_destination(destination)
-        deadline = time.monotonic() + connect_timeout_s
-        while not pub.is_connected:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"publisher on {channel} never connected in {connect_timeout_s} s")
-            time.sleep(0.001)
+        wait_until(lambda: pub.is_connected, connect_timeout_s, f"the publisher on {channel} connected")
         print("ready", flush=True)
         start = time.monotonic()
         deadline = start + timeout_s
@@ -115,7 +112,7 @@ def publisher(
                     raise RuntimeError(f"offer of seq {seq} failed: {name}")
                 failures += 1
                 if failures % 16 == 0:
-                    time.sleep(0.0002)
+                    time.sleep(0.0002)  # pace: back off on back pressure, retrying the same message
                 if time.monotonic() > deadline:
                     raise TimeoutError(
                         f"publisher stuck at seq {seq} after {timeout_s} s (last result {name}; {results})"
@@ -131,11 +128,12 @@ def publisher(
             crc = zlib.crc32(message, crc)
             seq += 1
             if pace_every and seq % pace_every == 0:
-                time.sleep(pace_s)
+                time.sleep(pace_s)  # pace: the rate the test asked for
         elapsed = time.monotonic() - start
         HEADER.pack_into(buf, 0, END_SEQ, HEADER_LENGTH, 0)
         offer_until_accepted(view[:HEADER_LENGTH])
-        # Let the sender drain before the client goes away (linger keeps the log for retransmits).
+        # pace: let the sender drain before the client goes away (linger keeps the log for retransmits);
+        # the client cannot see the sender's position to wait on it.
         time.sleep(0.5)
         return {
             "published": seq,
@@ -203,7 +201,7 @@ def subscriber(
         assembler(buffer, header)
 
     assembler = FragmentAssembler(on_message)
-    with Aeron.connect(Context(dir=directory, driver_timeout_ms=5_000)) as aeron:
+    with Aeron.connect(Context(dir=directory, driver_timeout_ns=5_000_000_000)) as aeron:
         sub = aeron.add_subscription(
             channel,
             stream_id,
@@ -215,7 +213,7 @@ def subscriber(
         poll = sub.poll
         while not done:
             if poll(count_fragment, 256) == 0:
-                time.sleep(0.0002)
+                time.sleep(0.0002)  # pace: idle between empty polls until the end marker
                 if time.monotonic() > deadline:
                     raise TimeoutError(
                         f"subscriber on {channel} got {expected} messages in {timeout_s} s, no end marker "

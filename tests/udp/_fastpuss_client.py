@@ -56,7 +56,7 @@ def main() -> None:
         for k, gateway in enumerate(gateways):
             p.sendto(f"PUB warm\n{k}:{n}".encode(), gateway)
         n += 1
-        time.sleep(0.05)
+        time.sleep(0.05)  # pace: resend the warm-up every 50 ms until both gateways answer
         drain()
     for i in range(count):
         k = i % 2
@@ -66,7 +66,7 @@ def main() -> None:
             drain()
     deadline = time.monotonic() + 20
     while min(len(v) for v in got.values()) < count and time.monotonic() < deadline:
-        time.sleep(0.005)
+        time.sleep(0.005)  # a wait, written out: this client uses no logbuf code (so not the kit's wait_until)
         drain()
     time.sleep(0.3)  # a repeat would arrive now
     drain()

@@ -19,12 +19,11 @@ import pytest
 
 from logbuf.client import Aeron, Context
 from logbuf.client.fastpuss import FastpussGateway, GatewayContext, MalformedMessage, Message, logbuf_topic, parse
-from logbuf.testing.driver_process import DriverProcess, DriverSet
-from logbuf.testing.netns import NetnsDriverProcess, NetnsNetwork, make_network
+from logbuf.testing import wait_until
+from logbuf.testing.driver_process import DriverProcess
+from logbuf.testing.netns import NetnsNetwork, drivers_fixture, network_fixture, requires_netns
 
-pytestmark = pytest.mark.skipif(
-    os.environ.get("CI") != "true" and os.geteuid() != 0, reason="network namespaces need root (run in CI)"
-)
+pytestmark = requires_netns
 
 DRIVER_ARGS = [
     *("--dir-delete-on-shutdown", "false", "--driver-timeout", "5s", "--client-liveness-timeout", "5s"),
@@ -37,30 +36,21 @@ STREAM = 7400
 
 class FakeClock:
     def __init__(self) -> None:
-        self.now = 1000.0
+        self.now_ns = 1_000_000_000_000
 
-    def __call__(self) -> float:
-        return self.now
-
-
-@pytest.fixture(scope="module")
-def net() -> Iterator[NetnsNetwork]:
-    network = make_network(2)
-    try:
-        yield network
-    finally:
-        network.close()
+    def __call__(self) -> int:
+        return self.now_ns
 
 
-@pytest.fixture(scope="module")
-def hosts(net: NetnsNetwork, request: pytest.FixtureRequest) -> Iterator[list[DriverProcess]]:
-    with DriverSet(request) as drivers:
-        yield [drivers.start(NetnsDriverProcess(args=list(DRIVER_ARGS), namespace=net.host(i))) for i in range(2)]
+net = network_fixture(2)
+
+
+hosts = drivers_fixture(DRIVER_ARGS)
 
 
 @pytest.fixture
 def gateways(hosts: list[DriverProcess]) -> Iterator[tuple[list[FastpussGateway], FakeClock]]:
-    clients = [Aeron.connect(Context(dir=h.dir, driver_timeout_ms=5_000)) for h in hosts]
+    clients = [Aeron.connect(Context(dir=h.dir, driver_timeout_ns=5_000_000_000)) for h in hosts]
     clock = FakeClock()
     made: list[FastpussGateway] = []
     try:
@@ -70,16 +60,16 @@ def gateways(hosts: list[DriverProcess]) -> Iterator[tuple[list[FastpussGateway]
                 stream_id=STREAM,
                 subscribe_channel=f"aeron:udp?endpoint=10.13.0.{i + 1}:{PORT}",
                 peer_channels=[f"aeron:udp?endpoint=10.13.0.{2 - i}:{PORT}"],
-                client_expiry_s=60.0,
+                client_expiry_ns=60_000_000_000,
                 allow_unsubscribe=True,
             )
-            made.append(FastpussGateway(ctx, clients[i], clock=clock))
-        deadline = time.monotonic() + 15
-        while not all(p.is_connected for g in made for p in g._publications):
-            assert time.monotonic() < deadline, "the gateways' streams did not connect"
-            for g in made:
-                g.do_work()
-            time.sleep(0.002)
+            made.append(FastpussGateway(ctx, clients[i], clock_ns=clock))
+        wait_until(
+            lambda: all(p.is_connected for g in made for p in g._publications),
+            15,
+            "the gateways' streams connected",
+            do_work=lambda: sum(g.do_work() for g in made),
+        )
         yield made, clock
     finally:
         for g in made:
@@ -109,7 +99,7 @@ def _pump(gateways: list[FastpussGateway], seconds: float = 0.3) -> None:
     until = time.monotonic() + seconds
     while time.monotonic() < until:
         if not sum(g.do_work() for g in gateways):
-            time.sleep(0.0005)
+            time.sleep(0.0005)  # pace: idle while the gateways run for the period asked
 
 
 def _received(s: socket.socket) -> list[Message]:
@@ -181,7 +171,7 @@ def test_silent_clients_expire_and_a_client_fails_over_by_subscribing_elsewhere(
     _pump([a, b])
     p.sendto(b"PUB e\n1", b.address)
     assert _until([a, b], x, 1, []) == [Message("MSG", "e", "1")]
-    clock.now += 61  # x says nothing for longer than the expiry
+    clock.now_ns += 61_000_000_000  # x says nothing for longer than the expiry
     _pump([a, b])
     assert a.client_ids == [] and a.counts["expired"] == 1
     p.sendto(b"PUB e\n2", b.address)

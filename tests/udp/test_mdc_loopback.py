@@ -35,7 +35,7 @@ def test_manual_mdc_sends_setup_with_the_group_flag_to_every_destination_and_sto
         return found
 
     try:
-        with Aeron.connect(Context(dir=driver.dir, driver_timeout_ms=5_000)) as aeron:
+        with Aeron.connect(Context(dir=driver.dir, driver_timeout_ns=5_000_000_000)) as aeron:
             pub = aeron.add_publication("aeron:udp?control-mode=manual", 77)
             for d in destinations:
                 pub.add_destination(d)
@@ -59,8 +59,8 @@ def test_a_destination_that_cannot_be_sent_to_does_not_hold_the_others_back(driv
         port = s.getsockname()[1]
     endpoint = f"aeron:udp?endpoint=127.0.0.1:{port}"
     with (
-        Aeron.connect(Context(dir=sender.dir, driver_timeout_ms=5_000)) as a,
-        Aeron.connect(Context(dir=receiver.dir, driver_timeout_ms=5_000)) as b,
+        Aeron.connect(Context(dir=sender.dir, driver_timeout_ns=5_000_000_000)) as a,
+        Aeron.connect(Context(dir=receiver.dir, driver_timeout_ns=5_000_000_000)) as b,
     ):
         sub = b.add_subscription(endpoint, 78)
         pub = a.add_publication("aeron:udp?control-mode=manual", 78)

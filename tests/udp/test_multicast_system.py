@@ -20,7 +20,7 @@ import threading
 import time
 import urllib.request
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -33,14 +33,12 @@ from logbuf.conduit.counters import CountersReader
 from logbuf.errors import ErrorCode
 from logbuf.protocol import NakFrame
 from logbuf.testing import wait_until
-from logbuf.testing.driver_process import DriverProcess, DriverSet
-from logbuf.testing.netns import NetnsDriverProcess, NetnsNetwork, make_network
+from logbuf.testing.driver_process import DriverProcess
+from logbuf.testing.netns import NetnsNetwork, drivers_fixture, network_fixture, requires_netns
 from tests.udp._children import HEADER
 from tests.udp.test_udp_system import Child, InOrderReader
 
-pytestmark = pytest.mark.skipif(
-    os.environ.get("CI") != "true" and os.geteuid() != 0, reason="network namespaces need root (run in CI)"
-)
+pytestmark = requires_netns
 
 COUNT = int(os.environ.get("LOGBUF_FANOUT_COUNT", "20000"))
 """20,000 by default; LOGBUF_FANOUT_COUNT=200000 runs the full count."""
@@ -54,22 +52,11 @@ DRIVER_ARGS = [
 RESULT_TIMEOUT_S = 240.0
 
 
-@pytest.fixture(scope="module")
-def net() -> Iterator[NetnsNetwork]:
-    network = make_network(4)
-    try:
-        yield network
-    finally:
-        network.close()
+net = network_fixture(4)
 
 
-@pytest.fixture(scope="module")
-def hosts(net: NetnsNetwork, request: pytest.FixtureRequest) -> Iterator[list[DriverProcess]]:
-    """A driver on each host: [publisher host, receiver 1, receiver 2, receiver 3]."""
-    with DriverSet(request) as drivers:
-        yield [
-            drivers.start(NetnsDriverProcess(args=list(DRIVER_ARGS), namespace=net.host(i))) for i in range(net.hosts)
-        ]
+hosts = drivers_fixture(DRIVER_ARGS)
+"""A driver on each host: [publisher host, receiver 1, receiver 2, receiver 3]."""
 
 
 def multicast(port: int, host: int, **params: object) -> str:
@@ -179,7 +166,7 @@ def test_mdc_manual_three_receivers_each_get_every_message_once_in_order(
 def test_mdc_num_dest_counts_manual_destinations_added_and_removed(
     net: NetnsNetwork, hosts: list[DriverProcess]
 ) -> None:
-    with Aeron.connect(Context(dir=hosts[0].dir, driver_timeout_ms=5_000)) as aeron:
+    with Aeron.connect(Context(dir=hosts[0].dir, driver_timeout_ns=5_000_000_000)) as aeron:
         pub = aeron.add_publication(f"aeron:udp?control={net.address(0)}:40631|control-mode=manual", 1004)
         dests = [f"aeron:udp?endpoint={net.address(i)}:40632" for i in (1, 2, 3)]
         for d in dests:
@@ -345,7 +332,7 @@ def stalled_then_free(
 ) -> tuple[Publisher, list[Any], Any, list[Aeron]]:
     """Receivers 1 and 2 read; receiver 3 subscribes but never polls. Returns the publisher, the two
     readers, receiver 3's subscription and the clients (closed by the caller)."""
-    clients = [Aeron.connect(Context(dir=h.dir, driver_timeout_ms=5_000)) for h in hosts]
+    clients = [Aeron.connect(Context(dir=h.dir, driver_timeout_ns=5_000_000_000)) for h in hosts]
     subs = [
         clients[i].add_subscription(multicast(port, i) + (f"|gtag={gtags[i - 1]}" if gtags[i - 1] else ""), stream_id)
         for i in (1, 2, 3)
@@ -366,7 +353,7 @@ def test_min_paces_the_publisher_to_a_receiver_that_stops_reading(
             publisher.offer_some()
             for r in readers:
                 r.poll()
-        window = 128 * 1024
+        window = RECEIVER_WINDOW
         sender_position = stream_counter(hosts[0], cd.SENDER_POSITION_TYPE_ID, 40651)
         stalled = stream_counter(hosts[3], cd.RECEIVER_POSITION_TYPE_ID, 40651)
         assert sender_position <= stalled + window, (sender_position, stalled)
@@ -425,7 +412,7 @@ def test_max_and_tagged_do_not_wait_for_a_receiver_that_stops_reading(
 
 
 def test_late_joiner_starts_at_the_current_position(net: NetnsNetwork, hosts: list[DriverProcess]) -> None:
-    clients = [Aeron.connect(Context(dir=h.dir, driver_timeout_ms=5_000)) for h in hosts]
+    clients = [Aeron.connect(Context(dir=h.dir, driver_timeout_ns=5_000_000_000)) for h in hosts]
     try:
         readers = [InOrderReader(clients[i].add_subscription(multicast(40681, i), 1009)) for i in (1, 2)]
         publisher = Publisher(clients[0], multicast(40681, 0, fc="max,g:/2"), 1009)
@@ -448,7 +435,7 @@ with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
     for i, nak in enumerate(naks):
         s.sendto(nak, (sys.argv[1], int(sys.argv[2])))
         if i % 50 == 49:
-            time.sleep(0.005)
+            time.sleep(0.005)  # pace: within the driver's socket buffer
 print(len(naks))
 """
 """Run in a host's namespace: sends the NAKs (hex, one per line on stdin) to a group and port, ~10,000/s."""
@@ -462,7 +449,7 @@ def test_naks_from_a_host_that_is_no_receiver_of_a_multicast_publication_get_not
     counts them as NAKs from non-receivers and resends nothing for them, while receivers 1 and 2 get
     every message once, in order. Its NAKs reach the publication's control socket as the members' do."""
     port, stream_id, count = 40721, 1013, 2_000
-    clients = [Aeron.connect(Context(dir=h.dir, driver_timeout_ms=5_000)) for h in hosts[:3]]
+    clients = [Aeron.connect(Context(dir=h.dir, driver_timeout_ns=5_000_000_000)) for h in hosts[:3]]
     try:
         readers = [InOrderReader(clients[i].add_subscription(multicast(port, i), stream_id)) for i in (1, 2)]
         publisher = Publisher(clients[0], multicast(port, 0, fc="min,g:/2"), stream_id)
@@ -521,10 +508,10 @@ def test_min_stops_waiting_for_a_killed_receiver_after_its_timeout(
     net: NetnsNetwork, hosts: list[DriverProcess]
 ) -> None:
     """Last in the module: it kills receiver 3's driver (and starts it again)."""
-    clients = [Aeron.connect(Context(dir=h.dir, driver_timeout_ms=5_000)) for h in hosts[:3]]
+    clients = [Aeron.connect(Context(dir=h.dir, driver_timeout_ns=5_000_000_000)) for h in hosts[:3]]
     try:
         readers = [InOrderReader(clients[i].add_subscription(multicast(40691, i), 1010)) for i in (1, 2)]
-        with Aeron.connect(Context(dir=hosts[3].dir, driver_timeout_ms=5_000)) as third:
+        with Aeron.connect(Context(dir=hosts[3].dir, driver_timeout_ns=5_000_000_000)) as third:
             doomed = third.add_subscription(multicast(40691, 3), 1010)
             publisher = Publisher(clients[0], multicast(40691, 0, fc="min,t:2s"), 1010)
             wait_until(lambda: doomed.image_count > 0, 30, "receiver 3's image", do_work=publisher.offer_some)
@@ -556,7 +543,7 @@ def test_min_stops_waiting_for_a_killed_receiver_after_its_timeout(
 def test_a_receiver_that_unsubscribes_leaves_the_min_group_at_once_by_end_of_stream(
     net: NetnsNetwork, hosts: list[DriverProcess]
 ) -> None:
-    clients = [Aeron.connect(Context(dir=h.dir, driver_timeout_ms=5_000)) for h in hosts]
+    clients = [Aeron.connect(Context(dir=h.dir, driver_timeout_ns=5_000_000_000)) for h in hosts]
     try:
         subs = [clients[i].add_subscription(multicast(40701, i), 1011) for i in (1, 2, 3)]
         readers = [InOrderReader(s) for s in subs]

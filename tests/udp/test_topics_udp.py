@@ -5,7 +5,6 @@ message once and in order, a wildcard picks up a topic first published after it 
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -16,13 +15,11 @@ from logbuf.client import Aeron, Context
 from logbuf.client.topics import TopicPublication, TopicSubscription
 from logbuf.conduit.topic_registry import TopicRegistry
 from logbuf.testing import wait_until
-from logbuf.testing.driver_process import DriverProcess, DriverSet
-from logbuf.testing.netns import NetnsDriverProcess, NetnsNetwork, make_network
+from logbuf.testing.driver_process import DriverProcess
+from logbuf.testing.netns import drivers_fixture, network_fixture, requires_netns
 from logbuf.topic_names import TopicPatterns
 
-pytestmark = pytest.mark.skipif(
-    os.environ.get("CI") != "true" and os.geteuid() != 0, reason="network namespaces need root (run in CI)"
-)
+pytestmark = requires_netns
 
 DRIVER_ARGS = [
     *("--dir-delete-on-shutdown", "false", "--driver-timeout", "5s", "--client-liveness-timeout", "5s"),
@@ -31,25 +28,16 @@ DRIVER_ARGS = [
 PORT = 24_777
 
 
-@pytest.fixture(scope="module")
-def net() -> Iterator[NetnsNetwork]:
-    network = make_network(2)
-    try:
-        yield network
-    finally:
-        network.close()
+net = network_fixture(2)
 
 
-@pytest.fixture(scope="module")
-def hosts(net: NetnsNetwork, request: pytest.FixtureRequest) -> Iterator[list[DriverProcess]]:
-    with DriverSet(request) as drivers:
-        yield [drivers.start(NetnsDriverProcess(args=list(DRIVER_ARGS), namespace=net.host(i))) for i in range(2)]
+hosts = drivers_fixture(DRIVER_ARGS)
 
 
 @pytest.fixture
 def clients(hosts: list[DriverProcess]) -> Iterator[list[Aeron]]:
-    a = Aeron.connect(Context(dir=hosts[0].dir, driver_timeout_ms=5_000))
-    b = Aeron.connect(Context(dir=hosts[1].dir, driver_timeout_ms=5_000))
+    a = Aeron.connect(Context(dir=hosts[0].dir, driver_timeout_ns=5_000_000_000))
+    b = Aeron.connect(Context(dir=hosts[1].dir, driver_timeout_ns=5_000_000_000))
     try:
         yield [a, b]
     finally:
@@ -62,10 +50,7 @@ def _channel(port: int) -> str:
 
 
 def _offer(pub: TopicPublication, topic: str, payload: str) -> None:
-    deadline = time.monotonic() + 10
-    while pub.offer(topic, payload.encode()) < 0:
-        assert time.monotonic() < deadline, f"offer of {topic} refused for 10 s"
-        time.sleep(0.0005)
+    wait_until(lambda: pub.offer(topic, payload.encode()) > 0, 10, f"the offer of {topic}")
 
 
 def _drain(sub: TopicSubscription, got: list[tuple[str, str]], want: int, timeout_s: float = 20) -> None:
@@ -74,11 +59,7 @@ def _drain(sub: TopicSubscription, got: list[tuple[str, str]], want: int, timeou
         assert name is not None
         got.append((name, bytes(buffer).decode()))
 
-    deadline = time.monotonic() + timeout_s
-    while len(got) < want:
-        assert time.monotonic() < deadline, f"{len(got)} of {want} messages in {timeout_s} s"
-        if not sub.poll(handler, 256):
-            time.sleep(0.0005)
+    wait_until(lambda: len(got) >= want, timeout_s, f"{want} messages", do_work=lambda: sub.poll(handler, 256))
     quiet_until = time.monotonic() + 0.2  # and nothing more
     while time.monotonic() < quiet_until:
         sub.poll(handler, 256)

@@ -202,7 +202,7 @@ class InOrderReader:
 
 
 def connect(driver: DriverProcess) -> Aeron:
-    return Aeron.connect(Context(dir=driver.dir, driver_timeout_ms=5_000))
+    return Aeron.connect(Context(dir=driver.dir, driver_timeout_ns=5_000_000_000))
 
 
 # -- tests ----------------------------------------------------------------------------------------------
@@ -446,14 +446,16 @@ def test_receiver_driver_killed_and_restarted_the_sender_carries_on_and_a_new_im
     finally:
         first.close()
     killed_at = time.monotonic()
-    wait_until(lambda: not is_driver_active(receiver.dir, 2_000), 10, "the killed driver to be seen dead")
+    wait_until(
+        lambda: not is_driver_active(receiver.dir, timeout_ns=2_000_000_000), 10, "the killed driver to be seen dead"
+    )
     # A dead driver is taken over at once (its pid is gone); stay down as long as a stale heartbeat would
     # have kept us, so the publisher meets the missing receiver (back-pressure or not-connected) first.
     with CncFile.open(receiver.dir) as cnc:
         wait_until(
             lambda: time.time() * 1000 - cnc_driver_heartbeat_ms(cnc) > 6_000, 20, "six seconds without the receiver"
         )
-    receiver.start(heartbeat_timeout_ms=1_000)
+    receiver.start(heartbeat_timeout_ns=1_000_000_000)
     assert pub.running, f"publisher died with the receiving driver; stderr:\n{pub.stderr()}"
 
     with connect(receiver) as second:
@@ -626,7 +628,7 @@ def test_garbage_and_truncated_frames_are_counted_as_invalid_and_the_stream_carr
     try:
         wait_until(lambda: counted() >= must_count, 15, f"'Invalid packets' to grow by {must_count}")
     finally:
-        time.sleep(0.3)
+        time.sleep(0.3)  # pace: let late datagrams be counted before the diagnostic line below
         print(
             f"sent {must_count} invalid datagrams + {sender_bound} malformed SM/NAK/RTTM; receiver counted {counted()}"
         )

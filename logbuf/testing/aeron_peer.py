@@ -1,6 +1,6 @@
 """One peer of an interop test, run as its own process with either client library.
 
-    python peer.py ROLE --client {pyaeron,logbuf} --dir DIR [options]
+    python aeron_peer.py ROLE --client {pyaeron,logbuf} --dir DIR [options]
 
 pyaeron needs Python >= 3.12 and logbuf runs on 3.11, so the two never share an interpreter: the
 test starts this script with whichever Python has the library. Standard library only, besides the
