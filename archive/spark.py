@@ -246,7 +246,7 @@ def check_executor_python(spark: SparkSession) -> None:
                 f"logbuf is not installed in the executors' Python ({executable}; spark.pyspark.python="
                 f"{configured or 'unset'}): {problem}. Install logbuf there, point spark.pyspark.python "
                 "(and PYSPARK_PYTHON for spark-sql) at a Python that has it, or ship one with --archives "
-                "(README: Spark on a cluster)"
+                "(docs/guides/spark.md: Shipping the environment)"
             )
 
 

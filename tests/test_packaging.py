@@ -6,8 +6,6 @@ source build of anything) and runs the demo from there: a driver, a publisher, a
 from __future__ import annotations
 
 import configparser
-import csv
-import io
 import json
 import os
 import pathlib
@@ -15,12 +13,11 @@ import re
 import shutil
 import subprocess
 import sys
-import zipfile
-from collections.abc import Iterator
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+from tests.support.wheel import ROOT, Wheel
+
 SCRIPTS = {
     "mediadriver": "logbuf.driver.main:main",
     "logbuf-stat": "logbuf.client.stat:main",
@@ -35,47 +32,10 @@ LEFT_OUT = re.compile(r"Package '[^']+' is absent|Package would be ignored|absen
 pytestmark = pytest.mark.slow
 
 
-class Wheel:
-    def __init__(self, path: pathlib.Path, build_output: str) -> None:
-        self.path = path
-        self.build_output = build_output
-        with zipfile.ZipFile(path) as z:
-            self.names = z.namelist()
-            self.dist_info = next(n.split("/")[0] for n in self.names if n.split("/")[0].endswith(".dist-info"))
-            self.files = {n: z.read(n).decode() for n in self.names if n.startswith(self.dist_info + "/")}
-
-    def metadata(self, name: str) -> str | None:
-        return self.files.get(f"{self.dist_info}/{name}")
-
-    def record(self) -> list[str]:
-        text = self.metadata("RECORD")
-        assert text is not None, "the wheel has no RECORD"
-        return [row[0] for row in csv.reader(io.StringIO(text)) if row]
-
-
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Wheel]:
-    """A wheel built from a clean copy of the worktree (no earlier build products in it)."""
-    tmp = tmp_path_factory.mktemp("packaging")
-    source = tmp / "src"
-    shutil.copytree(
-        ROOT,
-        source,
-        ignore=shutil.ignore_patterns(
-            ".git", "build", "dist", "*.egg-info", "__pycache__", ".mypy_cache", ".hypothesis", ".venv", "*.so"
-        ),
-    )
-    out = tmp / "wheels"
-    done = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-v", "-w", str(out), str(source)],
-        capture_output=True,
-        text=True,
-        timeout=900,  # builds the native core, in an isolated build environment
-    )
-    output = done.stdout + done.stderr
-    assert done.returncode == 0, output[-5_000:]
-    [path] = out.glob("logbuf-*.whl")
-    yield Wheel(path, output)
+def wheel(logbuf_wheel: Wheel) -> Wheel:
+    """The run's wheel (tests/support/wheel.py: built once, shared with the Spark cluster test)."""
+    return logbuf_wheel
 
 
 SPARK_PLUGIN_MODULE = "pyspark_logbuf"

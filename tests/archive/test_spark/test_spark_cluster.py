@@ -1,6 +1,9 @@
 """A real Spark standalone cluster: a master and two workers started from pyspark's own ``spark-class``, the
 example job submitted with ``spark-submit --master spark://127.0.0.1:PORT``, reading an archive from the S3
-API server, its result checked row for row. Every wait is bounded; every JVM is stopped (process groups)."""
+API server, its result checked row for row. The workers' own Python (``python3`` on their PATH) has no logbuf,
+as on a cluster nobody installed it on: the guide's recipe ships a packed virtual environment with
+``--archives`` instead, and the same job runs on it. Every wait is bounded; every JVM is stopped (process
+groups)."""
 
 from __future__ import annotations
 
@@ -22,6 +25,7 @@ from logbuf.testing import wait_until
 from logbuf.testing.host import free_tcp_port
 from tests.archive.conftest import S3Server, archive_cli
 from tests.archive.test_spark.conftest import RecordedArchive
+from tests.support.wheel import Wheel
 
 pytestmark = pytest.mark.slow
 REPO = pathlib.Path(__file__).resolve().parents[3]
@@ -39,6 +43,9 @@ class StandaloneCluster:
     master_url: str
     ui_port: int
     logs: pathlib.Path
+    work: pathlib.Path
+    worker_python: pathlib.Path
+    """The workers' own ``python3``: first on their PATH, without logbuf or any of its dependencies."""
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
     def state(self) -> dict[str, object]:
@@ -69,10 +76,13 @@ def standalone_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sta
     work = tmp_path_factory.mktemp("spark-cluster")
     logs = work / "logs"
     logs.mkdir()
+    bare = work / "worker-python"  # this Python, without logbuf or any of its dependencies
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True, timeout=60)
     env = cluster_env(work)
+    env["PATH"] = f"{bare / 'bin'}{os.pathsep}{env.get('PATH', os.defpath)}"
     spark_class = str(spark_home() / "bin" / "spark-class")
     port, ui_port = free_tcp_port(), free_tcp_port()
-    cluster = StandaloneCluster(f"spark://127.0.0.1:{port}", ui_port, logs)
+    cluster = StandaloneCluster(f"spark://127.0.0.1:{port}", ui_port, logs, work, bare / "bin" / "python3")
 
     def start(name: str, *args: str) -> None:
         with open(logs / f"{name}.log", "wb") as out:
@@ -149,19 +159,22 @@ def test_the_example_job_on_a_standalone_cluster_reads_an_archive_from_s3(
     assert job.returncode == 0, f"{job.stdout[-3000:]}\n{job.stderr[-6000:]}\n{standalone_cluster.output()}"
     assert f"stream_rates ({standalone_cluster.master_url})" in job.stdout
     published = recorded.published
-    expected_messages: collections.Counter[int] = collections.Counter()
-    expected_bytes: collections.Counter[int] = collections.Counter()
-    for stamp, payload in zip(published.reserved, published.payloads):
-        expected_messages[stamp // 1_000_000] += 1
-        expected_bytes[stamp // 1_000_000] += len(payload)
-    got = _read_parquet(out)
-    assert sorted(got) == sorted(
-        (recorded.recording.stream_id, second, expected_messages[second], expected_bytes[second])
-        for second in expected_messages
-    )
+    assert sorted(_read_parquet(out)) == expected_rates(recorded)
     assert f"{len(published.payloads)} messages, {sum(map(len, published.payloads))} bytes" in job.stdout
     apps = standalone_cluster.state().get("completedapps")
     assert isinstance(apps, list) and any(app.get("name") == "logbuf-stream-rates" for app in apps)
+
+
+def expected_rates(recorded: RecordedArchive) -> list[tuple[int, int, int, int]]:
+    """(stream id, second, messages, payload bytes) per second of the reserved values' epoch microseconds."""
+    messages: collections.Counter[int] = collections.Counter()
+    payload_bytes: collections.Counter[int] = collections.Counter()
+    for stamp, payload in zip(recorded.published.reserved, recorded.published.payloads):
+        messages[stamp // 1_000_000] += 1
+        payload_bytes[stamp // 1_000_000] += len(payload)
+    return sorted(
+        (recorded.recording.stream_id, second, messages[second], payload_bytes[second]) for second in messages
+    )
 
 
 def _read_parquet(out: pathlib.Path) -> list[tuple[int, int, int, int]]:
@@ -182,47 +195,90 @@ def _read_parquet(out: pathlib.Path) -> list[tuple[int, int, int, int]]:
     ]
 
 
-CHECK_JOB = """
-import sys
-from pyspark.sql import SparkSession
-from logbuf.archive.spark import LogbufSourceError, register
-
-spark = SparkSession.builder.appName("logbuf-executor-check").getOrCreate()
-try:
-    register(spark)
-    print("registered")
-except LogbufSourceError as e:
-    print(f"refused: {e}")
-finally:
-    spark.stop()
-"""
-
-
-def test_executors_without_logbuf_are_named_when_the_source_is_registered(
-    standalone_cluster: StandaloneCluster, tmp_path: pathlib.Path
-) -> None:
-    bare = tmp_path / "bare"  # this Python, without logbuf or any of its dependencies
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True, timeout=60)
-    job = tmp_path / "check.py"
-    job.write_text(CHECK_JOB)
-    run = subprocess.run(
-        [
-            str(spark_home() / "bin" / "spark-submit"),
-            "--master",
-            standalone_cluster.master_url,
-            "--conf=spark.executor.memory=512m",
-            "--conf=spark.driver.memory=512m",
-            "--conf=spark.executor.cores=1",
-            "--conf=spark.ui.enabled=false",
-            f"--conf=spark.pyspark.python={bare / 'bin' / 'python'}",
-            f"--conf=spark.pyspark.driver.python={sys.executable}",
-            str(job),
-        ],
-        env=cluster_env(tmp_path),
+@pytest.fixture(scope="module")
+def packed_environment(logbuf_wheel: Wheel, tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+    """The guide's recipe (docs/guides/spark.md, "Shipping the environment"): a fresh virtual environment
+    without the system's site packages, logbuf and what executors need installed from the run's wheel and the
+    package index, packed by venv-pack. The archive, ``logbuf-env.tar.gz``, lies beside the environment it was
+    packed from, ``logbuf-env``."""
+    work = tmp_path_factory.mktemp("packed-env")
+    env_dir, packed = work / "logbuf-env", work / "logbuf-env.tar.gz"
+    subprocess.run([sys.executable, "-m", "venv", str(env_dir)], check=True, timeout=120)
+    install = subprocess.run(
+        [str(env_dir / "bin" / "pip"), "install", "-q", f"{logbuf_wheel.path}[spark-executor]"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    if install.returncode != 0 and not os.environ.get("CI"):
+        pytest.skip(f"the executors' packages could not be installed (offline?): {install.stderr[-500:]}")
+    assert install.returncode == 0, install.stdout + install.stderr
+    done = subprocess.run(
+        [sys.executable, "-m", "venv_pack", "-p", str(env_dir), "-o", str(packed), "-q"],
         capture_output=True,
         text=True,
         timeout=300,
     )
-    assert run.returncode == 0, f"{run.stdout[-3000:]}\n{run.stderr[-6000:]}"
-    assert f"refused: logbuf is not installed in the executors' Python ({bare / 'bin' / 'python'}" in run.stdout
-    assert "import pyarrow: ModuleNotFoundError: No module named 'pyarrow'" in run.stdout
+    assert done.returncode == 0, done.stdout + done.stderr
+    return packed
+
+
+def test_a_packed_environment_shipped_with_archives_runs_the_job_where_the_workers_python_has_no_logbuf(
+    standalone_cluster: StandaloneCluster,
+    recorded: RecordedArchive,
+    packed_environment: pathlib.Path,
+    tmp_path: pathlib.Path,
+) -> None:
+    env = cluster_env(tmp_path)
+    del env["PYSPARK_PYTHON"]  # the executors' Python is what each command below says
+    out = tmp_path / "rates"
+    # The driver runs the source's planning (schema, partitions) in a Python worker of its own, started with
+    # spark.pyspark.python too: submitted from a directory where ./environment is the environment that was packed.
+    (tmp_path / "environment").symlink_to(packed_environment.parent / "logbuf-env", target_is_directory=True)
+
+    def submit(*options: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [
+                str(spark_home() / "bin" / "spark-submit"),
+                "--master",
+                standalone_cluster.master_url,
+                "--conf=spark.executor.memory=512m",
+                "--conf=spark.driver.memory=512m",
+                "--conf=spark.executor.cores=1",
+                "--conf=spark.ui.enabled=false",
+                f"--conf=spark.pyspark.driver.python={sys.executable}",
+                *options,
+                str(EXAMPLE),
+                recorded.archive_dir,
+                str(out),
+            ],
+            env=env,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+
+    # Without the archive, on the workers' own Python (Spark's default name, found on each worker's PATH):
+    # register() names the missing install before any data is read.
+    bare = submit("--conf=spark.pyspark.python=python3")
+    assert bare.returncode != 0, bare.stdout[-3000:]
+    # spark-submit prints the Python driver's stderr, and so its traceback, on its own stdout
+    refused = [line for line in bare.stdout.splitlines() if "LogbufSourceError" in line]
+    assert refused, f"{bare.stdout[-3000:]}\n{bare.stderr[-6000:]}"
+    assert (
+        "LogbufSourceError: logbuf is not installed in the executors' Python "
+        f"({standalone_cluster.worker_python}; spark.pyspark.python=python3)"
+    ) in refused[-1], refused
+    assert "import pyarrow: ModuleNotFoundError: No module named 'pyarrow'" in refused[-1]
+    assert not out.exists()
+
+    shipped = submit(
+        f"--archives={packed_environment}#environment", "--conf=spark.pyspark.python=./environment/bin/python"
+    )
+    assert shipped.returncode == 0, f"{shipped.stdout[-3000:]}\n{shipped.stderr[-6000:]}\n{standalone_cluster.output()}"
+    assert sorted(_read_parquet(out)) == expected_rates(recorded)
+    published = recorded.published
+    assert f"{len(published.payloads)} messages, {sum(map(len, published.payloads))} bytes" in shipped.stdout
+    # Spark unpacked the archive beside each executor it started, and the executors' Python came from there.
+    assert list(standalone_cluster.work.glob("work-*/app-*/*/environment/bin/python"))
