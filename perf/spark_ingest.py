@@ -258,11 +258,14 @@ def _moved_bytes(progress: dict[str, Any]) -> int:
     return sum(v - start.get(k, 0) for k, v in end.items() if v > 0)
 
 
-def drain_stream(spark: Any, archive_dir: str, tmp: str, **options: str) -> tuple[float, list[int]]:
-    """(seconds, recorded bytes per micro-batch) of an availableNow drain of the archive into ``noop``."""
+def drain_stream(
+    spark: Any, archive_dir: str, tmp: str, source: str = "logbuf", schema: Any = None, **options: str
+) -> tuple[float, list[int]]:
+    """(seconds, recorded bytes per micro-batch) of an availableNow drain of ``source`` into ``noop``."""
     checkpoint = os.path.join(tmp, f"checkpoint-{uuid.uuid4().hex[:8]}")
+    reader = spark.readStream.format(source)
     query = (
-        spark.readStream.format("logbuf")
+        (reader if schema is None else reader.schema(schema))
         .options(**options)
         .load(archive_dir)
         .writeStream.format("noop")
@@ -304,22 +307,8 @@ def file_source_judge(spark: Any, tmp: str, total_bytes: int) -> dict[str, Any]:
         "bytes": sum(os.path.getsize(os.path.join(src, f)) for f in os.listdir(src)),
     }
     for name, options in (("unlimited", {}), ("one_file_per_trigger", {"maxFilesPerTrigger": "1"})):
-        checkpoint = os.path.join(tmp, f"checkpoint-{uuid.uuid4().hex[:8]}")
-        query = (
-            spark.readStream.format("parquet")
-            .schema(schema)
-            .options(**options)
-            .load(src)
-            .writeStream.format("noop")
-            .option("checkpointLocation", checkpoint)
-            .trigger(availableNow=True)
-        )
-        t0 = time.perf_counter()
-        running = query.start()
-        assert running.awaitTermination(600), "the file-source drain did not finish in 600 s"
-        found[name + "_seconds"] = time.perf_counter() - t0
-        found[name + "_batches"] = sum(1 for p in running.recentProgress if p.get("numInputRows"))
-        running.stop()
+        seconds, batches = drain_stream(spark, src, tmp, "parquet", schema, **options)
+        found[name + "_seconds"], found[name + "_batches"] = seconds, len(batches)
     found["rate_vs_unlimited"] = found["unlimited_seconds"] / found["one_file_per_trigger_seconds"]
     shutil.rmtree(src, ignore_errors=True)
     return found
