@@ -459,9 +459,9 @@ class ArchiveConductor:
         self._log.warning("control_session.authentication_failed", source=session.origin.source_identity)
 
     def _end_session(self, session: ControlSession) -> None:
+        self.counters.sessions_closed.increment()  # first: whoever sees the session gone sees it counted
         self.sessions.pop(session.control_session_id, None)
         session.close()  # its replays run on: they end with their subscribers, the recording or stop-replay
-        self.counters.sessions_closed.increment()
         self._log.info(
             "control_session.closed", control_session_id=session.control_session_id, reason=session.closed_reason
         )

@@ -244,6 +244,8 @@ class PositionSampler:
 
 RECEIVER_WINDOW = 128 * 1024
 """The receivers' window (the driver's initial window; the 4 MiB term's half is larger)."""
+FRAME = 256
+"""One frame of this stream: a 200-byte message and its 32-byte header, aligned to 32 (Publisher.SIZE)."""
 
 
 MAX_FC_COUNT = 12_000
@@ -301,7 +303,11 @@ def test_five_percent_loss_on_one_receiver_recovers_by_naks_and_paces_the_sender
     lossless_lead = max(min(first, second) - lossy for _, first, second, lossy in samples)
     assert lossless_lead > 0, "the lossless receivers were never ahead of the lossy one: did loss happen?"
     if fc == "min":
-        assert sender_lead <= RECEIVER_WINDOW, f"the sender ran {sender_lead} B past the lossy receiver under min"
+        # A padding frame at a term's end is skipped whole (Aeron's TermScanner adds its padding to the sender
+        # position), so the sender may pass its limit by less than one frame of this stream.
+        assert sender_lead < RECEIVER_WINDOW + FRAME, (
+            f"the sender ran {sender_lead} B past the lossy receiver under min"
+        )
     else:
         assert sender_lead > RECEIVER_WINDOW, (
             f"under max the sender stayed within {sender_lead} B of the lossy receiver"
