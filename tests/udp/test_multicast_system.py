@@ -244,8 +244,10 @@ class PositionSampler:
 
 RECEIVER_WINDOW = 128 * 1024
 """The receivers' window (the driver's initial window; the 4 MiB term's half is larger)."""
-FRAME = 256
-"""One frame of this stream: a 200-byte message and its 32-byte header, aligned to 32 (Publisher.SIZE)."""
+PAD_ALLOWANCE = 256
+"""How far past its limit the fc=min test lets the sender be: a padding frame at a term's end is skipped whole.
+Not one frame of this stream: its messages have mixed sizes (``message_sizes`` in tests/udp/_children.py), so
+such a pad can be up to an MTU long; 256 B covers the one excess seen (160 B) and no more."""
 
 
 MAX_FC_COUNT = 12_000
@@ -304,8 +306,8 @@ def test_five_percent_loss_on_one_receiver_recovers_by_naks_and_paces_the_sender
     assert lossless_lead > 0, "the lossless receivers were never ahead of the lossy one: did loss happen?"
     if fc == "min":
         # A padding frame at a term's end is skipped whole (Aeron's TermScanner adds its padding to the sender
-        # position), so the sender may pass its limit by less than one frame of this stream.
-        assert sender_lead < RECEIVER_WINDOW + FRAME, (
+        # position), so the sender may pass its limit by part of a frame (PAD_ALLOWANCE).
+        assert sender_lead < RECEIVER_WINDOW + PAD_ALLOWANCE, (
             f"the sender ran {sender_lead} B past the lossy receiver under min"
         )
     else:
